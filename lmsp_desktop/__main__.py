@@ -1,0 +1,5 @@
+"""Allows `python -m lmsp_desktop`."""
+
+from lmsp_desktop.cli import main
+
+raise SystemExit(main())

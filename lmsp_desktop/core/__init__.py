@@ -1,0 +1,1 @@
+"""Core of LMSP Desktop: store, runtime and service. Never imports Qt."""

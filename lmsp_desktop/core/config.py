@@ -1,0 +1,67 @@
+"""Where data lives and the service settings kept in the store's `service_config`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.states import RestartPolicy
+
+APP_NAME = "lmsp-desktop"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 5677
+
+
+def default_data_dir() -> Path:
+    """`LMSP_DATA_DIR` if set, else the platform's user data directory."""
+    env = os.environ.get("LMSP_DATA_DIR")
+    return Path(env) if env else Path(platformdirs.user_data_dir(APP_NAME))
+
+
+def database_path(data_dir: Path) -> Path:
+    return data_dir / "lmsp.db"
+
+
+@dataclass
+class Settings:
+    """What a user can change in the Settings dialog; kept in `service_config`."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    model_dirs: list[str] = field(default_factory=list)
+    retention_days: float = 7.0
+    default_on_restart: str = RestartPolicy.FAIL.value
+    max_loaded_models: int = 1
+    idle_unload_s: float = 600.0
+    parallel_per_model: int = 1
+    idempotency_ttl_s: int = 24 * 3600
+    max_body_bytes: int = 1024 * 1024
+    allowed_origins: list[str] = field(default_factory=list)
+
+    def validate(self) -> Settings:
+        if not 0 <= self.port <= 65535:
+            raise invalid("The port must be between 0 and 65535.", "port")
+        if self.retention_days <= 0:
+            raise invalid("Retention must be a positive number of days.", "retention_days")
+        if self.default_on_restart not in {p.value for p in RestartPolicy}:
+            raise invalid("on_restart must be fail, retry or resume.", "default_on_restart")
+        if self.max_loaded_models < 1:
+            raise invalid("At least one model must be allowed to stay loaded.",
+                          "max_loaded_models")
+        if self.parallel_per_model < 1:
+            raise invalid("Parallelism per model must be at least 1.", "parallel_per_model")
+        return self
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Settings:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,97 @@
+"""Errors the service and GUI show to people: one class, mapped once to HTTP and once to Qt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LmspError(Exception):
+    """An error a client or user can act on: an HTTP status, an error type and code, a message.
+
+    The message is a sentence that says what happened and what to do next. `param` names the
+    offending request field, as OpenAI's errors do.
+    """
+
+    status = 400
+    type = "invalid_request_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        param: str | None = None,
+        status: int | None = None,
+        type: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.param = param
+        if status is not None:
+            self.status = status
+        if type is not None:
+            self.type = type
+        self.extra = extra or {}
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {
+            "type": self.type,
+            "code": self.code,
+            "message": self.message,
+            "param": self.param,
+        }
+        error.update(self.extra)
+        return {"error": error}
+
+
+def invalid(message: str, param: str | None, code: str = "invalid_value") -> LmspError:
+    return LmspError(message, code=code, param=param, status=400)
+
+
+def not_found(message: str, code: str = "not_found", param: str | None = None) -> LmspError:
+    return LmspError(message, code=code, param=param, status=404, type="not_found_error")
+
+
+def conflict(message: str, code: str, **extra: Any) -> LmspError:
+    return LmspError(message, code=code, status=409, type="conflict_error", extra=extra)
+
+
+class StorageFullError(LmspError):
+    """The disk (or the database's page limit) is full: nothing was written."""
+
+    status = 507
+    type = "server_error"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"The disk holding {path} is full, so nothing was saved. "
+            "Free some space and try again; everything saved before is intact.",
+            code="storage_full",
+        )
+
+
+class DatabaseLockedError(LmspError):
+    """Another process holds the database's write lock for too long."""
+
+    status = 503
+    type = "server_error"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"The database {path} is locked by another program. "
+            "Close the other LMSP Desktop instance or tool using it, then try again.",
+            code="database_locked",
+        )
+
+
+class ShuttingDownError(LmspError):
+    status = 503
+    type = "server_error"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The service is shutting down and takes no new work. Retry once it has restarted.",
+            code="shutting_down",
+        )

@@ -1,0 +1,1 @@
+"""Model folders, digests and GGUF metadata."""

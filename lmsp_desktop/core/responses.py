@@ -1,0 +1,121 @@
+"""Open Responses objects built from the store's rows: ResponseResource, output items, task."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from lmsp_desktop.core.states import STATUS_OF_STATE, TERMINAL, TaskState
+
+
+def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    """The assistant message output item with its single output_text part."""
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [output_text_part(text)],
+    }
+
+
+def output_text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def item_status(state: TaskState) -> str:
+    if state == TaskState.COMPLETED:
+        return "completed"
+    if state in TERMINAL:
+        return "incomplete"
+    return "in_progress"
+
+
+def task_object(row: Mapping[str, Any], queue_position: int | None = None) -> dict[str, Any]:
+    """The LMSP task object (LMSP_API.md `GET /v1/tasks/{id}`)."""
+    error = json.loads(row["error"]) if row["error"] else None
+    return {
+        "id": row["id"],
+        "object": "task",
+        "state": row["state"],
+        "on_restart": row["on_restart"],
+        "model": row["model"],
+        "client_id": row["client_id"],
+        "mode": row["mode"],
+        "queue_position": queue_position if row["state"] == TaskState.QUEUED else None,
+        "created_at": row["created_at"],
+        "started_at": _int_or_none(row["started_at"]),
+        "finished_at": _int_or_none(row["finished_at"]),
+        "restarts": row["restarts"],
+        "last_sequence_number": row["last_seq"],
+        "output_tokens": row["output_tokens"],
+        "error": error,
+    }
+
+
+def _int_or_none(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def build_response(
+    row: Mapping[str, Any], queue_position: int | None = None
+) -> dict[str, Any]:
+    """A valid Open Responses `ResponseResource` for a joined tasks+responses row.
+
+    Every required field is present; nullable ones are null rather than missing; sampling
+    settings are the values actually used.
+    """
+    request = json.loads(row["request"])
+    state = TaskState(row["state"])
+    output: list[dict[str, Any]] = []
+    if row["item_id"]:
+        output.append(message_item(row["item_id"], row["output_text"], item_status(state)))
+    error = json.loads(row["error"]) if row["error"] else None
+    finished = state in TERMINAL
+    usage = None
+    if finished or row["output_tokens"]:
+        usage = {
+            "input_tokens": row["input_tokens"],
+            "output_tokens": row["output_tokens"],
+            "total_tokens": row["input_tokens"] + row["output_tokens"],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
+    return {
+        "id": row["id"],
+        "object": "response",
+        "created_at": row["created_at"],
+        "completed_at": row["completed_at"],
+        "status": STATUS_OF_STATE[state],
+        "incomplete_details": (
+            {"reason": row["incomplete_reason"]} if row["incomplete_reason"] else None
+        ),
+        "model": row["model"],
+        "previous_response_id": None,
+        "instructions": request.get("instructions"),
+        "output": output,
+        "error": {"code": error["code"], "message": error["message"]} if error else None,
+        "tools": [],
+        "tool_choice": "auto",
+        "truncation": request.get("truncation", "disabled"),
+        "parallel_tool_calls": False,
+        "text": {"format": {"type": "text"}},
+        "top_p": request["top_p"],
+        "presence_penalty": request.get("presence_penalty", 0.0),
+        "frequency_penalty": request.get("frequency_penalty", 0.0),
+        "top_logprobs": 0,
+        "temperature": request["temperature"],
+        "reasoning": None,
+        "usage": usage,
+        "max_output_tokens": request.get("max_output_tokens"),
+        "max_tool_calls": None,
+        "store": bool(request.get("store", True)),
+        "background": bool(request.get("background", False)),
+        "service_tier": "default",
+        "metadata": request.get("metadata") or {},
+        "safety_identifier": None,
+        "prompt_cache_key": None,
+        "output_text": row["output_text"],
+        "task": task_object(row, queue_position),
+    }

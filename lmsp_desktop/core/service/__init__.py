@@ -1,0 +1,1 @@
+"""The LMSP HTTP service on aiohttp."""

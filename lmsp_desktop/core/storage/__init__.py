@@ -1,0 +1,1 @@
+"""The SQLite store of LMSP chapter 11."""

@@ -1,0 +1,226 @@
+"""One SQLite database: a single writer connection under a lock, and a reader connection.
+
+Every write goes through `transaction()`, which holds an asyncio lock from `BEGIN IMMEDIATE`
+to `COMMIT`/`ROLLBACK`, because coroutines sharing one aiosqlite connection would otherwise
+end up inside each other's transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from lmsp_desktop.core.errors import DatabaseLockedError, LmspError, StorageFullError
+from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS
+
+log = logging.getLogger(__name__)
+
+# FULL: in WAL mode every commit is fsynced, so a task acknowledged with 202 survives both a
+# killed process and a power loss. NORMAL would survive only the former.
+DEFAULT_SYNCHRONOUS = "FULL"
+BUSY_TIMEOUT_MS = 5000
+
+
+class DatabaseError(LmspError):
+    """The database file cannot be used as it is (corrupt, from a newer version, unreadable)."""
+
+    status = 503
+    type = "server_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="database_unusable")
+
+
+def translate(exc: sqlite3.Error, path: Path) -> Exception:
+    """Turn an SQLite failure a person can act on into an LmspError; leave bugs alone."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    text = str(exc).lower()
+    if code == sqlite3.SQLITE_FULL or "disk is full" in text or "database or disk is full" in text:
+        return StorageFullError(str(path.parent))
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "database is locked" in text:
+        return DatabaseLockedError(str(path))
+    if isinstance(exc, sqlite3.OperationalError) and "file is too large" in text:
+        return StorageFullError(str(path.parent))
+    return exc
+
+
+def _secure_create(path: Path) -> None:
+    """Create the data directory 0700 and the database file 0600 before SQLite opens them."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    if not path.exists():
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.close(fd)
+
+
+class Database:
+    """The service's SQLite file: one writer connection, one reader connection."""
+
+    def __init__(self, path: Path | str, *, synchronous: str = DEFAULT_SYNCHRONOUS) -> None:
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+        # Callbacks run on the loop after every successful commit (the change bus hooks in).
+        self.after_commit: list[Any] = []
+
+    # -- opening -------------------------------------------------------------------------
+    async def open(self) -> None:
+        _secure_create(self.path)
+        old_umask = os.umask(0o077)  # the -wal and -shm files SQLite creates stay private
+        try:
+            self._writer = await self._connect()
+            await self._check_integrity_quickly()
+            await self._migrate()
+            self._reader = await self._connect(readonly=True)
+        except sqlite3.DatabaseError as exc:
+            await self.close()
+            raise DatabaseError(
+                f"The database file {self.path} cannot be read ({exc}). It may be damaged. "
+                "Move it aside (keep a copy) and start again to create a new one, or restore "
+                "it from a backup. Nothing was changed."
+            ) from exc
+        finally:
+            os.umask(old_umask)
+
+    async def _connect(self, readonly: bool = False) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        await conn.execute("PRAGMA foreign_keys=ON")
+        if not readonly:
+            mode = await (await conn.execute("PRAGMA journal_mode=WAL")).fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise sqlite3.DatabaseError("could not switch the journal to WAL")
+            await conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        else:
+            await conn.execute("PRAGMA query_only=ON")
+        return conn
+
+    async def _check_integrity_quickly(self) -> None:
+        assert self._writer is not None
+        row = await (await self._writer.execute("PRAGMA quick_check")).fetchone()
+        if row is None or row[0] != "ok":
+            raise sqlite3.DatabaseError(f"integrity check failed: {row[0] if row else '?'}")
+
+    async def _migrate(self) -> None:
+        assert self._writer is not None
+        version = await self.user_version()
+        if version > CURRENT_VERSION:
+            raise DatabaseError(
+                f"The database {self.path} was written by a newer LMSP Desktop (schema "
+                f"{version}, this version knows {CURRENT_VERSION}). Upgrade LMSP Desktop, or "
+                "point --data-dir elsewhere. Nothing was changed."
+            )
+        if version == CURRENT_VERSION:
+            return
+        if version > 0:
+            backup = self.path.with_name(f"{self.path.name}.v{version}.bak")
+            await self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            shutil.copy2(self.path, backup)
+            log.info("backed up %s to %s before migrating", self.path, backup)
+        for target in range(version, CURRENT_VERSION):
+            await self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                await self._run_script(MIGRATIONS[target])
+                await self._writer.execute(f"PRAGMA user_version={target + 1}")
+                await self._writer.execute("COMMIT")
+            except BaseException:
+                await self._writer.execute("ROLLBACK")
+                raise
+
+    async def _run_script(self, script: str) -> None:
+        # executescript() would COMMIT first; run statement by statement inside the transaction.
+        assert self._writer is not None
+        for statement in _split_sql(script):
+            await self._writer.execute(statement)
+
+    async def user_version(self) -> int:
+        assert self._writer is not None
+        row = await (await self._writer.execute("PRAGMA user_version")).fetchone()
+        return int(row[0]) if row else 0
+
+    async def close(self) -> None:
+        for conn in (self._reader, self._writer):
+            if conn is not None:
+                try:
+                    await conn.close()
+                except Exception:  # closing a broken connection must not hide the real error
+                    log.debug("error while closing the database", exc_info=True)
+        self._reader = self._writer = None
+
+    # -- writing -------------------------------------------------------------------------
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """`BEGIN IMMEDIATE … COMMIT` on the writer, under the writer lock."""
+        conn = self._writer
+        if conn is None:
+            raise RuntimeError("database is not open")
+        async with self._lock:
+            try:
+                await conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from exc
+            try:
+                yield conn
+                await conn.execute("COMMIT")
+            except BaseException as exc:
+                # After SQLITE_FULL or an I/O error SQLite may already have rolled back.
+                if conn.in_transaction:
+                    try:
+                        await conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        log.warning("rollback failed after %r", exc)
+                if isinstance(exc, sqlite3.Error):
+                    raise translate(exc, self.path) from exc
+                raise
+        for callback in list(self.after_commit):
+            callback()
+
+    # -- reading -------------------------------------------------------------------------
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        conn = self._reader or self._writer
+        if conn is None:
+            raise RuntimeError("database is not open")
+        try:
+            rows = await conn.execute_fetchall(sql, tuple(params))
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from exc
+        return list(rows)  # type: ignore[arg-type]
+
+    async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
+        rows = await self.fetchall(sql, params)
+        return rows[0] if rows else None
+
+    async def checkpoint(self) -> None:
+        """Only the writer checkpoints (see DESIGN.md on SQLite's WAL-reset bug)."""
+        async with self._lock:
+            assert self._writer is not None
+            await self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+
+def _split_sql(script: str) -> list[str]:
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements
+
+
+def now() -> float:
+    return time.time()

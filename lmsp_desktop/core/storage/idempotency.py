@@ -1,0 +1,125 @@
+"""Idempotency keys (LMSP_API.md "Idempotency"): claimed in the transaction of the task.
+
+Same key, same body: the stored answer is replayed. Same key, other body: 422. Same key while
+the first request is still being answered: 409. Keys are scoped to the client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
+
+from lmsp_desktop.core.errors import LmspError, conflict
+
+if TYPE_CHECKING:
+    from lmsp_desktop.core.storage.db import Database
+    from lmsp_desktop.core.storage.tasks import CreateResult
+
+DEFAULT_TTL_S = 24 * 3600
+
+
+@dataclass(frozen=True)
+class IdempotencyClaim:
+    """A request's key: who sent it, the key, and the digest of method, path and body."""
+
+    client_id: str
+    key: str
+    digest: str
+    ttl_s: int = DEFAULT_TTL_S
+
+
+def request_digest(method: str, path: str, body: Any) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(f"{method}\n{path}\n{canonical}".encode()).hexdigest()
+
+
+def validate_key(key: str) -> str:
+    if not 1 <= len(key) <= 255 or not all(0x20 < ord(ch) < 0x7F for ch in key):
+        raise LmspError(
+            "Idempotency-Key must be 1–255 printable ASCII characters without spaces.",
+            code="invalid_idempotency_key",
+            param="Idempotency-Key",
+        )
+    return key
+
+
+async def claim_key(
+    conn: aiosqlite.Connection, claim: IdempotencyClaim, task_id: str, now: int
+) -> CreateResult | None:
+    """Inside the create transaction: replay, refuse, or claim the key for `task_id`."""
+    from lmsp_desktop.core.storage.tasks import CreateResult
+
+    cursor = await conn.execute(
+        "SELECT request_digest, state, status, body, task_id FROM idempotency_keys "
+        "WHERE client_id=? AND key=? AND expires_at>?",
+        (claim.client_id, claim.key, now),
+    )
+    row = await cursor.fetchone()
+    if row is not None:
+        if row["request_digest"] != claim.digest:
+            raise LmspError(
+                "This Idempotency-Key was already used with a different request body. "
+                "Use a new key for a new request.",
+                code="idempotency_key_reused",
+                param="Idempotency-Key",
+                status=422,
+            )
+        if row["state"] != "done":
+            raise conflict(
+                "A request with this Idempotency-Key is still being answered. "
+                "Retry after it has finished.",
+                "idempotency_key_in_use",
+            )
+        return CreateResult(row["task_id"], int(row["status"]), json.loads(row["body"]), True)
+    await conn.execute(
+        "INSERT OR REPLACE INTO idempotency_keys (client_id, key, request_digest, state, "
+        "task_id, created_at, expires_at) VALUES (?, ?, ?, 'in_flight', ?, ?, ?)",
+        (claim.client_id, claim.key, claim.digest, task_id, now, now + claim.ttl_s),
+    )
+    return None
+
+
+async def complete_key(db: Database, claim: IdempotencyClaim, status: int, body: Any) -> None:
+    """Store the final answer of a sync or stream request under its key."""
+    async with db.transaction() as conn:
+        await conn.execute(
+            "UPDATE idempotency_keys SET state='done', status=?, body=? "
+            "WHERE client_id=? AND key=?",
+            (status, json.dumps(body), claim.client_id, claim.key),
+        )
+
+
+async def release_key(db: Database, claim: IdempotencyClaim) -> None:
+    """Forget a key whose request did not produce an answer to replay."""
+    async with db.transaction() as conn:
+        await conn.execute(
+            "DELETE FROM idempotency_keys WHERE client_id=? AND key=? AND state='in_flight'",
+            (claim.client_id, claim.key),
+        )
+
+
+async def release_in_flight(db: Database) -> int:
+    """At startup: keys left in flight by a dead process are released, never stuck at 409."""
+    async with db.transaction() as conn:
+        cursor = await conn.execute("DELETE FROM idempotency_keys WHERE state='in_flight'")
+        return cursor.rowcount
+
+
+async def purge_expired(db: Database, batch: int = 500) -> int:
+    total = 0
+    while True:
+        async with db.transaction() as conn:
+            cursor = await conn.execute(
+                "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM "
+                "idempotency_keys WHERE expires_at<=? LIMIT ?)",
+                (int(time.time()), batch),
+            )
+            count = cursor.rowcount
+        total += count
+        if count < batch:
+            return total

@@ -1,0 +1,174 @@
+"""Recovery at startup (LMSP 11.3): every leftover task gets the outcome of its policy.
+
+Runs before anything is served. Each task's new state and its event are written in one
+transaction; many tasks share a transaction so that 10k leftovers recover in well under a
+second. A task already handled by this startup is skipped, so running recovery twice
+changes nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lmsp_desktop.core.responses import build_response
+from lmsp_desktop.core.states import RECOVERY_TABLE, UNFINISHED, RestartPolicy, TaskState
+from lmsp_desktop.core.storage.tasks import (
+    TaskChange,
+    TaskStore,
+    _close_item_events,
+    _with_response,
+)
+
+log = logging.getLogger(__name__)
+BATCH = 500
+ERROR_CODE = "server_restarted"
+ERROR_MESSAGE = "The service restarted while this task was unfinished, and its policy is fail."
+
+
+@dataclass(frozen=True)
+class RecoveryItem:
+    task_id: str
+    model: str
+    state_before: str
+    on_restart: str
+    state_after: str
+    event_type: str
+    sequence_number: int
+
+
+@dataclass
+class RecoveryReport:
+    started_at: float
+    finished_at: float
+    items: list[RecoveryItem]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "started_at": int(self.started_at),
+            "finished_at": int(self.finished_at),
+            "items": [asdict(i) for i in self.items],
+        }
+
+    def summary(self) -> str:
+        """One line such as "3 failed with server_restarted, 2 requeued, 1 resumed"."""
+        counts: dict[str, int] = {}
+        for item in self.items:
+            word = {
+                "response.failed": f"failed with {ERROR_CODE}",
+                "response.queued": "requeued",
+                "response.resumed": "resumed",
+                "response.cancelled": "cancelled",
+            }[item.event_type]
+            counts[word] = counts.get(word, 0) + 1
+        order = [f"failed with {ERROR_CODE}", "requeued", "resumed", "cancelled"]
+        return ", ".join(f"{counts[w]} {w}" for w in order if w in counts)
+
+
+async def next_boot(store: TaskStore) -> int:
+    """Count this startup; recovery marks what it handled with this number."""
+    async with store.db.transaction() as conn:
+        cursor = await conn.execute("SELECT value FROM service_config WHERE key='boot_count'")
+        row = await cursor.fetchone()
+        boot = (json.loads(row[0]) if row else 0) + 1
+        await conn.execute(
+            "INSERT OR REPLACE INTO service_config (key, value) VALUES ('boot_count', ?)",
+            (json.dumps(boot),),
+        )
+    return boot
+
+
+async def recover(store: TaskStore, boot: int) -> RecoveryReport:
+    """Apply table 11.3 to every task left queued, loading, running or cancelling."""
+    started = time.time()
+    items: list[RecoveryItem] = []
+    changes: list[TaskChange] = []
+    leftovers = [
+        row
+        for row in await store.unfinished(sorted(UNFINISHED))
+        if row["recovered_boot"] != boot
+    ]
+    for first in range(0, len(leftovers), BATCH):
+        async with store.db.transaction() as conn:
+            for row in leftovers[first : first + BATCH]:
+                item, change = await _recover_one(store, conn, row, boot, started)
+                items.append(item)
+                changes.append(change)
+    report = RecoveryReport(started, time.time(), items)
+    if items:
+        async with store.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO recovery_reports (started_at, finished_at, items) VALUES (?,?,?)",
+                (report.started_at, report.finished_at, json.dumps(report.as_json()["items"])),
+            )
+    store._publish(changes)
+    return report
+
+
+async def _recover_one(
+    store: TaskStore, conn: Any, row: Any, boot: int, now: float
+) -> tuple[RecoveryItem, TaskChange]:
+    before = TaskState(row["state"])
+    policy = RestartPolicy(row["on_restart"])
+    after = RECOVERY_TABLE[(before, policy)]
+    mark = ", recovered_boot=?"
+    if after == TaskState.FAILED:
+        error = json.dumps({"code": ERROR_CODE, "message": ERROR_MESSAGE})
+        new = await store._transition_in(
+            conn, row["id"], [before], after,
+            lambda r: [*_close_item_events(r), _with_response("response.failed", build_response(r))],
+            task_sets=mark + ", finished_at=?, snapshot=NULL", params=(boot, now),
+            response_sets="error=?", response_params=(error,),
+        )
+        event = "response.failed"
+    elif after == TaskState.CANCELLED:
+        new = await store._transition_in(
+            conn, row["id"], [before], after,
+            lambda r: [*_close_item_events(r), _with_response("response.cancelled",
+                                                              build_response(r))],
+            task_sets=mark + ", finished_at=?, snapshot=NULL", params=(boot, now),
+        )
+        event = "response.cancelled"
+    elif after == TaskState.QUEUED:
+        # A requeue discards the output: the next run opens a new item with a new id.
+        new = await store._transition_in(
+            conn, row["id"], [before], after,
+            lambda r: [_with_response("response.queued", build_response(r))],
+            task_sets=mark + ", restarts=restarts+1, started_at=NULL, snapshot=NULL",
+            params=(boot,),
+            response_sets="item_id=NULL, output_text='', output_tokens=0",
+        )
+        event = "response.queued"
+    else:  # running, resumed from its snapshot by the runner
+        new = await store._transition_in(
+            conn, row["id"], [before], after,
+            lambda r: [_with_response("response.resumed", build_response(r))],
+            task_sets=mark + ", restarts=restarts+1", params=(boot,),
+        )
+        event = "response.resumed"
+    assert new is not None  # read and changed under the same write lock
+    item = RecoveryItem(
+        row["id"], row["model"], str(before), str(policy), str(after), event, new["last_seq"]
+    )
+    log.info(
+        "recovered %s: %s --%s--> %s (%s #%d)",
+        row["id"], before, policy, after, event, new["last_seq"],
+    )
+    change = TaskChange(row["id"], after, new["last_seq"], row["model"], (event,))
+    return item, change
+
+
+async def last_report(store: TaskStore) -> dict[str, Any] | None:
+    row = await store.db.fetchone(
+        "SELECT started_at, finished_at, items FROM recovery_reports ORDER BY n DESC LIMIT 1"
+    )
+    if row is None:
+        return None
+    return {
+        "started_at": int(row["started_at"]),
+        "finished_at": int(row["finished_at"]),
+        "items": json.loads(row["items"]),
+    }

@@ -1,0 +1,129 @@
+"""The database schema of the seven concerns of LMSP 11.1, and its migrations.
+
+Each migration runs in its own transaction and bumps `PRAGMA user_version`; a database from a
+newer version of the app is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+SCHEMA_V1 = """
+CREATE TABLE service_config (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL              -- JSON
+);
+
+CREATE TABLE clients (
+    id             TEXT PRIMARY KEY,
+    name           TEXT NOT NULL,
+    token_hash     TEXT NOT NULL UNIQUE,   -- sha256 of the bearer token; the token is never stored
+    token_prefix   TEXT NOT NULL,          -- non-secret, for display
+    scopes         TEXT NOT NULL,          -- JSON list
+    created_at     INTEGER NOT NULL,
+    last_seen_at   INTEGER,
+    last_seen_addr TEXT,
+    revoked_at     INTEGER
+);
+
+CREATE TABLE pairings (
+    id             TEXT PRIMARY KEY,
+    kind           TEXT NOT NULL CHECK (kind IN ('device', 'claim')),
+    client_name    TEXT,
+    address        TEXT,
+    scopes         TEXT NOT NULL,          -- JSON list requested (device) or granted (claim)
+    user_code      TEXT NOT NULL,
+    secret_hash    TEXT,                   -- device pairings: sha256 of the pairing secret
+    state          TEXT NOT NULL,          -- pending|approved|denied|ignored|issued|dead
+    granted_scopes TEXT,
+    created_at     INTEGER NOT NULL,
+    expires_at     INTEGER NOT NULL,
+    interval_s     INTEGER NOT NULL,
+    last_poll_at   REAL,
+    failures       INTEGER NOT NULL DEFAULT 0,
+    client_id      TEXT
+);
+CREATE INDEX pairings_by_code ON pairings(user_code);
+
+CREATE TABLE models (
+    id             TEXT PRIMARY KEY,       -- readable, unique, safe name; never joined into a path
+    path           TEXT NOT NULL UNIQUE,
+    size_bytes     INTEGER NOT NULL,
+    mtime_ns       INTEGER NOT NULL,
+    digest         TEXT,                   -- sha256:<hex> of the whole file
+    state          TEXT NOT NULL,          -- unverified|verified|changed|missing
+    verified_at    INTEGER,
+    architecture   TEXT,
+    parameters     INTEGER,
+    quantization   TEXT,
+    context_length INTEGER,
+    meta           TEXT,                   -- JSON: other header values (chat template, name)
+    created_at     INTEGER NOT NULL
+);
+
+CREATE TABLE responses (
+    id                TEXT PRIMARY KEY,    -- resp_…; its task shares the id
+    created_at        INTEGER NOT NULL,
+    model             TEXT NOT NULL,
+    request           TEXT NOT NULL,       -- JSON: the normalised request settings and input
+    output_text       TEXT NOT NULL DEFAULT '',
+    item_id           TEXT,
+    input_tokens      INTEGER NOT NULL DEFAULT 0,
+    output_tokens     INTEGER NOT NULL DEFAULT 0,
+    completed_at      INTEGER,
+    error             TEXT,                -- JSON {code, message}
+    incomplete_reason TEXT,
+    final             TEXT                 -- JSON: the stored response object once finished
+);
+
+CREATE TABLE tasks (
+    n           INTEGER PRIMARY KEY AUTOINCREMENT,  -- submission order: queues and paging
+    id          TEXT NOT NULL UNIQUE REFERENCES responses(id) ON DELETE CASCADE,
+    client_id   TEXT,
+    model       TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    on_restart  TEXT NOT NULL,
+    mode        TEXT NOT NULL,             -- background|stream|sync
+    created_at  INTEGER NOT NULL,
+    started_at  REAL,
+    finished_at REAL,
+    restarts    INTEGER NOT NULL DEFAULT 0,
+    last_seq    INTEGER NOT NULL,
+    recovered_boot INTEGER,                -- the startup whose recovery last handled it
+    snapshot    TEXT                       -- JSON: token ids so far, for exact resume
+);
+CREATE INDEX tasks_by_state ON tasks(state, model, n);
+CREATE INDEX tasks_finished ON tasks(finished_at) WHERE finished_at IS NOT NULL;
+
+CREATE TABLE task_events (
+    task_id    TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    type       TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    data       TEXT NOT NULL,              -- JSON of the whole event
+    PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE idempotency_keys (
+    client_id      TEXT NOT NULL,
+    key            TEXT NOT NULL,
+    request_digest TEXT NOT NULL,
+    state          TEXT NOT NULL,          -- in_flight|done
+    status         INTEGER,
+    body           TEXT,
+    task_id        TEXT,
+    created_at     INTEGER NOT NULL,
+    expires_at     INTEGER NOT NULL,
+    PRIMARY KEY (client_id, key)
+);
+CREATE INDEX idempotency_expiry ON idempotency_keys(expires_at);
+
+CREATE TABLE recovery_reports (
+    n           INTEGER PRIMARY KEY AUTOINCREMENT,
+    started_at  REAL NOT NULL,
+    finished_at REAL NOT NULL,
+    items       TEXT NOT NULL              -- JSON list
+);
+"""
+
+# MIGRATIONS[i] brings a database from user_version i to i + 1.
+MIGRATIONS: list[str] = [SCHEMA_V1]
+CURRENT_VERSION = len(MIGRATIONS)

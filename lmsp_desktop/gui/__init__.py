@@ -1,0 +1,1 @@
+"""The Qt desktop window: a thin view over the core."""
