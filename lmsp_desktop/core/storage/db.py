@@ -197,7 +197,7 @@ class Database:
             rows = await conn.execute_fetchall(sql, tuple(params))
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from exc
-        return list(rows)  # type: ignore[arg-type]
+        return list(rows)
 
     async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
         rows = await self.fetchall(sql, params)

@@ -14,13 +14,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.states import RECOVERY_TABLE, UNFINISHED, RestartPolicy, TaskState
 from lmsp_desktop.core.storage.tasks import (
     TaskChange,
     TaskStore,
     _close_item_events,
     _with_response,
+    response_of,
 )
 
 log = logging.getLogger(__name__)
@@ -87,9 +87,7 @@ async def recover(store: TaskStore, boot: int) -> RecoveryReport:
     items: list[RecoveryItem] = []
     changes: list[TaskChange] = []
     leftovers = [
-        row
-        for row in await store.unfinished(sorted(UNFINISHED))
-        if row["recovered_boot"] != boot
+        row for row in await store.unfinished(sorted(UNFINISHED)) if row["recovered_boot"] != boot
     ]
     for first in range(0, len(leftovers), BATCH):
         async with store.db.transaction() as conn:
@@ -118,25 +116,42 @@ async def _recover_one(
     if after == TaskState.FAILED:
         error = json.dumps({"code": ERROR_CODE, "message": ERROR_MESSAGE})
         new = await store._transition_in(
-            conn, row["id"], [before], after,
-            lambda r: [*_close_item_events(r), _with_response("response.failed", build_response(r))],
-            task_sets=mark + ", finished_at=?, snapshot=NULL", params=(boot, now),
-            response_sets="error=?", response_params=(error,),
+            conn,
+            row["id"],
+            [before],
+            after,
+            lambda r: [
+                *_close_item_events(r),
+                _with_response("response.failed", response_of(r)),
+            ],
+            task_sets=mark + ", finished_at=?, snapshot=NULL",
+            params=(boot, now),
+            response_sets="error=?",
+            response_params=(error,),
         )
         event = "response.failed"
     elif after == TaskState.CANCELLED:
         new = await store._transition_in(
-            conn, row["id"], [before], after,
-            lambda r: [*_close_item_events(r), _with_response("response.cancelled",
-                                                              build_response(r))],
-            task_sets=mark + ", finished_at=?, snapshot=NULL", params=(boot, now),
+            conn,
+            row["id"],
+            [before],
+            after,
+            lambda r: [
+                *_close_item_events(r),
+                _with_response("response.cancelled", response_of(r)),
+            ],
+            task_sets=mark + ", finished_at=?, snapshot=NULL",
+            params=(boot, now),
         )
         event = "response.cancelled"
     elif after == TaskState.QUEUED:
         # A requeue discards the output: the next run opens a new item with a new id.
         new = await store._transition_in(
-            conn, row["id"], [before], after,
-            lambda r: [_with_response("response.queued", build_response(r))],
+            conn,
+            row["id"],
+            [before],
+            after,
+            lambda r: [_with_response("response.queued", response_of(r))],
             task_sets=mark + ", restarts=restarts+1, started_at=NULL, snapshot=NULL",
             params=(boot,),
             response_sets="item_id=NULL, output_text='', output_tokens=0",
@@ -144,9 +159,13 @@ async def _recover_one(
         event = "response.queued"
     else:  # running, resumed from its snapshot by the runner
         new = await store._transition_in(
-            conn, row["id"], [before], after,
-            lambda r: [_with_response("response.resumed", build_response(r))],
-            task_sets=mark + ", restarts=restarts+1", params=(boot,),
+            conn,
+            row["id"],
+            [before],
+            after,
+            lambda r: [_with_response("response.resumed", response_of(r))],
+            task_sets=mark + ", restarts=restarts+1",
+            params=(boot,),
         )
         event = "response.resumed"
     assert new is not None  # read and changed under the same write lock
@@ -155,7 +174,12 @@ async def _recover_one(
     )
     log.info(
         "recovered %s: %s --%s--> %s (%s #%d)",
-        row["id"], before, policy, after, event, new["last_seq"],
+        row["id"],
+        before,
+        policy,
+        after,
+        event,
+        new["last_seq"],
     )
     change = TaskChange(row["id"], after, new["last_seq"], row["model"], (event,))
     return item, change

@@ -53,8 +53,9 @@ async def _purge_batch(db: Database, cutoff: float) -> int:
             budget -= cursor.rowcount
             if budget <= 0:
                 left = await (
-                    await conn.execute("SELECT 1 FROM task_events WHERE task_id=? LIMIT 1",
-                                       (task_id,))
+                    await conn.execute(
+                        "SELECT 1 FROM task_events WHERE task_id=? LIMIT 1", (task_id,)
+                    )
                 ).fetchone()
                 if left is not None:
                     break

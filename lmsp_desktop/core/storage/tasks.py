@@ -7,12 +7,13 @@ Listeners hear about each change only after its commit.
 
 from __future__ import annotations
 
+import builtins
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiosqlite
 
@@ -112,7 +113,7 @@ class TaskStore:
                 (spec.id, spec.client_id, spec.model, str(spec.on_restart), spec.mode, now),
             )
             row = await self._row(conn, spec.id)
-            body = build_response(row, await self._queue_position(conn, row))
+            body = response_of(row, await self._queue_position(conn, row))
             await self._append(conn, spec.id, 0, [_with_response("response.created", body)])
             body["task"]["last_sequence_number"] = 1
             if idempotency is not None and spec.mode == "background":
@@ -143,8 +144,15 @@ class TaskStore:
         """
         async with self.db.transaction() as conn:
             row = await self._transition_in(
-                conn, task_id, from_states, to_state, events, task_sets, response_sets,
-                params, response_params,
+                conn,
+                task_id,
+                from_states,
+                to_state,
+                events,
+                task_sets,
+                response_sets,
+                params,
+                response_params,
             )
         if row is not None:
             self._publish([_change_of(row, ())])
@@ -182,7 +190,7 @@ class TaskStore:
             # The stored response (11.1 `responses`) is written with the terminal event.
             await conn.execute(
                 "UPDATE responses SET final=? WHERE id=?",
-                (json.dumps(build_response(row)), task_id),
+                (json.dumps(response_of(row)), task_id),
             )
         return row
 
@@ -204,7 +212,7 @@ class TaskStore:
             [TaskState.QUEUED, TaskState.LOADING],
             TaskState.RUNNING,
             lambda r: [
-                _with_response("response.in_progress", build_response(r)),
+                _with_response("response.in_progress", response_of(r)),
                 {
                     "type": "response.output_item.added",
                     "output_index": 0,
@@ -267,8 +275,11 @@ class TaskStore:
                 ("".join(deltas), output_tokens, input_tokens, task_id),
             )
         self._publish(
-            [TaskChange(task_id, TaskState.RUNNING, last, row["model"],
-                        ("response.output_text.delta",))]
+            [
+                TaskChange(
+                    task_id, TaskState.RUNNING, last, row["model"], ("response.output_text.delta",)
+                )
+            ]
         )
         return True
 
@@ -288,7 +299,7 @@ class TaskStore:
             task_id,
             [TaskState.RUNNING],
             to_state,
-            lambda r: [*_close_item_events(r), _with_response(final, build_response(r))],
+            lambda r: [*_close_item_events(r), _with_response(final, response_of(r))],
             task_sets=", finished_at=?, snapshot=NULL",
             params=(now,),
             response_sets="completed_at=?, incomplete_reason=?, input_tokens=?, output_tokens=?",
@@ -303,7 +314,10 @@ class TaskStore:
             task_id,
             [TaskState.QUEUED, TaskState.LOADING, TaskState.RUNNING],
             TaskState.FAILED,
-            lambda r: [*_close_item_events(r), _with_response("response.failed", build_response(r))],
+            lambda r: [
+                *_close_item_events(r),
+                _with_response("response.failed", response_of(r)),
+            ],
             task_sets=", finished_at=?, snapshot=NULL",
             params=(now,),
             response_sets="error=?",
@@ -323,13 +337,20 @@ class TaskStore:
             state = TaskState(current["state"])
             if state == TaskState.QUEUED:
                 row = await self._transition_in(
-                    conn, task_id, [TaskState.QUEUED], TaskState.CANCELLED,
+                    conn,
+                    task_id,
+                    [TaskState.QUEUED],
+                    TaskState.CANCELLED,
                     lambda r: [_lmsp_event("response.cancelled", r)],
-                    task_sets=", finished_at=?", params=(now,),
+                    task_sets=", finished_at=?",
+                    params=(now,),
                 )
             elif state in (TaskState.LOADING, TaskState.RUNNING):
                 row = await self._transition_in(
-                    conn, task_id, [state], TaskState.CANCELLING,
+                    conn,
+                    task_id,
+                    [state],
+                    TaskState.CANCELLING,
                     lambda r: [_lmsp_event("response.cancelling", r)],
                 )
             elif state in (TaskState.CANCELLING, TaskState.CANCELLED):
@@ -399,17 +420,15 @@ class TaskStore:
         cursor = await conn.execute(JOINED + " WHERE t.id=?", (task_id,))
         row = await cursor.fetchone()
         assert row is not None
-        return row  # type: ignore[no-any-return]
+        return row
 
     @staticmethod
-    async def _row_or_404(
-        conn: aiosqlite.Connection, task_id: str, client_id: str | None
-    ) -> Row:
+    async def _row_or_404(conn: aiosqlite.Connection, task_id: str, client_id: str | None) -> Row:
         cursor = await conn.execute(JOINED + " WHERE t.id=?", (task_id,))
         row = await cursor.fetchone()
         if row is None or (client_id is not None and row["client_id"] != client_id):
             raise not_found(f"No response with id {task_id!r}.", "response_not_found")
-        return row  # type: ignore[no-any-return]
+        return row
 
     @staticmethod
     async def _queue_position(conn: aiosqlite.Connection, row: Row) -> int | None:
@@ -441,20 +460,16 @@ class TaskStore:
 
     async def response_object(self, task_id: str, client_id: str | None = None) -> dict[str, Any]:
         row = await self.get(task_id, client_id)
-        return build_response(row, await self.queue_position(row))
+        return response_of(row, await self.queue_position(row))
 
-    async def events(
-        self, task_id: str, after: int = 0, limit: int = 1000
-    ) -> list[dict[str, Any]]:
+    async def events(self, task_id: str, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         rows = await self.db.fetchall(
             "SELECT data FROM task_events WHERE task_id=? AND seq>? ORDER BY seq LIMIT ?",
             (task_id, after, limit),
         )
         return [json.loads(r["data"]) for r in rows]
 
-    async def event_rows(
-        self, task_id: str, after: int = 0, limit: int = 1000
-    ) -> list[Row]:
+    async def event_rows(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Row]:
         return await self.db.fetchall(
             "SELECT seq, type, created_at, data FROM task_events WHERE task_id=? AND seq>? "
             "ORDER BY seq LIMIT ?",
@@ -489,7 +504,8 @@ class TaskStore:
             anchor = await self.db.fetchone("SELECT n FROM tasks WHERE id=?", (after,))
             if anchor is None:
                 raise LmspError(
-                    f"No task with id {after!r} to page after.", code="invalid_value",
+                    f"No task with id {after!r} to page after.",
+                    code="invalid_value",
                     param="after",
                 )
             where.append("t.n<?")
@@ -500,7 +516,7 @@ class TaskStore:
         )
         return rows[:limit], len(rows) > limit
 
-    async def unfinished(self, states: Sequence[TaskState]) -> list[Row]:
+    async def unfinished(self, states: Sequence[TaskState]) -> builtins.list[Row]:
         marks = ",".join("?" for _ in states)
         return await self.db.fetchall(
             JOINED + f" WHERE t.state IN ({marks}) ORDER BY t.n", tuple(map(str, states))
@@ -512,13 +528,18 @@ class TaskStore:
 
 
 # -- event builders ------------------------------------------------------------------------
+def response_of(row: Row, queue_position: int | None = None) -> dict[str, Any]:
+    """`build_response` for a joined row (sqlite3.Row reads like a mapping)."""
+    return build_response(cast("Mapping[str, Any]", row), queue_position)
+
+
 def _with_response(event_type: str, response: dict[str, Any]) -> dict[str, Any]:
     return {"type": event_type, "response": response}
 
 
 def _lmsp_event(event_type: str, row: Row) -> dict[str, Any]:
     """LMSP's own events carry the whole response too, so a client can rebuild state."""
-    return _with_response(event_type, build_response(row))
+    return _with_response(event_type, response_of(row))
 
 
 def _close_item_events(row: Row) -> list[dict[str, Any]]:
@@ -552,7 +573,9 @@ def _close_item_events(row: Row) -> list[dict[str, Any]]:
 
 
 def _change_of(row: Row, event_types: tuple[str, ...]) -> TaskChange:
-    return TaskChange(row["id"], TaskState(row["state"]), row["last_seq"], row["model"], event_types)
+    return TaskChange(
+        row["id"], TaskState(row["state"]), row["last_seq"], row["model"], event_types
+    )
 
 
 __all__ = [
