@@ -186,7 +186,10 @@ class Database:
                     raise translate(exc, self.path) from exc
                 raise
         for callback in list(self.after_commit):
-            callback()
+            try:
+                callback()
+            except Exception:  # committed already; a broken hook must not look like a failure
+                log.exception("after-commit callback %r failed", callback)
 
     # -- reading -------------------------------------------------------------------------
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +30,8 @@ from lmsp_desktop.core.states import (
 )
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, claim_key
+
+log = logging.getLogger(__name__)
 
 JOINED = """
 SELECT t.n, t.id, t.client_id, t.model, t.state, t.on_restart, t.mode, t.created_at,
@@ -85,9 +88,14 @@ class TaskStore:
 
     # -- notifications -------------------------------------------------------------------
     def _publish(self, changes: Iterable[TaskChange]) -> None:
+        # The change is committed: a broken listener must not make the caller believe the
+        # transition failed (it would retry or report an error for work that was saved).
         for change in changes:
             for listener in list(self.listeners):
-                listener(change)
+                try:
+                    listener(change)
+                except Exception:
+                    log.exception("task listener %r failed on %s", listener, change)
 
     # -- creating ------------------------------------------------------------------------
     async def create(
