@@ -1,0 +1,153 @@
+"""Validation of `POST /v1/responses` bodies into a NewTask: every error names its field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmsp_desktop.core.errors import LmspError, invalid
+from lmsp_desktop.core.states import RestartPolicy
+
+# Sampling defaults when a request leaves them out (llama.cpp's own defaults); the response
+# reports the values actually used.
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_P = 0.95
+ROLES = ("user", "assistant", "system", "developer")
+TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+def unsupported(message: str, param: str) -> LmspError:
+    return LmspError(message, code="unsupported_parameter", param=param, status=400)
+
+
+def parse_messages(value: Any) -> list[dict[str, str]]:
+    """`input` as a string, or a list of messages / Open Responses message items."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise invalid("`input` must be a string or a non-empty list of messages.", "input")
+    messages = []
+    for i, item in enumerate(value):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise invalid(f"{where} must be an object with `role` and `content`.", where)
+        kind = item.get("type", "message")
+        if kind != "message":
+            raise unsupported(
+                f"{where} has type {kind!r}; this service accepts only message items.",
+                f"{where}.type",
+            )
+        role = item.get("role")
+        if role not in ROLES:
+            raise invalid(f"{where}.role must be one of {', '.join(ROLES)}.", f"{where}.role")
+        messages.append({"role": role, "content": _content_text(item.get("content"), where)})
+    return messages
+
+
+def _content_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise invalid(f"{where}.content must be a string or a list of text parts.",
+                      f"{where}.content")
+    texts = []
+    for j, part in enumerate(content):
+        at = f"{where}.content[{j}]"
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise invalid(f"{at} must be an object with a `type`.", at)
+        if part["type"] not in TEXT_PARTS:
+            raise unsupported(
+                f"{at} is {part['type']!r}, but the models here read text only. "
+                "Send the content as input_text.",
+                f"{at}.type",
+            )
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise invalid(f"{at}.text must be a string.", f"{at}.text")
+        texts.append(text)
+    return "".join(texts)
+
+
+def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise invalid(f"`{name}` must be a number from {lo} to {hi}.", name)
+    return float(value)
+
+
+def _optional_int(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise invalid(f"`{name}` must be a whole number from {lo} to {hi}.", name)
+    return value
+
+
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(f"`{name}` must be true or false.", name)
+    return value
+
+
+def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
+    """The normalised request settings kept with the response (unknown fields are ignored)."""
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.", None, "invalid_json")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("`model` is required: the id of a model from GET /v1/models.", "model")
+    if "input" not in body:
+        raise invalid("`input` is required: a string or a list of messages.", "input")
+    messages = parse_messages(body["input"])
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise invalid("`instructions` must be a string.", "instructions")
+    if body.get("tools"):
+        raise unsupported("This service's models cannot call tools; leave `tools` out.", "tools")
+    if body.get("previous_response_id") is not None:
+        raise unsupported(
+            "`previous_response_id` is not supported; send the conversation in `input`.",
+            "previous_response_id",
+        )
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict) or len(metadata) > 16 or not all(
+        isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+        for k, v in metadata.items()
+    ):
+        raise invalid("`metadata` must map up to 16 short strings to strings.", "metadata")
+    on_restart = body.get("on_restart", default_on_restart)
+    if on_restart not in {p.value for p in RestartPolicy}:
+        raise invalid("`on_restart` must be fail, retry or resume.", "on_restart")
+    truncation = body.get("truncation", "disabled")
+    if truncation not in ("auto", "disabled"):
+        raise invalid("`truncation` must be auto or disabled.", "truncation")
+    return {
+        "model": model,
+        "messages": messages,
+        "instructions": instructions,
+        "temperature": _number(body, "temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
+        "top_p": _number(body, "top_p", DEFAULT_TOP_P, 0.0, 1.0),
+        "presence_penalty": _number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        "frequency_penalty": _number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        "max_output_tokens": _optional_int(body, "max_output_tokens", 1, 1_000_000),
+        "seed": _optional_int(body, "seed", -(2**63), 2**63 - 1),
+        "stream": _flag(body, "stream", False),
+        "background": _flag(body, "background", False),
+        "store": _flag(body, "store", True),
+        "metadata": metadata,
+        "truncation": truncation,
+        "on_restart": on_restart,
+    }
+
+
+def chat_messages(request: dict[str, Any]) -> list[dict[str, str]]:
+    """The messages the model sees: `instructions` first as a system message."""
+    messages = list(request["messages"])
+    if request.get("instructions"):
+        messages.insert(0, {"role": "system", "content": request["instructions"]})
+    return messages

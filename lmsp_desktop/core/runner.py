@@ -1,0 +1,285 @@
+"""The scheduler: per-model queues in submission order, single-flight model loading, idle
+unload, cancel within one token, and exact resume from snapshots."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from lmsp_desktop.core.engines.base import (
+    Engine,
+    EngineError,
+    GenerationRequest,
+    LoadedModel,
+    TokenPiece,
+)
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.requests import chat_messages
+from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+
+log = logging.getLogger(__name__)
+
+
+class ModelPaths(Protocol):
+    """What the runner needs of the model registry."""
+
+    async def path_for_run(self, model_id: str) -> Path: ...
+
+
+@dataclass
+class _Slot:
+    """A loaded (or loading) model and when it was last used."""
+
+    loading: asyncio.Future[LoadedModel]
+    model: LoadedModel | None = None
+    busy: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class Runner:
+    """Runs queued tasks through an engine; the store decides every state change."""
+
+    def __init__(
+        self,
+        tasks: TaskStore,
+        models: ModelPaths,
+        engine: Engine,
+        *,
+        max_loaded_models: int = 1,
+        idle_unload_s: float = 600.0,
+    ) -> None:
+        self.tasks = tasks
+        self.models = models
+        self.engine = engine
+        self.max_loaded_models = max_loaded_models
+        self.idle_unload_s = idle_unload_s
+        self._slots: dict[str, _Slot] = {}
+        self._wakeups: dict[str, asyncio.Event] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._active: dict[str, GenerationRequest] = {}  # task id → its running generation
+        self._stopping = False
+        self._janitor: asyncio.Task[None] | None = None
+        self.load_listeners: list[Callable[[str, str, float], None]] = []  # model, state, progress
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        """Pick up tasks left queued or resumed-running by recovery, then follow new ones."""
+        self.tasks.listeners.append(self._on_change)
+        for row in await self.tasks.unfinished([TaskState.QUEUED, TaskState.RUNNING]):
+            self._wake(row["model"])
+        self._janitor = asyncio.create_task(self._unload_idle_forever())
+
+    async def stop(self) -> None:
+        """Stop generating; unfinished tasks stay as they are for recovery at the next start."""
+        self._stopping = True
+        with contextlib.suppress(ValueError):
+            self.tasks.listeners.remove(self._on_change)
+        for request in self._active.values():
+            request.cancel.set()
+        workers = [*self._workers.values(), *([self._janitor] if self._janitor else [])]
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        for slot in self._slots.values():
+            if slot.model is not None:
+                await slot.model.unload()
+        self._slots.clear()
+
+    def loaded_state(self, model_id: str) -> str:
+        """unloaded, loading or loaded: for the models list and the GUI."""
+        slot = self._slots.get(model_id)
+        if slot is None:
+            return "unloaded"
+        return "loaded" if slot.model is not None else "loading"
+
+    # -- reacting to commits -----------------------------------------------------------
+    def _on_change(self, change: TaskChange) -> None:
+        if change.state == TaskState.QUEUED:
+            self._wake(change.model)
+        elif change.state == TaskState.CANCELLING:
+            request = self._active.get(change.task_id)
+            if request is not None:
+                request.cancel.set()  # the engine stops before the next token
+
+    def _wake(self, model: str) -> None:
+        if self._stopping:
+            return
+        self._wakeups.setdefault(model, asyncio.Event()).set()
+        worker = self._workers.get(model)
+        if worker is None or worker.done():
+            self._workers[model] = asyncio.create_task(self._work(model), name=f"runner:{model}")
+
+    # -- the per-model worker ----------------------------------------------------------
+    async def _work(self, model: str) -> None:
+        wakeup = self._wakeups[model]
+        while not self._stopping:
+            wakeup.clear()
+            row = await self._next_task(model)
+            if row is None:
+                await wakeup.wait()
+                continue
+            try:
+                await self._run(row)
+            except asyncio.CancelledError:
+                raise
+            except LmspError as exc:
+                await self.tasks.fail(row["id"], exc.code, exc.message)
+            except Exception as exc:  # a bug: keep the worker alive, fail the task clearly
+                log.exception("task %s failed unexpectedly", row["id"])
+                await self.tasks.fail(row["id"], "internal_error", f"Internal error: {exc!r}")
+
+    async def _next_task(self, model: str) -> Any:
+        """A resumed running task first (it was started before), else the oldest queued."""
+        rows = await self.tasks.db.fetchall(
+            "SELECT id FROM tasks WHERE model=? AND state IN ('running','queued') "
+            "ORDER BY state='queued', n LIMIT 1",
+            (model,),
+        )
+        if not rows:
+            return None
+        return await self.tasks.get(rows[0]["id"])
+
+    async def _run(self, row: Any) -> None:
+        task_id = row["id"]
+        resuming = row["state"] == TaskState.RUNNING
+        path = await self.models.path_for_run(row["model"])
+        slot = self._slots.get(row["model"])
+        if not resuming and (slot is None or slot.model is None):
+            if not await self.tasks.mark_loading(task_id):
+                return  # cancelled meanwhile
+        try:
+            loaded = await self._acquire(row["model"], path)
+        except EngineError as exc:
+            await self._fail_or_confirm(task_id, exc.code, exc.message)
+            return
+        slot = self._slots[row["model"]]
+        slot.busy += 1
+        try:
+            await self._generate(task_id, loaded, resuming)
+        finally:
+            slot.busy -= 1
+            slot.last_used = time.monotonic()
+
+    async def _generate(self, task_id: str, loaded: LoadedModel, resuming: bool) -> None:
+        row = await self.tasks.get(task_id)
+        request_json = json.loads(row["request"])
+        snapshot = json.loads(row["snapshot"]) if resuming and row["snapshot"] else {}
+        if not resuming and await self.tasks.mark_running(task_id) is None:
+            await self.tasks.confirm_cancelled(task_id)  # cancelled while loading
+            return
+        tokens: list[int] = list(snapshot.get("tokens", []))
+        seed = snapshot.get("seed", request_json.get("seed"))
+        request = GenerationRequest(
+            messages=chat_messages(request_json),
+            max_output_tokens=request_json.get("max_output_tokens"),
+            temperature=request_json["temperature"],
+            top_p=request_json["top_p"],
+            seed=seed,
+            resume_tokens=list(tokens),
+        )
+        state: dict[str, Any] = {"input_tokens": row["input_tokens"], "seed": seed}
+
+        async def sink(pieces: list[TokenPiece]) -> bool:
+            tokens.extend(p.token_id for p in pieces)
+            deltas = [p.text for p in pieces if p.text]
+            if not deltas:
+                return not request.cancel.is_set()
+            return await self.tasks.append_deltas(
+                task_id,
+                deltas,
+                output_tokens=len(tokens),
+                input_tokens=state["input_tokens"],
+                snapshot={"tokens": tokens, "seed": state["seed"]},
+            )
+
+        self._active[task_id] = request
+        try:
+            result = await loaded.generate(request, sink)
+        except EngineError as exc:
+            await self._fail_or_confirm(task_id, exc.code, exc.message)
+            return
+        finally:
+            self._active.pop(task_id, None)
+        if result.finish_reason == "cancelled":
+            if self._stopping:
+                return  # a shutdown, not a cancel: recovery applies the task's policy
+            await self.tasks.confirm_cancelled(task_id)
+            return
+        reason = None
+        if result.finish_reason == "length":
+            reason = "max_output_tokens"
+        elif result.finish_reason == "context":
+            reason = "max_output_tokens"  # the model's context ran out (OpenAI's word for it)
+        done = await self.tasks.finish(
+            task_id,
+            incomplete_reason=reason,
+            input_tokens=result.input_tokens,
+            output_tokens=result.output_tokens,
+        )
+        if not done:
+            # A cancel won the race in the store: never both completed and cancelled.
+            await self.tasks.confirm_cancelled(task_id)
+
+    async def _fail_or_confirm(self, task_id: str, code: str, message: str) -> None:
+        if not await self.tasks.fail(task_id, code, message):
+            await self.tasks.confirm_cancelled(task_id)
+
+    # -- loading -----------------------------------------------------------------------
+    async def _acquire(self, model_id: str, path: Path) -> LoadedModel:
+        """The loaded model, loading it once however many tasks ask at the same time."""
+        slot = self._slots.get(model_id)
+        if slot is None:
+            await self._make_room()
+            slot = _Slot(asyncio.get_running_loop().create_future())
+            self._slots[model_id] = slot
+            self._notify_load(model_id, "loading", 0.0)
+            try:
+                loaded = await self.engine.load(
+                    path, lambda p: self._notify_load(model_id, "loading", p)
+                )
+            except BaseException as exc:
+                del self._slots[model_id]
+                slot.loading.set_exception(exc)
+                slot.loading.exception()  # mark retrieved: other waiters may not exist
+                self._notify_load(model_id, "unloaded", 0.0)
+                raise
+            slot.model = loaded
+            slot.loading.set_result(loaded)
+            self._notify_load(model_id, "loaded", 1.0)
+        slot.last_used = time.monotonic()
+        return await asyncio.shield(slot.loading)
+
+    async def _make_room(self) -> None:
+        """Unload the least recently used idle model when the maximum is loaded."""
+        while len(self._slots) >= self.max_loaded_models:
+            idle = [(s.last_used, m) for m, s in self._slots.items()
+                    if s.model is not None and s.busy == 0]
+            if not idle:
+                return  # everything is busy; load anyway rather than deadlock
+            await self._unload(min(idle)[1])
+
+    async def _unload(self, model_id: str) -> None:
+        slot = self._slots.pop(model_id, None)
+        if slot is not None and slot.model is not None:
+            await slot.model.unload()
+            self._notify_load(model_id, "unloaded", 0.0)
+
+    async def _unload_idle_forever(self) -> None:
+        while True:
+            await asyncio.sleep(min(30.0, max(self.idle_unload_s / 4, 0.05)))
+            now = time.monotonic()
+            for model_id, slot in list(self._slots.items()):
+                if slot.model and slot.busy == 0 and now - slot.last_used > self.idle_unload_s:
+                    await self._unload(model_id)
+
+    def _notify_load(self, model_id: str, state: str, progress: float) -> None:
+        for listener in list(self.load_listeners):
+            listener(model_id, state, progress)

@@ -1,0 +1,49 @@
+"""Reading request bodies and query values with errors that name the field."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from lmsp_desktop.core.errors import invalid
+
+
+async def read_json(request: web.Request) -> Any:
+    """The JSON body; 400 invalid_json for bad UTF-8, bad JSON or absurd nesting."""
+    raw = await request.read()
+    if not raw:
+        raise invalid("The request needs a JSON body.", None, "invalid_json")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise invalid(
+            f"The body is not valid UTF-8 JSON ({type(exc).__name__}). Send a JSON object.",
+            None,
+            "invalid_json",
+        ) from None
+
+
+def query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    value = request.query.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise invalid(f"`{name}` must be a whole number.", name) from None
+    if not lo <= number <= hi:
+        raise invalid(f"`{name}` must be from {lo} to {hi}.", name)
+    return number
+
+
+def query_flag(request: web.Request, name: str) -> bool:
+    value = request.query.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise invalid(f"`{name}` must be true or false.", name)
+    return value in ("true", "1")
+
+
+def list_body(data: list[Any], has_more: bool) -> dict[str, Any]:
+    return {"object": "list", "data": data, "has_more": has_more}

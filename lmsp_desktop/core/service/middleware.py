@@ -1,0 +1,132 @@
+"""Middlewares: errors as LMSP error bodies, Host/Origin guards, shutdown refusal, auth."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from lmsp_desktop.core.auth import authenticate
+from lmsp_desktop.core.errors import LmspError, ShuttingDownError
+from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+PUBLIC = {
+    ("GET", "/v1/health"),
+    ("GET", "/v1/openapi.json"),
+    ("POST", "/v1/pairing"),
+    ("POST", "/v1/pairing/claim"),
+}
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
+HTTP_ERRORS = {
+    400: ("invalid_request_error", "invalid_request"),
+    404: ("not_found_error", "not_found"),
+    405: ("invalid_request_error", "method_not_allowed"),
+    413: ("invalid_request_error", "request_too_large"),
+}
+
+
+def error_response(exc: LmspError) -> web.Response:
+    return web.json_response(exc.body(), status=exc.status)
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """LmspError → its status and body; aiohttp's own errors → the same shape; bugs → 500
+    with a reference and the traceback in the log, never in the answer."""
+    try:
+        return await handler(request)
+    except LmspError as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        kind, code = HTTP_ERRORS.get(exc.status, ("invalid_request_error", "http_error"))
+        message = {
+            404: f"There is no route {request.method} {request.path}. See /v1/openapi.json.",
+            405: f"{request.method} is not allowed on {request.path}.",
+            413: "The request body is too large. Send a smaller body (limit: "
+            f"{request.app[CONTEXT].settings.max_body_bytes} bytes).",
+        }.get(exc.status, exc.reason)
+        return error_response(LmspError(message, code=code, status=exc.status, type=kind))
+    except Exception:
+        reference = secrets.token_hex(4)
+        log.exception("internal error %s on %s %s", reference, request.method, request.path)
+        return error_response(
+            LmspError(
+                f"Internal error (reference {reference}). It has been logged; please report it.",
+                code="internal_error",
+                status=500,
+                type="server_error",
+            )
+        )
+
+
+def _host_allowed(host_header: str, bound_host: str, port: int) -> bool:
+    host = host_header.lower()
+    name, _, given_port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+    if not name:  # no port in the header
+        name, given_port = host, ""
+    if given_port and given_port != str(port):
+        return False
+    allowed = LOOPBACK_NAMES | {bound_host.lower(), f"[{bound_host.lower()}]"}
+    return name in allowed
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+@web.middleware
+async def guards(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse foreign Host headers (DNS rebinding) and browser Origins not allow-listed."""
+    ctx = request.app[CONTEXT]
+    bound_host = ctx.settings.host
+    port = int(ctx.extras.get("port", ctx.settings.port))
+    if not _is_wildcard(bound_host) and not _host_allowed(request.host, bound_host, port):
+        raise LmspError(
+            f"Requests must address this service by its own name (got Host {request.host!r}). "
+            "Use http://127.0.0.1 or http://localhost.",
+            code="misdirected_request",
+            status=421,
+        )
+    origin = request.headers.get("Origin")
+    if origin is not None and origin not in ctx.settings.allowed_origins:
+        raise LmspError(
+            f"Browser pages from {origin} may not use this service. Add the origin to "
+            "allowed_origins in the settings if you trust it.",
+            code="origin_not_allowed",
+            status=403,
+            type="permission_error",
+        )
+    response = await handler(request)
+    if origin is not None and isinstance(response, web.Response):
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Vary"] = "Origin"
+    return response
+
+
+@web.middleware
+async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate every route except health, the OpenAPI document and pairing."""
+    ctx = request.app[CONTEXT]
+    if ctx.shutting_down and request.method == "POST":
+        raise ShuttingDownError()
+    public = (request.method, request.path) in PUBLIC or (
+        request.method == "POST"
+        and request.path.startswith("/v1/pairing/")
+        and request.path.endswith("/token")
+    )
+    if not public:
+        request[PRINCIPAL] = await authenticate(
+            ctx.store.db, request.headers.get("Authorization"), request.remote
+        )
+    return await handler(request)

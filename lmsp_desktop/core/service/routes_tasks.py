@@ -1,0 +1,74 @@
+"""`/v1/tasks`: the task list with filters and cursor paging, one task, its event log."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.responses import task_object
+from lmsp_desktop.core.service import sse
+from lmsp_desktop.core.service.bodies import list_body, query_int
+from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL
+from lmsp_desktop.core.states import TaskState
+
+routes = web.RouteTableDef()
+STATES = {s.value for s in TaskState}
+
+
+@routes.get("/v1/tasks")
+async def list_tasks(request: web.Request) -> web.Response:
+    principal: Principal = request[PRINCIPAL]
+    principal.require("responses:read")
+    ctx = request.app[CONTEXT]
+    states = [s for value in request.query.getall("state", []) for s in value.split(",") if s]
+    unknown = [s for s in states if s not in STATES]
+    if unknown:
+        raise invalid(
+            f"Unknown state {unknown[0]!r}; use one of {', '.join(sorted(STATES))}.", "state"
+        )
+    rows, has_more = await ctx.store.tasks.list(
+        states=states,
+        model=request.query.get("model") or None,
+        client_id=principal.owner_filter(),
+        after=request.query.get("after") or None,
+        limit=query_int(request, "limit", 20, 1, 100),
+    )
+    data = [task_object(row, await ctx.store.tasks.queue_position(row)) for row in rows]
+    return web.json_response(list_body(data, has_more))
+
+
+@routes.get("/v1/tasks/{id}")
+async def get_task(request: web.Request) -> web.Response:
+    principal: Principal = request[PRINCIPAL]
+    principal.require("responses:read")
+    ctx = request.app[CONTEXT]
+    row = await ctx.store.tasks.get(request.match_info["id"], principal.owner_filter())
+    return web.json_response(task_object(row, await ctx.store.tasks.queue_position(row)))
+
+
+@routes.get("/v1/tasks/{id}/events")
+async def task_events(request: web.Request) -> web.StreamResponse:
+    """Every event, LMSP's own included: JSON pages, or SSE that replays then follows."""
+    principal: Principal = request[PRINCIPAL]
+    principal.require("responses:read")
+    ctx = request.app[CONTEXT]
+    task_id = request.match_info["id"]
+    await ctx.store.tasks.get(task_id, principal.owner_filter())
+    after = query_int(request, "after", 0, 0, 2**62)
+    if "text/event-stream" in request.headers.get("Accept", ""):
+        last_event_id = request.headers.get("Last-Event-ID", "").strip()
+        if last_event_id:
+            if not last_event_id.isdigit():
+                raise invalid("Last-Event-ID must be a sequence number.", "Last-Event-ID")
+            after = int(last_event_id)
+        response = await sse.open_stream(request)
+        async for event in ctx.extras["follower"].follow(task_id, after):
+            try:
+                await sse.send(response, event)
+            except (ConnectionResetError, RuntimeError):
+                break
+        return response
+    limit = query_int(request, "limit", 100, 1, 1000)
+    events = await ctx.store.tasks.events(task_id, after, limit + 1)
+    return web.json_response(list_body(events[:limit], len(events) > limit))
