@@ -17,9 +17,7 @@ if TYPE_CHECKING:
 
 MAX_NAME_LENGTH = 100
 
-COLUMNS = (
-    "id, name, token_prefix, scopes, created_at, last_seen_at, last_seen_addr, revoked_at"
-)
+COLUMNS = "id, name, token_prefix, scopes, created_at, last_seen_at, last_seen_addr, revoked_at"
 
 
 def clean_name(name: object, param: str) -> str:
@@ -28,9 +26,7 @@ def clean_name(name: object, param: str) -> str:
         raise invalid(f"Give the client a name in `{param}` (a non-empty string).", param)
     cleaned = " ".join(name.split())  # no newlines or tabs sneaking into tables and logs
     if len(cleaned) > MAX_NAME_LENGTH:
-        raise invalid(
-            f"`{param}` is too long: use at most {MAX_NAME_LENGTH} characters.", param
-        )
+        raise invalid(f"`{param}` is too long: use at most {MAX_NAME_LENGTH} characters.", param)
     return cleaned
 
 

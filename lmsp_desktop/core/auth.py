@@ -1,0 +1,159 @@
+"""Who is calling: bearer tokens checked against their stored hash, scopes, the owner."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lmsp_desktop.core.errors import LmspError, invalid
+from lmsp_desktop.core.ids import TOKEN_PREFIX, token_hash
+from lmsp_desktop.core.storage.clients import touch_client
+
+if TYPE_CHECKING:
+    from lmsp_desktop.core.storage.db import Database
+
+log = logging.getLogger(__name__)
+
+SCOPES = ("models:read", "responses:read", "responses:write", "admin")
+ADMIN = "admin"
+
+# Writing last_seen on every request would turn each read into a write transaction.
+LAST_SEEN_EVERY_S = 30.0
+
+_TOKEN_SHAPE = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_\-]{16,128}")
+_HOW_TO_PAIR = (
+    "Pair this client with the service (POST /v1/pairing, or `Pair a client…` in the "
+    "desktop app), or create a token with `lmsp-desktop token create --name NAME --scopes "
+    "models:read,responses:read,responses:write`, then send it as "
+    "`Authorization: Bearer lmsp_…`."
+)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller of a request: a paired client, or the owner (GUI in-process, local CLI)."""
+
+    client_id: str | None  # None means the owner
+    name: str
+    scopes: frozenset[str]
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMIN in self.scopes
+
+    def require(self, scope: str) -> None:
+        """Refuse with 403 unless this caller holds `scope` (admin holds every scope)."""
+        if self.is_admin or scope in self.scopes:
+            return
+        raise LmspError(
+            f"This client ({self.name}) lacks the scope `{scope}`. Pair again asking for "
+            f"`{scope}`, or ask the owner to grant it on the desktop app's Clients page.",
+            code="insufficient_scope",
+            status=403,
+            type="permission_error",
+        )
+
+    def owner_filter(self) -> str | None:
+        """The client id whose tasks this caller may see, or None to see everyone's."""
+        return None if self.is_admin else self.client_id
+
+
+OWNER = Principal(client_id=None, name="owner", scopes=frozenset(SCOPES))
+
+
+def parse_scopes(value: str | list[str], param: str) -> frozenset[str]:
+    """Scopes from a list, or a string separated by spaces or commas; 400 on unknown ones."""
+    if isinstance(value, str):
+        items = value.replace(",", " ").split()
+    elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+        items = [item.strip() for item in value]
+    else:
+        raise invalid(
+            f"`{param}` must be a list of scope names or a string of them separated by "
+            f"spaces, from: {', '.join(SCOPES)}.",
+            param,
+            code="invalid_scope",
+        )
+    unknown = sorted({item for item in items if item not in SCOPES})
+    if unknown:
+        raise invalid(
+            f"Unknown scope{'s' if len(unknown) > 1 else ''} in `{param}`: "
+            f"{', '.join(unknown)}. Use any of: {', '.join(SCOPES)}.",
+            param,
+            code="invalid_scope",
+        )
+    if not items:
+        raise invalid(
+            f"`{param}` is empty: ask for at least one of {', '.join(SCOPES)}.",
+            param,
+            code="invalid_scope",
+        )
+    return frozenset(items)
+
+
+def _unauthorized(code: str, message: str) -> LmspError:
+    return LmspError(message, code=code, status=401, type="authentication_error")
+
+
+def _now() -> float:
+    return time.time()
+
+
+# client id → when this process last wrote (or decided not to write) its last_seen.
+_last_seen_checked: dict[str, float] = {}
+
+
+async def authenticate(db: Database, authorization: str | None, peer: str | None) -> Principal:
+    """The Principal of an `Authorization: Bearer lmsp_…` header, or a 401 LmspError."""
+    if not authorization or not authorization.strip():
+        raise _unauthorized("missing_token", "This request needs a bearer token. " + _HOW_TO_PAIR)
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not _TOKEN_SHAPE.fullmatch(token):
+        raise _unauthorized(
+            "invalid_token",
+            "The Authorization header is not `Bearer lmsp_…` with a token from this service. "
+            + _HOW_TO_PAIR,
+        )
+    digest = token_hash(token)
+    row = await db.fetchone(
+        "SELECT id, name, token_hash, scopes, last_seen_at, last_seen_addr, revoked_at"
+        " FROM clients WHERE token_hash=?",
+        (digest,),
+    )
+    # The lookup is by a hash of 256 random bits; the constant-time comparison guards the
+    # last step anyway, so no timing difference depends on how much of a guess was right.
+    if row is None or not hmac.compare_digest(str(row["token_hash"]), digest):
+        raise _unauthorized(
+            "invalid_token", "This token is not known to the service. " + _HOW_TO_PAIR
+        )
+    if row["revoked_at"] is not None:
+        raise _unauthorized(
+            "invalid_token",
+            "This token was revoked by the service's owner. " + _HOW_TO_PAIR,
+        )
+    principal = Principal(
+        client_id=str(row["id"]),
+        name=str(row["name"]),
+        scopes=frozenset(json.loads(row["scopes"])),
+    )
+    await _note_seen(db, principal.client_id or "", row["last_seen_at"], peer)
+    return principal
+
+
+async def _note_seen(db: Database, client_id: str, stored_at: int | None, peer: str | None) -> None:
+    now = _now()
+    if stored_at is not None and now - stored_at < LAST_SEEN_EVERY_S:
+        return
+    if now - _last_seen_checked.get(client_id, float("-inf")) < LAST_SEEN_EVERY_S:
+        return  # a write is already under way or just done (the reader may lag behind it)
+    _last_seen_checked[client_id] = now
+    try:
+        await touch_client(db, client_id, int(now), peer)
+    except LmspError as exc:  # a busy database must not turn a good token into an error
+        log.warning("could not record when client %s was last seen: %s", client_id, exc.message)
