@@ -45,6 +45,9 @@ class GenerationResult:
     finish_reason: FinishReason
     input_tokens: int
     output_tokens: int  # including resumed tokens
+    # The sampling seed actually used (chosen at random when the request had none), so the
+    # runner can store it and a resumed run samples exactly as the first one did.
+    seed_used: int | None = None
 
 
 # Called on the event loop with every batch of new tokens. Returning False stops generation
