@@ -1,0 +1,264 @@
+"""A header-only GGUF reader: the key-values and tensor shapes, never the tensor data.
+
+`gguf.GGUFReader` maps every tensor (seconds on a 100 MB model); the models panel needs a
+handful of header values, which this reads in milliseconds. The type codes and file-type
+names come from the `gguf` package.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
+
+GGUF_MAGIC = b"GGUF"
+READ_SIZE = 1024 * 1024
+# Arrays whose contents are kept (others are skipped): small ones are cheap and sometimes
+# useful (general.languages); the vocabulary (~50k strings) is not needed here.
+MAX_KEPT_ARRAY = 64
+
+_SCALARS: dict[int, str] = {
+    GGUFValueType.UINT8: "B",
+    GGUFValueType.INT8: "b",
+    GGUFValueType.UINT16: "H",
+    GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I",
+    GGUFValueType.INT32: "i",
+    GGUFValueType.FLOAT32: "f",
+    GGUFValueType.BOOL: "?",
+    GGUFValueType.UINT64: "Q",
+    GGUFValueType.INT64: "q",
+    GGUFValueType.FLOAT64: "d",
+}
+_QUANT_IN_NAME = re.compile(
+    r"(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32|TQ\d_\d|MXFP4(?:_MOE)?)(?=$|[-_.])",
+    re.IGNORECASE,
+)
+
+
+class GGUFError(ValueError):
+    """The file is not a GGUF file this reader understands (bad magic, truncated, garbage)."""
+
+
+@dataclass
+class GGUFMeta:
+    """What the registry keeps from a model's header."""
+
+    version: int
+    tensor_count: int
+    architecture: str | None = None
+    name: str | None = None
+    parameters: int | None = None
+    quantization: str | None = None
+    context_length: int | None = None
+    chat_template: str | None = None
+    # Every scalar key-value and small array, for display and cross-checks.
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+class _Cursor:
+    """Sequential reads from a file through a refillable buffer (struct.unpack_from on bytes
+    is far cheaper than one file read per value, which matters for 100k vocabulary strings)."""
+
+    def __init__(self, f: BinaryIO, file_size: int, endian: str = "<") -> None:
+        self.f = f
+        self.file_size = file_size
+        self.endian = endian
+        self.buf = b""
+        self.pos = 0
+        self.base = 0  # file offset of buf[0]
+
+    def offset(self) -> int:
+        return self.base + self.pos
+
+    def need(self, n: int) -> None:
+        if self.pos + n <= len(self.buf):
+            return
+        if self.offset() + n > self.file_size:
+            raise GGUFError(f"the header is truncated at byte {self.offset()}")
+        rest = self.buf[self.pos :]
+        self.base += self.pos
+        self.f.seek(self.base + len(rest))
+        more = self.f.read(max(READ_SIZE, n - len(rest)))
+        self.buf = rest + more
+        self.pos = 0
+        if len(self.buf) < n:
+            raise GGUFError(f"the header is truncated at byte {self.offset()}")
+
+    def unpack(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        self.need(size)
+        value = struct.unpack_from(self.endian + fmt, self.buf, self.pos)[0]
+        self.pos += size
+        return value
+
+    def string(self) -> str:
+        n = self.unpack("Q")
+        self.need(n)
+        raw = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def skip_strings(self, count: int) -> None:
+        # The vocabulary is ~100k strings: a tight loop on local names, refilling rarely.
+        unpack_from = struct.Struct(self.endian + "Q").unpack_from
+        buf, pos, end = self.buf, self.pos, len(self.buf)
+        for _ in range(count):
+            if pos + 8 > end:
+                self.pos = pos
+                self.need(8)
+                buf, pos, end = self.buf, self.pos, len(self.buf)
+            n = unpack_from(buf, pos)[0]
+            pos += 8 + n
+            if pos > end:
+                if n > self.file_size:
+                    raise GGUFError(f"a string length is larger than the file at {self.offset()}")
+                self.pos = pos - n
+                self.need(n)
+                buf, pos, end = self.buf, self.pos + n, len(self.buf)
+        self.pos = pos
+
+    def skip(self, n: int) -> None:
+        if self.offset() + n > self.file_size:
+            raise GGUFError(f"the header is truncated at byte {self.offset()}")
+        if self.pos + n <= len(self.buf):
+            self.pos += n
+        else:
+            self.base = self.offset() + n
+            self.buf, self.pos = b"", 0
+
+
+def _value(cur: _Cursor, vtype: int) -> Any:
+    if vtype == GGUFValueType.STRING:
+        return cur.string()
+    if vtype in _SCALARS:
+        return cur.unpack(_SCALARS[vtype])
+    if vtype == GGUFValueType.ARRAY:
+        item_type = cur.unpack("I")
+        count = cur.unpack("Q")
+        if count > cur.file_size:
+            raise GGUFError(f"an array length is larger than the file at {cur.offset()}")
+        if count <= MAX_KEPT_ARRAY and item_type != GGUFValueType.ARRAY:
+            return [_value(cur, item_type) for _ in range(count)]
+        if item_type == GGUFValueType.STRING:
+            cur.skip_strings(count)
+        elif item_type in _SCALARS:
+            cur.skip(count * struct.calcsize(_SCALARS[item_type]))
+        else:  # nested arrays: no model uses them, walk them rather than guess
+            for _ in range(count):
+                _value(cur, item_type)
+        return None
+    raise GGUFError(f"unknown value type {vtype} at byte {cur.offset()}")
+
+
+def _quant_from_file_type(file_type: object) -> str | None:
+    if not isinstance(file_type, int):
+        return None
+    try:
+        name = LlamaFileType(file_type).name
+    except ValueError:
+        return None
+    if name == "GUESSED":
+        return None
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def quant_from_filename(filename: str) -> str | None:
+    """`Foo-7B-Q4_K_M.gguf` → `Q4_K_M` (the naming convention of most published GGUFs)."""
+    stem = filename[: -len(".gguf")] if filename.lower().endswith(".gguf") else filename
+    matches = _QUANT_IN_NAME.findall(stem)
+    return matches[-1].upper() if matches else None
+
+
+def _quant_from_tensors(types: dict[int, int]) -> str | None:
+    """The type holding most of the weights, as a last resort."""
+    if not types:
+        return None
+    code = max(types, key=lambda t: types[t])
+    try:
+        return GGMLQuantizationType(code).name
+    except ValueError:
+        return None
+
+
+def read_gguf_meta(path: Path) -> GGUFMeta:
+    """Read the header of the GGUF file at `path` (blocking; milliseconds)."""
+    with open(path, "rb") as f:
+        file_size = f.seek(0, 2)
+        f.seek(0)
+        if f.read(4) != GGUF_MAGIC:
+            raise GGUFError("the file does not start with the GGUF magic bytes")
+        raw_version = f.read(4)
+        if len(raw_version) != 4:
+            raise GGUFError("the header is truncated")
+        version = struct.unpack("<I", raw_version)[0]
+        endian = "<"
+        if version & 0xFFFF == 0:  # a big-endian file reads as a huge little-endian number
+            version, endian = struct.unpack(">I", raw_version)[0], ">"
+        if version not in (2, 3):
+            raise GGUFError(f"GGUF version {version} is not supported (only 2 and 3)")
+        cur = _Cursor(f, file_size, endian)
+        cur.base = 8
+        tensor_count = cur.unpack("Q")
+        kv_count = cur.unpack("Q")
+        if tensor_count > file_size or kv_count > file_size:
+            raise GGUFError("the header's counts are larger than the file")
+        values: dict[str, Any] = {}
+        for _ in range(kv_count):
+            key = cur.string()
+            vtype = cur.unpack("I")
+            value = _value(cur, vtype)
+            if value is not None:
+                values[key] = value
+        parameters = 0
+        weight_types: dict[int, int] = {}
+        for _ in range(tensor_count):
+            cur.string()
+            n_dims = cur.unpack("I")
+            if n_dims > 8:
+                raise GGUFError(f"a tensor has {n_dims} dimensions at byte {cur.offset()}")
+            elements = 1
+            for _ in range(n_dims):
+                elements *= cur.unpack("Q")
+            ttype = cur.unpack("I")
+            cur.unpack("Q")  # data offset
+            parameters += elements
+            if n_dims >= 2 and ttype in GGML_QUANT_SIZES:
+                weight_types[ttype] = weight_types.get(ttype, 0) + elements
+    return _summarise(path, version, tensor_count, values, parameters, weight_types)
+
+
+def _summarise(
+    path: Path,
+    version: int,
+    tensor_count: int,
+    values: dict[str, Any],
+    parameters: int,
+    weight_types: dict[int, int],
+) -> GGUFMeta:
+    arch = values.get("general.architecture")
+    arch = arch if isinstance(arch, str) else None
+    declared = values.get("general.parameter_count")
+    context = values.get(f"{arch}.context_length") if arch else None
+    template = values.get("tokenizer.chat_template")
+    name = values.get("general.name")
+    quant = (
+        _quant_from_file_type(values.get("general.file_type"))
+        or quant_from_filename(path.name)
+        or _quant_from_tensors(weight_types)
+    )
+    return GGUFMeta(
+        version=version,
+        tensor_count=tensor_count,
+        architecture=arch,
+        name=name if isinstance(name, str) else None,
+        parameters=declared if isinstance(declared, int) and declared > 0 else parameters or None,
+        quantization=quant,
+        context_length=context if isinstance(context, int) else None,
+        chat_template=template if isinstance(template, str) else None,
+        values=values,
+    )

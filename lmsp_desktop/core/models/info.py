@@ -1,0 +1,116 @@
+"""What the registry tells the rest of the app: ModelInfo (one model) and ModelEvent (news)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Registry states. "hashing" is never stored: a process that dies mid-hash leaves the row
+# "unverified", which is the truth, and the next scan hashes it again.
+UNVERIFIED = "unverified"
+HASHING = "hashing"
+VERIFIED = "verified"
+CHANGED = "changed"
+MISSING = "missing"
+
+API_LOADED_STATES = ("unloaded", "loading", "loaded")
+
+
+@dataclass
+class ModelInfo:
+    """One registered model file: where it is, its digest and verification state, its header."""
+
+    id: str
+    path: Path
+    size_bytes: int
+    mtime_ns: int
+    digest: str | None
+    state: str
+    verified_at: int | None
+    architecture: str | None
+    parameters: int | None
+    quantization: str | None
+    context_length: int | None
+    created_at: int
+    chat_template: str | None = None
+    name: str | None = None
+    # Other values kept in the `meta` column: header error, a mismatching digest seen by
+    # verify ("observed_digest"), the GGUF version.
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def runnable(self) -> bool:
+        return self.state == VERIFIED
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row, *, hashing: bool = False) -> ModelInfo:
+        meta: dict[str, Any] = json.loads(row["meta"]) if row["meta"] else {}
+        template = meta.get("chat_template")
+        name = meta.get("name")
+        return cls(
+            id=row["id"],
+            path=Path(row["path"]),
+            size_bytes=row["size_bytes"],
+            mtime_ns=row["mtime_ns"],
+            digest=row["digest"],
+            state=HASHING if hashing else row["state"],
+            verified_at=row["verified_at"],
+            architecture=row["architecture"],
+            parameters=row["parameters"],
+            quantization=row["quantization"],
+            context_length=row["context_length"],
+            created_at=row["created_at"],
+            chat_template=template if isinstance(template, str) else None,
+            name=name if isinstance(name, str) else None,
+            meta=meta,
+        )
+
+    def api_state(self, loaded_state: str = "unloaded") -> str:
+        """The `GET /v1/models` state: missing/changed as they are, else the runner's state.
+
+        An unverified model (digest still being computed) is reported `unloaded`: the API has
+        no state for it, and running it is refused with 409 model_unverified meanwhile.
+        """
+        if self.state in (MISSING, CHANGED):
+            return self.state
+        if loaded_state not in API_LOADED_STATES:
+            raise ValueError(f"loaded_state must be one of {API_LOADED_STATES}")
+        return loaded_state if self.state == VERIFIED else "unloaded"
+
+    def as_api(self, loaded_state: str = "unloaded") -> dict[str, Any]:
+        """The item of `GET /v1/models` (LMSP_API.md, Models)."""
+        return {
+            "id": self.id,
+            "object": "model",
+            "created": self.created_at,
+            "owned_by": "local",
+            "digest": self.digest,
+            "size_bytes": self.size_bytes,
+            "format": "gguf",
+            "architecture": self.architecture,
+            "parameters": self.parameters,
+            "quantization": self.quantization,
+            "context_length": self.context_length,
+            "state": self.api_state(loaded_state),
+            "verified_at": self.verified_at,
+        }
+
+
+@dataclass(frozen=True)
+class ModelEvent:
+    """News for listeners (the GUI's models panel): hashing progress and state changes.
+
+    kind is "progress" (bytes_done/bytes_total of this file, total_done/total_bytes of the
+    whole scan or verify), "state" (the model's state changed to `state`), or "scan_finished".
+    """
+
+    kind: str
+    model_id: str | None = None
+    state: str | None = None
+    bytes_done: int = 0
+    bytes_total: int = 0
+    total_done: int = 0
+    total_bytes: int = 0

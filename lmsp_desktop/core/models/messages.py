@@ -1,0 +1,32 @@
+"""The 409 errors that say why a model cannot run now and what to do about it."""
+
+from __future__ import annotations
+
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.info import CHANGED, MISSING, ModelInfo
+
+
+def _conflict(message: str, code: str) -> LmspError:
+    return LmspError(message, code=code, param="model", status=409, type="conflict_error")
+
+
+def not_runnable(info: ModelInfo) -> LmspError:
+    """Why `info` may not be loaded: its file is gone, changed, or not verified yet."""
+    if info.state == MISSING:
+        return _conflict(
+            f"The file of model {info.id} is no longer at {info.path}. Put it back and rescan "
+            "the model folders, or choose another model.",
+            "model_missing",
+        )
+    if info.state == CHANGED:
+        return _conflict(
+            f"The file of model {info.id} ({info.path}) changed since it was verified, so it "
+            "is not run. Verify it again (Models → Verify now) or rescan; if you replaced it "
+            "on purpose, accept the new file when verifying.",
+            "model_changed",
+        )
+    return _conflict(
+        f"Model {info.id} is not verified yet: its digest is still being computed or could "
+        "not be read. Wait for the check to finish or verify it now, then try again.",
+        "model_unverified",
+    )

@@ -1,0 +1,393 @@
+"""The model registry: model folders scanned into the `models` table, digests and states."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.models import messages
+from lmsp_desktop.core.models.demo import DEMO_MODEL_ID, demo_model_path
+from lmsp_desktop.core.models.digests import CHUNK_SIZE, HashCancelled, sha256_file
+from lmsp_desktop.core.models.discovery import FoundFile, find_model_files, stat_file
+from lmsp_desktop.core.models.gguf_meta import GGUFError, GGUFMeta, read_gguf_meta
+from lmsp_desktop.core.models.ids import (
+    check_model_id,
+    model_not_found,
+    slug_from_filename,
+    unique_model_id,
+)
+from lmsp_desktop.core.models.info import (
+    CHANGED,
+    MISSING,
+    UNVERIFIED,
+    VERIFIED,
+    ModelEvent,
+    ModelInfo,
+)
+from lmsp_desktop.core.storage.db import Database
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _HashJob:
+    model_id: str
+    # True: the scan found a file never hashed or back after going missing; skip it if
+    # someone verified it meanwhile. False: "verify now", always rehash.
+    from_scan: bool
+    accept_new: bool = False
+
+
+class ModelRegistry:
+    """Keeps the `models` table in step with the model folders.
+
+    A scan stats every `*.gguf` file and reads nothing from a file whose size and mtime are
+    unchanged; new files are hashed one at a time in a worker thread. A verified file whose
+    size or mtime moved becomes `changed` and is refused until verified again; a file that
+    disappeared becomes `missing`. Client-supplied ids are only looked up, never joined into
+    paths.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        folders: list[Path],
+        *,
+        include_demo: bool = True,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> None:
+        self.db = db
+        self.folders: list[Path] = []
+        for folder in folders:
+            resolved = Path(folder).expanduser().resolve()
+            if resolved not in self.folders:
+                self.folders.append(resolved)
+        self.include_demo = include_demo
+        self.chunk_size = chunk_size
+        self.listeners: list[Callable[[ModelEvent], None]] = []
+        self.bytes_hashed = 0  # every byte read for hashing, ever (tests and benches read it)
+        self._scan_lock = asyncio.Lock()
+        self._hash_lock = asyncio.Lock()  # one file at a time: hashing is disk-bound
+        self._hashing: set[str] = set()
+        self._stop = threading.Event()
+
+    # -- reading -------------------------------------------------------------------------
+    async def list(self) -> list[ModelInfo]:
+        rows = await self.db.fetchall("SELECT * FROM models ORDER BY id")
+        return [ModelInfo.from_row(r, hashing=r["id"] in self._hashing) for r in rows]
+
+    async def get(self, model_id: str) -> ModelInfo:
+        check_model_id(model_id)
+        row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
+        if row is None:
+            raise model_not_found(model_id)
+        return ModelInfo.from_row(row, hashing=model_id in self._hashing)
+
+    async def path_for_run(self, model_id: str) -> Path:
+        """The file to load for `model_id`, after checking it is still the verified file."""
+        info = await self.get(model_id)
+        if info.state != VERIFIED:
+            raise messages.not_runnable(info)
+        st = await asyncio.to_thread(stat_file, info.path)
+        if st is None:
+            await self._set_state(model_id, MISSING)
+            info.state = MISSING
+            raise messages.not_runnable(info)
+        if st.st_size != info.size_bytes or st.st_mtime_ns != info.mtime_ns:
+            await self._set_state(model_id, CHANGED)
+            info.state = CHANGED
+            raise messages.not_runnable(info)
+        return info.path
+
+    # -- folders and scanning ------------------------------------------------------------
+    async def add_folder(self, folder: Path) -> None:
+        resolved = await asyncio.to_thread(lambda: Path(folder).expanduser().resolve())
+        if not await asyncio.to_thread(resolved.is_dir):
+            raise invalid(
+                f"The model folder {resolved} does not exist or is not a folder. "
+                "Choose an existing folder that holds .gguf files.",
+                "folder",
+                code="folder_not_found",
+            )
+        if resolved not in self.folders:
+            self.folders.append(resolved)
+        await self.scan()
+
+    async def scan(self) -> None:
+        """Record new, changed and missing files, then hash the files that need it.
+
+        Returns once hashing is done; run it as a task to keep going meanwhile (the models
+        are listed, as `hashing`, from the moment they are found).
+        """
+        async with self._scan_lock:
+            jobs = await self._discover_and_record()
+        await self._run_jobs(jobs)
+        self._emit(ModelEvent("scan_finished"))
+
+    def stop(self) -> None:
+        """Abandon hashing in progress (shutdown); the models stay `unverified`."""
+        self._stop.set()
+
+    async def _discover_and_record(self) -> builtins.list[_HashJob]:
+        demo = demo_model_path() if self.include_demo else None
+        found = await asyncio.to_thread(
+            find_model_files, list(self.folders), [demo] if demo else []
+        )
+        rows = {r["path"]: r for r in await self.db.fetchall("SELECT * FROM models")}
+        taken = {r["id"] for r in rows.values()}
+        inserts: list[tuple[Any, ...]] = []
+        updates: list[tuple[str, int, int, str]] = []  # state, size, mtime, id
+        jobs: list[_HashJob] = []
+        for file in found:
+            row = rows.pop(str(file.path), None)
+            if row is None:
+                base = DEMO_MODEL_ID if file.path == demo else slug_from_filename(file.path.name)
+                model_id = unique_model_id(base, taken)
+                taken.add(model_id)
+                meta = await asyncio.to_thread(_read_meta, file.path)
+                inserts.append(_insert_values(model_id, file, meta))
+                jobs.append(_HashJob(model_id, from_scan=True))
+                continue
+            same = row["size_bytes"] == file.size_bytes and row["mtime_ns"] == file.mtime_ns
+            state, hashed_before = row["state"], row["digest"] is not None
+            if state == VERIFIED and not same:
+                updates.append((CHANGED, row["size_bytes"], row["mtime_ns"], row["id"]))
+            elif state in (UNVERIFIED, MISSING) and not hashed_before:
+                updates.append((UNVERIFIED, file.size_bytes, file.mtime_ns, row["id"]))
+                jobs.append(_HashJob(row["id"], from_scan=True))
+            elif state in (UNVERIFIED, MISSING) and same:
+                # Back (or never confirmed) with the recorded size and mtime: hash and compare.
+                updates.append((UNVERIFIED, file.size_bytes, file.mtime_ns, row["id"]))
+                jobs.append(_HashJob(row["id"], from_scan=True))
+            elif state in (UNVERIFIED, MISSING):
+                updates.append((CHANGED, row["size_bytes"], row["mtime_ns"], row["id"]))
+            # VERIFIED and same: nothing to read. CHANGED stays so until verified on purpose.
+        for row in rows.values():  # recorded, but not in any model folder any more
+            if row["state"] != MISSING:
+                updates.append((MISSING, row["size_bytes"], row["mtime_ns"], row["id"]))
+        if inserts or updates:
+            async with self.db.transaction() as conn:
+                await conn.executemany(
+                    "INSERT INTO models (id, path, size_bytes, mtime_ns, digest, state,"
+                    " verified_at, architecture, parameters, quantization, context_length,"
+                    " meta, created_at) VALUES (?, ?, ?, ?, NULL, ?, NULL, ?, ?, ?, ?, ?, ?)",
+                    inserts,
+                )
+                await conn.executemany(
+                    "UPDATE models SET state = ?, size_bytes = ?, mtime_ns = ? WHERE id = ?",
+                    updates,
+                )
+        for values in inserts:
+            self._emit(ModelEvent("state", values[0], UNVERIFIED))
+        for state, _, _, model_id in updates:
+            self._emit(ModelEvent("state", model_id, state))
+        return jobs
+
+    # -- hashing -------------------------------------------------------------------------
+    async def verify(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
+        """Rehash the file now. Same digest as recorded → `verified`; a different digest
+        leaves it `changed` (the new digest is kept in meta as `observed_digest`) unless
+        `accept_new`, which records the new contents (and header) as the model's."""
+        info = await self.get(model_id)
+        await self._run_jobs([_HashJob(info.id, from_scan=False, accept_new=accept_new)])
+        info = await self.get(model_id)
+        if info.state == MISSING:
+            raise messages.not_runnable(info)
+        return info
+
+    async def _run_jobs(self, jobs: builtins.list[_HashJob]) -> None:
+        sizes = await self._sizes([j.model_id for j in jobs])
+        progress = _Progress(total_bytes=sum(sizes.values()))
+        for job in jobs:
+            async with self._hash_lock:
+                await self._hash_one(job, progress)
+            progress.finish_file(sizes.get(job.model_id, 0))
+
+    async def _sizes(self, ids: builtins.list[str]) -> dict[str, int]:
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = await self.db.fetchall(f"SELECT id, path FROM models WHERE id IN ({marks})", ids)
+        stats = await asyncio.to_thread(lambda: {r["id"]: stat_file(Path(r["path"])) for r in rows})
+        return {k: st.st_size for k, st in stats.items() if st is not None}
+
+    async def _hash_one(self, job: _HashJob, progress: _Progress) -> None:
+        row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (job.model_id,))
+        if row is None or (job.from_scan and row["state"] != UNVERIFIED):
+            return  # deleted, or settled by a verify that ran meanwhile
+        path = Path(row["path"])
+        before = await asyncio.to_thread(stat_file, path)
+        if before is None:
+            await self._set_state(job.model_id, MISSING)
+            return
+        loop = asyncio.get_running_loop()
+        total = before.st_size
+        done = 0
+        next_report = 0
+        step = max(self.chunk_size, total // 100)
+
+        def on_chunk(n: int) -> None:  # in the worker thread
+            nonlocal done, next_report
+            self.bytes_hashed += n
+            done += n
+            if done >= next_report or done >= total:
+                next_report = done + step
+                event = progress.event(job.model_id, done, total)
+                loop.call_soon_threadsafe(self._emit, event)
+
+        self._hashing.add(job.model_id)
+        start = progress.event(job.model_id, 0, total)
+        self._emit(dataclasses.replace(start, kind="state"))
+        try:
+            digest = await asyncio.to_thread(
+                sha256_file,
+                path,
+                chunk_size=self.chunk_size,
+                progress=on_chunk,
+                should_stop=self._stop.is_set,
+            )
+            after = await asyncio.to_thread(stat_file, path)
+        except HashCancelled:
+            return
+        except OSError as exc:
+            log.warning("cannot read model file %s: %s", path, exc)
+            digest, after = None, None
+        finally:
+            self._hashing.discard(job.model_id)
+        await self._record_hash(job, row, digest, before, after)
+
+    async def _record_hash(
+        self, job: _HashJob, row: Any, digest: str | None, before: Any, after: Any
+    ) -> None:
+        model_id = job.model_id
+        if after is None or digest is None:
+            await self._set_state(model_id, MISSING if after is None else UNVERIFIED)
+            return
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            # Written to while we read it (a download still in progress): no digest to trust
+            # yet; the next scan tries again.
+            await self._set_state(model_id, UNVERIFIED)
+            return
+        meta: dict[str, Any] = json.loads(row["meta"]) if row["meta"] else {}
+        recorded = row["digest"]
+        now = int(time.time())
+        if recorded is None or recorded == digest or job.accept_new:
+            header = None
+            if recorded is not None and recorded != digest:
+                header = await asyncio.to_thread(_read_meta, Path(row["path"]))
+                meta = header[1]
+            meta.pop("observed_digest", None)
+            async with self.db.transaction() as conn:
+                await conn.execute(
+                    "UPDATE models SET digest = ?, state = ?, verified_at = ?, size_bytes = ?,"
+                    " mtime_ns = ?, meta = ? WHERE id = ?",
+                    (
+                        digest,
+                        VERIFIED,
+                        now,
+                        after.st_size,
+                        after.st_mtime_ns,
+                        json.dumps(meta),
+                        model_id,
+                    ),
+                )
+                if header is not None:
+                    await conn.execute(
+                        "UPDATE models SET architecture = ?, parameters = ?, quantization = ?,"
+                        " context_length = ? WHERE id = ?",
+                        (*header[0], model_id),
+                    )
+            self._emit(ModelEvent("state", model_id, VERIFIED))
+            return
+        meta["observed_digest"] = digest
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE models SET state = ?, meta = ? WHERE id = ?",
+                (CHANGED, json.dumps(meta), model_id),
+            )
+        self._emit(ModelEvent("state", model_id, CHANGED))
+
+    # -- helpers -------------------------------------------------------------------------
+    async def _set_state(self, model_id: str, state: str) -> None:
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE models SET state = ? WHERE id = ? AND state != ?",
+                (state, model_id, state),
+            )
+            changed = cursor.rowcount > 0
+        if changed:
+            self._emit(ModelEvent("state", model_id, state))
+
+    def _emit(self, event: ModelEvent) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(event)
+            except Exception:  # one broken listener must not stop a scan
+                log.exception("model event listener failed")
+
+
+class _Progress:
+    """Overall progress of one scan or verify across all the files it hashes."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = total_bytes
+        self.finished = 0
+
+    def event(self, model_id: str, done: int, total: int) -> ModelEvent:
+        overall = min(self.finished + done, max(self.total_bytes, self.finished + total))
+        return ModelEvent(
+            "progress",
+            model_id,
+            "hashing",
+            bytes_done=done,
+            bytes_total=total,
+            total_done=overall,
+            total_bytes=max(self.total_bytes, self.finished + total),
+        )
+
+    def finish_file(self, size: int) -> None:
+        self.finished += size
+
+
+def _read_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """(architecture, parameters, quantization, context_length) and the meta JSON dict."""
+    try:
+        header: GGUFMeta = read_gguf_meta(path)
+    except (GGUFError, OSError) as exc:
+        return (None, None, None, None), {"error": f"cannot read the GGUF header: {exc}"}
+    meta: dict[str, Any] = {"gguf_version": header.version, "tensor_count": header.tensor_count}
+    if header.name:
+        meta["name"] = header.name
+    if header.chat_template:
+        meta["chat_template"] = header.chat_template
+    for key in ("general.basename", "general.size_label", "general.license"):
+        if isinstance(header.values.get(key), str):
+            meta[key.removeprefix("general.")] = header.values[key]
+    columns = (header.architecture, header.parameters, header.quantization, header.context_length)
+    return columns, meta
+
+
+def _insert_values(
+    model_id: str, file: FoundFile, meta: tuple[tuple[Any, ...], dict[str, Any]]
+) -> tuple[Any, ...]:
+    columns, extra = meta
+    return (
+        model_id,
+        str(file.path),
+        file.size_bytes,
+        file.mtime_ns,
+        UNVERIFIED,
+        *columns,
+        json.dumps(extra),
+        int(time.time()),
+    )
