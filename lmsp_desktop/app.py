@@ -1,0 +1,206 @@
+"""The composition root: wires store, recovery, models, runner and service into one Core
+that both `serve` (plain asyncio) and the desktop window (qasync) run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.engines.base import Engine
+from lmsp_desktop.core.follow import EventFollower
+from lmsp_desktop.core.lock import DataDirLock
+from lmsp_desktop.core.models.registry import ModelRegistry
+from lmsp_desktop.core.pairing import PairingManager
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.runner import Runner
+from lmsp_desktop.core.service.context import ServiceContext
+from lmsp_desktop.core.service.host import ServiceHost
+from lmsp_desktop.core.storage.idempotency import purge_expired, release_in_flight
+from lmsp_desktop.core.storage.recovery import RecoveryReport, next_boot, recover
+from lmsp_desktop.core.storage.retention import purge_finished
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import NewTask
+
+log = logging.getLogger(__name__)
+RETENTION_EVERY_S = 3600.0
+
+
+class Core:
+    """Everything the service is, in the order chapter 11 wants it started:
+    store → recovery → model scan → listen."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        model_dirs: list[Path] | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        engine: Engine | None = None,
+        include_demo: bool = True,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.store = Store(self.data_dir)
+        self._lock = DataDirLock(self.data_dir)
+        self._flag_dirs = [Path(d) for d in model_dirs or []]
+        self._flag_host, self._flag_port = host, port
+        self._engine = engine
+        self._include_demo = include_demo
+        self.settings = Settings()
+        self.recovery_report: RecoveryReport | None = None
+        self.registry: ModelRegistry
+        self.runner: Runner
+        self.pairing: PairingManager
+        self.follower: EventFollower
+        self.context: ServiceContext
+        self.host: ServiceHost | None = None
+        self.url = ""
+        self._background: list[asyncio.Task[Any]] = []
+
+    # -- startup, in order -------------------------------------------------------------
+    async def open(self) -> RecoveryReport:
+        """Lock the data directory, open the store and recover leftovers. Nothing is served
+        before this has finished."""
+        self._lock.acquire()
+        try:
+            await self.store.open()
+        except BaseException:
+            self._lock.release()
+            raise
+        stored = await self.store.settings()
+        if self._flag_host is not None:
+            stored.host = self._flag_host
+        if self._flag_port is not None:
+            stored.port = self._flag_port
+        stored.model_dirs = [*stored.model_dirs, *map(str, self._flag_dirs)]
+        self.settings = stored.validate()
+        boot = await next_boot(self.store.tasks)
+        self.recovery_report = await recover(self.store.tasks, boot)
+        released = await release_in_flight(self.store.db)
+        if released:
+            log.info("released %d idempotency keys left in flight", released)
+        self._log_report(self.recovery_report)
+        self.registry = ModelRegistry(
+            self.store.db,
+            [Path(d).expanduser() for d in self.settings.model_dirs],
+            include_demo=self._include_demo,
+        )
+        self.pairing = PairingManager(self.store.db)
+        self.follower = EventFollower(self.store.tasks)
+        if self._engine is None:
+            from lmsp_desktop.core.engines.llama import LlamaEngine
+
+            self._engine = LlamaEngine()
+        self.runner = Runner(
+            self.store.tasks,
+            self.registry,
+            self._engine,
+            max_loaded_models=self.settings.max_loaded_models,
+            idle_unload_s=self.settings.idle_unload_s,
+        )
+        self.context = ServiceContext(
+            store=self.store,
+            settings=self.settings,
+            registry=self.registry,
+            runner=self.runner,
+            pairing=self.pairing,
+            started_at=time.time(),
+        )
+        self.context.extras["follower"] = self.follower
+        return self.recovery_report
+
+    async def scan_models(self) -> None:
+        await self.registry.scan()
+
+    async def start_service(self) -> str:
+        """Start the runner and listen; announce the URL like `serve` does."""
+        await self.runner.start()
+        self.host = ServiceHost(self.context)
+        self.url = await self.host.start()
+        self._write_service_json()
+        print(f"LMSP service listening on {self.url}", flush=True)
+        self._background.append(asyncio.create_task(self._housekeeping()))
+        return self.url
+
+    async def start(self) -> str:
+        await self.open()
+        await self.scan_models()
+        return await self.start_service()
+
+    # -- running -----------------------------------------------------------------------
+    async def submit(self, model: str, prompt: str, on_restart: str | None = None) -> str:
+        """Create a background task as the owner, through the same path as the API."""
+        body: dict[str, Any] = {"model": model, "input": prompt, "background": True}
+        if on_restart:
+            body["on_restart"] = on_restart
+        request = parse_create(body, self.settings.default_on_restart)
+        await self.registry.get(model)
+        result = await self.store.tasks.create(
+            NewTask(model=model, request=request, on_restart=request["on_restart"])
+        )
+        return result.task_id
+
+    async def cancel(self, task_id: str) -> None:
+        """The GUI's cancel: the same transition as `POST /v1/responses/{id}/cancel`."""
+        await self.store.tasks.cancel(task_id)
+
+    async def _housekeeping(self) -> None:
+        while True:
+            try:
+                purged = await purge_finished(self.store.db, self.settings.retention_days)
+                keys = await purge_expired(self.store.db)
+                if purged or keys:
+                    log.info("retention: purged %d tasks and %d idempotency keys", purged, keys)
+            except Exception:
+                log.exception("retention run failed; will try again later")
+            await asyncio.sleep(RETENTION_EVERY_S)
+
+    # -- shutdown ----------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Stop accepting, end streams, stop engines, close the store. Unfinished tasks stay
+        as they are and are recovered by policy at the next start."""
+        if hasattr(self, "context"):
+            self.context.shutting_down = True
+        if hasattr(self, "follower"):
+            self.follower.close()
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self.host is not None:
+            await self.host.stop()
+        if hasattr(self, "runner"):
+            await self.runner.stop()
+        await self.store.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._service_json().unlink()
+        self._lock.release()
+
+    def _service_json(self) -> Path:
+        return self.data_dir / "service.json"
+
+    def _write_service_json(self) -> None:
+        data = {"url": self.url, "pid": os.getpid(), "started_at": int(time.time())}
+        tmp = self._service_json().with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self._service_json())
+
+    @staticmethod
+    def _log_report(report: RecoveryReport) -> None:
+        if not report.items:
+            log.info("recovery: nothing to recover")
+            return
+        log.warning("recovery: %d tasks after an unclean shutdown: %s",
+                    len(report.items), report.summary())
+        for item in report.items:
+            log.warning(
+                "recovered %s (%s): %s --%s--> %s, %s #%d", item.task_id, item.model,
+                item.state_before, item.on_restart, item.state_after, item.event_type,
+                item.sequence_number,
+            )

@@ -1,0 +1,97 @@
+"""The `lmsp-desktop` command: the desktop app (no subcommand), `serve`, and admin commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+
+from lmsp_desktop import __version__
+from lmsp_desktop.core.config import DEFAULT_PORT, default_data_dir
+from lmsp_desktop.core.errors import LmspError
+
+
+def _add_service_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--models-dir", action="append", type=Path, default=[], metavar="DIR",
+        help="a folder of .gguf model files (repeatable)",
+    )
+    parser.add_argument("--host", default=None,
+                        help="address to bind (default 127.0.0.1; anything else is reachable "
+                             "from other machines)")
+    parser.add_argument("--port", type=int, default=None,
+                        help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lmsp_desktop.cli_admin import add_commands
+
+    parser = argparse.ArgumentParser(
+        prog="lmsp-desktop",
+        description="Run local language models with a durable task store: the desktop app, "
+        "or the headless service with `serve`.",
+    )
+    parser.add_argument(
+        "--version", action="version",
+        version=f"lmsp-desktop {__version__} (SQLite {sqlite3.sqlite_version}, "
+        f"Python {sys.version.split()[0]})",
+    )
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="where the database and logs live (default: $LMSP_DATA_DIR or "
+                             "the platform's user data folder)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    _add_service_flags(parser)
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="run the service headless (no window)")
+    _add_service_flags(serve)
+    add_commands(sub)
+    return parser
+
+
+async def serve(args: argparse.Namespace) -> int:
+    from lmsp_desktop.app import Core
+
+    core = Core(args.data_dir, model_dirs=args.models_dir, host=args.host, port=args.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await core.start()
+    except BaseException:
+        await core.stop()
+        raise
+    await stop.wait()
+    await core.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.data_dir is None:
+        args.data_dir = default_data_dir()
+    args.data_dir = args.data_dir.expanduser()
+    from lmsp_desktop.logs import setup_logging
+
+    try:
+        if args.command in (None, "serve"):
+            setup_logging(args.data_dir, args.log_level)
+        if args.command == "serve":
+            return asyncio.run(serve(args))
+        if args.command is None:
+            from lmsp_desktop.gui.launch import run_gui
+
+            return run_gui(args)
+        from lmsp_desktop.cli_admin import run_admin
+
+        return run_admin(args)
+    except LmspError as exc:
+        print(f"lmsp-desktop: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

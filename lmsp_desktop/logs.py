@@ -1,0 +1,27 @@
+"""Logging: stderr plus a rotating log file in the data directory."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+from pathlib import Path
+
+
+def setup_logging(data_dir: Path | None, level: str = "INFO") -> Path | None:
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console = logging.StreamHandler()
+    console.setFormatter(fmt)
+    root.addHandler(console)
+    if data_dir is None:
+        return None
+    log_dir = data_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = log_dir / "lmsp-desktop.log"
+    file_handler = logging.handlers.RotatingFileHandler(
+        path, maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"
+    )
+    file_handler.setFormatter(fmt)
+    root.addHandler(file_handler)
+    return path
