@@ -1,0 +1,122 @@
+"""How values look in the window: state badges, sizes, durations, times, short digests."""
+
+from __future__ import annotations
+
+import time
+from functools import cache
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+
+from lmsp_desktop.core.states import TaskState
+
+# Mid-tone colours stay readable as dots on both light and dark palettes; the word is always
+# shown next to the dot, so colour is never the only signal.
+STATE_COLOURS: dict[str, str] = {
+    TaskState.QUEUED: "#8c8c8c",
+    TaskState.LOADING: "#3d85e0",
+    TaskState.RUNNING: "#3d85e0",
+    TaskState.CANCELLING: "#e0a100",
+    TaskState.COMPLETED: "#2fa84f",
+    TaskState.INCOMPLETE: "#e0a100",
+    TaskState.FAILED: "#e04848",
+    TaskState.CANCELLED: "#6e6e6e",
+}
+
+
+@cache
+def dot_icon(colour: str, size: int = 12, hollow: bool = False) -> QIcon:
+    """A round coloured dot, the badge in front of a state word."""
+    pixmap = QPixmap(size, size)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setPen(QColor(colour))
+    if hollow:
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+    else:
+        painter.setBrush(QColor(colour))
+    painter.drawEllipse(2, 2, size - 4, size - 4)
+    painter.end()
+    return QIcon(pixmap)
+
+
+def state_icon(state: str) -> QIcon:
+    return dot_icon(STATE_COLOURS.get(state, "#8c8c8c"), hollow=state == TaskState.QUEUED)
+
+
+def state_word(state: str, queue_position: int | None = None) -> str:
+    if state == TaskState.CANCELLING:
+        return "cancelling…"
+    if state == TaskState.QUEUED and queue_position:
+        return f"queued #{queue_position}"
+    return str(state)
+
+
+def human_size(n: int | float | None) -> str:
+    if n is None:
+        return "—"
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TB"
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def human_count(n: int | None) -> str:
+    if n is None:
+        return "—"
+    if n >= 1_000_000_000:
+        return f"{n / 1e9:.1f} B"
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f} M"
+    if n >= 10_000:
+        return f"{n / 1e3:.0f} k"
+    return str(n)
+
+
+def clock(ts: float | None, with_ms: bool = False) -> str:
+    """A local time of day, with the date when it is not today."""
+    if ts is None:
+        return "—"
+    local = time.localtime(ts)
+    if time.strftime("%Y-%m-%d", local) != time.strftime("%Y-%m-%d"):
+        return time.strftime("%Y-%m-%d %H:%M", local)
+    text = time.strftime("%H:%M:%S", local)
+    return f"{text}.{int((ts % 1) * 1000):03d}" if with_ms else text
+
+
+def date_time(ts: float | None) -> str:
+    return "—" if ts is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def short_digest(digest: str | None) -> str:
+    """`sha256:3f9a…c21e` for display; the full digest goes into the tooltip."""
+    if not digest:
+        return "—"
+    algo, _, hexpart = digest.partition(":")
+    if not hexpart:
+        algo, hexpart = "sha256", digest
+    return f"{algo}:{hexpart[:4]}…{hexpart[-4:]}" if len(hexpart) > 10 else digest
+
+
+def short_id(task_id: str, keep: int = 8) -> str:
+    prefix, _, rest = task_id.partition("_")
+    return f"{prefix}_{rest[:keep]}…" if len(rest) > keep else task_id
+
+
+def is_loopback(host: str) -> bool:
+    return host in {"127.0.0.1", "::1", "localhost"} or host.startswith("127.")

@@ -1,0 +1,302 @@
+"""The tasks table: newest first, paged lazily from the store, patched in place on changes."""
+
+from __future__ import annotations
+
+import bisect
+from enum import IntEnum
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+
+from lmsp_desktop.core.states import CANCELLABLE, TaskState
+from lmsp_desktop.core.storage.db import Database
+from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui import data as queries
+from lmsp_desktop.gui.data import TaskFilter, TaskRow
+from lmsp_desktop.gui.format import (
+    clock,
+    human_duration,
+    short_id,
+    state_icon,
+    state_word,
+)
+
+Index = QModelIndex | QPersistentModelIndex
+ROOT = QModelIndex()  # the default parent argument of the model API
+(
+    COL_ID,
+    COL_CLIENT,
+    COL_MODEL,
+    COL_STATE,
+    COL_ON_RESTART,
+    COL_CREATED,
+    COL_DURATION,
+    COL_TOKENS,
+    COL_TPS,
+    COL_LAST_SEQ,
+) = range(10)
+HEADERS = [
+    "Id",
+    "Client",
+    "Model",
+    "State",
+    "On restart",
+    "Created",
+    "Duration",
+    "Output tokens",
+    "Tok/s",
+    "Last seq",
+]
+SORT_KEYS = {
+    COL_ID: "id",
+    COL_CLIENT: "client",
+    COL_MODEL: "model",
+    COL_STATE: "state",
+    COL_ON_RESTART: "on_restart",
+    COL_CREATED: "created",
+    COL_TOKENS: "tokens",
+    COL_LAST_SEQ: "last_seq",
+}
+RIGHT_ALIGNED = {COL_DURATION, COL_TOKENS, COL_TPS, COL_LAST_SEQ}
+
+
+class Role(IntEnum):
+    TASK_ID = Qt.ItemDataRole.UserRole + 1
+    STATE = Qt.ItemDataRole.UserRole + 2
+    CANCELLABLE = Qt.ItemDataRole.UserRole + 3
+
+
+class TaskTableModel(QAbstractTableModel):
+    """Rows of `TaskRow`; fetches pages of `page_size` as the view scrolls."""
+
+    def __init__(self, db: Database, page_size: int = 200, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.db = db
+        self.page_size = page_size
+        self.filter = TaskFilter()
+        self.sort_key, self.descending = "id", True
+        self._rows: list[TaskRow] = []
+        self._row_of: dict[str, int] = {}
+        self._has_more = False
+        self._loading = False
+        self._generation = 0  # results of loads started before a reload are dropped
+        self.loaded = False
+
+    # -- Qt model API ------------------------------------------------------------------------
+    def rowCount(self, parent: Index = ROOT) -> int:
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: Index = ROOT) -> int:
+        return 0 if parent.isValid() else len(HEADERS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return HEADERS[section]
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self._rows):
+            return None
+        row, col = self._rows[index.row()], index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(row, col)
+        if role == Qt.ItemDataRole.DecorationRole and col == COL_STATE:
+            return state_icon(row.state)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._tooltip(row, col)
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in RIGHT_ALIGNED:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Role.TASK_ID:
+            return row.id
+        if role == Role.STATE:
+            return row.state
+        if role == Role.CANCELLABLE:
+            return row.state in CANCELLABLE
+        return None
+
+    def _display(self, row: TaskRow, col: int) -> str:
+        if col == COL_ID:
+            return short_id(row.id)
+        if col == COL_CLIENT:
+            return row.client
+        if col == COL_MODEL:
+            return row.model
+        if col == COL_STATE:
+            return state_word(row.state, row.queue_position)
+        if col == COL_ON_RESTART:
+            return row.on_restart
+        if col == COL_CREATED:
+            return clock(row.created_at)
+        if col == COL_DURATION:
+            return human_duration(row.duration())
+        if col == COL_TOKENS:
+            return str(row.output_tokens) if row.started_at is not None else "—"
+        if col == COL_TPS:
+            tps = row.tokens_per_second()
+            return f"{tps:.1f}" if tps is not None else "—"
+        return str(row.last_seq)
+
+    def _tooltip(self, row: TaskRow, col: int) -> str | None:
+        if col == COL_ID:
+            return row.id
+        if col == COL_STATE and row.error:
+            return f"{row.error.get('code')}: {row.error.get('message')}"
+        return None
+
+    def canFetchMore(self, parent: Index = ROOT) -> bool:
+        return not parent.isValid() and self._has_more and not self._loading
+
+    def fetchMore(self, parent: Index = ROOT) -> None:
+        if self.canFetchMore(parent):
+            self._loading = True
+            aio.spawn(self._fetch_page(self._generation))
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        key = SORT_KEYS.get(column)
+        if key is None:
+            return
+        self.sort_key, self.descending = key, order == Qt.SortOrder.DescendingOrder
+        aio.spawn(self.reload())
+
+    # -- reading -----------------------------------------------------------------------------
+    def task_id(self, row: int) -> str:
+        return self._rows[row].id
+
+    def row_of(self, task_id: str) -> int | None:
+        return self._row_of.get(task_id)
+
+    def task(self, task_id: str) -> TaskRow | None:
+        row = self._row_of.get(task_id)
+        return None if row is None else self._rows[row]
+
+    async def set_filter(self, flt: TaskFilter) -> None:
+        self.filter = flt
+        await self.reload()
+
+    async def reload(self) -> None:
+        """Drop the rows and load the first page (a reset: filter, sort or first open)."""
+        self._generation += 1
+        generation = self._generation
+        rows = await queries.task_page(
+            self.db, self.filter, 0, self.page_size + 1, self.sort_key, self.descending
+        )
+        if generation != self._generation:
+            return
+        self.beginResetModel()
+        self._rows = rows[: self.page_size]
+        self._reindex(0)
+        self._has_more = len(rows) > self.page_size
+        self._loading = False
+        self.endResetModel()
+        self.loaded = True
+
+    async def _fetch_page(self, generation: int) -> None:
+        try:
+            rows = await queries.task_page(
+                self.db,
+                self.filter,
+                len(self._rows),
+                self.page_size + 1,
+                self.sort_key,
+                self.descending,
+            )
+        finally:
+            if generation == self._generation:
+                self._loading = False
+        if generation != self._generation:
+            return
+        self._has_more = len(rows) > self.page_size
+        # Tasks inserted at the top since the last page shift offsets: skip what we have.
+        fresh = [r for r in rows[: self.page_size] if r.id not in self._row_of]
+        if fresh:
+            first = len(self._rows)
+            self.beginInsertRows(QModelIndex(), first, first + len(fresh) - 1)
+            self._rows.extend(fresh)
+            self._reindex(first)
+            self.endInsertRows()
+
+    def _reindex(self, start: int) -> None:
+        if start == 0:
+            self._row_of = {}
+        for i in range(start, len(self._rows)):
+            self._row_of[self._rows[i].id] = i
+
+    # -- live changes ------------------------------------------------------------------------
+    async def apply_changes(self, changes: dict[str, TaskChange], queue_moved: bool) -> None:
+        """Re-read changed tasks: patch known rows, insert new ones where they belong."""
+        if not self.loaded:
+            return
+        generation = self._generation
+        known = [i for i in changes if i in self._row_of]
+        if queue_moved:  # queued rows' positions may have moved
+            known += [
+                r.id for r in self._rows if r.state == TaskState.QUEUED and r.id not in changes
+            ]
+        new = [i for i in changes if i not in self._row_of]
+        updated = await queries.tasks_by_id(self.db, known)
+        added = await queries.tasks_by_id(self.db, new, self.filter)
+        if generation != self._generation:
+            return
+        self._patch(updated)
+        self._insert(added)
+
+    def _patch(self, rows: list[TaskRow]) -> None:
+        touched = []
+        for fresh in rows:
+            i = self._row_of.get(fresh.id)
+            if i is not None and fresh != self._rows[i]:
+                self._rows[i] = fresh
+                touched.append(i)
+        self._emit_rows_changed(touched, 0, len(HEADERS) - 1)
+
+    def _insert(self, rows: list[TaskRow]) -> None:
+        default_order = self.sort_key in ("id", "created") and self.descending
+        newest = self._rows[0].n if self._rows else -1
+        # New tasks are nearly always newer than every row: one insert at the top for all.
+        top = sorted(
+            (r for r in rows if r.n > newest or not default_order), key=lambda r: r.n, reverse=True
+        )
+        if top:
+            self.beginInsertRows(QModelIndex(), 0, len(top) - 1)
+            self._rows[0:0] = top
+            self._reindex(0)
+            self.endInsertRows()
+        for fresh in (r for r in rows if default_order and r.n <= newest):
+            # An older task that now matches the filter goes where its number puts it.
+            at = bisect.bisect_left([-r.n for r in self._rows], -fresh.n)
+            if at == len(self._rows) and self._has_more:
+                continue  # belongs to a page not loaded yet; fetchMore will bring it
+            self.beginInsertRows(QModelIndex(), at, at)
+            self._rows.insert(at, fresh)
+            self._reindex(0)
+            self.endInsertRows()
+
+    def tick(self) -> None:
+        """Durations and tok/s of running rows move with the clock."""
+        running = [
+            i
+            for i, r in enumerate(self._rows)
+            if r.started_at is not None and r.finished_at is None
+        ]
+        self._emit_rows_changed(running, COL_DURATION, COL_TPS, [Qt.ItemDataRole.DisplayRole])
+
+    def _emit_rows_changed(
+        self,
+        rows: list[int],
+        first_col: int,
+        last_col: int,
+        roles: list[Qt.ItemDataRole] | None = None,
+    ) -> None:
+        """One dataChanged per run of adjacent rows: the smallest ranges that cover them."""
+        rows = sorted(rows)
+        start = 0
+        for k in range(1, len(rows) + 1):
+            if k == len(rows) or rows[k] != rows[k - 1] + 1:
+                top = self.index(rows[start], first_col)
+                bottom = self.index(rows[k - 1], last_col)
+                if roles is None:
+                    self.dataChanged.emit(top, bottom)
+                else:
+                    self.dataChanged.emit(top, bottom, roles)
+                start = k

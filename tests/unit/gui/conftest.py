@@ -1,0 +1,30 @@
+"""GUI test fixtures: async tests run on a qasync loop that shares pytest-qt's QApplication."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import qasync
+from PySide6.QtWidgets import QApplication
+
+
+def _qasync_loop() -> asyncio.AbstractEventLoop:
+    app = QApplication.instance() or QApplication([])
+    return qasync.QEventLoop(app)
+
+
+def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any]:
+    return {"qasync": _qasync_loop}
+
+
+async def until(predicate: Callable[[], Any], limit: float = 5.0, what: str = "") -> None:
+    """Await (never qtbot.wait*) until `predicate()` is true, letting the Qt loop run."""
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or predicate}")
+        await asyncio.sleep(0.02)

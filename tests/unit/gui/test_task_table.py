@@ -1,0 +1,87 @@
+"""The tasks table model: pages, live patches, inserts at the top, filters."""
+
+from __future__ import annotations
+
+from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.gui import data
+from lmsp_desktop.gui.aio import spawn
+from lmsp_desktop.gui.bridge import CoreBridge
+from lmsp_desktop.gui.models.task_table import COL_STATE, COL_TOKENS, Role, TaskTableModel
+from tests.unit.gui.conftest import until
+from tests.unit.gui.helpers import make_task, run_task
+
+
+async def test_model_passes_qtmodeltester(qtmodeltester, store):
+    for i in range(30):
+        await make_task(store, prompt=f"p{i}")
+    model = TaskTableModel(store.db, page_size=10)
+    await model.reload()
+    assert model.rowCount() == 10 and model.canFetchMore()
+    qtmodeltester.check(model, force_py=True)  # also calls fetchMore; inserts are checked
+    while model.canFetchMore() or model._loading:
+        model.fetchMore()
+        await until(lambda: not model._loading)
+    assert model.rowCount() == 30
+
+
+async def test_lazy_loading_pages_through_5000_tasks(store):
+    async with store.db.transaction() as conn:
+        for i in range(5000):
+            rid = f"resp_{i:06d}"
+            await conn.execute(
+                "INSERT INTO responses (id, created_at, model, request) VALUES (?,?,?,?)",
+                (rid, 1_700_000_000 + i, "m", '{"temperature":1,"top_p":1}'),
+            )
+            await conn.execute(
+                "INSERT INTO tasks (id, model, state, on_restart, mode, created_at, last_seq)"
+                " VALUES (?, 'm', 'completed', 'fail', 'background', ?, 3)",
+                (rid, 1_700_000_000 + i),
+            )
+    model = TaskTableModel(store.db, page_size=200)
+    await model.reload()
+    assert model.rowCount() == 200
+    assert model.data(model.index(0, 0), Role.TASK_ID) == "resp_004999"  # newest first
+    model.fetchMore()
+    await until(lambda: model.rowCount() == 400, what="second page")
+    assert model.data(model.index(399, 0), Role.TASK_ID) == "resp_004600"
+    while model.canFetchMore() or model._loading:
+        model.fetchMore()
+        await until(lambda: not model._loading)
+    assert model.rowCount() == 5000
+
+
+async def test_commits_show_after_a_bridge_flush(store):
+    first = await make_task(store)
+    model = TaskTableModel(store.db)
+    await model.reload()
+    bridge = CoreBridge(store, interval_ms=20)
+    flushes: list[int] = []
+
+    def on_changes(changes):
+        flushes.append(len(changes))
+        spawn(model.apply_changes(changes, True))
+
+    bridge.tasks_changed.connect(on_changes)
+    second = await make_task(store)
+    await run_task(store, first, ["Once", " upon", " a time"], finish=False)
+    await until(lambda: model.rowCount() == 2 and model.task(first).output_tokens == 3)
+    assert model.data(model.index(0, 0), Role.TASK_ID) == second  # inserted at the top
+    assert model.data(model.index(1, COL_STATE)) == "running"
+    assert model.data(model.index(1, COL_TOKENS)) == "3"
+    assert model.data(model.index(0, COL_STATE)) == "queued #1"
+    assert len(flushes) == 1  # create + running + deltas of two tasks: one coalesced flush
+    await store.tasks.cancel(first)
+    await until(lambda: model.task(first).state == TaskState.CANCELLING)
+    assert model.data(model.index(1, COL_STATE)) == "cancelling…"
+    bridge.close()
+
+
+async def test_state_filter_and_text_filter_query_the_store(store):
+    done = await make_task(store, model="gemma")
+    await run_task(store, done, ["x"])
+    await make_task(store, model="smollm2")
+    model = TaskTableModel(store.db)
+    await model.set_filter(data.TaskFilter(states=data.STATE_FILTERS["Finished"]))
+    assert [model.task_id(r) for r in range(model.rowCount())] == [done]
+    await model.set_filter(data.TaskFilter(text="smol"))
+    assert model.rowCount() == 1 and model.task(done) is None
