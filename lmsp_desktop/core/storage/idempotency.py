@@ -110,14 +110,16 @@ async def release_in_flight(db: Database) -> int:
         return cursor.rowcount
 
 
-async def purge_expired(db: Database, batch: int = 500) -> int:
+async def purge_expired(db: Database, batch: int = 500, *, now: float | None = None) -> int:
+    """Delete keys past their own expiry (independent of task retention), in batches."""
+    cutoff = int(time.time() if now is None else now)
     total = 0
     while True:
         async with db.transaction() as conn:
             cursor = await conn.execute(
                 "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM "
                 "idempotency_keys WHERE expires_at<=? LIMIT ?)",
-                (int(time.time()), batch),
+                (cutoff, batch),
             )
             count = cursor.rowcount
         total += count

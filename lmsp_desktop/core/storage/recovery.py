@@ -91,7 +91,11 @@ async def recover(store: TaskStore, boot: int) -> RecoveryReport:
     ]
     for first in range(0, len(leftovers), BATCH):
         async with store.db.transaction() as conn:
-            for row in leftovers[first : first + BATCH]:
+            for listed in leftovers[first : first + BATCH]:
+                # Re-read under the write lock: the list was read before it was taken.
+                row = await store._row(conn, listed["id"])
+                if TaskState(row["state"]) not in UNFINISHED or row["recovered_boot"] == boot:
+                    continue
                 item, change = await _recover_one(store, conn, row, boot, started)
                 items.append(item)
                 changes.append(change)
