@@ -1,0 +1,78 @@
+"""Sampling is a function of (seed, position) and UTF-8 text is never split mid-character."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lmsp_desktop.core.engines.sampling import Utf8Stream, new_seed, sample_token
+
+
+def _logits(seed: int = 0, size: int = 500) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=size).astype(np.float32)
+
+
+def test_temperature_zero_is_greedy_argmax() -> None:
+    logits = _logits()
+    for seed in (1, 2, 3):
+        token = sample_token(logits, temperature=0.0, top_p=0.9, seed=seed, position=seed)
+        assert token == int(np.argmax(logits))
+
+
+def test_same_seed_and_position_give_the_same_token() -> None:
+    logits = _logits()
+    first = [
+        sample_token(logits, temperature=1.0, top_p=1.0, seed=7, position=p) for p in range(50)
+    ]
+    again = [
+        sample_token(logits, temperature=1.0, top_p=1.0, seed=7, position=p) for p in range(50)
+    ]
+    assert first == again
+    # Randomness really depends on the position and on the seed.
+    assert len(set(first)) > 5
+    other = [
+        sample_token(logits, temperature=1.0, top_p=1.0, seed=8, position=p) for p in range(50)
+    ]
+    assert other != first
+
+
+def test_top_p_keeps_only_the_nucleus() -> None:
+    logits = np.full(100, -10.0, dtype=np.float32)
+    logits[[3, 42]] = [5.0, 4.0]  # together hold > 99.9 % of the mass
+    picks = {
+        sample_token(logits, temperature=1.0, top_p=0.9, seed=s, position=0) for s in range(200)
+    }
+    assert picks <= {3, 42}
+    assert picks == {3, 42}
+    only_top = {
+        sample_token(logits, temperature=1.0, top_p=0.5, seed=s, position=0) for s in range(50)
+    }
+    assert only_top == {3}
+
+
+def test_low_temperature_sharpens_towards_the_argmax() -> None:
+    logits = _logits(3)
+    cold = [
+        sample_token(logits, temperature=0.05, top_p=1.0, seed=s, position=0) for s in range(30)
+    ]
+    assert set(cold) == {int(np.argmax(logits))}
+
+
+def test_new_seed_fits_31_bits() -> None:
+    seeds = {new_seed() for _ in range(20)}
+    assert all(0 <= s < 2**31 for s in seeds)
+    assert len(seeds) > 1
+
+
+def test_multibyte_character_split_across_tokens_comes_out_whole() -> None:
+    data = "é€😀".encode()
+    stream = Utf8Stream()
+    pieces = [stream.feed(data[i : i + 1]) for i in range(len(data))]
+    assert "".join(pieces) == "é€😀"
+    assert all(p in ("", "é", "€", "😀") for p in pieces)
+
+
+def test_primed_stream_completes_a_character_split_at_the_resume_point() -> None:
+    data = "a😀".encode()
+    stream = Utf8Stream()
+    stream.prime(data[:3])  # "a" and half of the emoji were reported by the earlier run
+    assert stream.feed(data[3:]) == "😀"
