@@ -106,7 +106,9 @@ async def test_gate_steps_tokens_one_at_a_time() -> None:
     sink = Collector()
     task = asyncio.create_task(model.generate(GenerationRequest(MESSAGES), sink))
     engine.gate.release(2)
-    while len(sink.pieces) < 2:
+    for _ in range(400):
+        if len(sink.pieces) >= 2:
+            break
         await asyncio.sleep(0.005)
     await asyncio.sleep(0.05)
     assert len(sink.pieces) == 2
