@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Container
 
 from lmsp_desktop.core.errors import LmspError, not_found
@@ -21,7 +22,9 @@ def is_valid_model_id(model_id: object) -> bool:
 def slug_from_filename(filename: str) -> str:
     """`SmolLM2-135M-Instruct.Q4_1.gguf` → `smollm2-135m-instruct.q4_1`."""
     stem = filename[: -len(".gguf")] if filename.lower().endswith(".gguf") else filename
-    slug = _UNSAFE.sub("-", stem.lower())
+    # Accented letters keep their base letter (über → uber) rather than becoming a dash.
+    ascii_stem = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode()
+    slug = _UNSAFE.sub("-", ascii_stem.lower())
     slug = re.sub(r"\.{2,}", ".", slug)
     slug = re.sub(r"-{2,}", "-", slug)
     slug = slug.strip(".-_")[: MAX_ID_LENGTH - 8].rstrip(".-_")

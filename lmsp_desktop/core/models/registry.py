@@ -36,6 +36,8 @@ from lmsp_desktop.core.models.info import (
 )
 from lmsp_desktop.core.storage.db import Database
 
+__all__ = ["ModelEvent", "ModelInfo", "ModelRegistry"]
+
 log = logging.getLogger(__name__)
 
 
@@ -80,6 +82,7 @@ class ModelRegistry:
         self._hash_lock = asyncio.Lock()  # one file at a time: hashing is disk-bound
         self._hashing: set[str] = set()
         self._stop = threading.Event()
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- reading -------------------------------------------------------------------------
     async def list(self) -> list[ModelInfo]:
@@ -123,20 +126,34 @@ class ModelRegistry:
             self.folders.append(resolved)
         await self.scan()
 
-    async def scan(self) -> None:
+    async def scan(self, *, wait: bool = True) -> None:
         """Record new, changed and missing files, then hash the files that need it.
 
-        Returns once hashing is done; run it as a task to keep going meanwhile (the models
-        are listed, as `hashing`, from the moment they are found).
+        With `wait=False` it returns once the files are recorded (listed as `hashing`, not
+        yet runnable) and hashes in a background task, so a service can listen meanwhile.
         """
         async with self._scan_lock:
             jobs = await self._discover_and_record()
+        if wait:
+            await self._hash_then_announce(jobs)
+        else:
+            task = asyncio.create_task(self._hash_then_announce(jobs))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _hash_then_announce(self, jobs: builtins.list[_HashJob]) -> None:
         await self._run_jobs(jobs)
         self._emit(ModelEvent("scan_finished"))
 
     def stop(self) -> None:
         """Abandon hashing in progress (shutdown); the models stay `unverified`."""
         self._stop.set()
+
+    async def close(self) -> None:
+        """Stop hashing and wait for background scans to let go of the database."""
+        self.stop()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
 
     async def _discover_and_record(self) -> builtins.list[_HashJob]:
         demo = demo_model_path() if self.include_demo else None
