@@ -118,8 +118,9 @@ class _Outcome:
     wrong: bool = False  # a wrong secret or code: counts against the address's rate limit
 
 
-def _grant_error(code: str, message: str, **extra: Any) -> LmspError:
-    return LmspError(message, code=code, status=400, extra=extra or None)
+def _refuse(code: str, message: str, **extra: Any) -> _Outcome:
+    """A 400 with an RFC 8628 / RFC 6749 error code, as the outcome of a poll."""
+    return _Outcome(error=LmspError(message, code=code, status=400, extra=extra or None))
 
 
 def _scopes(text: str | None) -> list[str]:
@@ -217,12 +218,9 @@ class PairingManager:
             error = not_found(f"No pairing request has this id. {again}", "pairing_not_found")
             return _Outcome(error=error, wrong=True)
         if row["failures"] >= MAX_FAILURES:
-            return _Outcome(
-                error=_grant_error(
-                    "access_denied",
-                    f"This pairing request was cancelled after {MAX_FAILURES} wrong secrets. "
-                    + again,
-                )
+            return _refuse(
+                "access_denied",
+                f"This pairing request was cancelled after {MAX_FAILURES} wrong secrets. " + again,
             )
         if not hmac.compare_digest(str(row["secret_hash"]), token_hash(str(secret))):
             failures = row["failures"] + 1
@@ -238,26 +236,20 @@ class PairingManager:
                 if dead
                 else f"{left} more wrong attempt{'s' if left > 1 else ''} cancel the request."
             )
-            return _Outcome(error=_grant_error("invalid_grant", message), changed=dead, wrong=True)
+            outcome = _refuse("invalid_grant", message)
+            outcome.changed, outcome.wrong = dead, True
+            return outcome
         state = row["state"]
         if state == "issued":
-            return _Outcome(
-                error=_grant_error(
-                    "invalid_grant", f"This pairing's token was already handed out once. {again}"
-                )
+            return _refuse(
+                "invalid_grant", f"This pairing's token was already handed out once. {again}"
             )
         if now >= row["expires_at"]:
-            return _Outcome(
-                error=_grant_error(
-                    "expired_token", f"This pairing request expired before it was approved. {again}"
-                )
+            return _refuse(
+                "expired_token", f"This pairing request expired before it was approved. {again}"
             )
         if state in ("denied", "dead"):
-            return _Outcome(
-                error=_grant_error(
-                    "access_denied", "The service's owner denied this pairing request."
-                )
-            )
+            return _refuse("access_denied", "The service's owner denied this pairing request.")
         if state == "approved":
             cursor = await conn.execute(
                 "UPDATE pairings SET state='issued' WHERE id=? AND state='approved'", (row["id"],)
@@ -279,22 +271,18 @@ class PairingManager:
                 "UPDATE pairings SET interval_s=?, last_poll_at=? WHERE id=?",
                 (interval, now, row["id"]),
             )
-            return _Outcome(
-                error=_grant_error(
-                    "slow_down",
-                    f"Polled too fast. Wait {interval} seconds between polls from now on.",
-                    interval=interval,
-                )
-            )
-        await conn.execute("UPDATE pairings SET last_poll_at=? WHERE id=?", (now, row["id"]))
-        return _Outcome(
-            error=_grant_error(
-                "authorization_pending",
-                "Waiting for the owner to approve this request in LMSP Desktop (or with "
-                f"`lmsp-desktop pairing approve {format_code(row['user_code'])}`). "
-                f"Poll again in {interval} seconds.",
+            return _refuse(
+                "slow_down",
+                f"Polled too fast. Wait {interval} seconds between polls from now on.",
                 interval=interval,
             )
+        await conn.execute("UPDATE pairings SET last_poll_at=? WHERE id=?", (now, row["id"]))
+        return _refuse(
+            "authorization_pending",
+            "Waiting for the owner to approve this request in LMSP Desktop (or with "
+            f"`lmsp-desktop pairing approve {format_code(row['user_code'])}`). "
+            f"Poll again in {interval} seconds.",
+            interval=interval,
         )
 
     async def claim(self, code: str, client_name: str, address: str | None) -> dict[str, Any]:
