@@ -40,6 +40,7 @@ class ModelInfo:
     # Other values kept in the `meta` column: header error, a mismatching digest seen by
     # verify ("observed_digest"), the GGUF version.
     meta: dict[str, Any] = field(default_factory=dict)
+    hashing: bool = False  # its digest is being computed right now (scan or verify)
 
     @property
     def runnable(self) -> bool:
@@ -56,7 +57,8 @@ class ModelInfo:
             size_bytes=row["size_bytes"],
             mtime_ns=row["mtime_ns"],
             digest=row["digest"],
-            state=HASHING if hashing else row["state"],
+            # Re-verifying a verified model does not stop it from running meanwhile.
+            state=HASHING if hashing and row["state"] != VERIFIED else row["state"],
             verified_at=row["verified_at"],
             architecture=row["architecture"],
             parameters=row["parameters"],
@@ -66,6 +68,7 @@ class ModelInfo:
             chat_template=template if isinstance(template, str) else None,
             name=name if isinstance(name, str) else None,
             meta=meta,
+            hashing=hashing,
         )
 
     def api_state(self, loaded_state: str = "unloaded") -> str:

@@ -6,12 +6,15 @@ import asyncio
 import hashlib
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models import registry as registry_module
+from lmsp_desktop.core.models.digests import sha256_file as real_sha256_file
 from lmsp_desktop.core.models.info import ModelEvent
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.storage.store import Store
@@ -351,3 +354,30 @@ async def test_background_scan_lists_first_and_hashes_after(store: Store, folder
     assert (await reg.get("m")).digest == sha256(path)
     assert await reg.path_for_run("m") == path
     await reg.close()
+
+
+async def test_verified_model_stays_runnable_while_verified_again(
+    store: Store, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_gguf(folder / "m.gguf")
+    reg = registry(store, folder)
+    await reg.scan()
+    release = threading.Event()
+
+    def held_sha256_file(*args: Any, **kwargs: Any) -> str:
+        release.wait(timeout=30)  # hold the hashing thread until the test has looked
+        return real_sha256_file(*args, **kwargs)
+
+    monkeypatch.setattr(registry_module, "sha256_file", held_sha256_file)
+    verifying = asyncio.create_task(reg.verify("m"))
+    try:
+        for _ in range(3000):
+            if (await reg.get("m")).hashing:
+                break
+            await asyncio.sleep(0.01)
+        info = await reg.get("m")
+        assert info.hashing and info.state == "verified"
+        assert await reg.path_for_run("m") == path
+    finally:
+        release.set()
+    assert (await verifying).state == "verified"
