@@ -124,6 +124,7 @@ class Core:
         await self.runner.start()
         self.host = ServiceHost(self.context)
         self.url = await self.host.start()
+        self.pairing.verification_uri = self.url
         self._write_service_json()
         print(f"LMSP service listening on {self.url}", flush=True)
         self._background.append(asyncio.create_task(self._housekeeping()))

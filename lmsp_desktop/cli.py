@@ -14,15 +14,19 @@ from lmsp_desktop.core.config import DEFAULT_PORT, default_data_dir
 from lmsp_desktop.core.errors import LmspError
 
 
-def _add_service_flags(parser: argparse.ArgumentParser) -> None:
+def _add_service_flags(parser: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    # On the subcommand, flags default to SUPPRESS so they never overwrite the same flags
+    # given before the subcommand (`lmsp-desktop --port 1 serve`).
+    keep: object = argparse.SUPPRESS if sub else None
     parser.add_argument(
-        "--models-dir", action="append", type=Path, default=[], metavar="DIR",
+        "--models-dir", action="append", type=Path,
+        default=argparse.SUPPRESS if sub else [], metavar="DIR",
         help="a folder of .gguf model files (repeatable)",
     )
-    parser.add_argument("--host", default=None,
+    parser.add_argument("--host", default=keep,
                         help="address to bind (default 127.0.0.1; anything else is reachable "
                              "from other machines)")
-    parser.add_argument("--port", type=int, default=None,
+    parser.add_argument("--port", type=int, default=keep,
                         help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
 
 
@@ -47,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_service_flags(parser)
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the service headless (no window)")
-    _add_service_flags(serve)
+    _add_service_flags(serve, sub=True)
     add_commands(sub)
     return parser
 

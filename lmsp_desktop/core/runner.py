@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -176,7 +177,11 @@ class Runner:
             await self.tasks.confirm_cancelled(task_id)  # cancelled while loading
             return
         tokens: list[int] = list(snapshot.get("tokens", []))
+        # The seed is fixed before the first token and kept in the snapshot, so a resumed run
+        # samples with the same randomness (a function of seed and position).
         seed = snapshot.get("seed", request_json.get("seed"))
+        if seed is None:
+            seed = secrets.randbits(63)
         request = GenerationRequest(
             messages=chat_messages(request_json),
             max_output_tokens=request_json.get("max_output_tokens"),

@@ -29,4 +29,4 @@ class ServiceContext:
 
 CONTEXT = web.AppKey("lmsp_context", ServiceContext)
 # The authenticated caller of a request (core.auth.Principal), set by the auth middleware.
-PRINCIPAL = "lmsp_principal"
+PRINCIPAL: web.RequestKey[Any] = web.RequestKey("lmsp_principal", object)

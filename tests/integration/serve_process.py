@@ -1,0 +1,87 @@
+"""A real `lmsp-desktop serve` process for integration tests: start, token, SIGKILL, restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+LISTENING = re.compile(r"^LMSP service listening on (http://\S+)$")
+
+
+def lmsp(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lmsp_desktop", "--data-dir", str(data_dir), *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def create_token(data_dir: Path, scopes: str = "admin") -> str:
+    done = lmsp("token", "create", "--name", "tests", "--scopes", scopes, data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[0]
+
+
+class ServeProcess:
+    """`python -m lmsp_desktop serve` on a data directory, port 0."""
+
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.data_dir = data_dir
+        self.extra = extra
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.stderr_path = data_dir.parent / f"serve-{data_dir.name}.err"
+
+    def start(self, timeout: float = 60.0) -> str:
+        err = self.stderr_path.open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lmsp_desktop", "--data-dir", str(self.data_dir),
+             "serve", "--port", "0", *self.extra],
+            stdout=subprocess.PIPE, stderr=err, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"serve exited: {self.stderr_path.read_text()[-2000:]}")
+            found = LISTENING.match(line.strip())
+            if found:
+                self.url = found.group(1)
+                return self.url
+        raise AssertionError("serve did not start in time")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+
+def call(url: str, token: str, method: str = "GET", body: Any = None,
+         headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json",
+        **(headers or {}),
+    })
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")

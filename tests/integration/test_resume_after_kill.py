@@ -1,0 +1,76 @@
+"""A real `serve` process, SIGKILLed mid-generation and restarted, resumes a task with
+on_restart=resume to byte-identical output (real demo model, temperature 0 and a seed)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.serve_process import ServeProcess, call, create_token
+
+MODEL = "smollm2-135m-instruct"
+PROMPT = "Write a short story about a lighthouse keeper and a storm."
+MAX_TOKENS = 72
+
+
+def wait_task(url: str, token: str, task_id: str, predicate, timeout: float = 120.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, task = call(f"{url}/v1/tasks/{task_id}", token)
+        assert status == 200, task
+        if predicate(task):
+            return task
+        time.sleep(0.02)
+    raise AssertionError(f"task {task_id} did not reach the condition: {task}")
+
+
+def finished(task) -> bool:  # type: ignore[no-untyped-def]
+    return task["state"] in ("completed", "incomplete", "failed", "cancelled")
+
+
+def reference_text(url: str, token: str, body: dict) -> str:  # type: ignore[type-arg]
+    status, response = call(f"{url}/v1/responses", token, "POST", body)
+    assert status == 200, response
+    assert response["usage"]["output_tokens"] > 20  # long enough to kill at several points
+    return response["output_text"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "sampling", [{"temperature": 0}, {"temperature": 0.8, "top_p": 0.9, "seed": 1234}],
+    ids=["greedy", "seeded"],
+)
+def test_kill_and_resume_gives_byte_identical_output(tmp_path: Path, sampling: dict) -> None:  # type: ignore[type-arg]
+    data_dir = tmp_path / "data"
+    server = ServeProcess(data_dir)
+    url = server.start()
+    token = create_token(data_dir)
+    body = {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS, **sampling}
+    expected = reference_text(url, token, body)
+
+    status, created = call(f"{url}/v1/responses", token, "POST",
+                           {**body, "background": True, "on_restart": "resume"})
+    assert status == 202, created
+    task_id = created["id"]
+    kills = 0
+    for cut in (3, 9, 17, 26, 38):  # five kills at different points of one generation
+        task = wait_task(url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t))
+        if finished(task):
+            break
+        server.kill()
+        kills += 1
+        url = server.start()
+    assert kills >= 3, "the generation ended before the kills could happen"
+
+    wait_task(url, token, task_id, finished)
+    status, response = call(f"{url}/v1/responses/{task_id}", token)
+    assert response["output_text"] == expected
+    status, page = call(f"{url}/v1/tasks/{task_id}/events?limit=1000", token)
+    events = page["data"]
+    types = [e["type"] for e in events]
+    assert types.count("response.resumed") == kills
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert deltas == expected  # the log never repeats nor skips text
+    assert [e["sequence_number"] for e in events] == list(range(1, len(events) + 1))
+    assert server.terminate() == 0

@@ -1,0 +1,250 @@
+"""The runner with a scripted engine: queues, single-flight loading, cancel, failures, resume."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from lmsp_desktop.core.engines.base import EngineError
+from lmsp_desktop.core.engines.fake import DEFAULT_TOKENS, FakeEngine
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.runner import Runner
+from lmsp_desktop.core.states import TERMINAL, TaskState
+from lmsp_desktop.core.storage.recovery import next_boot, recover
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import NewTask
+
+
+class Paths:
+    """The registry as the runner sees it: every known model id maps to a file."""
+
+    def __init__(self, refused: dict[str, LmspError] | None = None) -> None:
+        self.refused = refused or {}
+
+    async def path_for_run(self, model_id: str) -> Path:
+        if model_id in self.refused:
+            raise self.refused[model_id]
+        return Path(f"/models/{model_id}.gguf")
+
+
+async def submit(store: Store, model: str = "m", **body: object) -> str:
+    request = parse_create({"model": model, "input": "hi", **body}, "fail")
+    result = await store.tasks.create(
+        NewTask(model=model, request=request, on_restart=request["on_restart"])
+    )
+    return result.task_id
+
+
+async def until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Await a condition on the loop (never block it)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+async def state_of(store: Store, task_id: str) -> str:
+    return (await store.tasks.get(task_id))["state"]  # type: ignore[no-any-return]
+
+
+async def finished(store: Store, task_id: str) -> bool:
+    return TaskState(await state_of(store, task_id)) in TERMINAL
+
+
+@pytest.fixture
+async def running(store: Store) -> AsyncIterator[tuple[Store, FakeEngine, Runner]]:
+    engine = FakeEngine(token_delay=0.005, load_delay=0.05)
+    runner = Runner(store.tasks, Paths(), engine)
+    await runner.start()
+    yield store, engine, runner
+    await runner.stop()
+
+
+async def test_a_task_runs_to_completion_with_the_engine_text(running) -> None:  # type: ignore[no-untyped-def]
+    store, _, _ = running
+    task_id = await submit(store)
+    await until(lambda: finished(store, task_id))
+    row = await store.tasks.get(task_id)
+    assert row["state"] == "completed"
+    assert row["output_text"] == "".join(DEFAULT_TOKENS)
+    types = [e["type"] for e in await store.tasks.events(task_id)]
+    assert types[:3] == ["response.created", "response.loading", "response.in_progress"]
+    assert types[-1] == "response.completed"
+
+
+async def test_second_task_with_a_loaded_model_skips_loading(running) -> None:  # type: ignore[no-untyped-def]
+    store, _, _ = running
+    first = await submit(store)
+    await until(lambda: finished(store, first))
+    second = await submit(store)
+    await until(lambda: finished(store, second))
+    types = [e["type"] for e in await store.tasks.events(second)]
+    assert "response.loading" not in types
+    assert types[1] == "response.in_progress"
+
+
+async def test_loading_is_single_flight_and_queue_is_fifo(running) -> None:  # type: ignore[no-untyped-def]
+    store, engine, _ = running
+    ids = [await submit(store) for _ in range(4)]
+    for task_id in ids:
+        await until(lambda t=task_id: finished(store, t))
+    assert engine.load_count == 1
+    started = [(await store.tasks.get(t))["started_at"] for t in ids]
+    assert started == sorted(started)
+
+
+async def test_max_output_tokens_ends_incomplete(running) -> None:  # type: ignore[no-untyped-def]
+    store, _, _ = running
+    task_id = await submit(store, max_output_tokens=3)
+    await until(lambda: finished(store, task_id))
+    row = await store.tasks.get(task_id)
+    assert row["state"] == "incomplete"
+    assert row["incomplete_reason"] == "max_output_tokens"
+    assert row["output_text"] == "".join(DEFAULT_TOKENS[:3])
+
+
+async def test_cancel_during_generation_stops_within_one_token(store: Store) -> None:
+    engine = FakeEngine()
+    engine.gate = threading.Semaphore(0)
+    runner = Runner(store.tasks, Paths(), engine)
+    await runner.start()
+    try:
+        task_id = await submit(store)
+        engine.gate.release(2)
+        await until(lambda: _output_is(store, task_id, "".join(DEFAULT_TOKENS[:2])))
+        await store.tasks.cancel(task_id)
+        engine.gate.release(len(DEFAULT_TOKENS))  # let the engine run on if it ignored cancel
+        await until(lambda: finished(store, task_id))
+        row = await store.tasks.get(task_id)
+        assert row["state"] == "cancelled"
+        # The partial output is kept, and nothing generated after the cancel was persisted.
+        assert row["output_text"] == "".join(DEFAULT_TOKENS[:2])
+        types = [e["type"] for e in await store.tasks.events(task_id)]
+        assert types.count("response.cancelled") == 1
+        assert "response.completed" not in types
+    finally:
+        await runner.stop()
+
+
+async def _output_is(store: Store, task_id: str, text: str) -> bool:
+    return (await store.tasks.get(task_id))["output_text"] == text  # type: ignore[no-any-return]
+
+
+async def test_cancel_while_queued_never_runs(store: Store) -> None:
+    engine = FakeEngine()
+    engine.gate = threading.Semaphore(0)
+    runner = Runner(store.tasks, Paths(), engine)
+    await runner.start()
+    try:
+        first = await submit(store)
+        second = await submit(store)
+        await store.tasks.cancel(second)
+        engine.gate.release(100)
+        await until(lambda: finished(store, first))
+        assert await state_of(store, second) == "cancelled"
+        assert len(engine.requests) == 1
+    finally:
+        await runner.stop()
+
+
+async def test_engine_error_fails_the_task_with_its_code(store: Store) -> None:
+    engine = FakeEngine(fail_at=2, fail_error=EngineError("engine_crashed", "boom"))
+    runner = Runner(store.tasks, Paths(), engine)
+    await runner.start()
+    try:
+        task_id = await submit(store)
+        await until(lambda: finished(store, task_id))
+        row = await store.tasks.get(task_id)
+        assert row["state"] == "failed"
+        assert '"engine_crashed"' in row["error"]
+    finally:
+        await runner.stop()
+
+
+async def test_refused_model_fails_with_the_registry_code(store: Store) -> None:
+    refusal = LmspError("changed on disk", code="model_changed", status=409)
+    runner = Runner(store.tasks, Paths({"m": refusal}), FakeEngine())
+    await runner.start()
+    try:
+        task_id = await submit(store)
+        await until(lambda: finished(store, task_id))
+        row = await store.tasks.get(task_id)
+        assert row["state"] == "failed"
+        assert '"model_changed"' in row["error"]
+    finally:
+        await runner.stop()
+
+
+async def test_max_loaded_models_unloads_the_idle_one(store: Store) -> None:
+    engine = FakeEngine()
+    runner = Runner(store.tasks, Paths(), engine, max_loaded_models=1)
+    await runner.start()
+    try:
+        a = await submit(store, "a")
+        await until(lambda: finished(store, a))
+        b = await submit(store, "b")
+        await until(lambda: finished(store, b))
+        assert runner.loaded_state("a") == "unloaded"
+        assert runner.loaded_state("b") == "loaded"
+        assert engine.unload_count == 1
+    finally:
+        await runner.stop()
+
+
+async def test_idle_model_is_unloaded_after_its_ttl(store: Store) -> None:
+    engine = FakeEngine()
+    runner = Runner(store.tasks, Paths(), engine, idle_unload_s=0.1)
+    await runner.start()
+    try:
+        task_id = await submit(store)
+        await until(lambda: finished(store, task_id))
+
+        async def unloaded() -> bool:
+            return runner.loaded_state("m") == "unloaded"
+
+        await until(unloaded)
+        assert engine.unload_count == 1
+    finally:
+        await runner.stop()
+
+
+async def test_resumed_task_continues_from_its_snapshot(data_dir: Path) -> None:
+    """A running task with on_restart=resume, interrupted after 3 tokens, finishes with the
+    same text as an uninterrupted run and replays exactly the snapshot's tokens."""
+    store = Store(data_dir)
+    await store.open()
+    engine = FakeEngine()
+    engine.gate = threading.Semaphore(0)
+    runner = Runner(store.tasks, Paths(), engine)
+    await runner.start()
+    task_id = await submit(store, on_restart="resume")
+    engine.gate.release(3)
+    await until(lambda: _output_is(store, task_id, "".join(DEFAULT_TOKENS[:3])))
+    await runner.stop()  # a shutdown leaves the task running, like a crash
+    await store.close()
+
+    store = Store(data_dir)
+    await store.open()
+    report = await recover(store.tasks, await next_boot(store.tasks))
+    assert [i.event_type for i in report.items] == ["response.resumed"]
+    engine2 = FakeEngine()
+    runner = Runner(store.tasks, Paths(), engine2)
+    await runner.start()
+    try:
+        await until(lambda: finished(store, task_id))
+        row = await store.tasks.get(task_id)
+        assert row["state"] == "completed"
+        assert row["output_text"] == "".join(DEFAULT_TOKENS)
+        assert engine2.requests[0].resume_tokens == [1000, 1001, 1002]
+        deltas = [e["delta"] for e in await store.tasks.events(task_id)
+                  if e["type"] == "response.output_text.delta"]
+        assert "".join(deltas) == "".join(DEFAULT_TOKENS)  # nothing repeated or skipped
+    finally:
+        await runner.stop()
+        await store.close()
