@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run serve test lint install clean
+.PHONY: run serve test lint install clean package bench torture screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,18 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+package: $(STAMP)
+	bash packaging/build.sh
+
+bench: $(STAMP)
+	$(BIN)/python -m bench $(ARGS)
+
+torture: $(STAMP)
+	$(BIN)/python -m bench.torture $(ARGS)
+
+screenshots: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python scripts/screenshots.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
