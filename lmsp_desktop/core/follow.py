@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from lmsp_desktop.core.states import TERMINAL, TaskState
@@ -37,7 +37,7 @@ class EventFollower:
             for event in waiters:
                 event.set()
 
-    async def follow(self, task_id: str, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+    async def follow(self, task_id: str, after: int = 0) -> AsyncGenerator[dict[str, Any], None]:
         """Every event after `after`, then new ones as they commit, until the task finishes."""
         wake = asyncio.Event()
         self._waiters.setdefault(task_id, set()).add(wake)
@@ -55,8 +55,9 @@ class EventFollower:
                 row = await self.tasks.db.fetchone(
                     "SELECT state, last_seq FROM tasks WHERE id=?", (task_id,)
                 )
-                if row is None or (TaskState(row["state"]) in TERMINAL and
-                                   row["last_seq"] <= after):
+                if row is None or (
+                    TaskState(row["state"]) in TERMINAL and row["last_seq"] <= after
+                ):
                     return
                 if row["last_seq"] > after:
                     continue

@@ -47,8 +47,9 @@ def _content_text(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise invalid(f"{where}.content must be a string or a list of text parts.",
-                      f"{where}.content")
+        raise invalid(
+            f"{where}.content must be a string or a list of text parts.", f"{where}.content"
+        )
     texts = []
     for j, part in enumerate(content):
         at = f"{where}.content[{j}]"
@@ -94,6 +95,33 @@ def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
+def _refuse_unsupported_output(body: dict[str, Any]) -> None:
+    """Output features the models here cannot honour: a 400 naming the field rather than an
+    answer that silently ignores what was asked for."""
+    text = body.get("text")
+    if text is not None:
+        fmt = text.get("format") if isinstance(text, dict) else None
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if not isinstance(text, dict) or (fmt is not None and kind != "text"):
+            raise unsupported(
+                "Only plain text output is supported: leave `text.format` out or send "
+                '{"type": "text"}.',
+                "text.format",
+            )
+    top_logprobs = body.get("top_logprobs")
+    if top_logprobs not in (None, 0):
+        raise unsupported(
+            "This service does not return log probabilities; leave `top_logprobs` out.",
+            "top_logprobs",
+        )
+    tool_choice = body.get("tool_choice")
+    if tool_choice not in (None, "auto", "none"):
+        raise unsupported(
+            "This service's models cannot call tools; leave `tool_choice` out (or `auto`).",
+            "tool_choice",
+        )
+
+
 def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
     """The normalised request settings kept with the response (unknown fields are ignored)."""
     if not isinstance(body, dict):
@@ -109,15 +137,20 @@ def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
         raise invalid("`instructions` must be a string.", "instructions")
     if body.get("tools"):
         raise unsupported("This service's models cannot call tools; leave `tools` out.", "tools")
+    _refuse_unsupported_output(body)
     if body.get("previous_response_id") is not None:
         raise unsupported(
             "`previous_response_id` is not supported; send the conversation in `input`.",
             "previous_response_id",
         )
     metadata = body.get("metadata") or {}
-    if not isinstance(metadata, dict) or len(metadata) > 16 or not all(
-        isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
-        for k, v in metadata.items()
+    if (
+        not isinstance(metadata, dict)
+        or len(metadata) > 16
+        or not all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+            for k, v in metadata.items()
+        )
     ):
         raise invalid("`metadata` must map up to 16 short strings to strings.", "metadata")
     on_restart = body.get("on_restart", default_on_restart)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
 from lmsp_desktop.core.states import STATUS_OF_STATE, TERMINAL, TaskState
+
+# A joined tasks+responses row: sqlite3.Row from the store, or a plain mapping in tests.
+RowLike = Mapping[str, Any] | sqlite3.Row
 
 
 def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
@@ -32,7 +36,7 @@ def item_status(state: TaskState) -> str:
     return "in_progress"
 
 
-def task_object(row: Mapping[str, Any], queue_position: int | None = None) -> dict[str, Any]:
+def task_object(row: RowLike, queue_position: int | None = None) -> dict[str, Any]:
     """The LMSP task object (LMSP_API.md `GET /v1/tasks/{id}`)."""
     error = json.loads(row["error"]) if row["error"] else None
     return {
@@ -58,9 +62,7 @@ def _int_or_none(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def build_response(
-    row: Mapping[str, Any], queue_position: int | None = None
-) -> dict[str, Any]:
+def build_response(row: RowLike, queue_position: int | None = None) -> dict[str, Any]:
     """A valid Open Responses `ResponseResource` for a joined tasks+responses row.
 
     Every required field is present; nullable ones are null rather than missing; sampling

@@ -14,7 +14,7 @@ from lmsp_desktop.core.service import (
     routes_tasks,
 )
 from lmsp_desktop.core.service.context import CONTEXT, ServiceContext
-from lmsp_desktop.core.service.middleware import auth, errors, guards
+from lmsp_desktop.core.service.middleware import UNKNOWN_ROUTE, auth, errors, guards
 
 
 async def _unknown_route(request: web.Request) -> web.Response:
@@ -38,5 +38,5 @@ def build_app(ctx: ServiceContext) -> web.Application:
         routes_clients,
     ):
         app.add_routes(module.routes)
-    app.router.add_route("*", "/{tail:.*}", _unknown_route)
+    app.router.add_route("*", "/{tail:.*}", _unknown_route, name=UNKNOWN_ROUTE)
     return app

@@ -22,6 +22,8 @@ PUBLIC = {
     ("POST", "/v1/pairing"),
     ("POST", "/v1/pairing/claim"),
 }
+# The catch-all route: an unknown path answers 404 whether or not a token came with it.
+UNKNOWN_ROUTE = "unknown_route"
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
 HTTP_ERRORS = {
     400: ("invalid_request_error", "invalid_request"),
@@ -120,10 +122,14 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
     if ctx.shutting_down and request.method == "POST":
         raise ShuttingDownError()
-    public = (request.method, request.path) in PUBLIC or (
-        request.method == "POST"
-        and request.path.startswith("/v1/pairing/")
-        and request.path.endswith("/token")
+    public = (
+        (request.method, request.path) in PUBLIC
+        or request.match_info.route.name == UNKNOWN_ROUTE
+        or (
+            request.method == "POST"
+            and request.path.startswith("/v1/pairing/")
+            and request.path.endswith("/token")
+        )
     )
     if not public:
         request[PRINCIPAL] = await authenticate(

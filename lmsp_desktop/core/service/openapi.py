@@ -88,13 +88,19 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         "paths": {
             "/v1/health": {"get": _op("Health", None, {"200": _json(OBJ, "health")})},
             "/v1/models": {
-                "get": _op("List models", "models:read",
-                           {"200": _json(LIST, "models"), **_errors(401, 403)})
+                "get": _op(
+                    "List models",
+                    "models:read",
+                    {"200": _json(LIST, "models"), **_errors(401, 403)},
+                )
             },
             "/v1/models/{id}": {
-                "get": _op("One model", "models:read",
-                           {"200": _json(OBJ, "model"), **_errors(401, 403, 404)},
-                           parameters=[ID])
+                "get": _op(
+                    "One model",
+                    "models:read",
+                    {"200": _json(OBJ, "model"), **_errors(401, 403, 404)},
+                    parameters=[ID],
+                )
             },
             "/v1/responses": {
                 "post": _op(
@@ -105,10 +111,18 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                         "202": _json(OBJ, "accepted background response"),
                         **_errors(400, 401, 403, 404, 409, 413, 422, 503),
                     },
-                    requestBody={"required": True,
-                                 "content": {"application/json": {"schema": CREATE_BODY}}},
-                    parameters=[{"name": "Idempotency-Key", "in": "header", "required": False,
-                                 "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+                    requestBody={
+                        "required": True,
+                        "content": {"application/json": {"schema": CREATE_BODY}},
+                    },
+                    parameters=[
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": False,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                        }
+                    ],
                 )
             },
             "/v1/responses/{id}": {
@@ -119,18 +133,27 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     parameters=[
                         ID,
                         {"name": "stream", "in": "query", "schema": {"type": "boolean"}},
-                        {"name": "starting_after", "in": "query",
-                         "schema": {"type": "integer", "minimum": 0}},
+                        {
+                            "name": "starting_after",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
                     ],
                 ),
-                "delete": _op("Delete a finished response", write,
-                              {"200": _json(OBJ, "deleted"), **_errors(401, 403, 404, 409)},
-                              parameters=[ID]),
+                "delete": _op(
+                    "Delete a finished response",
+                    write,
+                    {"200": _json(OBJ, "deleted"), **_errors(401, 403, 404, 409)},
+                    parameters=[ID],
+                ),
             },
             "/v1/responses/{id}/cancel": {
-                "post": _op("Cancel a response", write,
-                            {"200": _json(OBJ, "response"), **_errors(401, 403, 404, 409)},
-                            parameters=[ID])
+                "post": _op(
+                    "Cancel a response",
+                    write,
+                    {"200": _json(OBJ, "response"), **_errors(401, 403, 404, 409)},
+                    parameters=[ID],
+                )
             },
             "/v1/tasks": {
                 "get": _op(
@@ -140,15 +163,22 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     parameters=[
                         {"name": "state", "in": "query", "schema": {"type": "string"}},
                         {"name": "model", "in": "query", "schema": {"type": "string"}},
-                        {"name": "limit", "in": "query",
-                         "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+                        },
                         {"name": "after", "in": "query", "schema": {"type": "string"}},
                     ],
                 )
             },
             "/v1/tasks/{id}": {
-                "get": _op("One task", read, {"200": _json(OBJ, "task"), **_errors(401, 403, 404)},
-                           parameters=[ID])
+                "get": _op(
+                    "One task",
+                    read,
+                    {"200": _json(OBJ, "task"), **_errors(401, 403, 404)},
+                    parameters=[ID],
+                )
             },
             "/v1/tasks/{id}/events": {
                 "get": _op(
@@ -157,56 +187,114 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     {"200": _json(LIST, "events"), **_errors(400, 401, 403, 404)},
                     parameters=[
                         ID,
-                        {"name": "after", "in": "query", "schema": {"type": "integer",
-                                                                    "minimum": 0}},
-                        {"name": "limit", "in": "query",
-                         "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                        {
+                            "name": "after",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                        },
                     ],
                 )
             },
             "/v1/pairing": {
-                "post": _op("Start pairing", None,
-                            {"200": _json(OBJ, "pairing started"), **_errors(400, 429)},
-                            requestBody={"required": True, "content": {"application/json": {
-                                "schema": {"type": "object", "required": ["client_name"],
-                                           "properties": {"client_name": {"type": "string"},
-                                                          "scopes": {}}}}}})
+                "post": _op(
+                    "Start pairing",
+                    None,
+                    {"200": _json(OBJ, "pairing started"), **_errors(400, 429)},
+                    requestBody={
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["client_name"],
+                                    "properties": {"client_name": {"type": "string"}, "scopes": {}},
+                                }
+                            }
+                        },
+                    },
+                )
             },
             "/v1/pairing/{id}/token": {
-                "post": _op("Poll for the token", None,
-                            {"200": _json(OBJ, "token"), **_errors(400, 404, 429)},
-                            parameters=[ID],
-                            requestBody={"required": True, "content": {"application/json": {
-                                "schema": {"type": "object", "required": ["pairing_secret"],
-                                           "properties": {"pairing_secret":
-                                                          {"type": "string"}}}}}})
+                "post": _op(
+                    "Poll for the token",
+                    None,
+                    {"200": _json(OBJ, "token"), **_errors(400, 404, 429)},
+                    parameters=[ID],
+                    requestBody={
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["pairing_secret"],
+                                    "properties": {"pairing_secret": {"type": "string"}},
+                                }
+                            }
+                        },
+                    },
+                )
             },
             "/v1/pairing/claim": {
-                "post": _op("Exchange a one-time code for a token", None,
-                            {"200": _json(OBJ, "token"), **_errors(400, 429)},
-                            requestBody={"required": True, "content": {"application/json": {
-                                "schema": {"type": "object", "required": ["code", "client_name"],
-                                           "properties": {"code": {"type": "string"},
-                                                          "client_name": {"type": "string"}}}}}})
+                "post": _op(
+                    "Exchange a one-time code for a token",
+                    None,
+                    {"200": _json(OBJ, "token"), **_errors(400, 429)},
+                    requestBody={
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["code", "client_name"],
+                                    "properties": {
+                                        "code": {"type": "string"},
+                                        "client_name": {"type": "string"},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                )
             },
             "/v1/clients": {
-                "get": _op("List paired clients", admin,
-                           {"200": _json(LIST, "clients"), **_errors(401, 403)})
+                "get": _op(
+                    "List paired clients",
+                    admin,
+                    {"200": _json(LIST, "clients"), **_errors(401, 403)},
+                )
             },
             "/v1/clients/{id}": {
-                "delete": _op("Revoke a client", admin,
-                              {"200": _json(OBJ, "revoked"), **_errors(401, 403, 404)},
-                              parameters=[ID])
+                "delete": _op(
+                    "Revoke a client",
+                    admin,
+                    {"200": _json(OBJ, "revoked"), **_errors(401, 403, 404)},
+                    parameters=[ID],
+                )
             },
             "/v1/recovery/last": {
-                "get": _op("The last startup's recovery report", admin,
-                           {"200": _json(OBJ, "report"), **_errors(401, 403, 404)})
+                "get": _op(
+                    "The last startup's recovery report",
+                    admin,
+                    {"200": _json(OBJ, "report"), **_errors(401, 403, 404)},
+                )
             },
             "/v1/metrics": {
-                "get": _op("Prometheus metrics", admin,
-                           {"200": {"description": "metrics",
-                                    "content": {"text/plain": {"schema": {"type": "string"}}}},
-                            **_errors(401, 403)})
+                "get": _op(
+                    "Prometheus metrics",
+                    admin,
+                    {
+                        "200": {
+                            "description": "metrics",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        },
+                        **_errors(401, 403),
+                    },
+                )
             },
             "/v1/openapi.json": {
                 "get": _op("This document", None, {"200": _json(OBJ, "OpenAPI document")})

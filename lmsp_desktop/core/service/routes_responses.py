@@ -10,12 +10,14 @@ from typing import Any
 from aiohttp import web
 
 from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.errors import LmspError, ShuttingDownError
+from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.service.bodies import query_flag, query_int, read_json
 from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL, ServiceContext
-from lmsp_desktop.core.states import LMSP_ONLY_EVENTS
+from lmsp_desktop.core.states import LMSP_ONLY_EVENTS, TERMINAL, TaskState
 from lmsp_desktop.core.storage.idempotency import (
     IdempotencyClaim,
     complete_key,
@@ -78,21 +80,34 @@ async def cancel_on_disconnect(
 
 async def stream_events(
     request: web.Request, ctx: ServiceContext, task_id: str, after: int
-) -> web.StreamResponse:
+) -> tuple[web.StreamResponse, bool]:
+    """Replay the task's events after `after`, then follow them until the task ends.
+
+    Returns the response and whether the client went away before the end.
+    """
     response = await sse.open_stream(request)
-    async for event in ctx.extras["follower"].follow(task_id, after):
-        shown = responses_view(event)
-        if shown is None:
-            continue
-        try:
-            await sse.send(response, shown)
-        except (ConnectionResetError, RuntimeError):
-            break
-        if shown["type"] == "error":
-            break
+    gone = False
+    async with contextlib.aclosing(follower_of(ctx).follow(task_id, after)) as events:
+        async for event in events:
+            shown = responses_view(event)
+            if shown is None:
+                continue
+            try:
+                await sse.send(response, shown)
+            except (ConnectionResetError, RuntimeError):
+                gone = True
+                break
+            if shown["type"] == "error":
+                break
     with contextlib.suppress(ConnectionResetError, RuntimeError):
         await response.write_eof()
-    return response
+    return response, gone
+
+
+async def _finished_object(ctx: ServiceContext, task_id: str) -> dict[str, Any] | None:
+    """The response object if its task has finished, else None (the service is stopping)."""
+    final = await ctx.store.tasks.response_object(task_id)
+    return final if TaskState(final["task"]["state"]) in TERMINAL else None
 
 
 @routes.post("/v1/responses")
@@ -129,25 +144,42 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         return web.json_response(
             result.body, status=202, headers={"Location": f"/v1/responses/{task_id}"}
         )
+    if mode == "background":  # background and stream: the key already holds the 202
+        response, _ = await stream_events(request, ctx, task_id, 0)
+        return response
     try:
         if settings["stream"]:
-            if mode == "background":
-                response = await stream_events(request, ctx, task_id, 0)
-            else:
-                async with cancel_on_disconnect(request, ctx, task_id):
-                    response = await stream_events(request, ctx, task_id, 0)
+            async with cancel_on_disconnect(request, ctx, task_id):
+                response, gone = await stream_events(request, ctx, task_id, 0)
+            if gone:
+                # A stream's client that goes away cancels its task (LMSP_API.md).
+                with contextlib.suppress(LmspError):
+                    await ctx.store.tasks.cancel(task_id)
         else:
             async with cancel_on_disconnect(request, ctx, task_id):
-                await ctx.extras["follower"].wait_finished(task_id)
-            response = web.json_response(await ctx.store.tasks.response_object(task_id))
+                await follower_of(ctx).wait_finished(task_id)
+            final = await _finished_object(ctx, task_id)
+            if final is None:
+                # Stopped waiting because the service is shutting down: the task is left
+                # for recovery; a half-done 200 would look like a final answer.
+                raise ShuttingDownError()
+            response = web.json_response(final)
     except BaseException:
         if claim is not None:
             await release_key(ctx.store.db, claim)
         raise
-    if claim is not None and mode != "background":
-        final = await ctx.store.tasks.response_object(task_id)
-        await complete_key(ctx.store.db, claim, 200, final)
+    if claim is not None:
+        final = await _finished_object(ctx, task_id)
+        if final is not None:
+            await complete_key(ctx.store.db, claim, 200, final)
+        else:  # nothing final to replay (client gone or shutdown): free the key
+            await release_key(ctx.store.db, claim)
     return response
+
+
+def follower_of(ctx: ServiceContext) -> EventFollower:
+    follower: EventFollower = ctx.extras["follower"]
+    return follower
 
 
 @routes.get("/v1/responses/{id}")
@@ -157,7 +189,8 @@ async def retrieve_response(request: web.Request) -> web.StreamResponse:
     row = await ctx.store.tasks.get(task_id, principal.owner_filter())
     if query_flag(request, "stream"):
         after = query_int(request, "starting_after", 0, 0, 2**62)
-        return await stream_events(request, ctx, task_id, after)
+        response, _ = await stream_events(request, ctx, task_id, after)
+        return response
     return web.json_response(build_response(row, await ctx.store.tasks.queue_position(row)))
 
 

@@ -64,8 +64,11 @@ async def metrics(request: web.Request) -> web.Response:
         "# TYPE lmsp_tokens_generated_total counter",
         f"lmsp_tokens_generated_total {totals['tokens'] if totals else 0}",
     ]
-    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain",
-                        headers={"X-Content-Type-Options": "nosniff"})
+    return web.Response(
+        text="\n".join(lines) + "\n",
+        content_type="text/plain",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
 
 
 @routes.get("/v1/openapi.json")
