@@ -164,9 +164,19 @@ class ModelRegistry:
         taken = {r["id"] for r in rows.values()}
         inserts: list[tuple[Any, ...]] = []
         updates: list[tuple[str, int, int, str]] = []  # state, size, mtime, id
+        repoints: list[tuple[Any, ...]] = []
         jobs: list[_HashJob] = []
+        moved_demo = self._moved_demo_row(rows, demo, found)
         for file in found:
             row = rows.pop(str(file.path), None)
+            if row is None and file.path == demo and moved_demo is not None:
+                # The demo package moved (a new venv): its id follows it, verified afresh.
+                rows.pop(moved_demo["path"])
+                meta = await asyncio.to_thread(_read_meta, file.path)
+                values = _insert_values(DEMO_MODEL_ID, file, meta)
+                repoints.append((*values[1:-1], DEMO_MODEL_ID))
+                jobs.append(_HashJob(DEMO_MODEL_ID, from_scan=True))
+                continue
             if row is None:
                 base = DEMO_MODEL_ID if file.path == demo else slug_from_filename(file.path.name)
                 model_id = unique_model_id(base, taken)
@@ -192,8 +202,14 @@ class ModelRegistry:
         for row in rows.values():  # recorded, but not in any model folder any more
             if row["state"] != MISSING:
                 updates.append((MISSING, row["size_bytes"], row["mtime_ns"], row["id"]))
-        if inserts or updates:
+        if inserts or updates or repoints:
             async with self.db.transaction() as conn:
+                await conn.executemany(
+                    "UPDATE models SET path = ?, size_bytes = ?, mtime_ns = ?, digest = NULL,"
+                    " state = ?, verified_at = NULL, architecture = ?, parameters = ?,"
+                    " quantization = ?, context_length = ?, meta = ? WHERE id = ?",
+                    repoints,
+                )
                 await conn.executemany(
                     "INSERT INTO models (id, path, size_bytes, mtime_ns, digest, state,"
                     " verified_at, architecture, parameters, quantization, context_length,"
@@ -206,9 +222,24 @@ class ModelRegistry:
                 )
         for values in inserts:
             self._emit(ModelEvent("state", values[0], UNVERIFIED))
+        for values in repoints:
+            self._emit(ModelEvent("state", values[-1], UNVERIFIED))
         for state, _, _, model_id in updates:
             self._emit(ModelEvent("state", model_id, state))
         return jobs
+
+    @staticmethod
+    def _moved_demo_row(
+        rows: dict[str, Any], demo: Path | None, found: builtins.list[FoundFile]
+    ) -> Any:
+        """The demo model's row if the demo file now lives elsewhere and its old file is gone."""
+        if demo is None or str(demo) in rows:
+            return None
+        present = {str(f.path) for f in found}
+        for path, row in rows.items():
+            if row["id"] == DEMO_MODEL_ID and path not in present:
+                return row
+        return None
 
     # -- hashing -------------------------------------------------------------------------
     async def verify(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:

@@ -380,4 +380,24 @@ async def test_verified_model_stays_runnable_while_verified_again(
         assert await reg.path_for_run("m") == path
     finally:
         release.set()
-    assert (await verifying).state == "verified"
+        await asyncio.wait([verifying])  # never leave it hashing past the store's closing
+    assert verifying.result().state == "verified"
+
+
+async def test_demo_model_keeps_its_id_when_its_package_moves(
+    store: Store, base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old_venv, new_venv = base / "old-venv", base / "new-venv"
+    old_venv.mkdir()
+    new_venv.mkdir()
+    demo = write_gguf(old_venv / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    monkeypatch.setattr(registry_module, "demo_model_path", lambda: demo)
+    reg = ModelRegistry(store.db, [])
+    await reg.scan()
+    assert [(m.id, m.state) for m in await reg.list()] == [("smollm2-135m-instruct", "verified")]
+    moved = demo.rename(new_venv / demo.name)
+    monkeypatch.setattr(registry_module, "demo_model_path", lambda: moved)
+    await reg.scan()
+    [model] = await reg.list()
+    assert (model.id, model.path, model.state) == ("smollm2-135m-instruct", moved, "verified")
+    assert await reg.path_for_run("smollm2-135m-instruct") == moved
