@@ -11,6 +11,7 @@ Use from a test module with `pytest_plugins = ["tests.integration.service_fixtur
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import json
 import threading
@@ -50,6 +51,7 @@ class LiveCore:
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="live-core")
         self._thread.start()
         self.core = Core(data_dir, port=0)
+        self._stopping: concurrent.futures.Future[None] | None = None
         self.url = self.call(self.core.start(), timeout=120)
         self.port = int(self.url.rsplit(":", 1)[1])
 
@@ -75,17 +77,22 @@ class LiveCore:
         self.call(revoke_client(self.core.store.db, info["id"]))
         return token
 
-    def stop(self) -> None:
-        try:
-            self.call(self.core.stop(), timeout=60)
-        finally:
-            self.halt_loop()
+    def begin_stop(self) -> asyncio.Future[None]:
+        """Start `Core.stop()` on its loop; await the result from another loop."""
+        if self._stopping is None:
+            self._stopping = asyncio.run_coroutine_threadsafe(self.core.stop(), self.loop)
+        return asyncio.wrap_future(self._stopping)
 
-    def halt_loop(self) -> None:
-        """Stop the Core's loop and thread (after the Core itself was stopped)."""
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
+    def stop(self) -> None:
+        """Stop the Core (if no test did), then its loop and thread."""
+        try:
+            if self._stopping is None:
+                self._stopping = asyncio.run_coroutine_threadsafe(self.core.stop(), self.loop)
+            self._stopping.result(60)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
 
 
 @dataclass(frozen=True)

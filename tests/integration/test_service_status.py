@@ -369,9 +369,7 @@ def test_shutting_down_refuses_new_work_with_503_and_ends_waiting_requests(
                 await expect_error(r, 503, "shutting_down")
             async with http.get("/v1/health") as r:
                 assert (await r.json())["status"] == "shutting_down"
-            stopping = asyncio.wrap_future(
-                asyncio.run_coroutine_threadsafe(other.core.stop(), other.loop)
-            )
+            stopping = other.begin_stop()
             response = await waiting
             await expect_error(response, 503, "shutting_down")
             response.release()
@@ -380,7 +378,7 @@ def test_shutting_down_refuses_new_work_with_503_and_ends_waiting_requests(
     try:
         asyncio.run(scenario())
     finally:
-        other.halt_loop()
+        other.stop()
 
 
 # -- error shape everywhere -------------------------------------------------------------------
