@@ -178,6 +178,8 @@ class Core:
             await self.host.stop()
         if hasattr(self, "runner"):
             await self.runner.stop()
+        if hasattr(self, "registry"):
+            await self.registry.close()
         await self.store.close()
         with contextlib.suppress(FileNotFoundError):
             self._service_json().unlink()

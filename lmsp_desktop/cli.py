@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             from lmsp_desktop.desktop import run_gui
 
-            return run_gui(args)
+            return int(run_gui(args))
         from lmsp_desktop.cli_admin import run_admin
 
         return run_admin(args)
