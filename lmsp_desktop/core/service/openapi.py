@@ -26,7 +26,14 @@ def _op(summary: str, scope: str | None, responses: dict[str, Any], **extra: Any
     return op
 
 
-ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+def _path_param(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+# Named exactly as in the route table, so the document and the router can be compared.
+ID = _path_param("id")
+PAIRING_ID = _path_param("pairing_id")
+CLIENT_ID = _path_param("client_id")
 OBJ = {"type": "object"}
 LIST = {
     "type": "object",
@@ -219,12 +226,12 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     },
                 )
             },
-            "/v1/pairing/{id}/token": {
+            "/v1/pairing/{pairing_id}/token": {
                 "post": _op(
                     "Poll for the token",
                     None,
                     {"200": _json(OBJ, "token"), **_errors(400, 404, 429)},
-                    parameters=[ID],
+                    parameters=[PAIRING_ID],
                     requestBody={
                         "required": True,
                         "content": {
@@ -268,12 +275,12 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     {"200": _json(LIST, "clients"), **_errors(401, 403)},
                 )
             },
-            "/v1/clients/{id}": {
+            "/v1/clients/{client_id}": {
                 "delete": _op(
                     "Revoke a client",
                     admin,
                     {"200": _json(OBJ, "revoked"), **_errors(401, 403, 404)},
-                    parameters=[ID],
+                    parameters=[CLIENT_ID],
                 )
             },
             "/v1/recovery/last": {

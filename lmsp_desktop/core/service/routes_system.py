@@ -34,7 +34,13 @@ async def health(request: web.Request) -> web.Response:
 async def recovery_last(request: web.Request) -> web.Response:
     principal: Principal = request[PRINCIPAL]
     principal.require("admin")
-    report = await last_report(request.app[CONTEXT].store.tasks)
+    ctx = request.app[CONTEXT]
+    # This startup's own report (possibly with no items) when the composition root shares
+    # it; the store keeps only reports that recovered something, which may be older.
+    current = ctx.extras.get("recovery_report")
+    if current is not None:
+        return web.json_response(current.as_json())
+    report = await last_report(ctx.store.tasks)
     if report is None:
         raise not_found("No startup has recovered any task yet.", "no_recovery_report")
     return web.json_response(report)
