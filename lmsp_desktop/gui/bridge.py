@@ -8,6 +8,7 @@ tables repaint once per flush instead of once per token.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -16,16 +17,12 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import core_ops
 
-DELTA_ONLY = ("response.output_text.delta",)
-
 
 class CoreBridge(QObject):
     """Subscribes to the core's listeners and re-emits their news as batched Qt signals."""
 
     # dict[str, TaskChange]: the latest change of each task since the last flush.
     tasks_changed = Signal(object)
-    # True when a flush may have moved queue positions (anything other than pure deltas).
-    queue_moved = Signal()
     models_changed = Signal()
     # dict[str, float]: hashing progress per model id, 0.0 to 1.0.
     model_progress = Signal(object)
@@ -46,7 +43,6 @@ class CoreBridge(QObject):
         self.pairing = pairing
         self._lock = threading.Lock()  # registry progress may arrive from a hashing thread
         self._tasks: dict[str, TaskChange] = {}
-        self._queue_moved = False
         self._models = False
         self._progress: dict[str, float | None] = {}
         self._pairing = False
@@ -71,9 +67,13 @@ class CoreBridge(QObject):
     # -- listeners (cheap: record and schedule) ---------------------------------------------
     def _on_task(self, change: TaskChange) -> None:
         with self._lock:
-            self._tasks[change.task_id] = change
-            if change.event_types != DELTA_ONLY:
-                self._queue_moved = True
+            # Keep the latest state but every kind of event since the last flush, so that a
+            # start followed by deltas still reads as a transition (queue positions move).
+            before = self._tasks.get(change.task_id)
+            kinds = change.event_types or ("state",)
+            if before is not None:
+                kinds = tuple(dict.fromkeys(before.event_types + kinds))
+            self._tasks[change.task_id] = dataclasses.replace(change, event_types=kinds)
         self._kick.emit()
 
     def _on_registry(self, event: Any = None) -> None:
@@ -104,14 +104,11 @@ class CoreBridge(QObject):
     def flush(self) -> None:
         with self._lock:
             tasks, self._tasks = self._tasks, {}
-            queue_moved, self._queue_moved = self._queue_moved, False
             models, self._models = self._models, False
             progress, self._progress = self._progress, {}
             pairing, self._pairing = self._pairing, False
         if tasks:
             self.tasks_changed.emit(tasks)
-        if queue_moved:
-            self.queue_moved.emit()
         if progress:
             self.model_progress.emit(progress)
         if models:

@@ -108,6 +108,7 @@ class EventTableModel(QAbstractTableModel):
 
     def fetchMore(self, parent: Index = ROOT) -> None:
         if self.canFetchMore(parent):
+            self._loading = True  # at once: views call fetchMore again before the load runs
             aio.spawn(self._load(self._generation))
 
     async def follow(self, last_seq: int) -> None:

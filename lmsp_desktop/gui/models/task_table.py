@@ -58,6 +58,7 @@ SORT_KEYS = {
     COL_TOKENS: "tokens",
     COL_LAST_SEQ: "last_seq",
 }
+DELTA_ONLY = ("response.output_text.delta",)
 RIGHT_ALIGNED = {COL_DURATION, COL_TOKENS, COL_TPS, COL_LAST_SEQ}
 
 
@@ -154,9 +155,10 @@ class TaskTableModel(QAbstractTableModel):
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
         key = SORT_KEYS.get(column)
-        if key is None:
+        descending = order == Qt.SortOrder.DescendingOrder
+        if key is None or (key, descending) == (self.sort_key, self.descending):
             return
-        self.sort_key, self.descending = key, order == Qt.SortOrder.DescendingOrder
+        self.sort_key, self.descending = key, descending
         aio.spawn(self.reload())
 
     # -- reading -----------------------------------------------------------------------------
@@ -223,10 +225,12 @@ class TaskTableModel(QAbstractTableModel):
             self._row_of[self._rows[i].id] = i
 
     # -- live changes ------------------------------------------------------------------------
-    async def apply_changes(self, changes: dict[str, TaskChange], queue_moved: bool) -> None:
+    async def apply_changes(self, changes: dict[str, TaskChange]) -> None:
         """Re-read changed tasks: patch known rows, insert new ones where they belong."""
         if not self.loaded:
             return
+        # Anything but streamed text (a task created, started, ended) may move the queue.
+        queue_moved = any(c.event_types != DELTA_ONLY for c in changes.values())
         generation = self._generation
         known = [i for i in changes if i in self._row_of]
         if queue_moved:  # queued rows' positions may have moved
@@ -254,6 +258,7 @@ class TaskTableModel(QAbstractTableModel):
         default_order = self.sort_key in ("id", "created") and self.descending
         newest = self._rows[0].n if self._rows else -1
         # New tasks are nearly always newer than every row: one insert at the top for all.
+        rows = [r for r in rows if r.id not in self._row_of]  # a concurrent flush added it
         top = sorted(
             (r for r in rows if r.n > newest or not default_order), key=lambda r: r.n, reverse=True
         )

@@ -6,6 +6,7 @@ from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.gui import data
 from lmsp_desktop.gui.aio import spawn
 from lmsp_desktop.gui.bridge import CoreBridge
+from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
 from lmsp_desktop.gui.models.task_table import COL_STATE, COL_TOKENS, Role, TaskTableModel
 from tests.unit.gui.conftest import until
 from tests.unit.gui.helpers import make_task, run_task
@@ -59,7 +60,7 @@ async def test_commits_show_after_a_bridge_flush(store):
 
     def on_changes(changes):
         flushes.append(len(changes))
-        spawn(model.apply_changes(changes, True))
+        spawn(model.apply_changes(changes))
 
     bridge.tasks_changed.connect(on_changes)
     second = await make_task(store)
@@ -85,3 +86,22 @@ async def test_state_filter_and_text_filter_query_the_store(store):
     assert [model.task_id(r) for r in range(model.rowCount())] == [done]
     await model.set_filter(data.TaskFilter(text="smol"))
     assert model.rowCount() == 1 and model.task(done) is None
+
+
+async def test_event_model_passes_qtmodeltester_and_grows_at_the_tail(qtmodeltester, store):
+    task_id = await make_task(store)
+    await run_task(store, task_id, [f"t{i}" for i in range(30)], finish=False)
+    model = EventTableModel(store.tasks, page_size=10)
+    await model.show_task(task_id)
+    assert model.rowCount() == 10 and model.canFetchMore()
+    qtmodeltester.check(model, force_py=True)
+    while model.canFetchMore() or model._loading:
+        model.fetchMore()
+        await until(lambda: not model._loading)
+    assert model.rowCount() == 34
+    await store.tasks.append_deltas(
+        task_id, ["more"], output_tokens=31, input_tokens=1, snapshot=None
+    )
+    await model.follow(35)
+    assert model.rowCount() == 35
+    assert model.index(34, COL_DATA).data() == "'more'"

@@ -1,0 +1,203 @@
+"""The lower half of the Tasks page: one task's header, live output, events and request."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QGuiApplication, QTextCursor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QTableView,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.states import CANCELLABLE, TaskState
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.format import STATE_COLOURS, state_word
+from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
+
+CURSOR = "▌"  # shown after the text while the model is still generating
+
+
+class TaskDetails(QWidget):
+    """Shows the selected task and follows it live; offers Copy id, Cancel and Export."""
+
+    cancel_requested = Signal(list)  # [task_id]
+
+    def __init__(self, store: Store, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.task_id: str | None = None
+        self.state: str | None = None
+        self._output = ""
+        self.header = QLabel("Select a task to see its output and events.")
+        self.header.setWordWrap(True)
+        self.copy_button = QPushButton("Copy id")
+        self.copy_button.clicked.connect(self.copy_id)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop this task; its output so far is kept")
+        self.cancel_button.clicked.connect(
+            lambda: self.cancel_requested.emit([self.task_id] if self.task_id else [])
+        )
+        top = QHBoxLayout()
+        top.addWidget(self.header, 1)
+        top.addWidget(self.copy_button)
+        top.addWidget(self.cancel_button)
+
+        self.output = QPlainTextEdit(readOnly=True)
+        self.output.setPlaceholderText("No output yet.")
+        self.events = EventTableModel(store.tasks, parent=self)
+        self.events_view = QTableView()
+        self.events_view.setModel(self.events)
+        self.events_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.events_view.verticalHeader().hide()
+        self.events_view.horizontalHeader().setSectionResizeMode(
+            COL_DATA, QHeaderView.ResizeMode.Stretch
+        )
+        self.events_view.setWordWrap(False)
+        self._at_bottom = True
+        self.events.rowsAboutToBeInserted.connect(self._remember_bottom)
+        self.events.rowsInserted.connect(self._follow_tail)
+        self.export_button = QPushButton("Export JSONL…")
+        self.export_button.clicked.connect(self._ask_export_path)
+        events_tab = QWidget()
+        events_layout = QVBoxLayout(events_tab)
+        events_layout.setContentsMargins(0, 0, 0, 0)
+        events_layout.addWidget(self.events_view)
+        row = QHBoxLayout()
+        self.events_hint = QLabel("Follows new events while scrolled to the bottom.")
+        row.addWidget(self.events_hint, 1)
+        row.addWidget(self.export_button)
+        events_layout.addLayout(row)
+        self.request = QPlainTextEdit(readOnly=True)
+
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.output, "Output")
+        self.tabs.addTab(events_tab, "Events")
+        self.tabs.addTab(self.request, "Request")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.tabs)
+        self._set_buttons()
+
+    # -- showing a task ----------------------------------------------------------------------
+    async def show_task(self, task_id: str | None) -> None:
+        self.task_id = task_id
+        self._output = ""
+        self.output.clear()
+        self.request.clear()
+        self._at_bottom = True
+        await self.events.show_task(task_id)
+        if task_id is None:
+            self.state = None
+            self.header.setText("Select a task to see its output and events.")
+            self._set_buttons()
+            return
+        await self.refresh()
+        if self.task_id == task_id:
+            self.request.setPlainText(json.dumps(json.loads(self._row["request"]), indent=2))
+
+    async def refresh(self) -> None:
+        """Re-read the shown task (its state, output and new events)."""
+        task_id = self.task_id
+        if task_id is None:
+            return
+        try:
+            row = await self.store.tasks.get(task_id)
+        except LmspError:  # deleted meanwhile (retention)
+            return
+        if task_id != self.task_id:
+            return
+        self._row = row
+        self.state = row["state"]
+        self._show_header(row)
+        self._show_output(row["output_text"], row["state"] in (TaskState.RUNNING,))
+        self._set_buttons()
+        await self.events.follow(row["last_seq"])
+
+    def on_changes(self, changes: dict[str, TaskChange]) -> None:
+        if self.task_id in changes:
+            aio.spawn(self.refresh(), self)
+
+    def _show_header(self, row: Any) -> None:
+        colour = STATE_COLOURS.get(row["state"], "#8c8c8c")
+        error = json.loads(row["error"]) if row["error"] else None
+        parts = [
+            f"<b>{row['id']}</b>",
+            row["model"],
+            f"<span style='color:{colour}'>●</span> {state_word(row['state'])}",
+            f"on_restart {row['on_restart']}",
+        ]
+        if row["restarts"]:
+            parts.append(f"restarted {row['restarts']}×")
+        text = " · ".join(parts)
+        if error:
+            text += f"<br>{error['code']}: {error['message']}"
+        self.header.setText(text)
+
+    def _show_output(self, text: str, generating: bool) -> None:
+        shown = text + (CURSOR if generating else "")
+        if shown == self._output:
+            return
+        bar = self.output.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        if self._output.endswith(CURSOR) and shown.startswith(self._output[:-1]):
+            # Append only the new text so the reader's scroll position and selection stay.
+            cursor = self.output.textCursor()
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            cursor.deletePreviousChar()
+            cursor.insertText(shown[len(self._output) - 1 :])
+        else:
+            self.output.setPlainText(shown)
+        self._output = shown
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
+    def _set_buttons(self) -> None:
+        self.copy_button.setEnabled(self.task_id is not None)
+        self.cancel_button.setEnabled(self.state in CANCELLABLE)
+        self.export_button.setEnabled(self.task_id is not None)
+
+    # -- tail following and export -----------------------------------------------------------
+    def _remember_bottom(self, *_: Any) -> None:
+        bar = self.events_view.verticalScrollBar()
+        self._at_bottom = bar.value() >= bar.maximum() - 2
+
+    def _follow_tail(self, *_: Any) -> None:
+        if self._at_bottom:
+            self.events_view.scrollToBottom()
+
+    def copy_id(self) -> None:
+        if self.task_id:
+            QGuiApplication.clipboard().setText(self.task_id)
+
+    def _ask_export_path(self) -> None:
+        dialog = QFileDialog(self, "Export events as JSON Lines")
+        dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dialog.setNameFilter("JSON Lines (*.jsonl)")
+        dialog.selectFile(f"{self.task_id}.jsonl")
+        dialog.fileSelected.connect(lambda path: aio.spawn(self.export(Path(path)), self))
+        dialog.open()  # never exec(): the service keeps running on this loop
+
+    async def export(self, path: Path) -> int:
+        """Write every event of the shown task, one JSON object per line."""
+        events = await self.events.all_events()
+        with path.open("w", encoding="utf-8") as out:
+            for event in events:
+                out.write(json.dumps(event, ensure_ascii=False) + "\n")
+        return len(events)

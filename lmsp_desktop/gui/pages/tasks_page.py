@@ -1,0 +1,248 @@
+"""The Tasks page: filter chips and search, the live tasks table, details below, Cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QItemSelection, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QButtonGroup,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+from qasync import asyncSlot
+
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.states import CANCELLABLE
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.data import STATE_FILTERS, TaskFilter
+from lmsp_desktop.gui.models.task_table import COL_ID, COL_MODEL, TaskTableModel
+from lmsp_desktop.gui.pages.task_details import TaskDetails
+
+
+def curl_example(url: str) -> str:
+    return (
+        f"curl {url}/v1/responses -H 'Authorization: Bearer $LMSP_TOKEN' "
+        "-H 'Content-Type: application/json' "
+        '-d \'{"model": "smollm2-135m-instruct", "input": "Write a haiku about tea", '
+        '"background": true}\''
+    )
+
+
+class TasksPage(QWidget):
+    """Lists tasks live, filters them in the store, and cancels the selection."""
+
+    try_prompt_requested = Signal()
+    pair_requested = Signal()
+
+    def __init__(self, store: Store, url: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.url = url
+        self.model = TaskTableModel(store.db, parent=self)
+        self.confirm_box: QMessageBox | None = None
+
+        self.chips = QButtonGroup(self)
+        chip_row = QHBoxLayout()
+        for i, name in enumerate(STATE_FILTERS):
+            chip = QPushButton(name)
+            chip.setCheckable(True)
+            chip.setChecked(i == 0)
+            chip.setProperty("chip", True)
+            self.chips.addButton(chip, i)
+            chip_row.addWidget(chip)
+        self.chips.idClicked.connect(lambda _: self._filter_later(0))
+        self.search = QLineEdit(placeholderText="Filter by id, model or client  (Ctrl+F)")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(lambda _: self._filter_later(250))
+        self._filter_timer = QTimer(self, singleShot=True)
+        self._filter_timer.timeout.connect(self._apply_filter)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Cancel the selected tasks (Delete)")
+        self.cancel_button.clicked.connect(lambda: self.cancel_tasks(self.selected_ids()))
+        self.try_button = QPushButton("Try a prompt…")
+        self.try_button.clicked.connect(self.try_prompt_requested)
+        chip_row.addSpacing(12)
+        chip_row.addWidget(self.search, 1)
+        chip_row.addWidget(self.cancel_button)
+        chip_row.addWidget(self.try_button)
+
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table.verticalHeader().hide()
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        header.setSortIndicator(COL_ID, Qt.SortOrder.DescendingOrder)
+        header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Stretch)
+        self.table.setSortingEnabled(True)
+        self.table.selectionModel().selectionChanged.connect(self._selection_changed)
+        self.details = TaskDetails(store)
+        self.details.cancel_requested.connect(self.cancel_tasks)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.addWidget(self.table)
+        self.splitter.addWidget(self.details)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+
+        self.empty = self._empty_state()
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.splitter)
+        self.stack.addWidget(self.empty)
+        layout = QVBoxLayout(self)
+        layout.addLayout(chip_row)
+        layout.addWidget(self.stack)
+
+        QShortcut(QKeySequence.StandardKey.Find, self, self._focus_search)
+        delete = QShortcut(QKeySequence.StandardKey.Delete, self.table, self.confirm_cancel)
+        delete.setContext(Qt.ShortcutContext.WidgetShortcut)
+        copy = QShortcut(QKeySequence.StandardKey.Copy, self.table, self._copy_ids)
+        copy.setContext(Qt.ShortcutContext.WidgetShortcut)
+        self.model.modelReset.connect(self._show_empty_state)
+        self.model.rowsInserted.connect(self._show_empty_state)
+        self.model.dataChanged.connect(lambda *_: self._update_actions())
+        self._clock = QTimer(self, interval=1000)
+        self._clock.timeout.connect(self.model.tick)
+        self._clock.start()
+        self._update_actions()
+
+    def _empty_state(self) -> QWidget:
+        box = QWidget()
+        self.empty_label = QLabel()
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        buttons = QHBoxLayout()
+        buttons.addStretch()
+        for text, slot in (
+            ("Try a prompt…", self.try_prompt_requested.emit),
+            ("Copy a curl example", self.copy_curl),
+            ("Pair a client…", self.pair_requested.emit),
+        ):
+            button = QPushButton(text)
+            button.clicked.connect(slot)
+            buttons.addWidget(button)
+        buttons.addStretch()
+        layout = QVBoxLayout(box)
+        layout.addStretch()
+        layout.addWidget(self.empty_label)
+        layout.addLayout(buttons)
+        layout.addStretch()
+        return box
+
+    def set_url(self, url: str) -> None:
+        self.url = url
+        self.empty_label.setText(
+            f"<h3>No tasks yet.</h3>Clients send work to <b>{url or '…'}/v1</b>"
+        )
+
+    # -- loading and live updates ------------------------------------------------------------
+    async def load(self) -> None:
+        self.set_url(self.url)
+        await self.model.reload()
+
+    def on_changes(self, changes: dict[str, TaskChange]) -> None:
+        aio.spawn(self.model.apply_changes(changes), self)
+        self.details.on_changes(changes)
+
+    def _show_empty_state(self, *_: Any) -> None:
+        flt = self.model.filter
+        empty = self.model.rowCount() == 0 and not flt.states and not flt.text
+        self.stack.setCurrentWidget(self.empty if empty else self.splitter)
+
+    def _filter_later(self, ms: int) -> None:
+        self._filter_timer.start(ms)
+
+    def _apply_filter(self) -> None:
+        name = list(STATE_FILTERS)[max(0, self.chips.checkedId())]
+        flt = TaskFilter(states=STATE_FILTERS[name], text=self.search.text().strip())
+        aio.spawn(self.model.set_filter(flt), self)
+
+    def _focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
+
+    def show_task(self, task_id: str) -> None:
+        """Select a task by id (Show in Tasks), clearing filters that would hide it."""
+        row = self.model.row_of(task_id)
+        if row is not None:
+            self.table.selectRow(row)
+            self.table.scrollTo(self.model.index(row, 0))
+        else:
+            aio.spawn(self.details.show_task(task_id), self)
+
+    # -- selection and cancel ----------------------------------------------------------------
+    def selected_ids(self) -> list[str]:
+        rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
+        return [self.model.task_id(r) for r in rows]
+
+    def _selection_changed(self, *_: QItemSelection) -> None:
+        ids = self.selected_ids()
+        shown = ids[0] if len(ids) == 1 else self.details.task_id if ids else None
+        if shown != self.details.task_id:
+            aio.spawn(self.details.show_task(shown), self)
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        self.cancel_button.setEnabled(bool(self.cancellable_selection()))
+
+    def cancellable_selection(self) -> list[str]:
+        return [
+            i
+            for i in self.selected_ids()
+            if (t := self.model.task(i)) is not None and t.state in CANCELLABLE
+        ]
+
+    def confirm_cancel(self) -> None:
+        """Delete key: ask first (without blocking the loop), then cancel the selection."""
+        ids = self.cancellable_selection()
+        if not ids:
+            return
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Cancel tasks",
+            f"Cancel {len(ids)} task{'s' if len(ids) > 1 else ''}? "
+            "Running tasks stop after their current token; their output so far is kept.",
+            parent=self,
+        )
+        box.addButton("Cancel tasks", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton("Keep them", QMessageBox.ButtonRole.RejectRole)
+        box.accepted.connect(lambda: self.cancel_tasks(ids))
+        self.confirm_box = box
+        box.open()
+
+    @asyncSlot(list)  # type: ignore[untyped-decorator]
+    async def cancel_tasks(self, ids: list[str]) -> None:
+        """The same transition as POST /v1/responses/{id}/cancel, for each task."""
+        ids = [i for i in ids if i]
+        if not ids:
+            return
+        self.cancel_button.setEnabled(False)
+        self.details.cancel_button.setEnabled(False)
+        try:
+            for task_id in ids:
+                await self.store.tasks.cancel(task_id)
+        except LmspError as exc:
+            aio.show_error(self, exc)
+        finally:
+            self._update_actions()
+
+    def _copy_ids(self) -> None:
+        QGuiApplication.clipboard().setText("\n".join(self.selected_ids()))
+
+    def copy_curl(self) -> None:
+        QGuiApplication.clipboard().setText(curl_example(self.url))
