@@ -82,6 +82,7 @@ class CoreBridge(QObject):
             if progress is not None:
                 self._progress[progress[0]] = progress[1]
             else:  # a state changed or a scan ended: re-read the list
+                self._progress.pop(getattr(event, "model_id", None) or "", None)
                 self._models = True
         self._kick.emit()
 

@@ -1,0 +1,184 @@
+"""The models table: registry entries with digest, verification state, hashing progress."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QFontDatabase
+
+from lmsp_desktop.gui import core_ops
+from lmsp_desktop.gui.format import date_time, dot_icon, human_count, human_size, short_digest
+
+Index = QModelIndex | QPersistentModelIndex
+ROOT = QModelIndex()
+(
+    COL_NAME,
+    COL_SIZE,
+    COL_ARCH,
+    COL_QUANT,
+    COL_PARAMS,
+    COL_CONTEXT,
+    COL_DIGEST,
+    COL_STATUS,
+    COL_LOADED,
+) = range(9)
+HEADERS = [
+    "Name",
+    "Size",
+    "Architecture",
+    "Quantization",
+    "Parameters",
+    "Context",
+    "Digest",
+    "Status",
+    "Loaded",
+]
+STATUS = {
+    "verified": ("✓ verified", "#2fa84f"),
+    "hashing": ("hashing", "#3d85e0"),
+    "unverified": ("not verified yet", "#8c8c8c"),
+    "changed": ("⚠ changed", "#e0a100"),
+    "missing": ("✗ missing", "#e04848"),
+}
+EXPLAIN = {
+    "changed": "The file changed since it was verified, so it will not run. Choose Verify "
+    "selected to check it again (and accept it if you replaced it on purpose).",
+    "missing": "The file is no longer where it was found. Put it back or add the folder "
+    "that now holds it, then Rescan.",
+    "unverified": "The digest is being computed; the model runs once it is verified.",
+}
+
+
+class Role(IntEnum):
+    MODEL_ID = Qt.ItemDataRole.UserRole + 1
+    PROGRESS = Qt.ItemDataRole.UserRole + 2  # float 0..1 while hashing, else None
+    STATE = Qt.ItemDataRole.UserRole + 3
+    PATH = Qt.ItemDataRole.UserRole + 4
+    DIGEST = Qt.ItemDataRole.UserRole + 5
+
+
+class ModelTableModel(QAbstractTableModel):
+    """Rows of the registry's ModelInfo, with the runner's loaded state beside them."""
+
+    def __init__(self, registry: Any, runner: Any = None, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.registry = registry
+        self.runner = runner
+        self._rows: list[Any] = []
+        self._progress: dict[str, float] = {}
+        self._loaded: dict[str, str] = {}
+
+    def rowCount(self, parent: Index = ROOT) -> int:
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: Index = ROOT) -> int:
+        return 0 if parent.isValid() else len(HEADERS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return HEADERS[section]
+        return None
+
+    def state_of(self, info: Any) -> str:
+        return "hashing" if info.id in self._progress else str(info.state)
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self._rows):
+            return None
+        info, col = self._rows[index.row()], index.column()
+        state = self.state_of(info)
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(info, col, state)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == COL_NAME:
+                return str(info.path)
+            if col == COL_DIGEST:
+                return info.digest or "not computed yet"
+            if col == COL_STATUS:
+                return EXPLAIN.get(state)
+        if role == Qt.ItemDataRole.DecorationRole and col == COL_LOADED:
+            loaded = self._loaded.get(info.id, "unloaded")
+            return dot_icon("#3d85e0", hollow=loaded == "loading") if loaded != "unloaded" else None
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_SIZE, COL_PARAMS, COL_CONTEXT):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.FontRole and col == COL_DIGEST:
+            return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        if role == Role.MODEL_ID:
+            return info.id
+        if role == Role.PROGRESS:
+            return self._progress.get(info.id)
+        if role == Role.STATE:
+            return state
+        if role == Role.PATH:
+            return str(info.path)
+        if role == Role.DIGEST:
+            return info.digest
+        return None
+
+    def _display(self, info: Any, col: int, state: str) -> str:
+        if col == COL_NAME:
+            return str(info.id)
+        if col == COL_SIZE:
+            return human_size(info.size_bytes)
+        if col == COL_ARCH:
+            return info.architecture or "—"
+        if col == COL_QUANT:
+            return info.quantization or "—"
+        if col == COL_PARAMS:
+            return human_count(info.parameters)
+        if col == COL_CONTEXT:
+            return f"{info.context_length:,}" if info.context_length else "—"
+        if col == COL_DIGEST:
+            return short_digest(info.digest)
+        if col == COL_STATUS:
+            if state == "hashing":
+                return f"hashing {self._progress.get(info.id, 0.0):.0%}"
+            word = STATUS.get(state, (state, ""))[0]
+            if state == "verified" and info.verified_at:
+                word += f" {date_time(info.verified_at)}"
+            return word
+        loaded = self._loaded.get(info.id, "unloaded")
+        return "" if loaded == "unloaded" else loaded
+
+    # -- updates -----------------------------------------------------------------------------
+    def model_id(self, row: int) -> str:
+        return str(self._rows[row].id)
+
+    def info(self, row: int) -> Any:
+        return self._rows[row]
+
+    async def reload(self) -> None:
+        rows = await core_ops.list_models(self.registry)
+        for info in rows:
+            if info.state != "hashing":
+                self._progress.pop(info.id, None)  # settled since the last progress event
+            else:
+                self._progress.setdefault(info.id, 0.0)
+        self._loaded = {i.id: core_ops.loaded_state(self.runner, i.id) for i in rows}
+        if [i.id for i in rows] == [i.id for i in self._rows]:
+            self._rows = rows
+            if rows:
+                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, COL_LOADED))
+            return
+        self.beginResetModel()  # models come and go rarely; a reset keeps this simple
+        self._rows = rows
+        self.endResetModel()
+
+    def set_progress(self, progress: dict[str, float]) -> None:
+        for model_id, fraction in progress.items():
+            self._progress[model_id] = fraction
+            self._changed(model_id, COL_STATUS)
+
+    def refresh_loaded(self) -> None:
+        for info in self._rows:
+            state = core_ops.loaded_state(self.runner, info.id)
+            if self._loaded.get(info.id) != state:
+                self._loaded[info.id] = state
+                self._changed(info.id, COL_LOADED)
+
+    def _changed(self, model_id: str, col: int) -> None:
+        for row, info in enumerate(self._rows):
+            if info.id == model_id:
+                self.dataChanged.emit(self.index(row, col), self.index(row, col))

@@ -1,0 +1,189 @@
+"""The Models page: every model file with its digest and verification state, and actions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QUrl
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QPainter
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QApplication,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionProgressBar,
+    QStyleOptionViewItem,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.models.model_table import COL_NAME, COL_STATUS, EXPLAIN, ModelTableModel
+from lmsp_desktop.gui.models.model_table import Role as ModelRole
+
+
+class ProgressDelegate(QStyledItemDelegate):
+    """Paints a progress bar in the status cell of a model being hashed."""
+
+    def paint(
+        self,
+        painter: QPainter,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> None:
+        fraction = index.data(ModelRole.PROGRESS)
+        if fraction is None:
+            super().paint(painter, option, index)
+            return
+        bar = QStyleOptionProgressBar()
+        bar.rect = option.rect.adjusted(2, 3, -2, -3)
+        bar.minimum, bar.maximum = 0, 100
+        bar.progress = int(fraction * 100)
+        bar.text = f"hashing {fraction:.0%}"
+        bar.textVisible = True
+        style = QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter)
+
+
+class ModelsPage(QWidget):
+    """Lists the registry's models; Add folder, Rescan, Verify selected, Open folder, Copy."""
+
+    def __init__(self, registry: Any, runner: Any = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.registry = registry
+        self.model = ModelTableModel(registry, runner, parent=self)
+        self.add_button = QPushButton("Add folder…")
+        self.add_button.clicked.connect(self._ask_folder)
+        self.rescan_button = QPushButton("Rescan")
+        self.rescan_button.clicked.connect(lambda: aio.spawn(self.rescan(), self))
+        self.verify_button = QPushButton("Verify selected")
+        self.verify_button.setToolTip("Hash the selected files again and compare the digests")
+        self.verify_button.clicked.connect(lambda: aio.spawn(self.verify_selected(), self))
+        self.open_button = QPushButton("Open folder")
+        self.open_button.clicked.connect(self.open_folder)
+        self.copy_button = QPushButton("Copy digest")
+        self.copy_button.clicked.connect(self.copy_digest)
+        bar = QHBoxLayout()
+        for button in (
+            self.add_button,
+            self.rescan_button,
+            self.verify_button,
+            self.open_button,
+            self.copy_button,
+        ):
+            bar.addWidget(button)
+        bar.addStretch()
+
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.verticalHeader().hide()
+        self.table.setItemDelegateForColumn(COL_STATUS, ProgressDelegate(self.table))
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Stretch)
+        header.setMinimumSectionSize(60)
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
+        self.model.modelReset.connect(self._update)
+        self.model.dataChanged.connect(lambda *_: self._update())
+        self.explain = QLabel()
+        self.explain.setWordWrap(True)
+        self.explain.hide()
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(self.table)
+        layout.addWidget(self.explain)
+        self._update()
+
+    def connect_bridge(self, bridge: Any) -> None:
+        bridge.models_changed.connect(lambda: aio.spawn(self.model.reload(), self))
+        bridge.model_progress.connect(self.model.set_progress)
+        bridge.tasks_changed.connect(lambda _: self.model.refresh_loaded())
+
+    async def load(self) -> None:
+        await self.model.reload()
+        self.table.resizeColumnsToContents()
+
+    def selected_rows(self) -> list[int]:
+        return sorted({i.row() for i in self.table.selectionModel().selectedRows()})
+
+    def _update(self) -> None:
+        rows = self.selected_rows()
+        for button in (self.verify_button, self.open_button):
+            button.setEnabled(bool(rows))
+        self.copy_button.setEnabled(
+            len(rows) == 1 and bool(self.model.index(rows[0], 0).data(ModelRole.DIGEST))
+        )
+        states = {self.model.index(r, 0).data(ModelRole.STATE) for r in rows}
+        notes = [EXPLAIN[s] for s in ("changed", "missing") if s in states]
+        self.explain.setText(" ".join(notes))
+        self.explain.setVisible(bool(notes))
+
+    # -- actions -----------------------------------------------------------------------------
+    def _ask_folder(self) -> None:
+        dialog = QFileDialog(self, "Add a model folder")
+        dialog.setFileMode(QFileDialog.FileMode.Directory)
+        dialog.setOption(QFileDialog.Option.ShowDirsOnly)
+        dialog.fileSelected.connect(lambda path: aio.spawn(self.add_folder(Path(path)), self))
+        dialog.open()  # never exec() on the service's loop
+
+    async def add_folder(self, folder: Path) -> None:
+        """Register a folder and scan it (the Settings dialog keeps the list)."""
+        self.add_button.setEnabled(False)
+        try:
+            await self.registry.add_folder(folder)
+        finally:
+            self.add_button.setEnabled(True)
+
+    async def rescan(self) -> None:
+        self.rescan_button.setEnabled(False)
+        try:
+            await self.registry.scan()
+        finally:
+            self.rescan_button.setEnabled(True)
+
+    async def verify_selected(self) -> None:
+        ids = [self.model.model_id(r) for r in self.selected_rows()]
+        self.verify_button.setEnabled(False)
+        try:
+            for model_id in ids:
+                info = await self.registry.verify(model_id)
+                if info.state == "changed":
+                    self._offer_accept(info)
+        finally:
+            self._update()
+
+    def _offer_accept(self, info: Any) -> None:
+        """A file whose digest differs stays refused unless the owner accepts it as new."""
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Model file changed",
+            f"{info.path} no longer matches the digest recorded when it was verified, so "
+            f"{info.id} will not run. If you replaced the file on purpose, accept the new "
+            "file; otherwise restore the original.",
+            parent=self,
+        )
+        box.addButton("Accept the new file", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton("Keep refusing it", QMessageBox.ButtonRole.RejectRole)
+        box.accepted.connect(
+            lambda: aio.spawn(self.registry.verify(info.id, accept_new=True), self)
+        )
+        self.accept_box = box
+        box.open()
+
+    def open_folder(self) -> None:
+        for row in self.selected_rows()[:1]:
+            path = Path(self.model.index(row, 0).data(ModelRole.PATH))
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent)))
+
+    def copy_digest(self) -> None:
+        rows = self.selected_rows()
+        if rows:
+            QGuiApplication.clipboard().setText(self.model.index(rows[0], 0).data(ModelRole.DIGEST))

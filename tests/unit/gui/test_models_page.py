@@ -1,0 +1,100 @@
+"""The Models page over the real registry: digests, hashing progress, changed files, verify."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from PySide6.QtGui import QGuiApplication
+
+from lmsp_desktop.core.models.info import ModelEvent
+from lmsp_desktop.core.models.registry import ModelRegistry
+from lmsp_desktop.gui.bridge import CoreBridge
+from lmsp_desktop.gui.models.model_table import (
+    COL_DIGEST,
+    COL_LOADED,
+    COL_NAME,
+    COL_STATUS,
+    ModelTableModel,
+    Role,
+)
+from lmsp_desktop.gui.pages.models_page import ModelsPage
+from tests.unit.gui.conftest import until
+from tests.unit.gui.helpers import FakeRunner
+
+
+@pytest.fixture
+async def setup(qtbot, store, tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    blob = os.urandom(2 * 1024 * 1024)
+    (folder / "tiny-model.Q4_0.gguf").write_bytes(blob)
+    registry = ModelRegistry(store.db, [folder], include_demo=False, chunk_size=64 * 1024)
+    bridge = CoreBridge(store, registry=registry, interval_ms=20)
+    page = ModelsPage(registry, FakeRunner(store))
+    qtbot.addWidget(page)
+    page.show()
+    page.connect_bridge(bridge)
+    progress: list[dict] = []
+    bridge.model_progress.connect(progress.append)
+    page.bridge = bridge
+    yield page, registry, folder, blob, progress
+    bridge.close()
+
+
+def cell(page: ModelsPage, col: int) -> str:
+    return page.model.index(0, col).data()
+
+
+async def test_model_row_shows_digest_status_and_loaded(qtmodeltester, setup):
+    page, registry, folder, blob, progress = setup
+    await registry.scan()
+    await page.load()
+    tested = ModelTableModel(registry)  # unparented: the page is deleted before the tester
+    await tested.reload()
+    qtmodeltester.check(tested, force_py=True)
+    digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+    await until(lambda: cell(page, COL_STATUS).startswith("✓ verified"))
+    assert cell(page, COL_NAME) == "tiny-model-q4-0" or cell(page, COL_NAME).startswith("tiny")
+    assert cell(page, COL_DIGEST) == f"sha256:{digest[7:11]}…{digest[-4:]}"
+    assert page.model.index(0, COL_DIGEST).data(3) == digest  # tooltip: the full digest
+    page.table.selectRow(0)
+    page.copy_digest()
+    assert QGuiApplication.clipboard().text() == digest
+    assert cell(page, COL_LOADED) == ""  # FakeRunner has no loaded_state
+
+
+async def test_changed_file_is_flagged_and_verify_offers_to_accept(setup):
+    page, registry, folder, blob, progress = setup
+    await registry.scan()
+    await page.load()
+    path = folder / "tiny-model.Q4_0.gguf"
+    path.write_bytes(blob[::-1] + b"x")
+    await page.rescan()
+    await until(lambda: cell(page, COL_STATUS) == "⚠ changed")
+    page.table.selectRow(0)
+    assert page.explain.isVisible() and "will not run" in page.explain.text()
+    await page.verify_selected()
+    assert page.accept_box.isVisible()
+    page.accept_box.buttons()[0].click()  # Accept the new file
+    await until(lambda: cell(page, COL_STATUS).startswith("✓ verified"))
+    path.unlink()
+    await page.rescan()
+    await until(lambda: cell(page, COL_STATUS) == "✗ missing")
+
+
+async def test_hashing_progress_shows_as_a_bar_until_the_state_settles(setup):
+    page, registry, folder, blob, progress = setup
+    await registry.scan()
+    await page.load()
+    model_id = page.model.model_id(0)
+    page.bridge._on_registry(
+        ModelEvent("progress", model_id, "hashing", bytes_done=62, bytes_total=100)
+    )
+    await until(lambda: cell(page, COL_STATUS) == "hashing 62%")
+    assert page.model.index(0, COL_STATUS).data(Role.PROGRESS) == pytest.approx(0.62)
+    page.table.grab()  # the delegate paints a progress bar without errors
+    page.bridge._on_registry(ModelEvent("state", model_id, "verified"))
+    await until(lambda: cell(page, COL_STATUS).startswith("✓ verified"))
+    assert page.model.index(0, COL_STATUS).data(Role.PROGRESS) is None
