@@ -1,0 +1,183 @@
+"""B1 accept: durable background creates over HTTP with 64 concurrent clients, against a raw
+sqlite3 loop (one transaction per task at the same `synchronous`) and huey's SqliteHuey."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import BenchServer, make_gguf, percentile
+from bench.report import Row
+from bench.seed import open_raw
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS
+
+CLIENTS = 64
+
+
+def raw_loop(work: Path, n: int) -> float:
+    """Commits/s of the limit: BEGIN IMMEDIATE, the three rows a create writes, COMMIT."""
+    conn = open_raw(work / "raw")
+    conn.execute(f"PRAGMA synchronous={DEFAULT_SYNCHRONOUS}")
+    request = json.dumps(parse_create({"model": "m", "input": "hi", "background": True}, "fail"))
+    event = json.dumps({"type": "response.created", "response": {"id": "x"}} | {"pad": "x" * 900})
+    start = time.perf_counter()
+    for i in range(n):
+        task_id = f"resp_raw{i:08d}"
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO responses (id, created_at, model, request) VALUES (?,?,?,?)",
+            (task_id, 0, "m", request),
+        )
+        conn.execute(
+            "INSERT INTO tasks (id, model, state, on_restart, mode, created_at, last_seq)"
+            " VALUES (?, 'm', 'queued', 'fail', 'background', 0, 1)",
+            (task_id,),
+        )
+        conn.execute(
+            "INSERT INTO task_events (task_id, seq, type, created_at, data) VALUES (?,1,?,0,?)",
+            (task_id, "response.created", event),
+        )
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return n / elapsed
+
+
+def huey_enqueue(work: Path, n: int) -> float:
+    """Enqueues/s of SqliteHuey with fsync on (synchronous=FULL), WAL, one caller."""
+    from huey import SqliteHuey
+
+    huey = SqliteHuey("bench", filename=str(work / "huey.db"), fsync=True)
+
+    @huey.task()  # type: ignore[misc]
+    def job(i: int) -> int:
+        return i
+
+    for i in range(20):
+        job(i)
+    start = time.perf_counter()
+    for i in range(n):
+        job(i)
+    elapsed = time.perf_counter() - start
+    huey.storage.close()
+    return n / elapsed
+
+
+async def _drive(server: BenchServer, model: str, n: int, warmup: int) -> tuple[float, list[float]]:
+    """n creates from CLIENTS connections; returns (creates/s, latencies in ms)."""
+    body = {"model": model, "input": "Say hello.", "background": True, "max_output_tokens": 16}
+    latencies: list[float] = []
+    remaining = [warmup]
+
+    async def client(record: bool) -> None:
+        conn = server.connection()
+        try:
+            while remaining[0] > 0:
+                remaining[0] -= 1
+                t0 = time.perf_counter()
+                status, data = await conn.request("POST", "/v1/responses", body)
+                if status != 202:
+                    raise RuntimeError(f"create answered {status}: {data[:300]!r}")
+                if record:
+                    latencies.append((time.perf_counter() - t0) * 1000)
+        finally:
+            await conn.close()
+
+    await asyncio.gather(*(client(False) for _ in range(CLIENTS)))
+    remaining[0] = n
+    start = time.perf_counter()
+    await asyncio.gather(*(client(True) for _ in range(CLIENTS)))
+    elapsed = time.perf_counter() - start
+    return n / elapsed, latencies
+
+
+async def _model_id(server: BenchServer) -> str:
+    conn = server.connection()
+    try:
+        _, data = await conn.request("GET", "/v1/models")
+    finally:
+        await conn.close()
+    models: list[dict[str, Any]] = json.loads(data)["data"]
+    return str(models[0]["id"])
+
+
+def http_creates(work: Path, name: str, n: int, *args: str) -> tuple[float, list[float]]:
+    models = work / "models"
+    models.mkdir(exist_ok=True)
+    if not (models / "bench-model.gguf").exists():
+        make_gguf(models / "bench-model.gguf", "bench-model")
+    with BenchServer(work / name, "--engine", "gated", "--models-dir", str(models), *args) as srv:
+        srv.start()
+
+        async def go() -> tuple[float, list[float]]:
+            model = await _model_id(srv)
+            return await _drive(srv, model, n, warmup=min(200, n // 4))
+
+        return asyncio.run(go())
+
+
+def run(work: Path, quick: bool) -> list[Row]:
+    n_raw, n_huey, n_http = (200, 200, 300) if quick else (4000, 4000, 8000)
+    raw = raw_loop(work, n_raw)
+    huey = huey_enqueue(work, n_huey)
+    rate, lat = http_creates(work, "b1-core", n_http)
+    gc_rate, gc_lat = http_creates(work, "b1-group", n_http, "--group-commit")
+    p99, gc_p99 = percentile(lat, 99), percentile(gc_lat, 99)
+    sync = DEFAULT_SYNCHRONOUS
+    return [
+        Row(
+            "B1",
+            f"raw sqlite3 loop, 1 txn/task, synchronous={sync}",
+            raw,
+            "creates/s",
+            note="the limit: BEGIN IMMEDIATE + the 3 rows a create writes + COMMIT, per task",
+        ),
+        Row("B1", "huey SqliteHuey enqueue (fsync=True)", huey, "enqueues/s"),
+        Row(
+            "B1",
+            f"accept: HTTP 202 creates, {CLIENTS} clients",
+            rate,
+            "creates/s",
+            "≥ 1.0× raw",
+            rate / raw,
+            "raw",
+            rate >= raw,
+        ),
+        Row(
+            "B1",
+            "accept vs huey",
+            rate,
+            "creates/s",
+            "≥ 1.5× huey",
+            rate / huey,
+            "huey",
+            rate >= 1.5 * huey,
+        ),
+        Row("B1", "accept latency p50", percentile(lat, 50), "ms"),
+        Row("B1", "accept latency p99", p99, "ms", "≤ 20 ms", None, "", p99 <= 20),
+        Row(
+            "B1",
+            "accept, group-commit prototype (bench/groupcommit.py)",
+            gc_rate,
+            "creates/s",
+            "≥ 1.0× raw",
+            gc_rate / raw,
+            "raw",
+            gc_rate >= raw,
+            note=f"vs huey {gc_rate / huey:.2f}×; vs current store {gc_rate / rate:.2f}×",
+        ),
+        Row(
+            "B1",
+            "accept p99, group-commit prototype",
+            gc_p99,
+            "ms",
+            "≤ 20 ms",
+            None,
+            "",
+            gc_p99 <= 20,
+        ),
+    ]

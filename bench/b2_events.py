@@ -1,0 +1,193 @@
+"""B2 events: delta events persisted per second across 32 concurrently generating tasks
+through TaskStore.append_deltas (state check, events, last_seq, text and snapshot in one
+transaction: rule 11.2), against raw batched executemany of the same rows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from bench.report import Row
+from bench.seed import open_raw
+from lmsp_desktop.core.config import database_path
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
+
+TASKS = 32
+PER_CALL = 8  # deltas per append_deltas call: one pump batch
+TOKENS_PER_TASK = 256  # then the task completes and a new one starts in its place
+MODEL = "bench-model"
+
+
+async def _store_rate(data_dir: Path, seconds: float, group: bool) -> tuple[float, str]:
+    store = Store(data_dir)
+    if group:
+        from bench.groupcommit import GroupCommitTaskStore
+
+        store.tasks = GroupCommitTaskStore(store.db)
+    await store.open()
+    tasks: TaskStore = store.tasks
+    request = parse_create({"model": MODEL, "input": "Tell a story.", "background": True}, "fail")
+    events = 0
+    deadline = time.perf_counter() + seconds
+
+    async def generate() -> None:
+        nonlocal events
+        while time.perf_counter() < deadline:
+            created = await tasks.create(NewTask(model=MODEL, request=request))
+            task_id = created.task_id
+            await tasks.mark_running(task_id)
+            tokens: list[int] = []
+            while len(tokens) < TOKENS_PER_TASK and time.perf_counter() < deadline:
+                tokens.extend(range(len(tokens), len(tokens) + PER_CALL))
+                ok = await tasks.append_deltas(
+                    task_id,
+                    [f" w{t}" for t in tokens[-PER_CALL:]],
+                    output_tokens=len(tokens),
+                    input_tokens=12,
+                    snapshot={"tokens": tokens, "seed": 7},
+                )
+                assert ok
+                events += PER_CALL
+            await tasks.finish(
+                task_id, incomplete_reason=None, input_tokens=12, output_tokens=len(tokens)
+            )
+
+    start = time.perf_counter()
+    await asyncio.gather(*(generate() for _ in range(TASKS)))
+    elapsed = time.perf_counter() - start
+    await store.close()
+    return events / elapsed, check_rule_11_2(database_path(data_dir))
+
+
+def check_rule_11_2(path: Path) -> str:
+    """Gapless sequence numbers ending at last_seq, and the text equal to the deltas."""
+    conn = sqlite3.connect(path)
+    bad = conn.execute(
+        "SELECT COUNT(*) FROM tasks t WHERE last_seq != (SELECT COUNT(*) FROM task_events e "
+        "WHERE e.task_id=t.id) OR last_seq != (SELECT MAX(seq) FROM task_events e "
+        "WHERE e.task_id=t.id)"
+    ).fetchone()[0]
+    texts = conn.execute(
+        "SELECT r.output_text, (SELECT group_concat(json_extract(data,'$.delta'),'') FROM "
+        "(SELECT data FROM task_events e WHERE e.task_id=r.id AND "
+        "type='response.output_text.delta' ORDER BY seq)) FROM responses r"
+    ).fetchall()
+    conn.close()
+    wrong_text = sum(1 for stored, joined in texts if stored != (joined or ""))
+    if bad or wrong_text:
+        raise AssertionError(f"rule 11.2 broken: {bad} gappy logs, {wrong_text} wrong texts")
+    return "rule 11.2 checked after the run: logs gapless, last_seq and text match"
+
+
+def raw_rate(work: Path, seconds: float) -> float:
+    """The limit: per round, one transaction with executemany of all 32 tasks' events and
+    updates (snapshot+last_seq, text), raw sqlite3 at the same synchronous."""
+    conn = open_raw(work / "b2-raw")
+    conn.execute(f"PRAGMA synchronous={DEFAULT_SYNCHRONOUS}")
+    request = json.dumps(parse_create({"model": MODEL, "input": "x", "background": True}, "fail"))
+    events = 0
+    generation = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while time.perf_counter() < deadline:
+        ids = [f"resp_raw{generation:04d}{i:03d}" for i in range(TASKS)]
+        generation += 1
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO responses (id, created_at, model, request, item_id) VALUES (?,0,?,?,?)",
+            [(t, MODEL, request, "msg_" + t) for t in ids],
+        )
+        conn.executemany(
+            "INSERT INTO tasks (id, model, state, on_restart, mode, created_at, last_seq)"
+            " VALUES (?, ?, 'running', 'fail', 'background', 0, 0)",
+            [(t, MODEL) for t in ids],
+        )
+        conn.execute("COMMIT")
+        tokens: list[int] = []
+        while len(tokens) < TOKENS_PER_TASK and time.perf_counter() < deadline:
+            first = len(tokens)
+            tokens.extend(range(first, first + PER_CALL))
+            snapshot = json.dumps({"tokens": tokens, "seed": 7})
+            rows, task_rows, text_rows = [], [], []
+            for t in ids:
+                for k, token in enumerate(tokens[first:]):
+                    seq = first + k + 1
+                    rows.append(
+                        (
+                            t,
+                            seq,
+                            "response.output_text.delta",
+                            0.0,
+                            json.dumps(
+                                {
+                                    "type": "response.output_text.delta",
+                                    "item_id": "msg_" + t,
+                                    "output_index": 0,
+                                    "content_index": 0,
+                                    "delta": f" w{token}",
+                                    "sequence_number": seq,
+                                }
+                            ),
+                        )
+                    )
+                task_rows.append((snapshot, len(tokens), t))
+                text_rows.append(("".join(f" w{x}" for x in tokens[first:]), len(tokens), t))
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "INSERT INTO task_events (task_id, seq, type, created_at, data) VALUES (?,?,?,?,?)",
+                rows,
+            )
+            conn.executemany("UPDATE tasks SET snapshot=?, last_seq=? WHERE id=?", task_rows)
+            conn.executemany(
+                "UPDATE responses SET output_text = output_text || ?, output_tokens=? WHERE id=?",
+                text_rows,
+            )
+            conn.execute("COMMIT")
+            events += len(rows)
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return events / elapsed
+
+
+def run(work: Path, quick: bool) -> list[Row]:
+    seconds = 1.0 if quick else 8.0
+    raw = raw_rate(work, seconds)
+    rate, checked = asyncio.run(_store_rate(work / "b2-store", seconds, group=False))
+    gc_rate, gc_checked = asyncio.run(_store_rate(work / "b2-group", seconds, group=True))
+    return [
+        Row(
+            "B2",
+            f"raw executemany, {TASKS} tasks per txn",
+            raw,
+            "events/s",
+            note=f"{TASKS} tasks × {PER_CALL} deltas per round in one transaction, raw sqlite3",
+        ),
+        Row(
+            "B2",
+            f"append_deltas, {TASKS} tasks × {PER_CALL} deltas/call",
+            rate,
+            "events/s",
+            "≥ 50k/s",
+            rate / raw,
+            "raw",
+            rate >= 50_000,
+            note=checked,
+        ),
+        Row(
+            "B2",
+            "append_deltas, group-commit prototype",
+            gc_rate,
+            "events/s",
+            "≥ 50k/s",
+            gc_rate / raw,
+            "raw",
+            gc_rate >= 50_000,
+            note=f"{gc_checked}; {gc_rate / rate:.1f}× the current store",
+        ),
+    ]

@@ -1,0 +1,77 @@
+"""The service as a bench target: `Core` with a chosen engine, in its own process.
+
+    python -m bench.server --data-dir D --port P [--engine gated|fake|llama]
+        [--models-dir M] [--demo] [--group-commit]
+
+Prints one JSON line (url, admin token, when Core.start began and when it was listening)
+once it serves, and stops cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.app import Core
+from lmsp_desktop.core.engines.fake import FakeEngine
+from lmsp_desktop.core.storage.clients import create_client
+
+
+def make_engine(kind: str) -> Any:
+    if kind == "llama":
+        return None  # Core's default: LlamaEngine, as `serve` runs it
+    engine = FakeEngine(tokens=[f" w{i}" for i in range(64)])
+    if kind == "gated":
+        # The first task the runner picks holds the model forever: the runner costs the same
+        # as with a real long generation, and accepting is all that is measured.
+        engine.gate = threading.Semaphore(0)
+    return engine
+
+
+async def main(args: argparse.Namespace) -> None:
+    core = Core(
+        Path(args.data_dir),
+        model_dirs=[Path(d) for d in args.models_dir],
+        port=args.port,
+        engine=make_engine(args.engine),
+        include_demo=args.demo,
+    )
+    if args.group_commit:
+        from bench.groupcommit import GroupCommitTaskStore
+
+        core.store.tasks = GroupCommitTaskStore(core.store.db)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    t_start = time.time()
+    try:
+        await core.start()
+        t_listening = time.time()
+        _, token = await create_client(core.store.db, "bench", frozenset({"admin"}))
+        info = {"url": core.url, "token": token, "t_start": t_start, "t_listening": t_listening}
+        print(json.dumps(info), flush=True)
+        await stop.wait()
+    finally:
+        await core.stop()
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.server")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--engine", choices=["gated", "fake", "llama"], default="gated")
+    parser.add_argument("--models-dir", action="append", default=[])
+    parser.add_argument("--demo", action="store_true", help="register the demo model")
+    parser.add_argument("--group-commit", action="store_true")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
