@@ -1,0 +1,1 @@
+"""Shared helpers for the reliability and security proofs (crash loop, races, faults)."""
