@@ -139,11 +139,16 @@ class LlamaModel:
     def __init__(self, llm: Any, path: Path) -> None:
         self._llm: Any = llm
         self.path = path
-        self.context_length = int(llm.n_ctx())
+        # llama.cpp may round the context up (to a multiple of 256), but Llama's own token
+        # buffer keeps the size that was asked for: the smaller one is the real limit.
+        self.context_length = min(int(llm.n_ctx()), len(llm.input_ids))
         self._lc = _lowlevel()
         self._vocab = self._lc.llama_model_get_vocab(llm.model)
         self._n_vocab = int(llm.n_vocab())
         self._pieces: dict[int, bytes] = {}
+        # Tokens sampled by the current or last generation (end-of-turn included): lets
+        # tests check that a stop request ends the loop within one token.
+        self.sampled_tokens = 0
         metadata: dict[str, str] = dict(llm.metadata)
         self.metadata = metadata
         bos_id, eos_id = int(llm.token_bos()), int(llm.token_eos())
@@ -228,6 +233,7 @@ class LlamaModel:
         position = len(request.resume_tokens)
         if limit is not None and position >= limit:
             return done("length")
+        self.sampled_tokens = 0
         self._reset()
         llm.eval(prompt)
         text = Utf8Stream()
@@ -249,6 +255,7 @@ class LlamaModel:
                 seed=seed,
                 position=position,
             )
+            self.sampled_tokens += 1
             if self._lc.llama_vocab_is_eog(self._vocab, token):
                 return done("stop")
             channel.emit(TokenPiece(token, text.feed(self.token_bytes(token))))
