@@ -199,11 +199,17 @@ class Core:
         if not report.items:
             log.info("recovery: nothing to recover")
             return
-        log.warning("recovery: %d tasks after an unclean shutdown: %s",
-                    len(report.items), report.summary())
+        log.warning(
+            "recovery: %d tasks after an unclean shutdown: %s", len(report.items), report.summary()
+        )
         for item in report.items:
             log.warning(
-                "recovered %s (%s): %s --%s--> %s, %s #%d", item.task_id, item.model,
-                item.state_before, item.on_restart, item.state_after, item.event_type,
+                "recovered %s (%s): %s --%s--> %s, %s #%d",
+                item.task_id,
+                item.model,
+                item.state_before,
+                item.on_restart,
+                item.state_after,
+                item.event_type,
                 item.sequence_number,
             )

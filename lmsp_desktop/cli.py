@@ -19,15 +19,24 @@ def _add_service_flags(parser: argparse.ArgumentParser, *, sub: bool = False) ->
     # given before the subcommand (`lmsp-desktop --port 1 serve`).
     keep: object = argparse.SUPPRESS if sub else None
     parser.add_argument(
-        "--models-dir", action="append", type=Path,
-        default=argparse.SUPPRESS if sub else [], metavar="DIR",
+        "--models-dir",
+        action="append",
+        type=Path,
+        default=argparse.SUPPRESS if sub else [],
+        metavar="DIR",
         help="a folder of .gguf model files (repeatable)",
     )
-    parser.add_argument("--host", default=keep,
-                        help="address to bind (default 127.0.0.1; anything else is reachable "
-                             "from other machines)")
-    parser.add_argument("--port", type=int, default=keep,
-                        help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
+    parser.add_argument(
+        "--host",
+        default=keep,
+        help="address to bind (default 127.0.0.1; anything else is reachable from other machines)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=keep,
+        help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,15 +48,21 @@ def build_parser() -> argparse.ArgumentParser:
         "or the headless service with `serve`.",
     )
     parser.add_argument(
-        "--version", action="version",
+        "--version",
+        action="version",
         version=f"lmsp-desktop {__version__} (SQLite {sqlite3.sqlite_version}, "
         f"Python {sys.version.split()[0]})",
     )
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="where the database and logs live (default: $LMSP_DATA_DIR or "
-                             "the platform's user data folder)")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the database and logs live (default: $LMSP_DATA_DIR or "
+        "the platform's user data folder)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     _add_service_flags(parser)
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the service headless (no window)")

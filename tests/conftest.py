@@ -10,7 +10,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from lmsp_desktop.core.storage.store import Store  # noqa: E402
+from lmsp_desktop.core.storage.store import Store
 
 
 @pytest.fixture

@@ -52,8 +52,7 @@ class Settings:
         if self.default_on_restart not in {p.value for p in RestartPolicy}:
             raise invalid("on_restart must be fail, retry or resume.", "default_on_restart")
         if self.max_loaded_models < 1:
-            raise invalid("At least one model must be allowed to stay loaded.",
-                          "max_loaded_models")
+            raise invalid("At least one model must be allowed to stay loaded.", "max_loaded_models")
         if self.parallel_per_model < 1:
             raise invalid("Parallelism per model must be at least 1.", "parallel_per_model")
         return self

@@ -105,10 +105,8 @@ class Runner:
     def _on_change(self, change: TaskChange) -> None:
         if change.state == TaskState.QUEUED:
             self._wake(change.model)
-        elif change.state == TaskState.CANCELLING:
-            request = self._active.get(change.task_id)
-            if request is not None:
-                request.cancel.set()  # the engine stops before the next token
+        elif change.state == TaskState.CANCELLING and change.task_id in self._active:
+            self._active[change.task_id].cancel.set()  # the engine stops before the next token
 
     def _wake(self, model: str) -> None:
         if self._stopping:
@@ -153,9 +151,9 @@ class Runner:
         resuming = row["state"] == TaskState.RUNNING
         path = await self.models.path_for_run(row["model"])
         slot = self._slots.get(row["model"])
-        if not resuming and (slot is None or slot.model is None):
-            if not await self.tasks.mark_loading(task_id):
-                return  # cancelled meanwhile
+        needs_load = slot is None or slot.model is None
+        if not resuming and needs_load and not await self.tasks.mark_loading(task_id):
+            return  # cancelled meanwhile
         try:
             loaded = await self._acquire(row["model"], path)
         except EngineError as exc:
@@ -265,8 +263,11 @@ class Runner:
     async def _make_room(self) -> None:
         """Unload the least recently used idle model when the maximum is loaded."""
         while len(self._slots) >= self.max_loaded_models:
-            idle = [(s.last_used, m) for m, s in self._slots.items()
-                    if s.model is not None and s.busy == 0]
+            idle = [
+                (s.last_used, m)
+                for m, s in self._slots.items()
+                if s.model is not None and s.busy == 0
+            ]
             if not idle:
                 return  # everything is busy; load anyway rather than deadlock
             await self._unload(min(idle)[1])

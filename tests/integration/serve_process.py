@@ -19,7 +19,10 @@ LISTENING = re.compile(r"^LMSP service listening on (http://\S+)$")
 def lmsp(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lmsp_desktop", "--data-dir", str(data_dir), *args],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -42,9 +45,20 @@ class ServeProcess:
     def start(self, timeout: float = 60.0) -> str:
         err = self.stderr_path.open("a")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lmsp_desktop", "--data-dir", str(self.data_dir),
-             "serve", "--port", "0", *self.extra],
-            stdout=subprocess.PIPE, stderr=err, text=True,
+            [
+                sys.executable,
+                "-m",
+                "lmsp_desktop",
+                "--data-dir",
+                str(self.data_dir),
+                "serve",
+                "--port",
+                "0",
+                *self.extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         assert self.proc.stdout is not None
@@ -73,13 +87,24 @@ class ServeProcess:
         return self.stderr_path.read_text()
 
 
-def call(url: str, token: str, method: str = "GET", body: Any = None,
-         headers: dict[str, str] | None = None) -> tuple[int, Any]:
+def call(
+    url: str,
+    token: str,
+    method: str = "GET",
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "application/json",
-        **(headers or {}),
-    })
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method=method,
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+            **(headers or {}),
+        },
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read() or b"null")

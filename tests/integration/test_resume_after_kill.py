@@ -46,7 +46,9 @@ def reference_text(url: str, token: str, body: dict) -> str:  # type: ignore[typ
     ids=["greedy", "seeded"],
 )
 def test_kill_and_resume_gives_byte_identical_output(
-    tmp_path: Path, sampling: dict, cuts: tuple[int, ...]  # type: ignore[type-arg]
+    tmp_path: Path,
+    sampling: dict,
+    cuts: tuple[int, ...],  # type: ignore[type-arg]
 ) -> None:
     data_dir = tmp_path / "data"
     server = ServeProcess(data_dir)
@@ -55,13 +57,16 @@ def test_kill_and_resume_gives_byte_identical_output(
     body = {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS, **sampling}
     expected = reference_text(url, token, body)
 
-    status, created = call(f"{url}/v1/responses", token, "POST",
-                           {**body, "background": True, "on_restart": "resume"})
+    status, created = call(
+        f"{url}/v1/responses", token, "POST", {**body, "background": True, "on_restart": "resume"}
+    )
     assert status == 202, created
     task_id = created["id"]
     kills = 0
     for cut in cuts:
-        task = wait_task(url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t))
+        task = wait_task(
+            url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t)
+        )
         if finished(task):
             break
         server.kill()

@@ -242,8 +242,11 @@ async def test_resumed_task_continues_from_its_snapshot(data_dir: Path) -> None:
         assert row["state"] == "completed"
         assert row["output_text"] == "".join(DEFAULT_TOKENS)
         assert engine2.requests[0].resume_tokens == [1000, 1001, 1002]
-        deltas = [e["delta"] for e in await store.tasks.events(task_id)
-                  if e["type"] == "response.output_text.delta"]
+        deltas = [
+            e["delta"]
+            for e in await store.tasks.events(task_id)
+            if e["type"] == "response.output_text.delta"
+        ]
         assert "".join(deltas) == "".join(DEFAULT_TOKENS)  # nothing repeated or skipped
     finally:
         await runner.stop()
