@@ -1,0 +1,158 @@
+"""Streaming helpers for the real-model benchmarks (B3, B8): an SSE client over aiohttp and
+the two in-process baselines (the project's engine, plain llama_cpp)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.common import BenchServer
+
+PROMPT = "Write a long, detailed story about a lighthouse keeper who lives through a storm."
+MODEL_ID = "smollm2-135m-instruct"
+
+
+@dataclass
+class Stream:
+    """Arrival times of the text tokens of one generation (one entry per token)."""
+
+    times: list[float] = field(default_factory=list)
+    text: str = ""
+    response_id: str = ""
+    end_type: str = ""
+    end_time: float = 0.0
+
+    def rate(self) -> float:
+        """Decode tokens/s: tokens after the first over the time since the first (prompt
+        processing excluded, as it is the same work everywhere)."""
+        if len(self.times) < 2 or self.times[-1] <= self.times[0]:
+            return float("nan")
+        return (len(self.times) - 1) / (self.times[-1] - self.times[0])
+
+    def token_time(self) -> float:
+        gaps = sorted(b - a for a, b in zip(self.times, self.times[1:], strict=False))
+        return gaps[len(gaps) // 2] if gaps else float("nan")
+
+
+def body(max_tokens: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL_ID,
+        "input": PROMPT,
+        "stream": True,
+        "max_output_tokens": max_tokens,
+        "temperature": 0,
+        **extra,
+    }
+
+
+async def sse_generate(
+    server: BenchServer,
+    max_tokens: int,
+    on_token: Any = None,
+) -> Stream:
+    """POST a streaming create and record when each output_text.delta arrives. `on_token`
+    (async, called with the Stream after each token) may act mid-stream (B8 cancels)."""
+    stream = Stream()
+    headers = {"Authorization": f"Bearer {server.token}"}
+    url = f"http://127.0.0.1:{server.port}/v1/responses"
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.post(url, json=body(max_tokens), headers=headers) as resp,
+    ):
+        if resp.status != 200:
+            raise RuntimeError(f"stream create answered {resp.status}: {await resp.text()}")
+        async for raw in resp.content:
+            line = raw.decode().rstrip("\n")
+            if not line.startswith("data: "):
+                continue
+            now = time.perf_counter()
+            event = json.loads(line[6:])
+            kind = event["type"]
+            if kind == "response.created":
+                stream.response_id = event["response"]["id"]
+            elif kind == "response.output_text.delta":
+                stream.times.append(now)
+                stream.text += event["delta"]
+                if on_token is not None:
+                    await on_token(stream)
+            elif kind in ("response.completed", "response.incomplete", "error", "response.failed"):
+                stream.end_type, stream.end_time = kind, now
+                break
+    return stream
+
+
+class InProcess:
+    """The demo model loaded in this process twice over: through the project's LlamaEngine
+    (its per-token path, no store, no HTTP) and as a plain llama_cpp.Llama."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.model: Any = None
+        self.llama: Any = None
+
+    async def load(self) -> None:
+        from lmsp_desktop.core.engines.llama import DEFAULT_CONTEXT, DEFAULT_THREADS, LlamaEngine
+
+        engine = LlamaEngine()
+        self.model = await engine.load(self.path)
+        import llama_cpp
+
+        # The same settings the engine opened its model with (n_ctx capped at 4096 there).
+        self.llama = await asyncio.to_thread(
+            llama_cpp.Llama,
+            model_path=str(self.path),
+            n_ctx=min(DEFAULT_CONTEXT, self.model.context_length),
+            n_batch=512,
+            n_threads=DEFAULT_THREADS,
+            n_threads_batch=DEFAULT_THREADS,
+            verbose=False,
+        )
+
+    async def engine_generate(self, max_tokens: int) -> Stream:
+        from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
+
+        stream = Stream()
+        request = GenerationRequest(
+            messages=[{"role": "user", "content": PROMPT}],
+            max_output_tokens=max_tokens,
+            temperature=0.0,
+            top_p=1.0,
+            seed=1,
+        )
+
+        async def sink(pieces: list[TokenPiece]) -> bool:
+            now = time.perf_counter()
+            for piece in pieces:
+                if piece.text:
+                    stream.times.append(now)
+                    stream.text += piece.text
+            return True
+
+        await self.model.generate(request, sink)
+        return stream
+
+    def llama_generate(self, max_tokens: int) -> Stream:
+        stream = Stream()
+        prompt = self.model.render_prompt([{"role": "user", "content": PROMPT}])
+        self.llama.reset()
+        for chunk in self.llama.create_completion(
+            prompt=prompt, max_tokens=max_tokens, temperature=0.0, stream=True
+        ):
+            text = chunk["choices"][0]["text"]
+            if text:
+                stream.times.append(time.perf_counter())
+                stream.text += text
+        return stream
+
+    async def close(self) -> None:
+        if self.model is not None:
+            await self.model.unload()
+        if self.llama is not None:
+            self.llama.close()
