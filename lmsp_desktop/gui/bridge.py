@@ -110,9 +110,9 @@ class CoreBridge(QObject):
             pairing, self._pairing = self._pairing, False
         if tasks:
             self.tasks_changed.emit(tasks)
+        if models:  # before progress: a list re-read starting now must not erase it
+            self.models_changed.emit()
         if progress:
             self.model_progress.emit(progress)
-        if models:
-            self.models_changed.emit()
         if pairing:
             self.pairing_changed.emit()

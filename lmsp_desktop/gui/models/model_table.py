@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from enum import IntEnum
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QFontDatabase
 
-from lmsp_desktop.gui import core_ops
+from lmsp_desktop.gui import aio, core_ops
 from lmsp_desktop.gui.format import date_time, dot_icon, human_count, human_size, short_digest
 
 Index = QModelIndex | QPersistentModelIndex
@@ -68,6 +69,7 @@ class ModelTableModel(QAbstractTableModel):
         self.runner = runner
         self._rows: list[Any] = []
         self._progress: dict[str, float] = {}
+        self._progress_at: dict[str, float] = {}
         self._loaded: dict[str, str] = {}
 
     def rowCount(self, parent: Index = ROOT) -> int:
@@ -149,11 +151,17 @@ class ModelTableModel(QAbstractTableModel):
     def info(self, row: int) -> Any:
         return self._rows[row]
 
-    async def reload(self) -> None:
+    def schedule_reload(self) -> None:
+        """Re-read the list soon; progress heard from now on survives that re-read."""
+        aio.spawn(self.reload(time.monotonic()))
+
+    async def reload(self, started: float | None = None) -> None:
+        started = time.monotonic() if started is None else started
         rows = await core_ops.list_models(self.registry)
         for info in rows:
-            if info.state != "hashing":
-                self._progress.pop(info.id, None)  # settled since the last progress event
+            # Settled since the last progress event, unless that event came while we read.
+            if info.state != "hashing" and self._progress_at.get(info.id, 0) < started:
+                self._progress.pop(info.id, None)
             else:
                 self._progress.setdefault(info.id, 0.0)
         self._loaded = {i.id: core_ops.loaded_state(self.runner, i.id) for i in rows}
@@ -169,6 +177,7 @@ class ModelTableModel(QAbstractTableModel):
     def set_progress(self, progress: dict[str, float]) -> None:
         for model_id, fraction in progress.items():
             self._progress[model_id] = fraction
+            self._progress_at[model_id] = time.monotonic()
             self._changed(model_id, COL_STATUS)
 
     def refresh_loaded(self) -> None:

@@ -103,7 +103,7 @@ class ModelsPage(QWidget):
         self._update()
 
     def connect_bridge(self, bridge: Any) -> None:
-        bridge.models_changed.connect(lambda: aio.spawn(self.model.reload(), self))
+        bridge.models_changed.connect(self.model.schedule_reload)
         bridge.model_progress.connect(self.model.set_progress)
         bridge.tasks_changed.connect(lambda _: self.model.refresh_loaded())
 

@@ -27,7 +27,7 @@ async def until(predicate: Callable[[], Any], limit: float = 5.0, what: str = ""
     deadline = time.monotonic() + limit
     while not predicate():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what or predicate}")
+            pytest.fail(f"timed out waiting for {what() if callable(what) else what or predicate}")
         await asyncio.sleep(0.02)
 
 

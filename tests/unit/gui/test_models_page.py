@@ -48,7 +48,7 @@ def cell(page: ModelsPage, col: int) -> str:
 
 
 async def test_model_row_shows_digest_status_and_loaded(qtmodeltester, setup):
-    page, registry, folder, blob, progress = setup
+    page, registry, folder, blob, progress = setup  # noqa: RUF059
     await registry.scan()
     await page.load()
     tested = ModelTableModel(registry)  # unparented: the page is deleted before the tester
@@ -66,7 +66,7 @@ async def test_model_row_shows_digest_status_and_loaded(qtmodeltester, setup):
 
 
 async def test_changed_file_is_flagged_and_verify_offers_to_accept(setup):
-    page, registry, folder, blob, progress = setup
+    page, registry, folder, blob, progress = setup  # noqa: RUF059
     await registry.scan()
     await page.load()
     path = folder / "tiny-model.Q4_0.gguf"
@@ -85,7 +85,7 @@ async def test_changed_file_is_flagged_and_verify_offers_to_accept(setup):
 
 
 async def test_hashing_progress_shows_as_a_bar_until_the_state_settles(setup):
-    page, registry, folder, blob, progress = setup
+    page, registry, folder, blob, progress = setup  # noqa: RUF059
     await registry.scan()
     await page.load()
     model_id = page.model.model_id(0)
