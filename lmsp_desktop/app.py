@@ -97,7 +97,7 @@ class Core:
         if self._engine is None:
             from lmsp_desktop.core.engines.llama import LlamaEngine
 
-            self._engine = LlamaEngine()
+            self._engine = LlamaEngine(n_threads=self.settings.threads())
         self.runner = Runner(
             self.store.tasks,
             self.registry,

@@ -43,6 +43,12 @@ class Settings:
     idempotency_ttl_s: int = 24 * 3600
     max_body_bytes: int = 1024 * 1024
     allowed_origins: list[str] = field(default_factory=list)
+    # llama.cpp threads; 0 means one less than the cores, leaving one for the service and GUI
+    # (on 2 busy cores two spinning llama.cpp threads ran 10-20x slower than one).
+    engine_threads: int = 0
+
+    def threads(self) -> int:
+        return self.engine_threads or max(1, (os.cpu_count() or 2) - 1)
 
     def validate(self) -> Settings:
         if not 0 <= self.port <= 65535:
