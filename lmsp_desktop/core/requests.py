@@ -143,7 +143,9 @@ def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
             "`previous_response_id` is not supported; send the conversation in `input`.",
             "previous_response_id",
         )
-    metadata = body.get("metadata") or {}
+    metadata = body.get("metadata")
+    if metadata is None:
+        metadata = {}
     if (
         not isinstance(metadata, dict)
         or len(metadata) > 16

@@ -1,0 +1,202 @@
+"""ResponseResource and task objects built from store rows, for every task state."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.responses import build_response, task_object
+from lmsp_desktop.core.states import TaskState
+
+REQUIRED = {
+    "id",
+    "object",
+    "created_at",
+    "completed_at",
+    "status",
+    "incomplete_details",
+    "model",
+    "previous_response_id",
+    "instructions",
+    "output",
+    "error",
+    "tools",
+    "tool_choice",
+    "truncation",
+    "parallel_tool_calls",
+    "text",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "temperature",
+    "reasoning",
+    "usage",
+    "max_output_tokens",
+    "max_tool_calls",
+    "store",
+    "background",
+    "service_tier",
+    "metadata",
+    "safety_identifier",
+    "prompt_cache_key",
+}
+
+
+def row(state: str, **overrides: Any) -> dict[str, Any]:
+    request = parse_create(
+        {
+            "model": "m",
+            "input": "Hi",
+            "instructions": "Be brief.",
+            "temperature": 0.2,
+            "max_output_tokens": 9,
+            "metadata": {"a": "b"},
+            "background": True,
+        },
+        "fail",
+    )
+    base: dict[str, Any] = {
+        "n": 1,
+        "id": "resp_1",
+        "client_id": "client_1",
+        "model": "m",
+        "state": state,
+        "on_restart": "fail",
+        "mode": "background",
+        "created_at": 100,
+        "recovered_boot": None,
+        "started_at": None,
+        "finished_at": None,
+        "restarts": 0,
+        "last_seq": 1,
+        "snapshot": None,
+        "request": json.dumps(request),
+        "output_text": "",
+        "item_id": None,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "completed_at": None,
+        "error": None,
+        "incomplete_reason": None,
+    }
+    base.update(overrides)
+    return base
+
+
+def test_a_queued_response_has_every_required_field_and_no_output() -> None:
+    response = build_response(row("queued"), queue_position=2)
+    assert set(response) >= REQUIRED
+    assert response["status"] == "queued" and response["output"] == []
+    assert response["usage"] is None and response["completed_at"] is None
+    assert response["text"] == {"format": {"type": "text"}}
+    assert response["task"]["queue_position"] == 2
+    # The request's real settings are echoed.
+    assert (response["temperature"], response["top_p"], response["max_output_tokens"]) == (
+        0.2,
+        0.95,
+        9,
+    )
+    assert response["instructions"] == "Be brief." and response["metadata"] == {"a": "b"}
+    assert response["background"] is True and response["store"] is True
+    for key in (
+        "temperature",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "top_logprobs",
+        "service_tier",
+        "truncation",
+        "store",
+        "background",
+        "parallel_tool_calls",
+    ):
+        assert response[key] is not None
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "item_status"),
+    [
+        ("loading", "in_progress", None),
+        ("running", "in_progress", "in_progress"),
+        ("cancelling", "in_progress", "in_progress"),
+        ("completed", "completed", "completed"),
+        ("incomplete", "incomplete", "incomplete"),
+        ("failed", "failed", "incomplete"),
+        ("cancelled", "cancelled", "incomplete"),
+    ],
+)
+def test_status_and_item_status_follow_the_task_state(
+    state: str, status: str, item_status: str | None
+) -> None:
+    finished = TaskState(state) in (TaskState.COMPLETED, TaskState.INCOMPLETE)
+    extra: dict[str, Any] = {}
+    if item_status:
+        extra = {"item_id": "msg_1", "output_text": "Hello", "input_tokens": 7, "output_tokens": 2}
+    if finished:
+        extra["completed_at"] = 123
+    if state == "incomplete":
+        extra["incomplete_reason"] = "max_output_tokens"
+    if state == "failed":
+        extra["error"] = json.dumps({"code": "server_restarted", "message": "Restarted."})
+    response = build_response(row(state, **extra))
+    assert response["status"] == status and response["task"]["state"] == state
+    if item_status is None:
+        assert response["output"] == []
+        return
+    [item] = response["output"]
+    assert item == {
+        "type": "message",
+        "id": "msg_1",
+        "status": item_status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Hello", "annotations": [], "logprobs": []}],
+    }
+    assert response["output_text"] == "Hello"
+    assert response["usage"] == {
+        "input_tokens": 7,
+        "output_tokens": 2,
+        "total_tokens": 9,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
+    assert response["completed_at"] == (123 if finished else None)
+    assert response["incomplete_details"] == (
+        {"reason": "max_output_tokens"} if state == "incomplete" else None
+    )
+    assert response["error"] == (
+        {"code": "server_restarted", "message": "Restarted."} if state == "failed" else None
+    )
+
+
+def test_a_finished_response_without_tokens_still_reports_usage() -> None:
+    response = build_response(row("cancelled", finished_at=200.5))
+    assert response["usage"]["total_tokens"] == 0
+    assert response["task"]["finished_at"] == 200
+
+
+def test_task_object_fields() -> None:
+    task = task_object(
+        row("running", started_at=150.7, last_seq=9, output_tokens=4), queue_position=3
+    )
+    assert task == {
+        "id": "resp_1",
+        "object": "task",
+        "state": "running",
+        "on_restart": "fail",
+        "model": "m",
+        "client_id": "client_1",
+        "mode": "background",
+        "queue_position": None,  # only while queued
+        "created_at": 100,
+        "started_at": 150,
+        "finished_at": None,
+        "restarts": 0,
+        "last_sequence_number": 9,
+        "output_tokens": 4,
+        "error": None,
+    }
+    assert task_object(row("queued"), 3)["queue_position"] == 3
