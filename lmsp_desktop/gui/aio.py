@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Coroutine
 from typing import Any
 
+import shiboken6
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QWidget
 
@@ -25,7 +26,8 @@ def spawn(coro: Coroutine[Any, Any, Any], parent: QWidget | None = None) -> asyn
     def done(t: asyncio.Task[Any]) -> None:
         _running.discard(t)
         if not t.cancelled() and t.exception() is not None:
-            show_error(parent, t.exception())
+            alive = parent is not None and shiboken6.isValid(parent)
+            show_error(parent if alive else None, t.exception())
 
     task.add_done_callback(done)
     return task

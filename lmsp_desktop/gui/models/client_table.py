@@ -1,0 +1,74 @@
+"""Paired clients: name, scopes, when paired, last seen (and from where), token prefix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QFontDatabase
+
+from lmsp_desktop.gui import core_ops
+from lmsp_desktop.gui.format import date_time
+
+Index = QModelIndex | QPersistentModelIndex
+ROOT = QModelIndex()
+COL_NAME, COL_SCOPES, COL_CREATED, COL_SEEN, COL_TOKEN = range(5)
+HEADERS = ["Name", "Scopes", "Paired on", "Last seen", "Token"]
+CLIENT_ID = Qt.ItemDataRole.UserRole + 1
+
+
+class ClientTableModel(QAbstractTableModel):
+    """The clients that are not revoked, newest first."""
+
+    def __init__(self, db: Any, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.db = db
+        self._rows: list[dict[str, Any]] = []
+
+    def rowCount(self, parent: Index = ROOT) -> int:
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: Index = ROOT) -> int:
+        return 0 if parent.isValid() else len(HEADERS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return HEADERS[section]
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self._rows):
+            return None
+        client, col = self._rows[index.row()], index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            if col == COL_NAME:
+                return client["name"]
+            if col == COL_SCOPES:
+                return ", ".join(client["scopes"])
+            if col == COL_CREATED:
+                return date_time(client["created_at"])
+            if col == COL_SEEN:
+                if not client["last_seen_at"]:
+                    return "never"
+                addr = client.get("last_seen_addr")
+                return date_time(client["last_seen_at"]) + (f" from {addr}" if addr else "")
+            return f"{client['token_prefix']}…"
+        if role == Qt.ItemDataRole.FontRole and col == COL_TOKEN:
+            return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        if role == CLIENT_ID:
+            return client["id"]
+        return None
+
+    def client(self, row: int) -> dict[str, Any]:
+        return self._rows[row]
+
+    async def reload(self) -> None:
+        rows = await core_ops.list_clients(self.db)
+        if [r["id"] for r in rows] == [r["id"] for r in self._rows]:
+            self._rows = rows
+            if rows:
+                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, COL_TOKEN))
+            return
+        self.beginResetModel()  # pairing and revoking are rare, one-row events
+        self._rows = rows
+        self.endResetModel()

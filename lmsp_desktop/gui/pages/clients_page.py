@@ -1,0 +1,260 @@
+"""The Clients page: pending pairing requests as cards, and the paired clients table."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.gui import aio, core_ops
+from lmsp_desktop.gui.models.client_table import COL_SCOPES, ClientTableModel
+
+
+class PairingCard(QFrame):
+    """One waiting request: who asks, the code to compare, the scopes, the answer buttons."""
+
+    answered = Signal(str, dict, list)  # action, request, granted scopes
+
+    def __init__(self, request: dict[str, Any], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.request = request
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        title = QLabel(
+            f"<b>{request['client_name']}</b> wants to pair"
+            + (f" from {request['address']}" if request.get("address") else "")
+        )
+        self.code = QLabel(request["user_code"])
+        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        font.setPointSize(24)
+        font.setBold(True)
+        self.code.setFont(font)
+        self.code.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        hint = QLabel("Check that the client shows the same code.")
+        self.scopes: dict[str, QCheckBox] = {}
+        scope_row = QHBoxLayout()
+        scope_row.addWidget(QLabel("Grant:"))
+        for scope in request["scopes"]:
+            box = QCheckBox(scope)
+            box.setChecked(True)
+            box.toggled.connect(self._update)
+            self.scopes[scope] = box
+            scope_row.addWidget(box)
+        scope_row.addStretch()
+        self.countdown = QLabel()
+        self.approve = QPushButton("Approve")
+        self.approve.setDefault(True)
+        self.deny = QPushButton("Deny")
+        self.ignore = QPushButton("Ignore")
+        self.ignore.setToolTip("Hide this request; the client is not told and it expires")
+        self.approve.clicked.connect(lambda: self._answer("approve"))
+        self.deny.clicked.connect(lambda: self._answer("deny"))
+        self.ignore.clicked.connect(lambda: self._answer("ignore"))
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.countdown, 1)
+        for button in (self.ignore, self.deny, self.approve):
+            buttons.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(title)
+        layout.addWidget(self.code)
+        layout.addWidget(hint)
+        layout.addLayout(scope_row)
+        layout.addLayout(buttons)
+        self.tick()
+
+    def granted(self) -> list[str]:
+        return [s for s, box in self.scopes.items() if box.isChecked()]
+
+    def _update(self) -> None:
+        self.approve.setEnabled(bool(self.granted()) and self.seconds_left() > 0)
+
+    def seconds_left(self) -> int:
+        return max(0, int(self.request["expires_at"] - time.time()))
+
+    def tick(self) -> None:
+        left = self.seconds_left()
+        self.countdown.setText(
+            f"Expires in {left // 60}:{left % 60:02d}" if left else "This request has expired."
+        )
+        self._update()
+
+    def _answer(self, action: str) -> None:
+        for button in (self.approve, self.deny, self.ignore):
+            button.setEnabled(False)
+        self.answered.emit(action, self.request, self.granted())
+
+
+class ScopeDialog(QDialog):
+    """Choose a paired client's scopes (opened with open(), never exec())."""
+
+    def __init__(self, client: dict[str, Any], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Scopes of {client['name']}")
+        self.client = client
+        layout = QVBoxLayout(self)
+        self.boxes: dict[str, QCheckBox] = {}
+        for scope in core_ops.SCOPES:
+            box = QCheckBox(scope)
+            box.setChecked(scope in client["scopes"])
+            self.boxes[scope] = box
+            layout.addWidget(box)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def scopes(self) -> list[str]:
+        return [s for s, box in self.boxes.items() if box.isChecked()]
+
+
+class ClientsPage(QWidget):
+    """Answers pairing requests and manages paired clients (revoke, scopes)."""
+
+    pair_requested = Signal()
+    pending_changed = Signal(int)
+
+    def __init__(self, store: Any, pairing: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.pairing = pairing
+        self.cards: list[PairingCard] = []
+        self.dialog: QDialog | QMessageBox | None = None
+        self.pending_title = QLabel("<b>Pairing requests</b>")
+        self.cards_box = QVBoxLayout()
+        self.pair_button = QPushButton("Pair a client…")
+        self.pair_button.clicked.connect(self.pair_requested)
+        self.revoke_button = QPushButton("Revoke…")
+        self.revoke_button.clicked.connect(self.confirm_revoke)
+        self.scopes_button = QPushButton("Edit scopes…")
+        self.scopes_button.clicked.connect(self.edit_scopes)
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("<b>Paired clients</b>"))
+        bar.addStretch()
+        for button in (self.scopes_button, self.revoke_button, self.pair_button):
+            bar.addWidget(button)
+        self.model = ClientTableModel(store.db, parent=self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(
+            COL_SCOPES, QHeaderView.ResizeMode.Stretch
+        )
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
+        self.model.modelReset.connect(self._update)
+        self.empty = QLabel("No clients yet. Approve a pairing request, or choose Pair a client….")
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.pending_title)
+        layout.addLayout(self.cards_box)
+        layout.addLayout(bar)
+        layout.addWidget(self.table)
+        layout.addWidget(self.empty)
+        self._clock = QTimer(self, interval=1000)
+        self._clock.timeout.connect(self._tick)
+        self._clock.start()
+        self._update()
+
+    async def load(self) -> None:
+        await self.reload_pending()
+        await self.model.reload()
+        self.table.resizeColumnsToContents()
+
+    def on_pairing_changed(self) -> None:
+        aio.spawn(self.load(), self)
+
+    async def reload_pending(self) -> None:
+        requests = await core_ops.pending_pairings(self.pairing)
+        for card in self.cards:
+            card.setParent(None)
+            card.deleteLater()
+        self.cards = []
+        for request in requests:
+            card = PairingCard(request, self)
+            card.answered.connect(lambda a, r, s: aio.spawn(self.answer(a, r, s), self))
+            self.cards.append(card)
+            self.cards_box.addWidget(card)
+        self.pending_title.setVisible(bool(self.cards))
+        self.pending_changed.emit(len(self.cards))
+
+    async def answer(self, action: str, request: dict[str, Any], scopes: list[str]) -> None:
+        try:
+            if action == "approve":
+                await core_ops.approve(self.pairing, request, scopes)
+            elif action == "deny":
+                await core_ops.deny(self.pairing, request)
+            else:
+                await core_ops.ignore(self.pairing, request)
+        except LmspError as exc:
+            aio.show_error(self, exc)
+        await self.load()
+
+    def _tick(self) -> None:
+        for card in self.cards:
+            card.tick()
+
+    # -- paired clients ----------------------------------------------------------------------
+    def selected(self) -> dict[str, Any] | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.model.client(rows[0].row()) if rows else None
+
+    def _update(self) -> None:
+        chosen = self.selected() is not None
+        self.revoke_button.setEnabled(chosen)
+        self.scopes_button.setEnabled(chosen)
+        self.empty.setVisible(self.model.rowCount() == 0)
+
+    def confirm_revoke(self) -> None:
+        client = self.selected()
+        if client is None:
+            return
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Revoke client",
+            f"Revoke {client['name']}? Its token stops working at once; to use the service "
+            "again it has to pair anew.",
+            parent=self,
+        )
+        box.addButton("Revoke", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton("Keep", QMessageBox.ButtonRole.RejectRole)
+        box.accepted.connect(lambda: aio.spawn(self.revoke(client["id"]), self))
+        self.dialog = box
+        box.open()
+
+    async def revoke(self, client_id: str) -> None:
+        await core_ops.revoke_client(self.store.db, client_id)
+        await self.model.reload()
+
+    def edit_scopes(self) -> None:
+        client = self.selected()
+        if client is None:
+            return
+        dialog = ScopeDialog(client, self)
+        dialog.accepted.connect(
+            lambda: aio.spawn(self.set_scopes(client["id"], dialog.scopes()), self)
+        )
+        self.dialog = dialog
+        dialog.open()
+
+    async def set_scopes(self, client_id: str, scopes: list[str]) -> None:
+        await core_ops.set_client_scopes(self.store.db, client_id, scopes)
+        await self.model.reload()
