@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 from pathlib import Path
@@ -388,3 +389,39 @@ async def test_method_not_allowed_and_internal_shapes(
     async with http.request("PATCH", "/v1/tasks/resp_x", headers=user.headers) as r:
         assert r.status in (404, 405)
         await expect_error(r, r.status)
+
+
+async def test_an_allow_listed_origin_gets_its_own_origin_back_never_a_wildcard(
+    http: aiohttp.ClientSession, user: Client, live: LiveCore
+) -> None:
+    origins = live.core.context.settings.allowed_origins
+    origins.append("http://trusted.example")
+    try:
+        async with http.get(
+            "/v1/models", headers={**user.headers, "Origin": "http://trusted.example"}
+        ) as r:
+            assert r.status == 200
+            assert r.headers["Access-Control-Allow-Origin"] == "http://trusted.example"
+            assert r.headers["Vary"] == "Origin"
+    finally:
+        origins.remove("http://trusted.example")
+
+
+async def test_a_sync_client_that_goes_away_cancels_its_task(
+    http: aiohttp.ClientSession, user: Client
+) -> None:
+    waiting = asyncio.create_task(
+        http.post("/v1/responses", json=body(**LONG), headers=user.headers)
+    )
+    task_id = None
+    while task_id is None:
+        await asyncio.sleep(0.05)
+        async with http.get("/v1/tasks", headers=user.headers) as r:
+            listed = (await r.json())["data"]
+        task_id = listed[0]["id"] if listed else None
+    await wait_state(http, user.headers, task_id, ("running",))
+    waiting.cancel()  # the client gives up: its connection closes
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    task = await wait_state(http, user.headers, task_id, ("cancelled",), within=30)
+    assert task["finished_at"] is not None

@@ -186,7 +186,12 @@ async def test_metrics_are_prometheus_text(
         "cancelled",
     ):
         assert f'lmsp_tasks{{state="{state}"}}' in before
-    for name in ("lmsp_queue_depth", "lmsp_events_written_total", "lmsp_tokens_generated_total"):
+    for name in (
+        "lmsp_queue_depth",
+        "lmsp_events_written_total",
+        "lmsp_events_stored",
+        "lmsp_output_tokens_stored",
+    ):
         assert name in before
     async with http.post(
         "/v1/responses",
@@ -197,8 +202,17 @@ async def test_metrics_are_prometheus_text(
     after = await scrape()
     finished = f'lmsp_tasks{{state="{done["task"]["state"]}"}}'
     assert after[finished] == before[finished] + 1
-    assert after["lmsp_tokens_generated_total"] >= before["lmsp_tokens_generated_total"] + 8
-    assert after["lmsp_events_written_total"] >= before["lmsp_events_written_total"] + 8
+    assert after["lmsp_output_tokens_stored"] >= before["lmsp_output_tokens_stored"] + 8
+    assert after["lmsp_events_stored"] >= before["lmsp_events_stored"] + 8
+    # The counter counts every event of the new task (created … done, 8 deltas at least).
+    written = after["lmsp_events_written_total"] - before["lmsp_events_written_total"]
+    assert written >= done["task"]["last_sequence_number"]
+    # Deleting the task lowers what is stored, never the counter.
+    async with http.delete(f"/v1/responses/{done['id']}", headers=user.headers) as r:
+        assert r.status == 200
+    final = await scrape()
+    assert final["lmsp_events_written_total"] >= after["lmsp_events_written_total"]
+    assert final["lmsp_events_stored"] < after["lmsp_events_stored"]
     async with http.get("/v1/metrics", headers=user.headers) as r:
         await expect_error(r, 403, "insufficient_scope")
 

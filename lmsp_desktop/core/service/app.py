@@ -39,4 +39,5 @@ def build_app(ctx: ServiceContext) -> web.Application:
     ):
         app.add_routes(module.routes)
     app.router.add_route("*", "/{tail:.*}", _unknown_route, name=UNKNOWN_ROUTE)
+    routes_system.install_event_counter(app, ctx.store.tasks)
     return app

@@ -11,10 +11,49 @@ from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import not_found
 from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL
 from lmsp_desktop.core.service.openapi import openapi_document
-from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.recovery import last_report
+from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 
 routes = web.RouteTableDef()
+
+
+class EventCounter:
+    """Events committed since this process started, for a Prometheus counter (which must
+    never go down, so it cannot be a sum over what deletes and retention left in the store).
+
+    Hears every commit through the task store's listeners and adds the growth of each task's
+    last sequence number. A task first heard of mid-life (recovered at startup) counts from
+    the event of that commit on.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._last_seq: dict[str, int] = {}
+
+    def __call__(self, change: TaskChange) -> None:
+        before = self._last_seq.get(change.task_id, change.last_seq - 1)
+        self.total += max(0, change.last_seq - before)
+        if change.state in TERMINAL:
+            self._last_seq.pop(change.task_id, None)
+        else:
+            self._last_seq[change.task_id] = change.last_seq
+
+
+EVENT_COUNTER = web.AppKey("lmsp_event_counter", EventCounter)
+
+
+def install_event_counter(app: web.Application, tasks: TaskStore) -> None:
+    """Count committed events while this application is up."""
+    counter = EventCounter()
+    tasks.listeners.append(counter)
+    app[EVENT_COUNTER] = counter
+
+    async def remove(_: web.Application) -> None:
+        if counter in tasks.listeners:
+            tasks.listeners.remove(counter)
+
+    app.on_cleanup.append(remove)
 
 
 @routes.get("/v1/health")
@@ -63,12 +102,15 @@ async def metrics(request: web.Request) -> web.Response:
         "# HELP lmsp_queue_depth Tasks waiting in a queue.",
         "# TYPE lmsp_queue_depth gauge",
         f"lmsp_queue_depth {counts.get('queued', 0)}",
-        "# HELP lmsp_events_written_total Events in the task logs kept in the store.",
+        "# HELP lmsp_events_written_total Task events committed since the service started.",
         "# TYPE lmsp_events_written_total counter",
-        f"lmsp_events_written_total {totals['events'] if totals else 0}",
-        "# HELP lmsp_tokens_generated_total Output tokens of the responses kept in the store.",
-        "# TYPE lmsp_tokens_generated_total counter",
-        f"lmsp_tokens_generated_total {totals['tokens'] if totals else 0}",
+        f"lmsp_events_written_total {request.app[EVENT_COUNTER].total}",
+        "# HELP lmsp_events_stored Events in the task logs kept in the store.",
+        "# TYPE lmsp_events_stored gauge",
+        f"lmsp_events_stored {totals['events'] if totals else 0}",
+        "# HELP lmsp_output_tokens_stored Output tokens of the responses kept in the store.",
+        "# TYPE lmsp_output_tokens_stored gauge",
+        f"lmsp_output_tokens_stored {totals['tokens'] if totals else 0}",
     ]
     return web.Response(
         text="\n".join(lines) + "\n",
