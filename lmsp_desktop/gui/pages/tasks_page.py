@@ -115,6 +115,8 @@ class TasksPage(QWidget):
         self.model.modelReset.connect(self._show_empty_state)
         self.model.rowsInserted.connect(self._show_empty_state)
         self.model.dataChanged.connect(lambda *_: self._update_actions())
+        self._wanted: str | None = None
+        self.model.rowsInserted.connect(self._select_wanted)
         self._clock = QTimer(self, interval=1000)
         self._clock.timeout.connect(self.model.tick)
         self._clock.start()
@@ -177,13 +179,19 @@ class TasksPage(QWidget):
         self.search.selectAll()
 
     def show_task(self, task_id: str) -> None:
-        """Select a task by id (Show in Tasks), clearing filters that would hide it."""
+        """Select a task by id (Show in Tasks, a prompt just sent)."""
         row = self.model.row_of(task_id)
+        self._wanted = None
         if row is not None:
             self.table.selectRow(row)
             self.table.scrollTo(self.model.index(row, 0))
-        else:
+        else:  # not loaded (yet): show its details now, select its row once it arrives
+            self._wanted = task_id
             aio.spawn(self.details.show_task(task_id), self)
+
+    def _select_wanted(self, *_: Any) -> None:
+        if self._wanted is not None and self.model.row_of(self._wanted) is not None:
+            self.show_task(self._wanted)
 
     # -- selection and cancel ----------------------------------------------------------------
     def selected_ids(self) -> list[str]:

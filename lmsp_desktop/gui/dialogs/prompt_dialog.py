@@ -1,0 +1,70 @@
+""" "Try a prompt…": sends a prompt as a background task through the same path as the API."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.gui import aio
+
+Submit = Callable[[str, str], Awaitable[str]]
+
+
+class PromptDialog(QDialog):
+    """Pick a model, write a prompt, Send: the task appears in the Tasks table."""
+
+    submitted = Signal(str)  # the new task's id
+
+    def __init__(self, models: list[str], submit: Submit, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Try a prompt")
+        self.submit = submit
+        self.model = QComboBox()
+        self.model.addItems(models)
+        self.prompt = QPlainTextEdit("Write a haiku about a lighthouse keeper.")
+        self.error = QLabel()
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #e04848")
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.send = self.buttons.addButton("Send", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.send.setEnabled(bool(models))
+        self.buttons.accepted.connect(lambda: aio.spawn(self.send_prompt(), self))
+        self.buttons.rejected.connect(self.reject)
+        form = QFormLayout()
+        form.addRow("Model", self.model)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.prompt)
+        layout.addWidget(QLabel("It runs as a background task; watch it in the Tasks table."))
+        layout.addWidget(self.error)
+        layout.addWidget(self.buttons)
+        if not models:
+            self.error.setText(
+                "No model is available yet. Add a model folder on the Models page, then try again."
+            )
+        self.resize(520, 320)
+
+    async def send_prompt(self) -> str | None:
+        self.send.setEnabled(False)
+        try:
+            task_id = await self.submit(self.model.currentText(), self.prompt.toPlainText())
+        except LmspError as exc:
+            self.error.setText(exc.message)
+            return None
+        finally:
+            self.send.setEnabled(True)
+        self.submitted.emit(task_id)
+        self.accept()
+        return task_id

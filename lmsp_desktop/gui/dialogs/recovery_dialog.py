@@ -1,0 +1,131 @@
+"""The recovery report: which tasks an unclean shutdown left behind and what became of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from lmsp_desktop.core.storage.recovery import RecoveryItem, RecoveryReport
+from lmsp_desktop.gui.format import clock, short_id, state_icon
+
+Index = QModelIndex | QPersistentModelIndex
+ROOT = QModelIndex()
+COL_TASK, COL_MODEL, COL_CHANGE, COL_POLICY, COL_EVENT = range(5)
+HEADERS = ["Task", "Model", "State before → after", "Policy", "Event written"]
+TASK_ID = Qt.ItemDataRole.UserRole + 1
+
+
+def as_report(report: RecoveryReport | dict[str, Any]) -> RecoveryReport:
+    """A RecoveryReport from the startup's object or from `recovery.last_report`'s dict."""
+    if isinstance(report, RecoveryReport):
+        return report
+    items = [RecoveryItem(**item) for item in report["items"]]
+    return RecoveryReport(report["started_at"], report["finished_at"], items)
+
+
+class RecoveryTableModel(QAbstractTableModel):
+    """One row per recovered task."""
+
+    def __init__(self, items: list[RecoveryItem], parent: Any = None) -> None:
+        super().__init__(parent)
+        self._items = list(items)
+
+    def rowCount(self, parent: Index = ROOT) -> int:
+        return 0 if parent.isValid() else len(self._items)
+
+    def columnCount(self, parent: Index = ROOT) -> int:
+        return 0 if parent.isValid() else len(HEADERS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return HEADERS[section]
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self._items):
+            return None
+        item, col = self._items[index.row()], index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (
+                short_id(item.task_id),
+                item.model,
+                f"{item.state_before} → {item.state_after}",
+                item.on_restart,
+                f"{item.event_type} #{item.sequence_number}",
+            )[col]
+        if role == Qt.ItemDataRole.DecorationRole and col == COL_CHANGE:
+            return state_icon(item.state_after)
+        if role == Qt.ItemDataRole.ToolTipRole and col == COL_TASK:
+            return item.task_id
+        if role == TASK_ID:
+            return item.task_id
+        return None
+
+
+class RecoveryDialog(QDialog):
+    """Lists the recovered tasks; Show in Tasks selects one in the main window."""
+
+    show_task = Signal(str)
+
+    def __init__(
+        self, report: RecoveryReport | dict[str, Any], parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.report = as_report(report)
+        count = len(self.report.items)
+        self.setWindowTitle("Recovery report")
+        title = QLabel(
+            f"<h3>Recovered {count} task{'s' if count != 1 else ''} after an unclean shutdown</h3>"
+        )
+        self.summary = QLabel(self.report.summary() or "Nothing needed recovery.")
+        when = QLabel(
+            f"At startup, {clock(self.report.started_at)}. "
+            "The service is already serving while you read this."
+        )
+        self.model = RecoveryTableModel(self.report.items, self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(
+            COL_CHANGE, QHeaderView.ResizeMode.Stretch
+        )
+        self.table.resizeColumnsToContents()
+        if count:
+            self.table.selectRow(0)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.show_button = QPushButton("Show in Tasks")
+        self.show_button.setEnabled(bool(count))
+        buttons.addButton(self.show_button, QDialogButtonBox.ButtonRole.ActionRole)
+        self.show_button.clicked.connect(self._show_selected)
+        self.table.doubleClicked.connect(lambda *_: self._show_selected())
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        for widget in (title, self.summary, when, self.table, buttons):
+            layout.addWidget(widget)
+        self.resize(760, 420)
+
+    def _show_selected(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if rows:
+            self.show_task.emit(self.model.index(rows[0].row(), 0).data(TASK_ID))
+            self.accept()

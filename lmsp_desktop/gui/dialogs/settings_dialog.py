@@ -1,0 +1,137 @@
+"""Settings: port, bind address, model folders, retention, restart policy, model memory."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.states import RestartPolicy
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.format import is_loopback
+
+
+class SettingsDialog(QDialog):
+    """Edits `Settings` and saves them with `store.save_settings` (validated by the core)."""
+
+    saved = Signal(object)  # Settings
+
+    def __init__(self, store: Any, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.store = store
+        self.original = settings
+        self.host = QLineEdit(settings.host)
+        self.host.textChanged.connect(self._warn)
+        self.port = QSpinBox(minimum=0, maximum=65535, value=settings.port)
+        self.folders = QListWidget()
+        self.folders.addItems(settings.model_dirs)
+        self.folders.setMaximumHeight(90)
+        add = QPushButton("Add…")
+        add.clicked.connect(self._ask_folder)
+        remove = QPushButton("Remove")
+        remove.clicked.connect(lambda: self.folders.takeItem(self.folders.currentRow()))
+        folder_buttons = QVBoxLayout()
+        folder_buttons.addWidget(add)
+        folder_buttons.addWidget(remove)
+        folder_buttons.addStretch()
+        folder_row = QHBoxLayout()
+        folder_row.addWidget(self.folders, 1)
+        folder_row.addLayout(folder_buttons)
+        self.retention = QDoubleSpinBox(
+            minimum=0.1, maximum=3650, decimals=1, value=settings.retention_days, suffix=" days"
+        )
+        self.on_restart = QComboBox()
+        self.on_restart.addItems([p.value for p in RestartPolicy])
+        self.on_restart.setCurrentText(settings.default_on_restart)
+        self.max_loaded = QSpinBox(minimum=1, maximum=16, value=settings.max_loaded_models)
+        self.idle = QSpinBox(
+            minimum=0, maximum=86400, value=int(settings.idle_unload_s), suffix=" s"
+        )
+        self.warning = QLabel()
+        self.warning.setWordWrap(True)
+        form = QFormLayout()
+        form.addRow("Bind address", self.host)
+        form.addRow("Port", self.port)
+        form.addRow("Model folders", folder_row)
+        form.addRow("Keep finished tasks", self.retention)
+        form.addRow("Default on_restart", self.on_restart)
+        form.addRow("Models kept loaded", self.max_loaded)
+        form.addRow("Unload idle models after", self.idle)
+        self.error = QLabel()
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #e04848")
+        note = QLabel("Bind address and port take effect at the next start; tasks are kept.")
+        note.setWordWrap(True)
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
+        )
+        self.buttons.accepted.connect(lambda: aio.spawn(self.save(), self))
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.warning)
+        layout.addWidget(note)
+        layout.addWidget(self.error)
+        layout.addWidget(self.buttons)
+        self._warn()
+
+    def _warn(self) -> None:
+        host = self.host.text().strip()
+        self.warning.setText(
+            ""
+            if is_loopback(host)
+            else f"⚠ Binding to {host} lets other machines reach the service; only paired "
+            "clients with a token get in."
+        )
+        self.warning.setVisible(not is_loopback(host))
+
+    def _ask_folder(self) -> None:
+        dialog = QFileDialog(self, "Add a model folder")
+        dialog.setFileMode(QFileDialog.FileMode.Directory)
+        dialog.fileSelected.connect(self.folders.addItem)
+        dialog.open()
+
+    def settings(self) -> Settings:
+        return dataclasses.replace(
+            self.original,
+            host=self.host.text().strip(),
+            port=self.port.value(),
+            model_dirs=[self.folders.item(i).text() for i in range(self.folders.count())],
+            retention_days=self.retention.value(),
+            default_on_restart=self.on_restart.currentText(),
+            max_loaded_models=self.max_loaded.value(),
+            idle_unload_s=float(self.idle.value()),
+        )
+
+    async def save(self) -> None:
+        settings = self.settings()
+        self.buttons.setEnabled(False)
+        try:
+            await self.store.save_settings(settings)
+        except LmspError as exc:
+            self.error.setText(exc.message)
+            return
+        finally:
+            self.buttons.setEnabled(True)
+        self.saved.emit(settings)
+        self.accept()

@@ -1,0 +1,69 @@
+"""`lmsp-desktop` without a subcommand: the core and the window on one qasync loop."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from lmsp_desktop.core.errors import LmspError
+
+log = logging.getLogger(__name__)
+
+
+async def ask(box: QMessageBox) -> None:
+    """Show a message box and wait for it without a nested event loop (no exec())."""
+    closed = asyncio.Event()
+    box.finished.connect(lambda _: closed.set())
+    box.open()
+    await closed.wait()
+
+
+async def main(args: argparse.Namespace) -> int:
+    from lmsp_desktop.app import Core
+    from lmsp_desktop.gui.main_window import MainWindow, wait_closed
+
+    core = Core(args.data_dir, model_dirs=args.models_dir, host=args.host, port=args.port)
+    try:
+        report = await core.open()
+        scan = asyncio.ensure_future(core.scan_models())  # hashing runs while serving
+        await core.start_service()
+    except LmspError as exc:
+        await core.stop()
+        await ask(QMessageBox(QMessageBox.Icon.Critical, "LMSP Desktop", exc.message))
+        return 1
+    window = MainWindow(core)
+    quit_event = asyncio.Event()
+    window.quit_requested.connect(quit_event.set)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: loop.call_soon_threadsafe(window.quit))
+    window.show()
+    await window.load()
+    if report.items:
+        window.show_recovery(report)
+    await wait_closed(window)
+    window.hide()
+    scan.cancel()
+    await core.stop()
+    return 0
+
+
+def run_gui(args: argparse.Namespace) -> int:
+    import qasync
+
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication(sys.argv)
+    app.setApplicationName("LMSP Desktop")
+    app.setOrganizationName("LMSP")
+    app.setQuitOnLastWindowClosed(False)  # closing hides to the tray; Quit ends the app
+    # Python handles signals only between bytecodes: wake it up regularly.
+    ticker = QTimer(interval=250)
+    ticker.timeout.connect(lambda: None)
+    ticker.start()
+    return int(qasync.run(main(args)))

@@ -1,0 +1,257 @@
+"""The main window: navigation with live counters, the three pages, menus, status bar, tray."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QListWidget,
+    QMainWindow,
+    QMenu,
+    QStackedWidget,
+    QSystemTrayIcon,
+    QWidget,
+)
+
+from lmsp_desktop.core.config import database_path
+from lmsp_desktop.core.storage.recovery import last_report
+from lmsp_desktop.gui import aio, core_ops
+from lmsp_desktop.gui.bridge import CoreBridge
+from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
+from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog
+from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
+from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
+from lmsp_desktop.gui.format import STATE_COLOURS, dot_icon
+from lmsp_desktop.gui.pages.clients_page import ClientsPage
+from lmsp_desktop.gui.pages.models_page import ModelsPage
+from lmsp_desktop.gui.pages.tasks_page import TasksPage
+from lmsp_desktop.gui.status import StatusBar
+
+ACTIVE = ("queued", "loading", "running", "cancelling")
+
+
+class MainWindow(QMainWindow):
+    """A thin view over a running Core (store, registry, runner, pairing, settings, url)."""
+
+    quit_requested = Signal()
+
+    def __init__(self, core: Any, qsettings: QSettings | None = None) -> None:
+        super().__init__()
+        self.core = core
+        self.qsettings = qsettings or QSettings("LMSP", "LMSP Desktop")
+        self.dialog: Any = None  # the open dialog, kept referenced (and reachable by tests)
+        self.quitting = False
+        self.bridge = CoreBridge(core.store, core.registry, core.pairing, parent=self)
+        self.tasks = TasksPage(core.store, core.url)
+        self.models = ModelsPage(core.registry, core.runner)
+        self.clients = ClientsPage(core.store, core.pairing)
+        self.nav = QListWidget()
+        self.nav.addItems(["Tasks", "Models", "Clients"])
+        self.nav.setFixedWidth(150)
+        self.pages = QStackedWidget()
+        for page in (self.tasks, self.models, self.clients):
+            self.pages.addWidget(page)
+        self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
+        self.nav.setCurrentRow(0)
+        body = QWidget()
+        layout = QHBoxLayout(body)
+        layout.addWidget(self.nav)
+        layout.addWidget(self.pages, 1)
+        self.setCentralWidget(body)
+        self.status = StatusBar()
+        self.setStatusBar(self.status)
+        self._menus()
+        self._wire()
+        self.tray = self._tray() if QSystemTrayIcon.isSystemTrayAvailable() else None
+        self._counts: dict[str, int] = {}
+        self._pending = 0
+        self._counts_timer = QTimer(self, singleShot=True, interval=500)
+        self._counts_timer.timeout.connect(lambda: aio.spawn(self.refresh_counts(), self))
+        self.set_url(core.url)
+        self.resize(1200, 780)
+        self._restore()
+
+    # -- construction ------------------------------------------------------------------------
+    def _menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        settings = QAction("Settings…", self, shortcut=QKeySequence("Ctrl+,"))
+        settings.triggered.connect(self.open_settings)
+        quit_action = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
+        quit_action.triggered.connect(self.quit)
+        file_menu.addAction(settings)
+        file_menu.addSeparator()
+        file_menu.addAction(quit_action)
+        view = self.menuBar().addMenu("&View")
+        for i, name in enumerate(("Tasks", "Models", "Clients")):
+            action = QAction(name, self, shortcut=QKeySequence(f"Ctrl+{i + 1}"))
+            action.triggered.connect(lambda _=False, row=i: self.nav.setCurrentRow(row))
+            view.addAction(action)
+        help_menu = self.menuBar().addMenu("&Help")
+        report = QAction("Last recovery report", self)
+        report.triggered.connect(lambda: aio.spawn(self.open_last_report(), self))
+        help_menu.addAction(report)
+
+    def _wire(self) -> None:
+        self.bridge.tasks_changed.connect(self.tasks.on_changes)
+        self.bridge.tasks_changed.connect(lambda _: self._counts_timer.start())
+        self.models.connect_bridge(self.bridge)
+        self.bridge.models_changed.connect(self._update_nav)
+        self.bridge.pairing_changed.connect(self.clients.on_pairing_changed)
+        self.clients.pending_changed.connect(self._set_pending)
+        self.tasks.try_prompt_requested.connect(lambda: aio.spawn(self.open_prompt(), self))
+        self.tasks.pair_requested.connect(self.open_pair)
+        self.clients.pair_requested.connect(self.open_pair)
+
+    def _tray(self) -> QSystemTrayIcon:
+        tray = QSystemTrayIcon(dot_icon(STATE_COLOURS["running"], 32), self)
+        menu = QMenu(self)
+        menu.addAction("Show window", self.showNormal)
+        menu.addSeparator()
+        menu.addAction("Quit", self.quit)
+        tray.setContextMenu(menu)
+        tray.activated.connect(lambda *_: self.showNormal())
+        tray.show()
+        return tray
+
+    async def load(self) -> None:
+        await self.tasks.load()
+        await self.models.load()
+        await self.clients.load()
+        await self.refresh_counts()
+
+    def set_url(self, url: str) -> None:
+        self.tasks.set_url(url)
+        self.status.set_service(url, self.core.settings.host)
+        self.status.set_database(database_path(Path(self.core.data_dir)))
+        self.setWindowTitle(f"LMSP Desktop — {url}" if url else "LMSP Desktop")
+
+    # -- live counters -----------------------------------------------------------------------
+    async def refresh_counts(self) -> None:
+        self._counts = await self.core.store.tasks.counts()
+        self.status.set_counts(self._counts)
+        self.status.set_database(database_path(Path(self.core.data_dir)))
+        self._update_nav()
+
+    def _set_pending(self, count: int) -> None:
+        self._pending = count
+        self._update_nav()
+
+    def _update_nav(self) -> None:
+        active = sum(self._counts.get(s, 0) for s in ACTIVE)
+        self.nav.item(0).setText(f"Tasks   {active}" if active else "Tasks")
+        self.nav.item(0).setIcon(dot_icon(STATE_COLOURS["running"]) if active else _blank())
+        models = self.models.model.rowCount()
+        self.nav.item(1).setText(f"Models   {models}" if models else "Models")
+        clients = self.clients.model.rowCount()
+        text = "Clients" + (f"   {clients}" if clients else "")
+        self.nav.item(2).setText(text + ("   ● request" if self._pending else ""))
+        self.nav.item(2).setIcon(
+            dot_icon(STATE_COLOURS["cancelling"]) if self._pending else _blank()
+        )
+        if self.tray is not None:
+            running = self._counts.get("running", 0)
+            self.tray.setToolTip(
+                f"LMSP Desktop: {running} running, {self._counts.get('queued', 0)} queued"
+            )
+
+    # -- dialogs (all opened with open(), never exec()) --------------------------------------
+    def _open(self, dialog: Any) -> Any:
+        self.dialog = dialog
+        dialog.open()
+        return dialog
+
+    def open_settings(self) -> None:
+        dialog = SettingsDialog(self.core.store, self.core.settings, self)
+        dialog.saved.connect(self._settings_saved)
+        self._open(dialog)
+
+    def _settings_saved(self, settings: Any) -> None:
+        self.core.settings = settings
+        self.status.showMessage("Settings saved", 3000)
+
+    async def open_prompt(self) -> None:
+        models = [
+            m.id
+            for m in await core_ops.list_models(self.core.registry)
+            if getattr(m, "state", "verified") == "verified"
+        ]
+        dialog = PromptDialog(models, self.core.submit, self)
+        dialog.submitted.connect(self._prompt_sent)
+        self._open(dialog)
+
+    def _prompt_sent(self, task_id: str) -> None:
+        self.nav.setCurrentRow(0)
+        self.tasks.show_task(task_id)
+
+    def open_pair(self) -> None:
+        dialog = PairDialog(self.core.pairing, self.core.url, self)
+        self._open(dialog)
+        aio.spawn(dialog.new_code(), dialog)
+
+    def show_recovery(self, report: Any) -> RecoveryDialog:
+        dialog = RecoveryDialog(report, self)
+        dialog.show_task.connect(self._show_in_tasks)
+        return self._open(dialog)  # type: ignore[no-any-return]
+
+    async def open_last_report(self) -> None:
+        report = await last_report(self.core.store.tasks)
+        if report is None:
+            self.status.showMessage(
+                "No recovery was needed since this data folder was created.", 5000
+            )
+            return
+        self.show_recovery(report)
+
+    def _show_in_tasks(self, task_id: str) -> None:
+        self.nav.setCurrentRow(0)
+        self.tasks.show_task(task_id)
+
+    # -- closing -----------------------------------------------------------------------------
+    def quit(self) -> None:
+        self.quitting = True
+        self._save()
+        self.quit_requested.emit()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.tray is not None and not self.quitting:
+            self.hide()  # keeps serving; Quit from the tray or Ctrl+Q ends it
+            event.ignore()
+            return
+        self._save()
+        self.bridge.close()
+        event.accept()
+        if not self.quitting:
+            self.quitting = True
+            self.quit_requested.emit()
+
+    def _save(self) -> None:
+        self.qsettings.setValue("geometry", self.saveGeometry())
+        self.qsettings.setValue("tasks/splitter", self.tasks.splitter.saveState())
+        self.qsettings.setValue("tasks/columns", self.tasks.table.horizontalHeader().saveState())
+        self.qsettings.sync()
+
+    def _restore(self) -> None:
+        for key, restore in (
+            ("geometry", self.restoreGeometry),
+            ("tasks/splitter", self.tasks.splitter.restoreState),
+            ("tasks/columns", self.tasks.table.horizontalHeader().restoreState),
+        ):
+            value = self.qsettings.value(key)
+            if value is not None:
+                restore(value)
+
+
+def _blank() -> QIcon:
+    return QIcon()
+
+
+async def wait_closed(window: MainWindow) -> None:
+    """Resolve once the window asks to quit (Quit, Ctrl+Q, or close without a tray)."""
+    done = asyncio.Event()
+    window.quit_requested.connect(done.set)
+    await done.wait()

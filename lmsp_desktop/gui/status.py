@@ -1,0 +1,66 @@
+"""The status bar: service URL (click to copy), a loopback warning, database size, counts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+
+from lmsp_desktop.gui.format import human_size, is_loopback
+
+ORDER = (
+    "running",
+    "loading",
+    "queued",
+    "cancelling",
+    "completed",
+    "incomplete",
+    "failed",
+    "cancelled",
+)
+
+
+class StatusBar(QStatusBar):
+    """Always-visible facts about the service; nothing here lies about state."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.url_label = QLabel()
+        self.url_label.setToolTip("Click to copy the service URL")
+        self.url_label.linkActivated.connect(self.copy_url)
+        self.warning = QLabel()
+        self.warning.setStyleSheet(
+            "QLabel { background: #e0a100; color: black; border-radius: 6px; padding: 1px 6px; }"
+        )
+        self.warning.hide()
+        self.db_label = QLabel()
+        self.counts_label = QLabel()
+        self.addWidget(self.url_label)
+        self.addWidget(self.warning)
+        self.addWidget(self.counts_label, 1)
+        self.addPermanentWidget(self.db_label)
+        self.url = ""
+
+    def set_service(self, url: str, host: str) -> None:
+        self.url = url
+        scope = "loopback only" if is_loopback(host) else f"bound to {host}"
+        self.url_label.setText(
+            f"● Serving on <a href='{url}'>{url}</a> ({scope})" if url else "Service not started"
+        )
+        self.warning.setText(f"⚠ reachable from other machines ({host})")
+        self.warning.setVisible(bool(url) and not is_loopback(host))
+
+    def copy_url(self, *_: object) -> None:
+        QGuiApplication.clipboard().setText(self.url)
+        self.showMessage("Service URL copied", 2000)
+
+    def set_database(self, path: Path) -> None:
+        size = sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
+        self.db_label.setText(f"{path.name} {human_size(size)}")
+        self.db_label.setToolTip(str(path))
+
+    def set_counts(self, counts: dict[str, int]) -> None:
+        parts = [f"{counts[s]} {s}" for s in ORDER if counts.get(s)]
+        self.counts_label.setText(" · ".join(parts) if parts else "no tasks")

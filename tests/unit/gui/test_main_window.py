@@ -1,0 +1,184 @@
+"""The main window over a real store with small fakes for registry, runner and pairing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QSystemTrayIcon
+
+from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.pairing import PairingManager
+from lmsp_desktop.core.states import RestartPolicy
+from lmsp_desktop.core.storage.recovery import last_report, next_boot, recover
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryTableModel
+from lmsp_desktop.gui.main_window import MainWindow
+from tests.unit.gui.conftest import until
+from tests.unit.gui.helpers import make_task, run_task
+
+
+def fake_model(model_id: str) -> ModelInfo:
+    return ModelInfo(
+        id=model_id,
+        path=Path(f"/models/{model_id}.gguf"),
+        size_bytes=98_000_000,
+        mtime_ns=0,
+        digest="sha256:" + "ab" * 32,
+        state="verified",
+        verified_at=1_700_000_000,
+        architecture="llama",
+        parameters=134_515_008,
+        quantization="Q4_1",
+        context_length=8192,
+        created_at=1_700_000_000,
+    )
+
+
+@dataclass
+class FakeRegistry:
+    models: list[ModelInfo] = field(default_factory=lambda: [fake_model("smollm2")])
+    listeners: list = field(default_factory=list)
+
+    async def list(self):
+        return self.models
+
+
+@dataclass
+class FakeCore:
+    store: Store
+    data_dir: Path
+    pairing: PairingManager
+    registry: FakeRegistry = field(default_factory=FakeRegistry)
+    runner: object = None
+    settings: Settings = field(default_factory=Settings)
+    url: str = "http://127.0.0.1:5677"
+    submitted: list = field(default_factory=list)
+
+    async def submit(self, model: str, prompt: str) -> str:
+        if not prompt.strip():
+            raise LmspError("Write a prompt first.", code="invalid_value")
+        task_id = await make_task(self.store, model, prompt)
+        self.submitted.append(task_id)
+        return task_id
+
+
+@pytest.fixture
+async def window(qtbot, store, data_dir, tmp_path):
+    core = FakeCore(store, data_dir, PairingManager(store.db))
+    qsettings = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(core, qsettings)
+    qtbot.addWidget(win)
+    await win.load()
+    win.show()
+    yield win
+    win.bridge.close()
+
+
+async def test_navigation_counters_status_bar_and_empty_state(window, store):
+    assert window.tasks.stack.currentWidget() is window.tasks.empty
+    assert "127.0.0.1:5677/v1" in window.tasks.empty_label.text()
+    assert "loopback only" in window.status.url_label.text()
+    assert not window.status.warning.isVisible()
+    assert window.status.db_label.text().startswith("lmsp.db ")
+    assert window.nav.item(1).text() == "Models   1"
+    task_id = await make_task(store)
+    await run_task(store, task_id, ["hi"], finish=False)
+    await make_task(store)
+    await until(lambda: window.nav.item(0).text() == "Tasks   2", what="active counter")
+    assert window.status.counts_label.text() == "1 running · 1 queued"
+    window.status.copy_url()
+    assert QGuiApplication.clipboard().text() == "http://127.0.0.1:5677"
+    assert QSystemTrayIcon.isSystemTrayAvailable() is False and window.tray is None
+
+
+async def test_pairing_request_puts_a_dot_on_clients(window):
+    await window.core.pairing.start("laptop", frozenset({"models:read"}), "10.0.0.2")
+    await until(lambda: "request" in window.nav.item(2).text(), what="clients dot")
+    window.nav.setCurrentRow(2)
+    assert window.pages.currentWidget() is window.clients
+
+
+async def test_try_a_prompt_creates_a_task_through_submit(window):
+    await window.open_prompt()
+    dialog = window.dialog
+    assert dialog.model.currentText() == "smollm2"
+    dialog.prompt.setPlainText("   ")
+    assert await dialog.send_prompt() is None
+    assert dialog.error.text() == "Write a prompt first."
+    dialog.prompt.setPlainText("Tell me a joke")
+    task_id = await dialog.send_prompt()
+    assert window.core.submitted == [task_id]
+    await until(lambda: window.tasks.model.row_of(task_id) is not None)
+
+
+async def test_settings_dialog_saves_through_the_store(window, store):
+    window.open_settings()
+    dialog = window.dialog
+    dialog.port.setValue(6001)
+    dialog.host.setText("0.0.0.0")
+    assert dialog.warning.isVisible()
+    dialog.retention.setValue(3)
+    dialog.on_restart.setCurrentText("resume")
+    await dialog.save()
+    saved = await store.settings()
+    assert (saved.port, saved.host, saved.retention_days, saved.default_on_restart) == (
+        6001,
+        "0.0.0.0",
+        3.0,
+        "resume",
+    )
+    assert window.core.settings.port == 6001
+
+
+async def test_recovery_dialog_lists_each_task_and_shows_it(qtmodeltester, window, store):
+    ids = {}
+    for state, policy in (
+        ("queued", RestartPolicy.FAIL),
+        ("running", RestartPolicy.RETRY),
+        ("running", RestartPolicy.RESUME),
+        ("cancelling", RestartPolicy.FAIL),
+    ):
+        task_id = await make_task(store, on_restart=policy)
+        if state != "queued":
+            await run_task(store, task_id, ["x"], finish=False)
+        if state == "cancelling":
+            await store.tasks.cancel(task_id)
+        ids[(state, policy)] = task_id
+    report = await recover(store.tasks, await next_boot(store.tasks))
+    dialog = window.show_recovery(report)
+    qtmodeltester.check(RecoveryTableModel(report.items), force_py=True)  # unparented
+    assert (
+        "Recovered 4 tasks after an unclean shutdown"
+        in dialog.findChildren(type(dialog.summary))[0].text()
+    )
+    assert dialog.summary.text() == (
+        "1 failed with server_restarted, 1 requeued, 1 resumed, 1 cancelled"
+    )
+    rows = {
+        dialog.model.index(r, 0).data(257): [dialog.model.index(r, c).data() for c in range(5)]
+        for r in range(dialog.model.rowCount())
+    }
+    assert rows[ids[("queued", RestartPolicy.FAIL)]][2] == "queued → failed"
+    assert rows[ids[("running", RestartPolicy.RETRY)]][2] == "running → queued"
+    assert rows[ids[("running", RestartPolicy.RESUME)]][4].startswith("response.resumed #")
+    assert rows[ids[("cancelling", RestartPolicy.FAIL)]][2] == "cancelling → cancelled"
+    dialog.show_button.click()
+    assert window.pages.currentWidget() is window.tasks
+    await window.open_last_report()
+    assert window.dialog is not dialog and window.dialog.model.rowCount() == 4
+    assert (await last_report(store.tasks))["items"]
+
+
+async def test_quit_asks_the_app_to_stop_and_remembers_the_layout(window, tmp_path):
+    quits: list[bool] = []
+    window.quit_requested.connect(lambda: quits.append(True))
+    window.tasks.splitter.setSizes([100, 300])
+    window.quit()
+    assert quits == [True]
+    assert window.qsettings.value("tasks/splitter") is not None
