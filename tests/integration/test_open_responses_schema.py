@@ -4,6 +4,7 @@ service produces with the real demo model validates against the normative OpenAP
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import copy
 import json
@@ -478,3 +479,87 @@ async def test_failed_response(http: aiohttp.ClientSession, user: Client) -> Non
     failed = events[-1]["response"]
     assert failed["status"] == "failed" and failed["error"]["code"]
     assert "context" in failed["error"]["message"]
+
+
+def test_streams_of_retried_and_resumed_responses_stay_valid(tmp_path: Path) -> None:
+    """Across restarts: a `retry` task gets response.queued and a new output item, a `resume`
+    task continues its item (response.resumed is LMSP's own, left out of Responses streams)."""
+    data_dir = tmp_path / "restarts"
+    policies = {"retry": "", "resume": ""}
+
+    def run(core: LiveCore, scenario: Any) -> Any:
+        async def go() -> Any:
+            async with aiohttp.ClientSession(base_url=core.url) as http:
+                return await scenario(http)
+
+        return asyncio.run(go())
+
+    first = LiveCore(data_dir)
+    token = first.token("admin", name="restarts-admin")
+    admin = Client("owner", token)
+
+    async def start(http: aiohttp.ClientSession) -> None:
+        for policy in policies:
+            task = await create_background(
+                http,
+                admin.headers,
+                max_output_tokens=30,
+                on_restart=policy,
+                input="Write a short poem about the sea.",
+            )
+            policies[policy] = task["id"]
+        await wait_tokens(http, policies["retry"])
+
+    async def wait_tokens(http: aiohttp.ClientSession, task_id: str) -> None:
+        task = await wait_state(http, admin.headers, task_id, ("running",))
+        while task["output_tokens"] < 3:
+            await asyncio.sleep(0.02)
+            async with http.get(f"/v1/tasks/{task_id}", headers=admin.headers) as r:
+                task = await r.json()
+            assert task["state"] == "running", task
+
+    run(first, start)
+    first.stop()  # retry task running, resume task queued
+    second = LiveCore(data_dir)
+    run(second, lambda http: wait_tokens(http, policies["resume"]))
+    second.stop()  # retry task (maybe finished), resume task running
+    third = LiveCore(data_dir)
+
+    async def check(http: aiohttp.ClientSession) -> None:
+        for task_id in policies.values():
+            await wait_state(http, admin.headers, task_id, ("completed", "incomplete"))
+        retried = await events_of(http, admin.headers, policies["retry"])
+        resumed = await events_of(http, admin.headers, policies["resume"])
+        assert "response.queued" in [e["type"] for e in retried]
+        assert "response.resumed" in [e["type"] for e in resumed]
+        for log in (retried, resumed):
+            for event in log:
+                check_event(event)
+        # The resumed task's Responses stream: one item, continued without a repeat.
+        async with http.get(
+            f"/v1/responses/{policies['resume']}",
+            params={"stream": "true"},
+            headers=admin.headers,
+        ) as r:
+            shown = [e.data for e in parse_sse(await r.read())]
+        assert "response.resumed" not in [e["type"] for e in shown]
+        check_stream(shown, gapless=False)
+        # The retried task's stream: after response.queued a new item that is the answer.
+        async with http.get(
+            f"/v1/responses/{policies['retry']}",
+            params={"stream": "true"},
+            headers=admin.headers,
+        ) as r:
+            shown = [e.data for e in parse_sse(await r.read())]
+        requeue = max(i for i, e in enumerate(shown) if e["type"] == "response.queued")
+        assert shown[requeue]["response"]["output"] == []
+        check_event(shown[requeue])
+        check_stream(shown[requeue + 1 :])
+        first_item = next(e for e in shown if e["type"] == "response.output_item.added")
+        final = shown[-1]["response"]
+        assert [i["id"] for i in final["output"]] != [first_item["item"]["id"]]
+
+    try:
+        run(third, check)
+    finally:
+        third.stop()
