@@ -114,6 +114,7 @@ class Core:
             started_at=time.time(),
         )
         self.context.extras["follower"] = self.follower
+        self.context.extras["recovery_report"] = self.recovery_report
         return self.recovery_report
 
     async def scan_models(self) -> None:
