@@ -53,7 +53,7 @@ def huey_enqueue(work: Path, n: int) -> float:
 
     huey = SqliteHuey("bench", filename=str(work / "huey.db"), fsync=True)
 
-    @huey.task()  # type: ignore[misc]
+    @huey.task()  # type: ignore[untyped-decorator]
     def job(i: int) -> int:
         return i
 

@@ -8,8 +8,8 @@ import asyncio
 import math
 from pathlib import Path
 
-from bench.common import BenchServer, demo_model
-from bench.llm import InProcess, Stream, sse_generate
+from bench.common import BenchServer
+from bench.llm import Stream, in_subprocess, sse_generate
 from bench.report import Row
 
 
@@ -22,19 +22,15 @@ def _best(streams: list[Stream]) -> Stream:
 
 async def _measure(work: Path, max_tokens: int, repeats: int) -> dict[str, list[Stream]]:
     found: dict[str, list[Stream]] = {"sse": [], "engine": [], "llama": []}
-    local = InProcess(demo_model())
     with BenchServer(work / "b3", "--engine", "llama", "--demo") as server:
         server.start()
-        await sse_generate(server, 4)  # loads the model in the service
-        await local.load()
-        try:
-            for _ in range(repeats):
-                # Interleaved, so slow phases of the shared machine hit all three alike.
-                found["sse"].append(await sse_generate(server, max_tokens))
-                found["engine"].append(await local.engine_generate(max_tokens))
-                found["llama"].append(await asyncio.to_thread(local.llama_generate, max_tokens))
-        finally:
-            await local.close()
+        await sse_generate(server, max_tokens)  # loads the model and warms it up
+        for _ in range(repeats):
+            # Interleaved, so slow phases of the shared machine hit all three alike; the
+            # in-process baselines each run in a fresh process of their own.
+            found["sse"].append(await sse_generate(server, max_tokens))
+            found["engine"].append(await asyncio.to_thread(in_subprocess, "engine", max_tokens))
+            found["llama"].append(await asyncio.to_thread(in_subprocess, "llama", max_tokens))
     return found
 
 

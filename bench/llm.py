@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import BenchServer
+from bench.common import ROOT, BenchServer, demo_model
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper who lives through a storm."
 MODEL_ID = "smollm2-135m-instruct"
@@ -88,6 +90,40 @@ async def sse_generate(
     return stream
 
 
+def measure_in_process(kind: str, max_tokens: int) -> Stream:
+    """One warm-up generation, then the measured one, in this process."""
+
+    async def go() -> Stream:
+        local = InProcess(demo_model())
+        await local.load(with_llama=kind == "llama")
+        try:
+            for _ in range(2):
+                if kind == "engine":
+                    stream = await local.engine_generate(max_tokens)
+                else:
+                    stream = await asyncio.to_thread(local.llama_generate, max_tokens)
+        finally:
+            await local.close()
+        return stream
+
+    return asyncio.run(go())
+
+
+def in_subprocess(kind: str, max_tokens: int) -> Stream:
+    """measure_in_process in a fresh process: two llama.cpp contexts in one process slow
+    each other down (idle worker threads), and a first generation is always slow."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.llm", kind, str(max_tokens)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        timeout=600,
+    )
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    return Stream(times=data["times"], text=data["text"])
+
+
 class InProcess:
     """The demo model loaded in this process twice over: through the project's LlamaEngine
     (its per-token path, no store, no HTTP) and as a plain llama_cpp.Llama."""
@@ -97,11 +133,13 @@ class InProcess:
         self.model: Any = None
         self.llama: Any = None
 
-    async def load(self) -> None:
+    async def load(self, with_llama: bool) -> None:
         from lmsp_desktop.core.engines.llama import DEFAULT_CONTEXT, DEFAULT_THREADS, LlamaEngine
 
         engine = LlamaEngine()
-        self.model = await engine.load(self.path)
+        self.model = await engine.load(self.path)  # also renders the prompt for llama_cpp
+        if not with_llama:
+            return
         import llama_cpp
 
         # The same settings the engine opened its model with (n_ctx capped at 4096 there).
@@ -156,3 +194,8 @@ class InProcess:
             await self.model.unload()
         if self.llama is not None:
             self.llama.close()
+
+
+if __name__ == "__main__":
+    found = measure_in_process(sys.argv[1], int(sys.argv[2]))
+    print(json.dumps({"times": found.times, "text": found.text}))

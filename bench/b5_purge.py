@@ -1,0 +1,168 @@
+"""B5 purge: retention over 1M events while a task keeps appending: total time, the longest
+write-lock hold (timed by a lock wrapper, core untouched), the worst appender wait."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Literal
+
+from bench.report import Row
+from bench.seed import Shape, seed
+from lmsp_desktop.core.config import database_path
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS, Database
+from lmsp_desktop.core.storage.retention import purge_finished
+from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
+
+APPEND_EVERY_S = 0.01
+
+
+class TimedLock(asyncio.Lock):
+    """The writer lock, recording how long each holder kept it and each waiter waited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holds: list[float] = []
+        self.waits: list[float] = []
+        self._since = 0.0
+
+    async def acquire(self) -> Literal[True]:
+        asked = time.perf_counter()
+        await super().acquire()
+        self._since = time.perf_counter()
+        self.waits.append(self._since - asked)
+        return True
+
+    def release(self) -> None:
+        self.holds.append(time.perf_counter() - self._since)
+        super().release()
+
+
+class TimedDatabase(Database):
+    """Database whose writer lock is a TimedLock: every transaction() is timed."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.timed = TimedLock()
+        self._lock = self.timed
+
+
+async def _purge_with_appender(data_dir: Path) -> dict[str, float]:
+    db = TimedDatabase(database_path(data_dir))
+    await db.open()
+    tasks = TaskStore(db)
+    request = parse_create({"model": "bench-model", "input": "go", "background": True}, "fail")
+    task_id = (await tasks.create(NewTask(model="bench-model", request=request))).task_id
+    await tasks.mark_running(task_id)
+    appends: list[float] = []
+    stop = asyncio.Event()
+
+    async def appender() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            asked = time.perf_counter()
+            await tasks.append_deltas(
+                task_id, [f" t{n}"], output_tokens=n, input_tokens=3, snapshot={"tokens": [n]}
+            )
+            appends.append(time.perf_counter() - asked)
+            await asyncio.sleep(APPEND_EVERY_S)
+
+    running = asyncio.create_task(appender())
+    await asyncio.sleep(0.2)
+    db.timed.holds.clear()
+    started = time.perf_counter()
+    purged = await purge_finished(db, 7.0)
+    total = time.perf_counter() - started
+    stop.set()
+    await running
+    left = await db.fetchone("SELECT COUNT(*) AS c FROM task_events")
+    await db.close()
+    return {
+        "total": total,
+        "purged": purged,
+        "hold": max(db.timed.holds) * 1000,
+        "append": max(appends) * 1000,
+        "appends": len(appends),
+        "left": left["c"] if left else -1,
+    }
+
+
+def raw_purge(data_dir: Path, batch: int = 200) -> float:
+    """The limit: the same tasks deleted with raw sqlite3, `batch` tasks per transaction,
+    three set-based DELETEs each, at the same synchronous."""
+    conn = sqlite3.connect(database_path(data_dir), isolation_level=None)
+    conn.execute(f"PRAGMA synchronous={DEFAULT_SYNCHRONOUS}")
+    cutoff = time.time() - 7 * 86400
+    start = time.perf_counter()
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM tasks WHERE finished_at < ? ORDER BY finished_at LIMIT ?",
+                (cutoff, batch),
+            )
+        ]
+        if not ids:
+            conn.execute("COMMIT")
+            break
+        marks = ",".join("?" * len(ids))
+        conn.execute(f"DELETE FROM task_events WHERE task_id IN ({marks})", ids)
+        conn.execute(f"DELETE FROM tasks WHERE id IN ({marks})", ids)
+        conn.execute(f"DELETE FROM responses WHERE id IN ({marks})", ids)
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return elapsed
+
+
+def run(work: Path, quick: bool) -> list[Row]:
+    tasks = 2000 if quick else 100_000
+    shape = Shape(tasks=tasks, events_per_task=10, finished_age_days=30)
+    events = seed(work / "b5-store", shape)
+    shutil.copytree(work / "b5-store", work / "b5-raw")
+    raw_s = raw_purge(work / "b5-raw")
+    shutil.rmtree(work / "b5-raw")
+    found = asyncio.run(_purge_with_appender(work / "b5-store"))
+    if found["purged"] != tasks or found["left"] > found["appends"] + 10:
+        raise AssertionError(f"purge left work behind: {found}")
+    total = found["total"]
+    return [
+        Row("B5", f"raw purge, same {events:,} events, 200 tasks/txn", raw_s, "s"),
+        Row(
+            "B5",
+            f"purge {events:,} events ({tasks:,} tasks), total",
+            total,
+            "s",
+            "",
+            raw_s / total,
+            "raw speed",
+            note=f"{events / total:,.0f} events/s; appender committed {found['appends']} "
+            "times meanwhile",
+        ),
+        Row(
+            "B5",
+            "longest write-lock hold during purge",
+            found["hold"],
+            "ms",
+            "≤ 100 ms",
+            None,
+            "",
+            found["hold"] <= 100,
+        ),
+        Row(
+            "B5",
+            f"worst append_deltas wait (one every {APPEND_EVERY_S * 1000:.0f} ms)",
+            found["append"],
+            "ms",
+            "≤ 150 ms",
+            None,
+            "",
+            found["append"] <= 150,
+        ),
+    ]

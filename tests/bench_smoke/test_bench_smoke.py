@@ -1,0 +1,72 @@
+"""Smoke run of every benchmark at tiny sizes: each produces sane figures (never timed)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import BENCHES
+from bench.report import Row
+
+ROOT = Path(__file__).resolve().parents[2]
+# Rows whose figure may legitimately be zero (bytes hashed on a rescan: zero is the goal).
+ZERO_OK = {"bytes"}
+
+
+def check_rows(bench: str, rows: list[Row]) -> None:
+    assert rows, f"{bench} produced no rows"
+    for row in rows:
+        assert row.bench == bench
+        assert row.measure != "crashed", row.note
+        assert row.figure is not None and math.isfinite(row.figure), row
+        assert row.figure > 0 or (row.unit in ZERO_OK and row.figure == 0), row
+        if row.ratio is not None:
+            assert math.isfinite(row.ratio) and row.ratio > 0, row
+        if row.goal:
+            assert row.passed in (True, False), row
+
+
+@pytest.mark.parametrize("bench", [b for b in BENCHES if b != "B6"])
+def test_benchmark_runs_at_tiny_size(bench: str, tmp_path: Path) -> None:
+    module = importlib.import_module(BENCHES[bench])
+    rows = module.run(tmp_path, quick=True)
+    check_rows(bench, rows)
+
+
+def test_cli_prints_table_and_writes_json(tmp_path: Path) -> None:
+    """`python -m bench --quick --only B6 --json …`: the command make bench runs."""
+    out = tmp_path / "rows.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "B6", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| B6 | registry sha256_file" in done.stdout
+    data = json.loads(out.read_text())
+    assert data["meta"]["commit"] and data["meta"]["quick"] is True
+    rows = [Row(**r) for r in data["rows"]]
+    check_rows("B6", rows)
+    rescan = next(r for r in rows if r.measure.startswith("bytes hashed rescanning"))
+    assert rescan.figure == 0 and rescan.passed is True
+
+
+def test_cli_refuses_unknown_benchmark() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--only", "B9"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "unknown benchmark B9" in done.stderr
