@@ -55,12 +55,22 @@ def translate(exc: sqlite3.Error, path: Path) -> Exception:
 
 
 def _secure_create(path: Path) -> None:
-    """Create the data directory 0700 and the database file 0600 before SQLite opens them."""
+    """Create the data directory 0700 and the database file 0600 before SQLite opens them.
+
+    Existing files with looser modes are tightened too: the database holds token hashes and
+    every prompt. SQLite gives the -wal and -shm files the database file's mode.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
     if not path.exists():
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         os.close(fd)
+    for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            if file.exists() and file.stat().st_mode & 0o077:
+                os.chmod(file, 0o600)
+        except OSError:  # not ours to change (e.g. another user's file): SQLite will say
+            log.debug("could not tighten the mode of %s", file, exc_info=True)
 
 
 class Database:
@@ -80,8 +90,12 @@ class Database:
         _secure_create(self.path)
         old_umask = os.umask(0o077)  # the -wal and -shm files SQLite creates stay private
         try:
-            self._writer = await self._connect()
+            # Look before changing anything: switching to WAL rewrites the file header, so a
+            # damaged or newer database is refused while it is still exactly as it was.
+            self._writer = await self._connect(wal=False)
             await self._check_integrity_quickly()
+            await self._refuse_newer()
+            await self._enable_wal(self._writer)
             await self._migrate()
             self._reader = await self._connect(readonly=True)
         except sqlite3.DatabaseError as exc:
@@ -91,22 +105,41 @@ class Database:
                 "Move it aside (keep a copy) and start again to create a new one, or restore "
                 "it from a backup. Nothing was changed."
             ) from exc
+        except BaseException:
+            await self.close()  # never leave a connection (and its thread) behind
+            raise
         finally:
             os.umask(old_umask)
 
-    async def _connect(self, readonly: bool = False) -> aiosqlite.Connection:
+    async def _connect(self, readonly: bool = False, *, wal: bool = True) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        await conn.execute("PRAGMA foreign_keys=ON")
-        if not readonly:
-            mode = await (await conn.execute("PRAGMA journal_mode=WAL")).fetchone()
-            if mode is None or str(mode[0]).lower() != "wal":
-                raise sqlite3.DatabaseError("could not switch the journal to WAL")
-            await conn.execute(f"PRAGMA synchronous={self.synchronous}")
-        else:
-            await conn.execute("PRAGMA query_only=ON")
+        try:
+            conn.row_factory = sqlite3.Row
+            await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            await conn.execute("PRAGMA foreign_keys=ON")
+            if readonly:
+                await conn.execute("PRAGMA query_only=ON")
+            elif wal:
+                await self._enable_wal(conn)
+        except BaseException:
+            await conn.close()
+            raise
         return conn
+
+    async def _enable_wal(self, conn: aiosqlite.Connection) -> None:
+        mode = await (await conn.execute("PRAGMA journal_mode=WAL")).fetchone()
+        if mode is None or str(mode[0]).lower() != "wal":
+            raise sqlite3.DatabaseError("could not switch the journal to WAL")
+        await conn.execute(f"PRAGMA synchronous={self.synchronous}")
+
+    async def _refuse_newer(self) -> None:
+        version = await self.user_version()
+        if version > CURRENT_VERSION:
+            raise DatabaseError(
+                f"The database {self.path} was written by a newer LMSP Desktop (schema "
+                f"{version}, this version knows {CURRENT_VERSION}). Upgrade LMSP Desktop, or "
+                "point --data-dir elsewhere. Nothing was changed."
+            )
 
     async def _check_integrity_quickly(self) -> None:
         assert self._writer is not None
@@ -117,12 +150,7 @@ class Database:
     async def _migrate(self) -> None:
         assert self._writer is not None
         version = await self.user_version()
-        if version > CURRENT_VERSION:
-            raise DatabaseError(
-                f"The database {self.path} was written by a newer LMSP Desktop (schema "
-                f"{version}, this version knows {CURRENT_VERSION}). Upgrade LMSP Desktop, or "
-                "point --data-dir elsewhere. Nothing was changed."
-            )
+        await self._refuse_newer()
         if version == CURRENT_VERSION:
             return
         if version > 0:

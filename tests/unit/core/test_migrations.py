@@ -1,0 +1,225 @@
+"""Opening the database: schema versions, refusing what it cannot use, private files."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from lmsp_desktop.core.config import database_path
+from lmsp_desktop.core.storage import db as db_module
+from lmsp_desktop.core.storage.db import Database, DatabaseError
+from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS
+from lmsp_desktop.core.storage.store import Store
+from tests.support.store_helpers import create
+
+TABLES = {
+    "service_config",
+    "clients",
+    "models",
+    "responses",
+    "tasks",
+    "task_events",
+    "idempotency_keys",
+    "recovery_reports",
+}
+
+
+def pragma(path: Path, name: str) -> object:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(f"PRAGMA {name}").fetchone()[0]
+    finally:
+        conn.close()
+
+
+async def test_fresh_database_gets_the_current_schema(data_dir: Path) -> None:
+    store = Store(data_dir)
+    await store.open()
+    try:
+        assert await store.db.user_version() == CURRENT_VERSION == len(MIGRATIONS)
+        rows = await store.db.fetchall("SELECT name FROM sqlite_master WHERE type='table'")
+        assert {r["name"] for r in rows} >= TABLES
+        mode = await store.db.fetchone("PRAGMA journal_mode")
+        assert mode is not None and mode[0] == "wal"
+        assert store.service_id.startswith("svc_")
+    finally:
+        await store.close()
+    assert pragma(database_path(data_dir), "user_version") == CURRENT_VERSION
+
+
+async def test_reopening_keeps_data_and_identity(data_dir: Path) -> None:
+    store = Store(data_dir)
+    await store.open()
+    task_id = await create(store.tasks)
+    service_id = store.service_id
+    await store.close()
+    store = Store(data_dir)
+    await store.open()
+    try:
+        assert store.service_id == service_id
+        assert (await store.tasks.get(task_id))["state"] == "queued"
+    finally:
+        await store.close()
+
+
+def make_newer_database(path: Path) -> bytes:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE future_things (x)")
+    conn.execute("INSERT INTO future_things VALUES ('precious')")
+    conn.execute(f"PRAGMA user_version={CURRENT_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    return path.read_bytes()
+
+
+async def test_a_newer_database_is_refused_and_left_unchanged(data_dir: Path) -> None:
+    path = database_path(data_dir)
+    original = make_newer_database(path)
+    db = Database(path)
+    with pytest.raises(DatabaseError) as caught:
+        await db.open()
+    message = caught.value.message
+    assert str(path) in message and "newer" in message
+    assert caught.value.code == "database_unusable"
+    assert path.read_bytes() == original
+    assert not Path(f"{path}-wal").exists()
+    assert db._writer is None and db._reader is None  # nothing left open
+    assert list(data_dir.iterdir()) == [path]  # no backup, no new file
+
+
+@pytest.mark.parametrize("size", [100, 4096, 20000])
+async def test_a_garbage_file_is_a_clear_error_never_recreated(data_dir: Path, size: int) -> None:
+    path = database_path(data_dir)
+    garbage = os.urandom(size)
+    path.write_bytes(garbage)
+    db = Database(path)
+    with pytest.raises(DatabaseError) as caught:
+        await db.open()
+    assert str(path) in caught.value.message
+    assert "damaged" in caught.value.message
+    assert path.read_bytes() == garbage
+    assert db._writer is None and db._reader is None
+
+
+async def test_damaged_pages_are_a_clear_error(data_dir: Path) -> None:
+    store = Store(data_dir)
+    await store.open()
+    for _ in range(50):
+        await create(store.tasks)
+    await store.close()
+    path = database_path(data_dir)
+    data = bytearray(path.read_bytes())
+    page = pragma(path, "page_size")
+    assert isinstance(page, int) and len(data) > 4 * page
+    # Damage only the last page (task data), which opening alone would never read.
+    data[len(data) - page :] = os.urandom(page)
+    path.write_bytes(bytes(data))
+    damaged = path.read_bytes()
+    with pytest.raises(DatabaseError) as caught:
+        await Store(data_dir).open()
+    assert str(path) in caught.value.message
+    assert path.read_bytes() == damaged
+
+
+async def test_migration_backs_up_first_and_runs_in_its_own_transaction(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(data_dir)
+    await store.open()
+    task_id = await create(store.tasks)
+    await store.close()
+    path = database_path(data_dir)
+
+    v2 = "ALTER TABLE tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;\n"
+    monkeypatch.setattr(db_module, "MIGRATIONS", [*MIGRATIONS, v2])
+    monkeypatch.setattr(db_module, "CURRENT_VERSION", CURRENT_VERSION + 1)
+    store = Store(data_dir)
+    await store.open()
+    try:
+        assert await store.db.user_version() == CURRENT_VERSION + 1
+        row = await store.db.fetchone("SELECT priority FROM tasks WHERE id=?", (task_id,))
+        assert row is not None and row[0] == 0
+    finally:
+        await store.close()
+    backup = path.with_name(f"{path.name}.v{CURRENT_VERSION}.bak")
+    assert backup.exists()
+    assert pragma(backup, "user_version") == CURRENT_VERSION
+    assert stat.S_IMODE(backup.stat().st_mode) & 0o077 == 0
+
+
+async def test_a_failing_migration_changes_nothing(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(data_dir)
+    await store.open()
+    task_id = await create(store.tasks)
+    await store.close()
+
+    broken = "CREATE TABLE half_done (x);\nTHIS IS NOT SQL;\n"
+    monkeypatch.setattr(db_module, "MIGRATIONS", [*MIGRATIONS, broken])
+    monkeypatch.setattr(db_module, "CURRENT_VERSION", CURRENT_VERSION + 1)
+    with pytest.raises(DatabaseError):
+        await Store(data_dir).open()
+    monkeypatch.undo()
+    path = database_path(data_dir)
+    assert pragma(path, "user_version") == CURRENT_VERSION
+    store = Store(data_dir)
+    await store.open()
+    try:
+        tables = await store.db.fetchall("SELECT name FROM sqlite_master WHERE name='half_done'")
+        assert tables == []
+        assert (await store.tasks.get(task_id))["state"] == "queued"
+    finally:
+        await store.close()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_files_are_private(tmp_path: Path) -> None:
+    data_dir = tmp_path / "deep" / "data"
+    store = Store(data_dir)
+    await store.open()
+    try:
+        await create(store.tasks)
+        path = database_path(data_dir)
+        assert mode(data_dir) == 0o700
+        assert mode(path) == 0o600
+        for suffix in ("-wal", "-shm"):
+            side = Path(f"{path}{suffix}")
+            assert side.exists(), suffix
+            assert mode(side) & 0o077 == 0, f"{side} is readable by others"
+    finally:
+        await store.close()
+
+
+async def test_existing_loose_permissions_are_tightened(data_dir: Path) -> None:
+    os.chmod(data_dir, 0o755)
+    path = database_path(data_dir)
+    store = Store(data_dir)
+    await store.open()
+    await store.close()
+    os.chmod(path, 0o644)
+    store = Store(data_dir)
+    await store.open()
+    try:
+        assert mode(data_dir) == 0o700
+        assert mode(path) == 0o600
+    finally:
+        await store.close()
+
+
+async def test_the_umask_is_restored_after_opening(data_dir: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        store = Store(data_dir)
+        await store.open()
+        await store.close()
+        assert os.umask(0o022) == 0o022
+    finally:
+        os.umask(old)
