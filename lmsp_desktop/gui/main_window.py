@@ -98,7 +98,7 @@ class MainWindow(QMainWindow):
 
     def _wire(self) -> None:
         self.bridge.tasks_changed.connect(self.tasks.on_changes)
-        self.bridge.tasks_changed.connect(lambda _: self._counts_timer.start())
+        self.bridge.tasks_changed.connect(self._counts_soon)
         self.models.connect_bridge(self.bridge)
         self.bridge.models_changed.connect(self._update_nav)
         self.bridge.pairing_changed.connect(self.clients.on_pairing_changed)
@@ -137,6 +137,10 @@ class MainWindow(QMainWindow):
         self.status.set_database(database_path(Path(self.core.data_dir)))
         self._update_nav()
 
+    def _counts_soon(self, *_: Any) -> None:
+        if not self._counts_timer.isActive():  # at most every 500 ms, even while busy
+            self._counts_timer.start()
+
     def _set_pending(self, count: int) -> None:
         self._pending = count
         self._update_nav()
@@ -149,7 +153,7 @@ class MainWindow(QMainWindow):
         self.nav.item(1).setText(f"Models   {models}" if models else "Models")
         clients = self.clients.model.rowCount()
         text = "Clients" + (f"   {clients}" if clients else "")
-        self.nav.item(2).setText(text + ("   ● request" if self._pending else ""))
+        self.nav.item(2).setText(text + (f"   ({self._pending} waiting)" if self._pending else ""))
         self.nav.item(2).setIcon(
             dot_icon(STATE_COLOURS["cancelling"]) if self._pending else _blank()
         )

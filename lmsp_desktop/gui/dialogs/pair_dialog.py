@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtGui import QFont, QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
@@ -55,7 +55,7 @@ class PairDialog(QDialog):
         self.expires_at: float | None = None
         mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         self.code_label = QLabel("…")
-        big = mono
+        big = QFont(mono)  # a copy: the snippet keeps the normal size
         big.setPointSize(26)
         big.setBold(True)
         self.code_label.setFont(big)
@@ -77,6 +77,8 @@ class PairDialog(QDialog):
         self.snippet = QPlainTextEdit(readOnly=True)
         self.snippet.setFont(mono)
         self.snippet.setMinimumHeight(150)
+        self.snippet.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.resize(700, 560)
         copy = QPushButton("Copy snippet")
         copy.clicked.connect(
             lambda: QGuiApplication.clipboard().setText(self.snippet.toPlainText())

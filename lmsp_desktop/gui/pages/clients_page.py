@@ -162,6 +162,7 @@ class ClientsPage(QWidget):
         )
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
         self.model.modelReset.connect(self._update)
+        self.model.modelReset.connect(self.table.resizeColumnsToContents)
         self.empty = QLabel("No clients yet. Approve a pairing request, or choose Pair a client….")
         layout = QVBoxLayout(self)
         layout.addWidget(self.pending_title)
@@ -177,7 +178,6 @@ class ClientsPage(QWidget):
     async def load(self) -> None:
         await self.reload_pending()
         await self.model.reload()
-        self.table.resizeColumnsToContents()
 
     def on_pairing_changed(self) -> None:
         aio.spawn(self.load(), self)

@@ -89,7 +89,7 @@ class ModelsPage(QWidget):
         self.table.setItemDelegateForColumn(COL_STATUS, ProgressDelegate(self.table))
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Stretch)
-        header.setMinimumSectionSize(60)
+        header.setMinimumSectionSize(70)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
         self.model.modelReset.connect(self._update)
         self.model.dataChanged.connect(lambda *_: self._update())
@@ -104,6 +104,7 @@ class ModelsPage(QWidget):
 
     def connect_bridge(self, bridge: Any) -> None:
         bridge.models_changed.connect(self.model.schedule_reload)
+        self.model.modelReset.connect(self.table.resizeColumnsToContents)
         bridge.model_progress.connect(self.model.set_progress)
         bridge.tasks_changed.connect(lambda _: self.model.refresh_loaded())
 

@@ -69,6 +69,8 @@ class TaskDetails(QWidget):
             COL_DATA, QHeaderView.ResizeMode.Stretch
         )
         self.events_view.setWordWrap(False)
+        for col, width in ((0, 60), (1, 110), (2, 250)):
+            self.events_view.setColumnWidth(col, width)
         self._at_bottom = True
         self.events.rowsAboutToBeInserted.connect(self._remember_bottom)
         self.events.rowsInserted.connect(self._follow_tail)

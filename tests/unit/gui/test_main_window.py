@@ -99,7 +99,7 @@ async def test_navigation_counters_status_bar_and_empty_state(window, store):
 
 async def test_pairing_request_puts_a_dot_on_clients(window):
     await window.core.pairing.start("laptop", frozenset({"models:read"}), "10.0.0.2")
-    await until(lambda: "request" in window.nav.item(2).text(), what="clients dot")
+    await until(lambda: "(1 waiting)" in window.nav.item(2).text(), what="clients dot")
     window.nav.setCurrentRow(2)
     assert window.pages.currentWidget() is window.clients
 

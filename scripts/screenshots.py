@@ -1,0 +1,162 @@
+"""Fill a temporary data directory with realistic activity and grab each view to PNG.
+
+Runs the real core (store, recovery, registry with the demo model, runner with llama.cpp,
+HTTP service) and the real window offscreen:
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/screenshots.py [out_dir]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import qasync
+from PySide6.QtWidgets import QApplication, QWidget
+
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.states import RestartPolicy
+from lmsp_desktop.core.storage import clients
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import NewTask
+
+PROMPTS = [
+    "Write a haiku about a lighthouse keeper.",
+    "Explain in two sentences why the sky is blue.",
+    "List three uses for a paperclip.",
+    "Summarise the plot of Hamlet in one paragraph.",
+    "Give me a limerick about a cat who codes.",
+]
+
+
+async def leave_unfinished_tasks(data_dir: Path, model: str) -> None:
+    """Tasks a crashed previous run left behind, so startup has something to recover."""
+    store = Store(data_dir)
+    await store.open()
+    request = parse_create(
+        {"model": model, "input": "Tell me about tides.", "background": True}, "fail"
+    )
+    for state, policy in (
+        ("running", RestartPolicy.FAIL),
+        ("running", RestartPolicy.RETRY),
+        ("queued", RestartPolicy.FAIL),
+        ("cancelling", RestartPolicy.RESUME),
+    ):
+        made = await store.tasks.create(
+            NewTask(model=model, request={**request, "on_restart": str(policy)}, on_restart=policy)
+        )
+        if state in ("running", "cancelling"):
+            await store.tasks.mark_running(made.task_id)
+            await store.tasks.append_deltas(
+                made.task_id, ["Tides are"], output_tokens=2, input_tokens=6, snapshot=None
+            )
+        if state == "cancelling":
+            await store.tasks.cancel(made.task_id)
+    await store.close()
+
+
+async def settle(seconds: float) -> None:
+    """Let the loop (and so Qt) run for a while: flushes, repaints, engine progress."""
+    await asyncio.sleep(seconds)
+
+
+def save(widget: QWidget, out: Path, name: str) -> None:
+    widget.grab().save(str(out / f"{name}.png"))
+    print("wrote", out / f"{name}.png")
+
+
+async def main(out: Path) -> None:
+    from PySide6.QtCore import QSettings
+
+    from lmsp_desktop.app import Core
+    from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
+    from lmsp_desktop.gui.main_window import MainWindow
+
+    data_dir = Path(tempfile.mkdtemp(prefix="lmsp-shots-"))
+    await leave_unfinished_tasks(data_dir, DEMO_MODEL_ID)
+    core = Core(data_dir, port=0)
+    report = await core.open()
+    await core.scan_models()
+    await core.start_service()
+    window = MainWindow(core, QSettings(str(data_dir / "gui.ini"), QSettings.Format.IniFormat))
+    window.resize(1280, 800)
+    window.show()
+    await window.load()
+    try:
+        await shoot(core, window, report, out)
+    finally:
+        window.hide()
+        await core.stop()
+
+
+async def shoot(core: Any, window: Any, report: Any, out: Path) -> None:
+    from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
+
+    dialog = window.show_recovery(report)
+    await settle(0.5)
+    save(dialog, out, "recovery")
+    dialog.close()
+
+    ids = [await core.submit(DEMO_MODEL_ID, p) for p in PROMPTS]
+    await core.store.tasks.cancel(ids[-1])  # still queued: cancelled at once
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        row = await core.store.tasks.get(ids[2])
+        if row["state"] != "queued" and row["output_tokens"] > 8:
+            break
+        await settle(0.2)
+    window.tasks.show_task(ids[0])
+    await settle(0.6)
+    window.tasks.details.tabs.setCurrentIndex(1)
+    await settle(0.4)
+    save(window, out, "tasks-events")
+    window.tasks.details.tabs.setCurrentIndex(0)
+    window.tasks.show_task(ids[2])
+    await settle(0.6)
+    save(window, out, "tasks-output")
+
+    window.nav.setCurrentRow(1)
+    window.models.table.selectRow(0)
+    await settle(0.4)
+    save(window, out, "models")
+
+    await clients.create_client(
+        core.store.db, "ci-pipeline", frozenset({"responses:read", "responses:write"})
+    )
+    await core.pairing.start(
+        "Ana's laptop",
+        frozenset({"models:read", "responses:read", "responses:write"}),
+        "192.168.1.23",
+    )
+    window.nav.setCurrentRow(2)
+    await settle(0.6)
+    save(window, out, "clients")
+
+    window.open_pair()
+    await settle(0.8)
+    save(window.dialog, out, "pair")
+    window.dialog.close()
+
+    window.open_settings()
+    await settle(0.4)
+    save(window.dialog, out, "settings")
+    window.dialog.close()
+    for task_id in ids:
+        row = await core.store.tasks.get(task_id)
+        if row["state"] in ("queued", "loading", "running"):
+            await core.store.tasks.cancel(task_id)
+    await settle(1.0)
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshots")
+    target.mkdir(parents=True, exist_ok=True)
+    app = QApplication.instance() or QApplication(sys.argv)
+    qasync.run(main(target))
