@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             return asyncio.run(serve(args))
         if args.command is None:
-            from lmsp_desktop.desktop import run_gui
+            from lmsp_desktop.gui.launch import run_gui
 
             return int(run_gui(args))
         from lmsp_desktop.cli_admin import run_admin
