@@ -1,0 +1,59 @@
+"""Cancel against completion, 10,000 times through the real store and hundreds of times through
+a real service (HTTP and the GUI's Core.cancel): never both cancelled and completed, the final
+state always the one the last event implies, and each caller told the truth."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from lmsp_desktop.app import Core
+from lmsp_desktop.core.engines.fake import FakeEngine
+from lmsp_desktop.core.storage.clients import create_client
+from lmsp_desktop.core.storage.store import Store
+from tests.support_reliability.races import http_races, store_races
+
+STORE_RACES = 10_000
+HTTP_RACES = 400
+
+
+async def test_ten_thousand_store_races_never_cancel_and_complete(data_dir: Path) -> None:
+    store = Store(data_dir, synchronous="NORMAL")  # the race is about order, not fsync
+    await store.open()
+    try:
+        figures = await store_races(store, STORE_RACES, seed=11)
+    finally:
+        await store.close()
+    print(figures.summary("store"))
+    assert figures.violations == [], figures.violations[:20]
+    assert figures.races == STORE_RACES
+    # Both sides won often: the offsets really straddle the moment of completion.
+    assert figures.outcomes["completed"] > STORE_RACES // 10, figures.outcomes
+    assert figures.outcomes["cancelled"] > STORE_RACES // 10, figures.outcomes
+
+
+@pytest.fixture
+async def fake_core(tmp_path: Path) -> AsyncIterator[Core]:
+    # Eight tokens, 2 ms each: completions land within a few tens of milliseconds.
+    core = Core(tmp_path / "data", port=0, engine=FakeEngine(token_delay=0.002))
+    await core.start()
+    try:
+        yield core
+    finally:
+        await core.stop()
+
+
+async def test_http_and_gui_cancels_around_completion(fake_core: Core) -> None:
+    _, token = await create_client(fake_core.store.db, "racer", frozenset({"admin"}))
+    async with aiohttp.ClientSession(base_url=fake_core.url) as http:
+        figures = await http_races(
+            http, {"Authorization": f"Bearer {token}"}, fake_core.cancel, HTTP_RACES, seed=7
+        )
+    print(figures.summary("http"))
+    assert figures.violations == [], figures.violations[:20]
+    assert figures.races == HTTP_RACES
+    assert figures.outcomes["completed"] > HTTP_RACES // 20, figures.outcomes
+    assert figures.outcomes["cancelled"] > HTTP_RACES // 20, figures.outcomes
