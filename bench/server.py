@@ -23,8 +23,12 @@ from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.storage.clients import create_client
 
 
-def make_engine(kind: str) -> Any:
+def make_engine(kind: str, threads: int = 0) -> Any:
     if kind == "llama":
+        if threads:
+            from lmsp_desktop.core.engines.llama import LlamaEngine
+
+            return LlamaEngine(n_threads=threads)
         return None  # Core's default: LlamaEngine, as `serve` runs it
     engine = FakeEngine(tokens=[f" w{i}" for i in range(64)])
     if kind == "gated":
@@ -39,7 +43,7 @@ async def main(args: argparse.Namespace) -> None:
         Path(args.data_dir),
         model_dirs=[Path(d) for d in args.models_dir],
         port=args.port,
-        engine=make_engine(args.engine),
+        engine=make_engine(args.engine, args.threads),
         include_demo=args.demo,
     )
     if args.group_commit:
@@ -70,6 +74,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--models-dir", action="append", default=[])
     parser.add_argument("--demo", action="store_true", help="register the demo model")
     parser.add_argument("--group-commit", action="store_true")
+    parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: default)")
     return parser.parse_args(argv)
 
 
