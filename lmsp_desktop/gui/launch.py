@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from lmsp_desktop.core.errors import LmspError
@@ -24,7 +24,9 @@ async def ask(box: QMessageBox) -> None:
     await closed.wait()
 
 
-async def main(args: argparse.Namespace) -> int:
+async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> int:
+    """Store → recovery → service → window → recovery report; returns the exit status once
+    the window asks to quit (Quit, Ctrl+Q, SIGTERM) and the core has stopped."""
     from lmsp_desktop.app import Core
     from lmsp_desktop.gui.main_window import MainWindow, wait_closed
 
@@ -37,20 +39,24 @@ async def main(args: argparse.Namespace) -> int:
         await core.stop()
         await ask(QMessageBox(QMessageBox.Icon.Critical, "LMSP Desktop", exc.message))
         return 1
-    window = MainWindow(core)
-    quit_event = asyncio.Event()
-    window.quit_requested.connect(quit_event.set)
+    window = MainWindow(core, qsettings)
     loop = asyncio.get_running_loop()
+    previous = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: loop.call_soon_threadsafe(window.quit))
-    window.show()
-    await window.load()
-    if report.items:
-        window.show_recovery(report)
-    await wait_closed(window)
-    window.hide()
-    scan.cancel()
-    await core.stop()
+        previous[sig] = signal.signal(sig, lambda *_: loop.call_soon_threadsafe(window.quit))
+    try:
+        window.show()
+        await window.load()
+        if report.items:
+            window.show_recovery(report)
+        await wait_closed(window)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        window.hide()
+        window.bridge.close()
+        scan.cancel()
+        await core.stop()
     return 0
 
 

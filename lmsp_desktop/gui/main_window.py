@@ -256,6 +256,8 @@ def _blank() -> QIcon:
 
 async def wait_closed(window: MainWindow) -> None:
     """Resolve once the window asks to quit (Quit, Ctrl+Q, or close without a tray)."""
+    if window.quitting:  # asked before anyone waited (SIGTERM while loading)
+        return
     done = asyncio.Event()
     window.quit_requested.connect(done.set)
     await done.wait()

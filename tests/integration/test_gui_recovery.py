@@ -1,0 +1,143 @@
+"""Leftover tasks in every unfinished state → the app's real startup → the recovery dialog."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
+
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.states import RestartPolicy
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import NewTask
+from lmsp_desktop.gui import launch
+from lmsp_desktop.gui.dialogs.recovery_dialog import TASK_ID, RecoveryDialog
+from lmsp_desktop.gui.main_window import MainWindow
+from lmsp_desktop.gui.models.task_table import COL_STATE
+from tests.integration.conftest import until
+
+MODEL = "smollm2-135m-instruct"
+# Table 11.3: (state before, policy) → (state after, event written).
+EXPECTED = {
+    ("queued", "fail"): ("failed", "response.failed"),
+    ("queued", "retry"): ("queued", "response.queued"),
+    ("queued", "resume"): ("queued", "response.queued"),
+    ("loading", "fail"): ("failed", "response.failed"),
+    ("loading", "retry"): ("queued", "response.queued"),
+    ("loading", "resume"): ("queued", "response.queued"),
+    ("running", "fail"): ("failed", "response.failed"),
+    ("running", "retry"): ("queued", "response.queued"),
+    ("running", "resume"): ("running", "response.resumed"),
+    ("cancelling", "fail"): ("cancelled", "response.cancelled"),
+    ("cancelling", "retry"): ("cancelled", "response.cancelled"),
+    ("cancelling", "resume"): ("cancelled", "response.cancelled"),
+}
+
+
+async def leave_leftovers(data_dir: Path) -> dict[str, tuple[str, str]]:
+    """What a killed previous run leaves: one task per (state, policy) pair of table 11.3."""
+    store = Store(data_dir)
+    await store.open()
+    made: dict[str, tuple[str, str]] = {}
+    try:
+        for state, policy in EXPECTED:
+            body = {
+                "model": MODEL,
+                "input": "Name a colour.",
+                "background": True,
+                "max_output_tokens": 6,
+                "temperature": 0,
+                "on_restart": policy,
+            }
+            request = parse_create(body, "fail")
+            created = await store.tasks.create(
+                NewTask(model=MODEL, request=request, on_restart=RestartPolicy(policy))
+            )
+            task_id = created.task_id
+            if state == "loading":
+                await store.tasks.mark_loading(task_id)
+            if state in ("running", "cancelling"):
+                await store.tasks.mark_running(task_id)
+                await store.tasks.append_deltas(
+                    task_id, ["Blue"], output_tokens=1, input_tokens=9, snapshot=None
+                )
+            if state == "cancelling":
+                await store.tasks.cancel(task_id)
+            assert (await store.tasks.get(task_id))["state"] == state
+            made[task_id] = (state, policy)
+    finally:
+        await store.close()
+    return made
+
+
+def the_window(data_dir: Path) -> MainWindow | None:
+    for widget in QApplication.topLevelWidgets():
+        if isinstance(widget, MainWindow) and Path(widget.core.data_dir) == data_dir:
+            return widget
+    return None
+
+
+async def test_startup_recovers_every_leftover_and_the_dialog_lists_each_outcome(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    leftovers = await leave_leftovers(data_dir)
+    args = argparse.Namespace(data_dir=data_dir, models_dir=[], host=None, port=0)
+    settings = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
+    app = asyncio.ensure_future(launch.main(args, settings))
+    window: MainWindow | None = None
+    try:
+        await until(lambda: the_window(data_dir) is not None, what="the main window")
+        window = the_window(data_dir)
+        assert window is not None
+        await until(
+            lambda: isinstance(window.dialog, RecoveryDialog) and window.dialog.isVisible(),
+            what="the recovery dialog",
+        )
+        # The service already answers (and announced itself) while the dialog is open.
+        assert (data_dir / "service.json").is_file()
+        assert window.core.url.startswith("http://127.0.0.1:")
+
+        dialog = window.dialog
+        title = dialog.findChildren(type(dialog.summary))[0].text()
+        assert "Recovered 12 tasks after an unclean shutdown" in title
+        assert dialog.summary.text() == (
+            "3 failed with server_restarted, 5 requeued, 1 resumed, 3 cancelled"
+        )
+        model = dialog.model
+        assert model.rowCount() == len(leftovers)
+        for row in range(model.rowCount()):
+            task_id = model.index(row, 0).data(TASK_ID)
+            before, policy = leftovers[task_id]
+            after, event = EXPECTED[(before, policy)]
+            cells = [model.index(row, c).data() for c in range(model.columnCount())]
+            assert cells[1] == MODEL
+            assert cells[2] == f"{before} → {after}", (task_id, cells)
+            assert cells[3] == policy
+            assert cells[4].startswith(f"{event} #"), (task_id, cells)
+
+        # Show in Tasks: the chosen task is selected on the Tasks page.
+        failed = next(t for t, k in leftovers.items() if k == ("running", "fail"))
+        failed_row = next(
+            r for r in range(model.rowCount()) if model.index(r, 0).data(TASK_ID) == failed
+        )
+        dialog.table.selectRow(failed_row)
+        dialog.show_button.click()
+        assert not dialog.isVisible()
+        tasks = window.tasks
+        await until(lambda: tasks.selected_ids() == [failed], what="the task selected")
+        row = tasks.model.row_of(failed)
+        assert row is not None
+        assert tasks.model.index(row, COL_STATE).data() == "failed"
+        assert "server_restarted" in tasks.model.index(row, COL_STATE).data(3)  # tooltip
+    finally:
+        if window is not None:
+            window.quit()
+        status = await asyncio.wait_for(app, 30)
+    assert status == 0
+    assert not (data_dir / "service.json").exists()
