@@ -14,8 +14,11 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
+from lmsp_desktop.core.states import TERMINAL
 from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import core_ops
+
+DELTAS = ("response.output_text.delta",)
 
 
 class CoreBridge(QObject):
@@ -46,6 +49,9 @@ class CoreBridge(QObject):
         self._models = False
         self._progress: dict[str, float | None] = {}
         self._pairing = False
+        # Text deltas committed since the start (about one per token): the tokens/s sparkline.
+        self.delta_events = 0
+        self._seq: dict[str, int] = {}  # the last sequence number heard per unfinished task
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(interval_ms)
@@ -66,6 +72,13 @@ class CoreBridge(QObject):
 
     # -- listeners (cheap: record and schedule) ---------------------------------------------
     def _on_task(self, change: TaskChange) -> None:
+        before_seq = self._seq.pop(change.task_id, None)
+        if change.event_types == DELTAS and before_seq is not None:
+            self.delta_events += max(0, change.last_seq - before_seq)
+        elif change.event_types == DELTAS:
+            self.delta_events += 1
+        if change.state not in TERMINAL:
+            self._seq[change.task_id] = change.last_seq
         with self._lock:
             # Keep the latest state but every kind of event since the last flush, so that a
             # start followed by deltas still reads as a transition (queue positions move).

@@ -7,6 +7,7 @@ be faked in unit tests and their APIs can move without touching the widgets.
 from __future__ import annotations
 
 import inspect
+import time
 from typing import Any
 
 from lmsp_desktop.core.storage import clients as client_store
@@ -47,6 +48,26 @@ def loaded_state(runner: Any, model_id: str) -> str:
     if runner is None or not hasattr(runner, "loaded_state"):
         return "unloaded"
     return str(runner.loaded_state(model_id))
+
+
+def idle_left(runner: Any, model_id: str, now: float | None = None) -> float | None:
+    """Seconds until an idle loaded model is unloaded; None while in use or not loaded.
+
+    The runner has no public call for this yet, so its slot (busy count, last use on the
+    monotonic clock) is read here, the one place that knows; any surprise means "unknown".
+    """
+    public = getattr(runner, "idle_seconds_left", None)
+    if callable(public):
+        value = public(model_id)
+        return None if value is None else float(value)
+    try:
+        slot = runner._slots.get(model_id)
+        if slot is None or slot.model is None or slot.busy:
+            return None
+        spent = (time.monotonic() if now is None else now) - float(slot.last_used)
+        return max(0.0, float(runner.idle_unload_s) - spent)
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def progress_of(event: Any) -> tuple[str, float | None] | None:

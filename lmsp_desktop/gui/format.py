@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from functools import cache
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 
 from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.resources import STATE_NAMES, icon_path, icon_sizes, state_icon_name
 
 # Mid-tone colours stay readable as dots on both light and dark palettes; the word is always
 # shown next to the dot, so colour is never the only signal.
@@ -41,8 +42,45 @@ def dot_icon(colour: str, size: int = 12, hollow: bool = False) -> QIcon:
     return QIcon(pixmap)
 
 
+@cache
 def state_icon(state: str) -> QIcon:
-    return dot_icon(STATE_COLOURS.get(state, "#8c8c8c"), hollow=state == TaskState.QUEUED)
+    """The packaged badge of a state (colour and shape). On a selected row the badge sits on
+    a white disc: a blue badge on a blue selection would otherwise vanish."""
+    if state not in STATE_NAMES:
+        return dot_icon(STATE_COLOURS.get(state, "#8c8c8c"))
+    name = state_icon_name(state)
+    icon = QIcon()
+    for size in icon_sizes(name):
+        badge = QPixmap(str(icon_path(name, size)))
+        icon.addPixmap(badge, QIcon.Mode.Normal)
+        icon.addPixmap(_on_white_disc(badge), QIcon.Mode.Selected)
+    return icon
+
+
+def _on_white_disc(badge: QPixmap) -> QPixmap:
+    size = badge.width()
+    pixmap = QPixmap(size, size)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform)
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QColor("#ffffff"))
+    painter.drawEllipse(QRectF(0, 0, size, size))
+    inset = size * 0.12
+    painter.drawPixmap(
+        QRectF(inset, inset, size - 2 * inset, size - 2 * inset), badge, badge.rect()
+    )
+    painter.end()
+    return pixmap
+
+
+def app_icon(name: str = "lmsp-desktop") -> QIcon:
+    """A packaged icon with every rendered size (the window, the tray)."""
+    icon = QIcon()
+    for size in icon_sizes(name):
+        icon.addFile(str(icon_path(name, size)))
+    return icon
 
 
 def state_word(state: str, queue_position: int | None = None) -> str:

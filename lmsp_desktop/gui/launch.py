@@ -9,9 +9,11 @@ import signal
 import sys
 
 from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.gui.format import app_icon
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,9 @@ def run_gui(args: argparse.Namespace) -> int:
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv)
     app.setApplicationName("LMSP Desktop")
     app.setOrganizationName("LMSP")
+    # Wayland and the desktop match the window to lmsp-desktop.desktop (its icon and name).
+    QGuiApplication.setDesktopFileName("lmsp-desktop")
+    app.setWindowIcon(app_icon())
     app.setQuitOnLastWindowClosed(False)  # closing hides to the tray; Quit ends the app
     # Python handles signals only between bytecodes: wake it up regularly.
     ticker = QTimer(interval=250)

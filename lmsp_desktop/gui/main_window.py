@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6 import __version__ as pyside_version
+from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QListWidget,
     QMainWindow,
     QMenu,
+    QMessageBox,
     QStackedWidget,
     QSystemTrayIcon,
     QWidget,
 )
 
+from lmsp_desktop import __version__
 from lmsp_desktop.core.config import database_path
 from lmsp_desktop.core.storage.recovery import last_report
 from lmsp_desktop.gui import aio, core_ops
@@ -26,13 +31,14 @@ from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
 from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog
 from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
 from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
-from lmsp_desktop.gui.format import STATE_COLOURS, dot_icon
+from lmsp_desktop.gui.format import STATE_COLOURS, app_icon, dot_icon
 from lmsp_desktop.gui.pages.clients_page import ClientsPage
 from lmsp_desktop.gui.pages.models_page import ModelsPage
 from lmsp_desktop.gui.pages.tasks_page import TasksPage
 from lmsp_desktop.gui.status import StatusBar
 
 ACTIVE = ("queued", "loading", "running", "cancelling")
+BUSY = ("loading", "running", "cancelling")
 
 
 class MainWindow(QMainWindow):
@@ -65,10 +71,15 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(body)
         self.status = StatusBar()
         self.setStatusBar(self.status)
+        self.setWindowIcon(app_icon())
+        self._counts: dict[str, int] = {}
         self._menus()
         self._wire()
         self.tray = self._tray() if QSystemTrayIcon.isSystemTrayAvailable() else None
-        self._counts: dict[str, int] = {}
+        self._rate_seen = (self.bridge.delta_events, time.monotonic())
+        self._rate_timer = QTimer(self, interval=1000)
+        self._rate_timer.timeout.connect(self.sample_rate)
+        self._rate_timer.start()
         self._pending = 0
         self._counts_timer = QTimer(self, singleShot=True, interval=500)
         self._counts_timer.timeout.connect(lambda: aio.spawn(self.refresh_counts(), self))
@@ -94,7 +105,12 @@ class MainWindow(QMainWindow):
         help_menu = self.menuBar().addMenu("&Help")
         report = QAction("Last recovery report", self)
         report.triggered.connect(lambda: aio.spawn(self.open_last_report(), self))
-        help_menu.addAction(report)
+        logs = QAction("Open log folder", self)
+        logs.triggered.connect(self.open_log_folder)
+        about = QAction("About LMSP Desktop", self)
+        about.triggered.connect(self.open_about)
+        for action in (report, logs, about):
+            help_menu.addAction(action)
 
     def _wire(self) -> None:
         self.bridge.tasks_changed.connect(self.tasks.on_changes)
@@ -108,8 +124,12 @@ class MainWindow(QMainWindow):
         self.clients.pair_requested.connect(self.open_pair)
 
     def _tray(self) -> QSystemTrayIcon:
-        tray = QSystemTrayIcon(dot_icon(STATE_COLOURS["running"], 32), self)
+        # No "Pause new work" yet: the core has no pause (drain) switch to call.
+        tray = QSystemTrayIcon(app_icon("tray"), self)
         menu = QMenu(self)
+        self.tray_counts = menu.addAction("No tasks running")
+        self.tray_counts.setEnabled(False)
+        menu.addSeparator()
         menu.addAction("Show window", self.showNormal)
         menu.addSeparator()
         menu.addAction("Quit", self.quit)
@@ -159,9 +179,18 @@ class MainWindow(QMainWindow):
         )
         if self.tray is not None:
             running = self._counts.get("running", 0)
-            self.tray.setToolTip(
-                f"LMSP Desktop: {running} running, {self._counts.get('queued', 0)} queued"
-            )
+            text = f"{running} running, {self._counts.get('queued', 0)} queued"
+            self.tray.setToolTip(f"LMSP Desktop: {text}")
+            self.tray_counts.setText(text)
+            busy = any(self._counts.get(s, 0) for s in BUSY)
+            self.tray.setIcon(app_icon("tray-busy" if busy else "tray"))
+
+    def sample_rate(self) -> None:
+        """Once a second: text deltas committed since the last sample → the sparkline."""
+        count, now = self.bridge.delta_events, time.monotonic()
+        before, then = self._rate_seen
+        self._rate_seen = (count, now)
+        self.status.rate.add(count - before, now - then)
 
     # -- dialogs (all opened with open(), never exec()) --------------------------------------
     def _open(self, dialog: Any) -> Any:
@@ -210,6 +239,30 @@ class MainWindow(QMainWindow):
             )
             return
         self.show_recovery(report)
+
+    def about_text(self) -> str:
+        return (
+            f"<h3>LMSP Desktop {__version__}</h3>"
+            f"<p>Service: {self.core.url or 'not started'}<br>"
+            f"Data folder: {self.core.data_dir}<br>"
+            f"SQLite {sqlite3.sqlite_version} · PySide6 {pyside_version}</p>"
+        )
+
+    def open_about(self) -> QMessageBox:
+        box = QMessageBox(
+            QMessageBox.Icon.NoIcon, "About LMSP Desktop", self.about_text(), parent=self
+        )
+        box.setIconPixmap(app_icon().pixmap(64, 64))
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        return self._open(box)  # type: ignore[no-any-return]
+
+    def log_folder(self) -> Path:
+        return Path(self.core.data_dir) / "logs"
+
+    def open_log_folder(self) -> bool:
+        folder = self.log_folder()
+        folder.mkdir(parents=True, exist_ok=True)
+        return bool(QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))))
 
     def _show_in_tasks(self, task_id: str) -> None:
         self.nav.setCurrentRow(0)

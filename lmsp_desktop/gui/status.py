@@ -1,4 +1,4 @@
-"""The status bar: service URL (click to copy), a loopback warning, database size, counts."""
+"""The status bar: service URL (click to copy), a loopback warning, counts, tokens/s, database."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
 from lmsp_desktop.gui.format import human_size, is_loopback
+from lmsp_desktop.gui.sparkline import TokenRate
 
 ORDER = (
     "running",
@@ -37,9 +38,11 @@ class StatusBar(QStatusBar):
         self.warning.hide()
         self.db_label = QLabel()
         self.counts_label = QLabel()
+        self.rate = TokenRate()
         self.addWidget(self.url_label)
         self.addWidget(self.warning)
         self.addWidget(self.counts_label, 1)
+        self.addPermanentWidget(self.rate)
         self.addPermanentWidget(self.db_label)
         self.url = ""
 

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import time
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QFontDatabase
 
 from lmsp_desktop.gui import aio, core_ops
-from lmsp_desktop.gui.format import date_time, dot_icon, human_count, human_size, short_digest
+from lmsp_desktop.gui.format import (
+    date_time,
+    dot_icon,
+    human_count,
+    human_duration,
+    human_size,
+    short_digest,
+)
 
 Index = QModelIndex | QPersistentModelIndex
 ROOT = QModelIndex()
 (
     COL_NAME,
+    COL_FOLDER,
     COL_SIZE,
     COL_ARCH,
     COL_QUANT,
@@ -24,9 +33,10 @@ ROOT = QModelIndex()
     COL_DIGEST,
     COL_STATUS,
     COL_LOADED,
-) = range(9)
+) = range(10)
 HEADERS = [
     "Name",
+    "Folder",
     "Size",
     "Architecture",
     "Quantization",
@@ -94,8 +104,10 @@ class ModelTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return self._display(info, col, state)
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col == COL_NAME:
+            if col in (COL_NAME, COL_FOLDER):
                 return str(info.path)
+            if col == COL_LOADED and self._loaded.get(info.id) == "loaded":
+                return "Loaded models are unloaded after the idle time set in Settings."
             if col == COL_DIGEST:
                 return info.digest or "not computed yet"
             if col == COL_STATUS:
@@ -122,6 +134,8 @@ class ModelTableModel(QAbstractTableModel):
     def _display(self, info: Any, col: int, state: str) -> str:
         if col == COL_NAME:
             return str(info.id)
+        if col == COL_FOLDER:
+            return folder_text(Path(info.path))
         if col == COL_SIZE:
             return human_size(info.size_bytes)
         if col == COL_ARCH:
@@ -142,7 +156,10 @@ class ModelTableModel(QAbstractTableModel):
                 word += f" {date_time(info.verified_at)}"
             return word
         loaded = self._loaded.get(info.id, "unloaded")
-        return "" if loaded == "unloaded" else loaded
+        if loaded != "loaded":
+            return "" if loaded == "unloaded" else loaded
+        left = core_ops.idle_left(self.runner, info.id)
+        return "loaded" if left is None else f"loaded · idle, unloads in {human_duration(left)}"
 
     # -- updates -----------------------------------------------------------------------------
     def model_id(self, row: int) -> str:
@@ -187,7 +204,23 @@ class ModelTableModel(QAbstractTableModel):
                 self._loaded[info.id] = state
                 self._changed(info.id, COL_LOADED)
 
+    def tick(self) -> None:
+        """The idle countdown of loaded models moves with the clock."""
+        for row, info in enumerate(self._rows):
+            if self._loaded.get(info.id) == "loaded":
+                index = self.index(row, COL_LOADED)
+                self.dataChanged.emit(index, index, [Qt.ItemDataRole.DisplayRole])
+
     def _changed(self, model_id: str, col: int) -> None:
         for row, info in enumerate(self._rows):
             if info.id == model_id:
                 self.dataChanged.emit(self.index(row, col), self.index(row, col))
+
+
+def folder_text(path: Path) -> str:
+    """The folder holding a model, with the home folder as ~ (the full path is on hover)."""
+    folder = path.parent
+    try:
+        return str(Path("~") / folder.relative_to(Path.home()))
+    except ValueError:
+        return str(folder)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QUrl
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QPainter
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -26,7 +26,13 @@ from PySide6.QtWidgets import (
 )
 
 from lmsp_desktop.gui import aio
-from lmsp_desktop.gui.models.model_table import COL_NAME, COL_STATUS, EXPLAIN, ModelTableModel
+from lmsp_desktop.gui.models.model_table import (
+    COL_FOLDER,
+    COL_NAME,
+    COL_STATUS,
+    EXPLAIN,
+    ModelTableModel,
+)
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
 
 
@@ -90,6 +96,7 @@ class ModelsPage(QWidget):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Stretch)
         header.setMinimumSectionSize(70)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # paths keep both ends
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
         self.model.modelReset.connect(self._update)
         self.model.dataChanged.connect(lambda *_: self._update())
@@ -100,17 +107,25 @@ class ModelsPage(QWidget):
         layout.addLayout(bar)
         layout.addWidget(self.table)
         layout.addWidget(self.explain)
+        self._clock = QTimer(self, interval=5000)  # idle countdowns of loaded models
+        self._clock.timeout.connect(self.model.tick)
+        self._clock.start()
         self._update()
 
     def connect_bridge(self, bridge: Any) -> None:
         bridge.models_changed.connect(self.model.schedule_reload)
-        self.model.modelReset.connect(self.table.resizeColumnsToContents)
+        self.model.modelReset.connect(self.fit_columns)
         bridge.model_progress.connect(self.model.set_progress)
         bridge.tasks_changed.connect(lambda _: self.model.refresh_loaded())
 
     async def load(self) -> None:
         await self.model.reload()
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
         self.table.resizeColumnsToContents()
+        # A deep folder would push every other column out of sight; it is elided instead.
+        self.table.setColumnWidth(COL_FOLDER, min(self.table.columnWidth(COL_FOLDER), 260))
 
     def selected_rows(self) -> list[int]:
         return sorted({i.row() for i in self.table.selectionModel().selectedRows()})

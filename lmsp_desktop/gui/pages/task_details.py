@@ -71,9 +71,14 @@ class TaskDetails(QWidget):
         self.events_view.setWordWrap(False)
         for col, width in ((0, 60), (1, 110), (2, 250)):
             self.events_view.setColumnWidth(col, width)
+        # Follow the tail through the scroll bar itself: its range changes after rows are
+        # laid out (and when the hidden Events tab first gets its real size), which is when
+        # "at the bottom" has to be restored; scrolling to the bottom also makes the view
+        # fetch the next page of a long task, so the last page is never left unread.
         self._at_bottom = True
-        self.events.rowsAboutToBeInserted.connect(self._remember_bottom)
-        self.events.rowsInserted.connect(self._follow_tail)
+        bar = self.events_view.verticalScrollBar()
+        bar.valueChanged.connect(self._remember_bottom)
+        bar.rangeChanged.connect(self._follow_tail)
         self.export_button = QPushButton("Export JSONL…")
         self.export_button.clicked.connect(self._ask_export_path)
         events_tab = QWidget()
@@ -176,13 +181,12 @@ class TaskDetails(QWidget):
         self.export_button.setEnabled(self.task_id is not None)
 
     # -- tail following and export -----------------------------------------------------------
-    def _remember_bottom(self, *_: Any) -> None:
-        bar = self.events_view.verticalScrollBar()
-        self._at_bottom = bar.value() >= bar.maximum() - 2
+    def _remember_bottom(self, value: int) -> None:
+        self._at_bottom = value >= self.events_view.verticalScrollBar().maximum()
 
-    def _follow_tail(self, *_: Any) -> None:
+    def _follow_tail(self, _minimum: int, maximum: int) -> None:
         if self._at_bottom:
-            self.events_view.scrollToBottom()
+            self.events_view.verticalScrollBar().setValue(maximum)
 
     def copy_id(self) -> None:
         if self.task_id:

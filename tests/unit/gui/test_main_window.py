@@ -182,3 +182,66 @@ async def test_quit_asks_the_app_to_stop_and_remembers_the_layout(window, tmp_pa
     window.quit()
     assert quits == [True]
     assert window.qsettings.value("tasks/splitter") is not None
+
+
+async def test_tokens_per_second_sparkline_follows_committed_deltas(window, store):
+    rate = window.status.rate
+    window.sample_rate()
+    assert rate.label.text() == "0 tok/s"
+    task_id = await make_task(store)
+    await run_task(store, task_id, [], finish=False)
+    await store.tasks.append_deltas(
+        task_id, ["a", "b", "c"], output_tokens=3, input_tokens=5, snapshot=None
+    )
+    await store.tasks.append_deltas(
+        task_id, ["d", "e"], output_tokens=5, input_tokens=5, snapshot=None
+    )
+    window._rate_seen = (window._rate_seen[0], window._rate_seen[1] - 1.0)  # a second ago
+    window.sample_rate()
+    assert rate.label.text() in ("5 tok/s", "4 tok/s")  # five deltas in about a second
+    points = rate.sparkline.points()
+    assert points[-1].y() < points[0].y()  # the line rises at its right end
+    assert rate.isVisible()
+    window.sample_rate()
+    assert rate.label.text() == "0 tok/s"
+
+
+async def test_window_icon_and_help_menu(window, data_dir):
+    from PySide6.QtCore import QObject, QUrl, Slot
+    from PySide6.QtGui import QDesktopServices
+
+    sizes = {s.width() for s in window.windowIcon().availableSizes()}
+    assert {16, 32, 48, 256} <= sizes
+    help_menu = window.menuBar().actions()[-1].menu()
+    assert [a.text() for a in help_menu.actions()] == [
+        "Last recovery report",
+        "Open log folder",
+        "About LMSP Desktop",
+    ]
+    box = window.open_about()
+    assert box.isVisible()
+    import sqlite3
+
+    from lmsp_desktop import __version__
+
+    for fact in (__version__, str(data_dir), "http://127.0.0.1:5677", sqlite3.sqlite_version):
+        assert fact in box.text()
+    box.close()
+
+    class Opened(QObject):
+        def __init__(self) -> None:
+            super().__init__()
+            self.urls: list[QUrl] = []
+
+        @Slot(QUrl)
+        def open(self, url: QUrl) -> None:
+            self.urls.append(url)
+
+    opened = Opened()
+    QDesktopServices.setUrlHandler("file", opened, "open")
+    try:
+        assert window.open_log_folder()
+    finally:
+        QDesktopServices.unsetUrlHandler("file")
+    assert [u.toLocalFile() for u in opened.urls] == [str(data_dir / "logs")]
+    assert (data_dir / "logs").is_dir()

@@ -98,3 +98,31 @@ async def test_hashing_progress_shows_as_a_bar_until_the_state_settles(setup):
     page.bridge._on_registry(ModelEvent("state", model_id, "verified"))
     await until(lambda: cell(page, COL_STATUS).startswith("✓ verified"))
     assert page.model.index(0, COL_STATUS).data(Role.PROGRESS) is None
+
+
+async def test_folder_column_and_idle_countdown_of_a_loaded_model(store, qtbot, tmp_path):
+    import asyncio
+    import time
+
+    from lmsp_desktop.core.runner import Runner, _Slot
+    from lmsp_desktop.gui.models.model_table import COL_FOLDER
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "tiny-model.Q4_0.gguf").write_bytes(os.urandom(64 * 1024))
+    registry = ModelRegistry(store.db, [folder], include_demo=False)
+    await registry.scan()
+    # The real runner, with a model that finished its last task a minute ago.
+    runner = Runner(store.tasks, registry, engine=None, idle_unload_s=600)
+    model_id = (await registry.list())[0].id
+    done: asyncio.Future = asyncio.get_running_loop().create_future()
+    runner._slots[model_id] = _Slot(done, model=object(), last_used=time.monotonic() - 60)
+    page = ModelsPage(registry, runner)
+    qtbot.addWidget(page)
+    await page.load()
+    assert cell(page, COL_FOLDER) == str(folder)
+    assert page.model.index(0, COL_FOLDER).data(3) == str(folder / "tiny-model.Q4_0.gguf")
+    assert cell(page, COL_LOADED).startswith("loaded · idle, unloads in 8 min 5")
+    runner._slots[model_id].busy = 1  # generating: no countdown
+    page.model.tick()
+    assert cell(page, COL_LOADED) == "loaded"

@@ -150,3 +150,27 @@ def qtbot_click(button) -> None:
     from PySide6.QtTest import QTest
 
     QTest.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+async def test_state_badge_stays_visible_on_the_selected_row(page, store):
+    task_id = await make_task(store)
+    await run_task(store, task_id, ["x"], finish=False)
+    await until(lambda: state_text(page, task_id) == "running")
+    page.table.selectRow(0)
+    page.table.setFocus()
+    await until(lambda: page.selected_ids() == [task_id])
+    rect = page.table.visualRect(page.model.index(0, COL_STATE))
+    image = page.table.viewport().grab(rect).toImage()
+    highlight = page.table.palette().color(page.table.palette().ColorRole.Highlight)
+    badge = image.copy(0, 0, 20, image.height())  # the decoration, left of the word
+
+    def far_from_highlight(x: int, y: int) -> bool:
+        c = badge.pixelColor(x, y)
+        diff = abs(c.red() - highlight.red()) + abs(c.green() - highlight.green())
+        return diff + abs(c.blue() - highlight.blue()) > 150
+
+    contrasting = sum(
+        far_from_highlight(x, y) for x in range(badge.width()) for y in range(badge.height())
+    )
+    # The badge (its ring and its glyph) stands out from the selection colour.
+    assert contrasting >= 20, contrasting

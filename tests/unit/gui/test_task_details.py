@@ -1,0 +1,62 @@
+"""The details pane: a long finished task's Events tab opens scrolled to its very end."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmsp_desktop.gui.pages.task_details import TaskDetails
+from tests.unit.gui.conftest import until
+from tests.unit.gui.helpers import make_task, run_task
+
+
+@pytest.fixture
+async def details(qtbot, store):
+    widget = TaskDetails(store)
+    qtbot.addWidget(widget)
+    widget.resize(900, 260)  # a short pane: the hidden Events page is taller before it shows
+    widget.show()
+    yield widget
+
+
+def last_row_visible(widget: TaskDetails) -> bool:
+    view = widget.events_view
+    last = widget.events.index(widget.events.rowCount() - 1, 0)
+    rect = view.visualRect(last)
+    return rect.isValid() and view.viewport().rect().contains(rect)
+
+
+async def test_events_tab_of_a_long_finished_task_opens_at_its_last_row(details, store):
+    task_id = await make_task(store)
+    await run_task(store, task_id, [f" word{i}" for i in range(1200)])
+    total = len(await store.tasks.events(task_id, 0, 10_000))
+    await details.show_task(task_id)  # the Output tab is in front while events load
+    details.tabs.setCurrentIndex(1)
+    await until(
+        lambda: details.events.rowCount() == total,
+        what=lambda: f"{details.events.rowCount()} of {total}",
+    )
+    await until(lambda: last_row_visible(details), limit=2, what="the last event in view")
+    bar = details.events_view.verticalScrollBar()
+    assert bar.value() == bar.maximum()
+
+
+async def test_events_view_stays_where_the_reader_scrolled(details, store):
+    task_id = await make_task(store)
+    await run_task(store, task_id, [f" w{i}" for i in range(40)], finish=False)
+    details.tabs.setCurrentIndex(1)
+    await details.show_task(task_id)
+    await until(lambda: last_row_visible(details), limit=2, what="the tail in view")
+    bar = details.events_view.verticalScrollBar()
+    bar.setValue(3)  # the reader scrolls up to read
+    await store.tasks.append_deltas(
+        task_id, [" more"] * 30, output_tokens=70, input_tokens=5, snapshot=None
+    )
+    await details.refresh()
+    await until(lambda: details.events.rowCount() > 70, what="new events appended")
+    assert bar.value() == 3
+    bar.setValue(bar.maximum())  # back at the bottom: follows again
+    await store.tasks.append_deltas(
+        task_id, [" again"] * 30, output_tokens=100, input_tokens=5, snapshot=None
+    )
+    await details.refresh()
+    await until(lambda: last_row_visible(details), limit=2, what="following the tail again")
