@@ -27,12 +27,14 @@ from lmsp_desktop.core.storage import clients
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask
 
+# (client, prompt, max_output_tokens): every generation is bounded, since the demo model can
+# loop for thousands of tokens on some prompts.
 PROMPTS = [
-    "Write a haiku about a lighthouse keeper.",
-    "Explain in two sentences why the sky is blue.",
-    "List three uses for a paperclip.",
-    "Summarise the plot of Hamlet in one paragraph.",
-    "Give me a limerick about a cat who codes.",
+    ("notebook-ana", "Write a haiku about a lighthouse keeper.", 60),
+    ("ci-pipeline", "Explain in two sentences why the sky is blue.", 80),
+    ("notebook-ana", "Summarise the plot of Hamlet in one paragraph.", 200),
+    ("ci-pipeline", "List three uses for a paperclip.", 80),
+    ("notebook-ana", "Give me a limerick about a cat who codes.", 60),
 ]
 
 
@@ -41,7 +43,13 @@ async def leave_unfinished_tasks(data_dir: Path, model: str) -> None:
     store = Store(data_dir)
     await store.open()
     request = parse_create(
-        {"model": model, "input": "Tell me about tides.", "background": True}, "fail"
+        {
+            "model": model,
+            "input": "Tell me about tides.",
+            "background": True,
+            "max_output_tokens": 40,
+        },
+        "fail",
     )
     for state, policy in (
         ("running", RestartPolicy.FAIL),
@@ -60,6 +68,49 @@ async def leave_unfinished_tasks(data_dir: Path, model: str) -> None:
         if state == "cancelling":
             await store.tasks.cancel(made.task_id)
     await store.close()
+
+
+async def submit_over_http(core: Any, model: str) -> list[str]:
+    """Background tasks from two paired clients, through the real HTTP API."""
+    import aiohttp
+
+    tokens = {}
+    for name, scopes in (
+        ("notebook-ana", {"models:read", "responses:read", "responses:write"}),
+        ("ci-pipeline", {"responses:read", "responses:write"}),
+    ):
+        _, tokens[name] = await clients.create_client(core.store.db, name, frozenset(scopes))
+    ids = []
+    async with aiohttp.ClientSession(core.url) as http:
+        for client, prompt, budget in PROMPTS:
+            body = {
+                "model": model,
+                "input": prompt,
+                "background": True,
+                "max_output_tokens": budget,
+                "on_restart": "resume" if budget > 100 else "fail",
+            }
+            headers = {"Authorization": f"Bearer {tokens[client]}"}
+            async with http.post("/v1/responses", json=body, headers=headers) as answer:
+                created = await answer.json()
+                if answer.status != 202:
+                    raise RuntimeError(f"creating a task failed: {created}")
+            ids.append(created["id"])
+    return ids
+
+
+def pick_port() -> int:
+    """The default port when it is free (the pictures then show what users see), else any."""
+    import socket
+
+    from lmsp_desktop.core.config import DEFAULT_PORT
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", DEFAULT_PORT))
+        except OSError:
+            probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 async def settle(seconds: float) -> None:
@@ -81,7 +132,7 @@ async def main(out: Path) -> None:
 
     data_dir = Path(tempfile.mkdtemp(prefix="lmsp-shots-"))
     await leave_unfinished_tasks(data_dir, DEMO_MODEL_ID)
-    core = Core(data_dir, port=0)
+    core = Core(data_dir, port=pick_port())
     report = await core.open()
     await core.scan_models()
     await core.start_service()
@@ -104,7 +155,7 @@ async def shoot(core: Any, window: Any, report: Any, out: Path) -> None:
     save(dialog, out, "recovery")
     dialog.close()
 
-    ids = [await core.submit(DEMO_MODEL_ID, p) for p in PROMPTS]
+    ids = await submit_over_http(core, DEMO_MODEL_ID)
     await core.store.tasks.cancel(ids[-1])  # still queued: cancelled at once
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -116,7 +167,7 @@ async def shoot(core: Any, window: Any, report: Any, out: Path) -> None:
     await settle(0.6)
     window.tasks.details.tabs.setCurrentIndex(1)
     await settle(0.4)
-    save(window, out, "tasks-events")
+    save(window, out, "tasks")
     window.tasks.details.tabs.setCurrentIndex(0)
     window.tasks.show_task(ids[2])
     await settle(0.6)
@@ -127,9 +178,6 @@ async def shoot(core: Any, window: Any, report: Any, out: Path) -> None:
     await settle(0.4)
     save(window, out, "models")
 
-    await clients.create_client(
-        core.store.db, "ci-pipeline", frozenset({"responses:read", "responses:write"})
-    )
     await core.pairing.start(
         "Ana's laptop",
         frozenset({"models:read", "responses:read", "responses:write"}),

@@ -39,7 +39,9 @@ def dot_icon(colour: str, size: int = 12, hollow: bool = False) -> QIcon:
         painter.setBrush(QColor(colour))
     painter.drawEllipse(2, 2, size - 4, size - 4)
     painter.end()
-    return QIcon(pixmap)
+    icon = QIcon(pixmap)
+    icon.addPixmap(_on_white_disc(pixmap), QIcon.Mode.Selected)  # visible on a selection
+    return icon
 
 
 @cache

@@ -58,7 +58,8 @@ class MainWindow(QMainWindow):
         self.clients = ClientsPage(core.store, core.pairing)
         self.nav = QListWidget()
         self.nav.addItems(["Tasks", "Models", "Clients"])
-        self.nav.setFixedWidth(150)
+        self.nav.setFixedWidth(190)
+        self.nav.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.pages = QStackedWidget()
         for page in (self.tasks, self.models, self.clients):
             self.pages.addWidget(page)
@@ -173,7 +174,7 @@ class MainWindow(QMainWindow):
         self.nav.item(1).setText(f"Models   {models}" if models else "Models")
         clients = self.clients.model.rowCount()
         text = "Clients" + (f"   {clients}" if clients else "")
-        self.nav.item(2).setText(text + (f"   ({self._pending} waiting)" if self._pending else ""))
+        self.nav.item(2).setText(text + (f"  ({self._pending} waiting)" if self._pending else ""))
         self.nav.item(2).setIcon(
             dot_icon(STATE_COLOURS["cancelling"]) if self._pending else _blank()
         )

@@ -15,7 +15,6 @@ from lmsp_desktop.gui.format import (
     date_time,
     dot_icon,
     human_count,
-    human_duration,
     human_size,
     short_digest,
 )
@@ -24,7 +23,6 @@ Index = QModelIndex | QPersistentModelIndex
 ROOT = QModelIndex()
 (
     COL_NAME,
-    COL_FOLDER,
     COL_SIZE,
     COL_ARCH,
     COL_QUANT,
@@ -33,10 +31,10 @@ ROOT = QModelIndex()
     COL_DIGEST,
     COL_STATUS,
     COL_LOADED,
+    COL_FOLDER,
 ) = range(10)
 HEADERS = [
     "Name",
-    "Folder",
     "Size",
     "Architecture",
     "Quantization",
@@ -45,6 +43,7 @@ HEADERS = [
     "Digest",
     "Status",
     "Loaded",
+    "Folder",
 ]
 STATUS = {
     "verified": ("✓ verified", "#2fa84f"),
@@ -111,6 +110,8 @@ class ModelTableModel(QAbstractTableModel):
             if col == COL_DIGEST:
                 return info.digest or "not computed yet"
             if col == COL_STATUS:
+                if state == "verified" and info.verified_at:
+                    return f"Digest verified {date_time(info.verified_at)}"
                 return EXPLAIN.get(state)
         if role == Qt.ItemDataRole.DecorationRole and col == COL_LOADED:
             loaded = self._loaded.get(info.id, "unloaded")
@@ -153,13 +154,13 @@ class ModelTableModel(QAbstractTableModel):
                 return f"hashing {self._progress.get(info.id, 0.0):.0%}"
             word = STATUS.get(state, (state, ""))[0]
             if state == "verified" and info.verified_at:
-                word += f" {date_time(info.verified_at)}"
+                word += f" {date_time(info.verified_at)[:10]}"  # the time is in the tooltip
             return word
         loaded = self._loaded.get(info.id, "unloaded")
         if loaded != "loaded":
             return "" if loaded == "unloaded" else loaded
         left = core_ops.idle_left(self.runner, info.id)
-        return "loaded" if left is None else f"loaded · idle, unloads in {human_duration(left)}"
+        return "loaded" if left is None else f"loaded · unloads in {minutes(left)}"
 
     # -- updates -----------------------------------------------------------------------------
     def model_id(self, row: int) -> str:
@@ -215,6 +216,13 @@ class ModelTableModel(QAbstractTableModel):
         for row, info in enumerate(self._rows):
             if info.id == model_id:
                 self.dataChanged.emit(self.index(row, col), self.index(row, col))
+
+
+def minutes(seconds: float) -> str:
+    """A countdown in whole minutes, rounded up ("10 min"), or seconds under a minute."""
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    return f"{-(-int(seconds) // 60)} min"
 
 
 def folder_text(path: Path) -> str:

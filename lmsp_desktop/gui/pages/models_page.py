@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QMessageBox,
     QPushButton,
@@ -94,7 +93,8 @@ class ModelsPage(QWidget):
         self.table.verticalHeader().hide()
         self.table.setItemDelegateForColumn(COL_STATUS, ProgressDelegate(self.table))
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(True)  # the folder, elided in its middle
+        self.table.setWordWrap(False)
         header.setMinimumSectionSize(70)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # paths keep both ends
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
@@ -124,8 +124,10 @@ class ModelsPage(QWidget):
 
     def fit_columns(self) -> None:
         self.table.resizeColumnsToContents()
-        # A deep folder would push every other column out of sight; it is elided instead.
-        self.table.setColumnWidth(COL_FOLDER, min(self.table.columnWidth(COL_FOLDER), 260))
+        self.table.setColumnWidth(COL_NAME, max(self.table.columnWidth(COL_NAME), 160))
+        # The folder, last, takes what room is left (elided in the middle, full on hover):
+        # at its content width a deep folder would push the table into a side scroll.
+        self.table.setColumnWidth(COL_FOLDER, 100)
 
     def selected_rows(self) -> list[int]:
         return sorted({i.row() for i in self.table.selectionModel().selectedRows()})

@@ -65,6 +65,7 @@ class TaskDetails(QWidget):
         self.events_view.setModel(self.events)
         self.events_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.events_view.verticalHeader().hide()
+        self.events_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         self.events_view.horizontalHeader().setSectionResizeMode(
             COL_DATA, QHeaderView.ResizeMode.Stretch
         )

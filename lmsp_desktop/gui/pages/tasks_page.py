@@ -85,6 +85,7 @@ class TasksPage(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
         header.setSortIndicator(COL_ID, Qt.SortOrder.DescendingOrder)
