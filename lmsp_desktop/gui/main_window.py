@@ -117,9 +117,11 @@ class MainWindow(QMainWindow):
         self.bridge.tasks_changed.connect(self.tasks.on_changes)
         self.bridge.tasks_changed.connect(self._counts_soon)
         self.models.connect_bridge(self.bridge)
-        self.bridge.models_changed.connect(self._update_nav)
+        # After the list is re-read (a scan may end long after the window opened).
+        self.models.model.modelReset.connect(self._update_nav)
         self.bridge.pairing_changed.connect(self.clients.on_pairing_changed)
         self.clients.pending_changed.connect(self._set_pending)
+        self.clients.model.modelReset.connect(self._update_nav)
         self.tasks.try_prompt_requested.connect(lambda: aio.spawn(self.open_prompt(), self))
         self.tasks.pair_requested.connect(self.open_pair)
         self.clients.pair_requested.connect(self.open_pair)

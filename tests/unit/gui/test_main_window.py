@@ -245,3 +245,11 @@ async def test_window_icon_and_help_menu(window, data_dir):
         QDesktopServices.unsetUrlHandler("file")
     assert [u.toLocalFile() for u in opened.urls] == [str(data_dir / "logs")]
     assert (data_dir / "logs").is_dir()
+
+
+async def test_models_counter_follows_a_scan_that_ends_after_the_window_opened(window):
+    registry = window.core.registry
+    registry.models.append(fake_model("gemma3"))
+    for listener in list(registry.listeners):
+        listener(None)  # the registry's "the list changed"
+    await until(lambda: window.nav.item(1).text() == "Models   2", what=window.nav.item(1).text)
