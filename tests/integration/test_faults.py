@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -43,10 +44,11 @@ async def limit_pages(db: Database, extra: int | None) -> None:
 def counts(db_path: Path) -> tuple[int, int, int]:
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
-        return tuple(  # type: ignore[return-value]
-            conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        tasks, responses, events = (
+            int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
             for table in ("tasks", "responses", "task_events")
         )
+        return tasks, responses, events
     finally:
         conn.close()
 
@@ -181,7 +183,7 @@ def _filled_database(data_dir: Path) -> Path:
 def test_a_corrupted_database_stops_serve_with_its_name_and_is_left_untouched(
     tmp_path: Path,
 ) -> None:
-    damages = {
+    damages: dict[str, Callable[[bytes], bytes]] = {
         "garbage header": lambda raw: b"\x13" * 100 + raw[100:],
         "garbage pages": lambda raw: raw[:4096] + os.urandom(len(raw) - 4096),
     }
