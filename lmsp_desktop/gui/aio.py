@@ -16,6 +16,7 @@ from lmsp_desktop.core.errors import LmspError
 
 log = logging.getLogger(__name__)
 _running: set[asyncio.Task[Any]] = set()
+_open_boxes: set[QMessageBox] = set()
 
 
 def spawn(coro: Coroutine[Any, Any, Any], parent: QWidget | None = None) -> asyncio.Task[Any]:
@@ -25,12 +26,22 @@ def spawn(coro: Coroutine[Any, Any, Any], parent: QWidget | None = None) -> asyn
 
     def done(t: asyncio.Task[Any]) -> None:
         _running.discard(t)
-        if not t.cancelled() and t.exception() is not None:
-            alive = parent is not None and shiboken6.isValid(parent)
-            show_error(parent if alive else None, t.exception())
+        if t.cancelled() or t.exception() is None:
+            return
+        alive = parent is not None and shiboken6.isValid(parent)
+        if _widget_gone(t.exception()):
+            # The widget this coroutine was updating was closed while it awaited the store:
+            # nothing is left to update and nothing went wrong for the user.
+            log.debug("a view closed while its update ran", exc_info=t.exception())
+            return
+        show_error(parent if alive else None, t.exception())
 
     task.add_done_callback(done)
     return task
+
+
+def _widget_gone(exc: BaseException | None) -> bool:
+    return isinstance(exc, RuntimeError) and "already deleted" in str(exc)
 
 
 def error_text(exc: BaseException | None) -> str:
@@ -55,5 +66,10 @@ def show_error(parent: QWidget | None, exc: BaseException | None) -> QMessageBox
         parent,
     )
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    if parent is None:
+        # Nothing else owns a parentless box: without this reference Python deletes it (and
+        # the message with it) as soon as the caller returns.
+        _open_boxes.add(box)
+        box.finished.connect(lambda *_: _open_boxes.discard(box))
     box.open()
     return box
