@@ -124,6 +124,7 @@ class CrashLoop:
                 before = await asyncio.to_thread(take_snapshot, self.db_path)
                 self._check_on_disk(before, "after kill")
                 if self.verbose and (cycle + 1) % 10 == 0:
+                    self.figures.elapsed_s = time.monotonic() - started
                     print(self.figures.summary(), flush=True)
             # One last start: the final kill's leftovers must be recovered too.
             self._url = await asyncio.to_thread(self.server.start)
@@ -138,6 +139,8 @@ class CrashLoop:
             code = await asyncio.to_thread(self.server.terminate)
             if code != 0:
                 self._violation(f"serve exited {code} on SIGTERM")
+        except AssertionError as exc:  # serve did not start: a finding, not a crash of the loop
+            self._violation(f"serve did not start: {str(exc)[-1500:]}")
         finally:
             if self.server.proc is not None and self.server.proc.poll() is None:
                 self.server.kill()
