@@ -14,6 +14,7 @@ from typing import Any
 
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.engines.base import Engine
+from lmsp_desktop.core.errors import PausedError
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.registry import ModelRegistry
@@ -139,6 +140,8 @@ class Core:
     # -- running -----------------------------------------------------------------------
     async def submit(self, model: str, prompt: str, on_restart: str | None = None) -> str:
         """Create a background task as the owner, through the same path as the API."""
+        if self.paused:
+            raise PausedError()
         body: dict[str, Any] = {"model": model, "input": prompt, "background": True}
         if on_restart:
             body["on_restart"] = on_restart
@@ -148,6 +151,14 @@ class Core:
             NewTask(model=model, request=request, on_restart=request["on_restart"])
         )
         return result.task_id
+
+    def pause(self, paused: bool) -> None:
+        """Drain (USERS_ASK #7): refuse new responses with 503, let accepted tasks finish."""
+        self.context.paused = paused
+
+    @property
+    def paused(self) -> bool:
+        return hasattr(self, "context") and self.context.paused
 
     async def cancel(self, task_id: str) -> None:
         """The GUI's cancel: the same transition as `POST /v1/responses/{id}/cancel`."""

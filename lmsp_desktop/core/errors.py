@@ -95,3 +95,17 @@ class ShuttingDownError(LmspError):
             "The service is shutting down and takes no new work. Retry once it has restarted.",
             code="shutting_down",
         )
+
+
+class PausedError(LmspError):
+    """The owner paused new work (drain): accepted tasks finish, new ones are refused."""
+
+    status = 503
+    type = "server_error"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The service is paused by its owner and takes no new work right now; tasks already "
+            "accepted still finish. Retry later.",
+            code="paused",
+        )

@@ -101,6 +101,13 @@ class Runner:
             return "unloaded"
         return "loaded" if slot.model is not None else "loading"
 
+    def idle_seconds_left(self, model_id: str) -> float | None:
+        """Seconds until an idle loaded model is unloaded; None while busy or not loaded."""
+        slot = self._slots.get(model_id)
+        if slot is None or slot.model is None or slot.busy:
+            return None
+        return max(0.0, self.idle_unload_s - (time.monotonic() - slot.last_used))
+
     # -- reacting to commits -----------------------------------------------------------
     def _on_change(self, change: TaskChange) -> None:
         if change.state == TaskState.QUEUED:

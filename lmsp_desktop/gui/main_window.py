@@ -127,19 +127,29 @@ class MainWindow(QMainWindow):
         self.clients.pair_requested.connect(self.open_pair)
 
     def _tray(self) -> QSystemTrayIcon:
-        # No "Pause new work" yet: the core has no pause (drain) switch to call.
         tray = QSystemTrayIcon(app_icon("tray"), self)
         menu = QMenu(self)
         self.tray_counts = menu.addAction("No tasks running")
         self.tray_counts.setEnabled(False)
         menu.addSeparator()
         menu.addAction("Show window", self.showNormal)
+        self.pause_action = menu.addAction("Pause new work")
+        self.pause_action.setCheckable(True)
+        self.pause_action.toggled.connect(self.set_paused)
         menu.addSeparator()
         menu.addAction("Quit", self.quit)
         tray.setContextMenu(menu)
         tray.activated.connect(lambda *_: self.showNormal())
         tray.show()
         return tray
+
+    def set_paused(self, paused: bool) -> None:
+        """Drain: the service answers 503 to new work while accepted tasks finish."""
+        pause = getattr(self.core, "pause", None)
+        if callable(pause):
+            pause(paused)
+        if self.tray is not None:
+            self.tray.setIcon(app_icon("tray-paused" if paused else "tray"))
 
     async def load(self) -> None:
         await self.tasks.load()
@@ -186,7 +196,10 @@ class MainWindow(QMainWindow):
             self.tray.setToolTip(f"LMSP Desktop: {text}")
             self.tray_counts.setText(text)
             busy = any(self._counts.get(s, 0) for s in BUSY)
-            self.tray.setIcon(app_icon("tray-busy" if busy else "tray"))
+            paused = self.pause_action.isChecked()
+            self.tray.setIcon(
+                app_icon("tray-paused" if paused else "tray-busy" if busy else "tray")
+            )
 
     def sample_rate(self) -> None:
         """Once a second: text deltas committed since the last sample → the sparkline."""

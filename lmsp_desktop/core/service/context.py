@@ -24,6 +24,8 @@ class ServiceContext:
     started_at: float = 0.0
     url: str = ""
     shutting_down: bool = False
+    # Drain: new responses are refused with 503 while accepted ones run to the end.
+    paused: bool = False
     extras: dict[str, Any] = field(default_factory=dict)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from lmsp_desktop.core.auth import Principal
-from lmsp_desktop.core.errors import LmspError, ShuttingDownError
+from lmsp_desktop.core.errors import LmspError, PausedError, ShuttingDownError
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.responses import build_response
@@ -113,6 +113,8 @@ async def _finished_object(ctx: ServiceContext, task_id: str) -> dict[str, Any] 
 @routes.post("/v1/responses")
 async def create_response(request: web.Request) -> web.StreamResponse:
     ctx, principal = _caller(request, "responses:write")
+    if ctx.paused:
+        raise PausedError()
     body = await read_json(request)
     settings = parse_create(body, ctx.settings.default_on_restart)
     await ctx.registry.get(settings["model"])  # 404 model_not_found before anything is stored
