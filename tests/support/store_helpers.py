@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +68,35 @@ async def drive(tasks: TaskStore, state: TaskState, **kwargs: Any) -> str:
     raise AssertionError(state)
 
 
+# Every state change the task state machine may make (LMSP_API.md, table 11.3). A terminal
+# state is never left.
+ALLOWED_CHANGES = {
+    ("queued", "loading"),
+    ("queued", "running"),
+    ("queued", "cancelled"),
+    ("queued", "failed"),
+    ("loading", "running"),
+    ("loading", "cancelling"),
+    ("loading", "failed"),
+    ("loading", "queued"),
+    ("running", "cancelling"),
+    ("running", "completed"),
+    ("running", "incomplete"),
+    ("running", "failed"),
+    ("running", "queued"),
+    ("cancelling", "cancelled"),
+}
+
+ITEM_EVENT_PREFIXES = ("response.output_item.", "response.content_part.", "response.output_text.")
+
+
 def check_invariants(db_path: Path) -> dict[str, sqlite3.Row]:
     """Assert the rules of 11.2 on the file itself; return the task rows by id.
 
     Every task has a response; its events are numbered 1..last_seq with no gap; each event's
     JSON carries its own sequence number and type; the first event is `response.created`;
-    and the task's state is the one its last event implies.
+    every state change in the log is a legal one; and the task's state is the one its last
+    event implies.
     """
     conn = sqlite3.connect(db_path)
     conn.row_factory = sqlite3.Row
@@ -102,6 +126,17 @@ def check_invariants(db_path: Path) -> dict[str, sqlite3.Row]:
                 assert data["sequence_number"] == e["seq"]
                 assert data["type"] == e["type"]
             assert log[0]["type"] == "response.created"
+            # Item, part and text events describe output, not a state change: the closing
+            # ones are written with the terminal event, after a cancel too.
+            states = [
+                STATE_OF_EVENT[e["type"]]
+                for e in log
+                if not e["type"].startswith(ITEM_EVENT_PREFIXES)
+            ]
+            for before, after in pairwise(states):
+                assert before == after or (before, after) in ALLOWED_CHANGES, (
+                    f"{task_id}: illegal change {before} -> {after} in {[e['type'] for e in log]}"
+                )
             implied = STATE_OF_EVENT[log[-1]["type"]]
             assert row["state"] == implied, (
                 f"{task_id}: state {row['state']} but last event {log[-1]['type']}"
