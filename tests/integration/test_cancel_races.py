@@ -17,7 +17,7 @@ from lmsp_desktop.core.storage.store import Store
 from tests.support_reliability.races import http_races, store_races
 
 STORE_RACES = 10_000
-HTTP_RACES = 400
+HTTP_RACES = 600
 
 
 async def test_ten_thousand_store_races_never_cancel_and_complete(data_dir: Path) -> None:
