@@ -34,7 +34,9 @@ class IdempotencyClaim:
 
 
 def request_digest(method: str, path: str, body: Any) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # ensure_ascii keeps it total: a JSON body may carry a lone surrogate escape ("\ud800"),
+    # which has no UTF-8 encoding; escaped, every body has exactly one canonical form.
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(f"{method}\n{path}\n{canonical}".encode()).hexdigest()
 
 

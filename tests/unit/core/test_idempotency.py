@@ -183,3 +183,14 @@ def test_bad_keys_are_refused_with_a_clear_error(key: str) -> None:
 @pytest.mark.parametrize("key", ["a", "x" * 255, "Az09-_.~!"])
 def test_good_keys_are_accepted(key: str) -> None:
     assert validate_key(key) == key
+
+
+def test_digest_of_a_body_with_a_lone_surrogate() -> None:
+    # JSON allows "\ud800"; such a body must still get a stable digest, not crash the request.
+    body = {"input": "\ud800 hi"}
+    assert request_digest("POST", "/v1/responses", body) == request_digest(
+        "POST", "/v1/responses", {"input": "\ud800 hi"}
+    )
+    assert request_digest("POST", "/v1/responses", body) != request_digest(
+        "POST", "/v1/responses", {"input": "\ud801 hi"}
+    )
