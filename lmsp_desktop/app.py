@@ -31,6 +31,7 @@ from lmsp_desktop.core.storage.tasks import NewTask
 
 log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
+LOGGED_ITEMS = 50  # recovery report lines written to the log (10k lines would slow startup)
 
 
 class Core:
@@ -214,7 +215,14 @@ class Core:
         log.warning(
             "recovery: %d tasks after an unclean shutdown: %s", len(report.items), report.summary()
         )
-        for item in report.items:
+        shown = report.items[:LOGGED_ITEMS]
+        if len(report.items) > len(shown):
+            log.warning(
+                "recovery: listing the first %d; GET /v1/recovery/last has all %d",
+                len(shown),
+                len(report.items),
+            )
+        for item in shown:
             log.warning(
                 "recovered %s (%s): %s --%s--> %s, %s #%d",
                 item.task_id,

@@ -156,7 +156,7 @@ def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
     ):
         raise invalid("`metadata` must map up to 16 short strings to strings.", "metadata")
     on_restart = body.get("on_restart", default_on_restart)
-    if on_restart not in {p.value for p in RestartPolicy}:
+    if not isinstance(on_restart, str) or on_restart not in {p.value for p in RestartPolicy}:
         raise invalid("`on_restart` must be fail, retry or resume.", "on_restart")
     truncation = body.get("truncation", "disabled")
     if truncation not in ("auto", "disabled"):

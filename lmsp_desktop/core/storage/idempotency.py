@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import aiosqlite
 
 from lmsp_desktop.core.errors import LmspError, conflict
 
@@ -50,18 +49,17 @@ def validate_key(key: str) -> str:
     return key
 
 
-async def claim_key(
-    conn: aiosqlite.Connection, claim: IdempotencyClaim, task_id: str, now: int
+def claim_key(
+    conn: sqlite3.Connection, claim: IdempotencyClaim, task_id: str, now: int
 ) -> CreateResult | None:
     """Inside the create transaction: replay, refuse, or claim the key for `task_id`."""
     from lmsp_desktop.core.storage.tasks import CreateResult
 
-    cursor = await conn.execute(
+    row = conn.execute(
         "SELECT request_digest, state, status, body, task_id FROM idempotency_keys "
         "WHERE client_id=? AND key=? AND expires_at>?",
         (claim.client_id, claim.key, now),
-    )
-    row = await cursor.fetchone()
+    ).fetchone()
     if row is not None:
         if row["request_digest"] != claim.digest:
             raise LmspError(
@@ -78,7 +76,7 @@ async def claim_key(
                 "idempotency_key_in_use",
             )
         return CreateResult(row["task_id"], int(row["status"]), json.loads(row["body"]), True)
-    await conn.execute(
+    conn.execute(
         "INSERT OR REPLACE INTO idempotency_keys (client_id, key, request_digest, state, "
         "task_id, created_at, expires_at) VALUES (?, ?, ?, 'in_flight', ?, ?, ?)",
         (claim.client_id, claim.key, claim.digest, task_id, now, now + claim.ttl_s),

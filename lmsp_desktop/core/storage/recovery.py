@@ -8,14 +8,17 @@ changes nothing more.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import sqlite3
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from lmsp_desktop.core.states import RECOVERY_TABLE, UNFINISHED, RestartPolicy, TaskState
 from lmsp_desktop.core.storage.tasks import (
+    JOINED,
     TaskChange,
     TaskStore,
     _close_item_events,
@@ -90,15 +93,13 @@ async def recover(store: TaskStore, boot: int) -> RecoveryReport:
         row for row in await store.unfinished(sorted(UNFINISHED)) if row["recovered_boot"] != boot
     ]
     for first in range(0, len(leftovers), BATCH):
-        async with store.db.transaction() as conn:
-            for listed in leftovers[first : first + BATCH]:
-                # Re-read under the write lock: the list was read before it was taken.
-                row = await store._row(conn, listed["id"])
-                if TaskState(row["state"]) not in UNFINISHED or row["recovered_boot"] == boot:
-                    continue
-                item, change = await _recover_one(store, conn, row, boot, started)
-                items.append(item)
-                changes.append(change)
+        ids = [row["id"] for row in leftovers[first : first + BATCH]]
+        done = await store.db.run(
+            functools.partial(_recover_batch, store, ids=ids, boot=boot, now=started)
+        )
+        for item, change in done:
+            items.append(item)
+            changes.append(change)
     report = RecoveryReport(started, time.time(), items)
     if items:
         async with store.db.transaction() as conn:
@@ -110,8 +111,22 @@ async def recover(store: TaskStore, boot: int) -> RecoveryReport:
     return report
 
 
-async def _recover_one(
-    store: TaskStore, conn: Any, row: Any, boot: int, now: float
+def _recover_batch(
+    store: TaskStore, conn: sqlite3.Connection, *, ids: list[str], boot: int, now: float
+) -> list[tuple[RecoveryItem, TaskChange]]:
+    """In the writer thread, under the write lock: each task re-read, then recovered."""
+    done = []
+    marks = ",".join("?" for _ in ids)
+    rows = conn.execute(JOINED + f" WHERE t.id IN ({marks}) ORDER BY t.n", ids).fetchall()
+    for row in rows:
+        if TaskState(row["state"]) not in UNFINISHED or row["recovered_boot"] == boot:
+            continue  # handled meanwhile (another recovery, or the task moved on)
+        done.append(_recover_one(store, conn, row, boot, now))
+    return done
+
+
+def _recover_one(
+    store: TaskStore, conn: sqlite3.Connection, row: Any, boot: int, now: float
 ) -> tuple[RecoveryItem, TaskChange]:
     before = TaskState(row["state"])
     policy = RestartPolicy(row["on_restart"])
@@ -119,7 +134,7 @@ async def _recover_one(
     mark = ", recovered_boot=?"
     if after == TaskState.FAILED:
         error = json.dumps({"code": ERROR_CODE, "message": ERROR_MESSAGE})
-        new = await store._transition_in(
+        new = store._transition_in(
             conn,
             row["id"],
             [before],
@@ -135,7 +150,7 @@ async def _recover_one(
         )
         event = "response.failed"
     elif after == TaskState.CANCELLED:
-        new = await store._transition_in(
+        new = store._transition_in(
             conn,
             row["id"],
             [before],
@@ -150,7 +165,7 @@ async def _recover_one(
         event = "response.cancelled"
     elif after == TaskState.QUEUED:
         # A requeue discards the output: the next run opens a new item with a new id.
-        new = await store._transition_in(
+        new = store._transition_in(
             conn,
             row["id"],
             [before],
@@ -162,7 +177,7 @@ async def _recover_one(
         )
         event = "response.queued"
     else:  # running, resumed from its snapshot by the runner
-        new = await store._transition_in(
+        new = store._transition_in(
             conn,
             row["id"],
             [before],
@@ -176,7 +191,7 @@ async def _recover_one(
     item = RecoveryItem(
         row["id"], row["model"], str(before), str(policy), str(after), event, new["last_seq"]
     )
-    log.info(
+    log.debug(
         "recovered %s: %s --%s--> %s (%s #%d)",
         row["id"],
         before,

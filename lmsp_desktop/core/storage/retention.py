@@ -5,6 +5,7 @@ tasks are never purged, whatever their age."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 
 from lmsp_desktop.core.states import TERMINAL
@@ -32,36 +33,40 @@ async def purge_finished(
 
 async def _purge_batch(db: Database, cutoff: float) -> int:
     """One bounded transaction. Returns tasks fully purged, or -1 when nothing is left."""
-    async with db.transaction() as conn:
-        cursor = await conn.execute(
+    return await db.run(lambda conn: _purge_in(conn, cutoff))
+
+
+def _purge_in(conn: sqlite3.Connection, cutoff: float) -> int:
+    """In the writer thread: statements run back to back, so the lock is held briefly."""
+    ids = [
+        r[0]
+        for r in conn.execute(
             f"SELECT id FROM tasks WHERE state IN ({TERMINAL_SQL}) AND finished_at < ? "
             "ORDER BY finished_at LIMIT 200",
             (cutoff,),
         )
-        ids = [r[0] for r in await cursor.fetchall()]
-        if not ids:
-            return -1
-        budget = EVENTS_PER_BATCH
-        purged = 0
-        for task_id in ids:
-            # Delete from the tail so what stays is still a gapless prefix of the log.
-            cursor = await conn.execute(
-                "DELETE FROM task_events WHERE task_id=? AND seq IN (SELECT seq FROM "
-                "task_events WHERE task_id=? ORDER BY seq DESC LIMIT ?)",
-                (task_id, task_id, budget),
-            )
-            budget -= cursor.rowcount
-            if budget <= 0:
-                left = await (
-                    await conn.execute(
-                        "SELECT 1 FROM task_events WHERE task_id=? LIMIT 1", (task_id,)
-                    )
-                ).fetchone()
-                if left is not None:
-                    break
-            await conn.execute("DELETE FROM tasks WHERE id=?", (task_id,))
-            await conn.execute("DELETE FROM responses WHERE id=?", (task_id,))
-            purged += 1
-            if budget <= 0:
+    ]
+    if not ids:
+        return -1
+    budget = EVENTS_PER_BATCH
+    purged = 0
+    for task_id in ids:
+        # Delete from the tail so what stays is still a gapless prefix of the log.
+        cursor = conn.execute(
+            "DELETE FROM task_events WHERE task_id=? AND seq IN (SELECT seq FROM "
+            "task_events WHERE task_id=? ORDER BY seq DESC LIMIT ?)",
+            (task_id, task_id, budget),
+        )
+        budget -= cursor.rowcount
+        if budget <= 0:
+            left = conn.execute(
+                "SELECT 1 FROM task_events WHERE task_id=? LIMIT 1", (task_id,)
+            ).fetchone()
+            if left is not None:
                 break
-        return purged
+        conn.execute("DELETE FROM tasks WHERE id=?", (task_id,))
+        conn.execute("DELETE FROM responses WHERE id=?", (task_id,))
+        purged += 1
+        if budget <= 0:
+            break
+    return purged

@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import aiosqlite
-
 from lmsp_desktop.core.errors import LmspError, conflict, not_found
 from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.responses import build_response, message_item, output_text_part
@@ -106,32 +104,39 @@ class TaskStore:
         The caller may answer 202 as soon as this returns: the commit has happened.
         """
         now = int(time.time())
-        async with self.db.transaction() as conn:
+
+        def work(conn: sqlite3.Connection) -> CreateResult:
             if idempotency is not None:
-                replay = await claim_key(conn, idempotency, spec.id, now)
+                replay = claim_key(conn, idempotency, spec.id, now)
                 if replay is not None:
                     return replay
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO responses (id, created_at, model, request) VALUES (?, ?, ?, ?)",
                 (spec.id, now, spec.model, json.dumps(spec.request)),
             )
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO tasks (id, client_id, model, state, on_restart, mode, created_at,"
                 " last_seq) VALUES (?, ?, ?, 'queued', ?, ?, ?, 0)",
                 (spec.id, spec.client_id, spec.model, str(spec.on_restart), spec.mode, now),
             )
-            row = await self._row(conn, spec.id)
-            body = response_of(row, await self._queue_position(conn, row))
-            await self._append(conn, spec.id, 0, [_with_response("response.created", body)])
-            body["task"]["last_sequence_number"] = 1
+            row = self._row(conn, spec.id)
+            body = response_of(row, self._queue_position(conn, row))
+            body["task"]["last_sequence_number"] = 1  # the event below is number 1
+            self._append(conn, spec.id, 0, [_with_response("response.created", body)])
             if idempotency is not None and spec.mode == "background":
-                await conn.execute(
+                conn.execute(
                     "UPDATE idempotency_keys SET state='done', status=202, body=? "
                     "WHERE client_id=? AND key=?",
                     (json.dumps(body), idempotency.client_id, idempotency.key),
                 )
-        self._publish([TaskChange(spec.id, TaskState.QUEUED, 1, spec.model, ("response.created",))])
-        return CreateResult(spec.id, 202 if spec.mode == "background" else 200, body)
+            return CreateResult(spec.id, 202 if spec.mode == "background" else 200, body)
+
+        result = await self.db.run(work)
+        if not result.replayed:
+            self._publish(
+                [TaskChange(spec.id, TaskState.QUEUED, 1, spec.model, ("response.created",))]
+            )
+        return result
 
     # -- transitions ---------------------------------------------------------------------
     async def _transition(
@@ -150,8 +155,8 @@ class TaskStore:
 
         Returns the row after the change, or None when the task was not in `from_states`.
         """
-        async with self.db.transaction() as conn:
-            row = await self._transition_in(
+        row = await self.db.run(
+            lambda conn: self._transition_in(
                 conn,
                 task_id,
                 from_states,
@@ -162,13 +167,14 @@ class TaskStore:
                 params,
                 response_params,
             )
+        )
         if row is not None:
             self._publish([_change_of(row, ())])
         return row
 
-    async def _transition_in(
+    def _transition_in(
         self,
-        conn: aiosqlite.Connection,
+        conn: sqlite3.Connection,
         task_id: str,
         from_states: Sequence[TaskState],
         to_state: TaskState,
@@ -179,24 +185,24 @@ class TaskStore:
         response_params: Sequence[Any] = (),
     ) -> Row | None:
         marks = ",".join("?" for _ in from_states)
-        cursor = await conn.execute(
+        cursor = conn.execute(
             f"UPDATE tasks SET state=?{task_sets} WHERE id=? AND state IN ({marks})",
             (str(to_state), *params, task_id, *map(str, from_states)),
         )
         if cursor.rowcount != 1:
             return None
         if response_sets:
-            await conn.execute(
+            conn.execute(
                 f"UPDATE responses SET {response_sets} WHERE id=?", (*response_params, task_id)
             )
-        row = await self._row(conn, task_id)
+        row = self._row(conn, task_id)
         new_events = events(row)
         if new_events:
-            await self._append(conn, task_id, row["last_seq"], new_events)
-            row = await self._row(conn, task_id)
+            self._append(conn, task_id, row["last_seq"], new_events)
+            row = self._row(conn, task_id)
         if to_state in TERMINAL:
             # The stored response (11.1 `responses`) is written with the terminal event.
-            await conn.execute(
+            conn.execute(
                 "UPDATE responses SET final=? WHERE id=?",
                 (json.dumps(response_of(row)), task_id),
             )
@@ -220,7 +226,10 @@ class TaskStore:
             [TaskState.QUEUED, TaskState.LOADING],
             TaskState.RUNNING,
             lambda r: [
-                _with_response("response.in_progress", response_of(r)),
+                # The item is announced by the next event; until then the output is empty.
+                _with_response(
+                    "response.in_progress", {**response_of(r), "output": [], "output_text": ""}
+                ),
                 {
                     "type": "response.output_item.added",
                     "output_index": 0,
@@ -257,15 +266,21 @@ class TaskStore:
         """
         if not deltas:
             return True
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "UPDATE tasks SET snapshot=? WHERE id=? AND state='running'",
-                (json.dumps(snapshot) if snapshot is not None else None, task_id),
+        snapshot_json = json.dumps(snapshot) if snapshot is not None else None
+
+        def work(conn: sqlite3.Connection) -> tuple[int, str] | None:
+            cursor = conn.execute(
+                "UPDATE tasks SET snapshot=? WHERE id=? AND state='running' "
+                "RETURNING last_seq, model",
+                (snapshot_json, task_id),
             )
-            if cursor.rowcount != 1:
-                return False
-            row = await self._row(conn, task_id)
-            item_id = row["item_id"]
+            found = cursor.fetchone()
+            cursor.close()
+            if found is None:
+                return None
+            item_id = conn.execute(
+                "SELECT item_id FROM responses WHERE id=?", (task_id,)
+            ).fetchone()[0]
             events = [
                 {
                     "type": "response.output_text.delta",
@@ -276,16 +291,21 @@ class TaskStore:
                 }
                 for delta in deltas
             ]
-            last = await self._append(conn, task_id, row["last_seq"], events)
-            await conn.execute(
+            last = self._append(conn, task_id, found[0], events)
+            conn.execute(
                 "UPDATE responses SET output_text = output_text || ?, output_tokens=?,"
                 " input_tokens=? WHERE id=?",
                 ("".join(deltas), output_tokens, input_tokens, task_id),
             )
+            return last, found[1]
+
+        done = await self.db.run(work)
+        if done is None:
+            return False
         self._publish(
             [
                 TaskChange(
-                    task_id, TaskState.RUNNING, last, row["model"], ("response.output_text.delta",)
+                    task_id, TaskState.RUNNING, done[0], done[1], ("response.output_text.delta",)
                 )
             ]
         )
@@ -340,11 +360,12 @@ class TaskStore:
         confirms); cancelling/cancelled → unchanged (idempotent); other finished states → 409.
         """
         now = time.time()
-        async with self.db.transaction() as conn:
-            current = await self._row_or_404(conn, task_id, client_id)
+
+        def work(conn: sqlite3.Connection) -> tuple[Row, bool]:
+            current = self._row_or_404(conn, task_id, client_id)
             state = TaskState(current["state"])
             if state == TaskState.QUEUED:
-                row = await self._transition_in(
+                row = self._transition_in(
                     conn,
                     task_id,
                     [TaskState.QUEUED],
@@ -354,7 +375,7 @@ class TaskStore:
                     params=(now,),
                 )
             elif state in (TaskState.LOADING, TaskState.RUNNING):
-                row = await self._transition_in(
+                row = self._transition_in(
                     conn,
                     task_id,
                     [state],
@@ -362,15 +383,19 @@ class TaskStore:
                     lambda r: [_lmsp_event("response.cancelling", r)],
                 )
             elif state in (TaskState.CANCELLING, TaskState.CANCELLED):
-                return current
+                return current, False
             else:
                 raise conflict(
                     f"Task {task_id} is already {state} and can no longer be cancelled.",
                     "task_not_cancellable",
                     state=str(state),
                 )
-        assert row is not None  # the state was read in this same transaction
-        self._publish([_change_of(row, ())])
+            assert row is not None  # the state was read in this same transaction
+            return row, True
+
+        row, changed = await self.db.run(work)
+        if changed:
+            self._publish([_change_of(row, ())])
         return row
 
     async def confirm_cancelled(self, task_id: str) -> bool:
@@ -388,22 +413,25 @@ class TaskStore:
 
     async def delete(self, task_id: str, client_id: str | None = None) -> None:
         """Delete a finished response with its task and events; 409 while unfinished."""
-        async with self.db.transaction() as conn:
-            row = await self._row_or_404(conn, task_id, client_id)
+
+        def work(conn: sqlite3.Connection) -> None:
+            row = self._row_or_404(conn, task_id, client_id)
             if TaskState(row["state"]) in UNFINISHED:
                 raise conflict(
                     f"Task {task_id} is still {row['state']}; cancel it first, then delete it.",
                     "task_not_finished",
                     state=row["state"],
                 )
-            await conn.execute("DELETE FROM task_events WHERE task_id=?", (task_id,))
-            await conn.execute("DELETE FROM tasks WHERE id=?", (task_id,))
-            await conn.execute("DELETE FROM responses WHERE id=?", (task_id,))
+            conn.execute("DELETE FROM task_events WHERE task_id=?", (task_id,))
+            conn.execute("DELETE FROM tasks WHERE id=?", (task_id,))
+            conn.execute("DELETE FROM responses WHERE id=?", (task_id,))
+
+        await self.db.run(work)
 
     # -- helpers inside a transaction ----------------------------------------------------
-    async def _append(
+    def _append(
         self,
-        conn: aiosqlite.Connection,
+        conn: sqlite3.Connection,
         task_id: str,
         last_seq: int,
         events: list[dict[str, Any]],
@@ -416,37 +444,35 @@ class TaskStore:
             seq += 1
             event["sequence_number"] = seq
             rows.append((task_id, seq, event["type"], now, json.dumps(event)))
-        await conn.executemany(
+        conn.executemany(
             "INSERT INTO task_events (task_id, seq, type, created_at, data) VALUES (?,?,?,?,?)",
             rows,
         )
-        await conn.execute("UPDATE tasks SET last_seq=? WHERE id=?", (seq, task_id))
+        conn.execute("UPDATE tasks SET last_seq=? WHERE id=?", (seq, task_id))
         return seq
 
     @staticmethod
-    async def _row(conn: aiosqlite.Connection, task_id: str) -> Row:
-        cursor = await conn.execute(JOINED + " WHERE t.id=?", (task_id,))
-        row = await cursor.fetchone()
+    def _row(conn: sqlite3.Connection, task_id: str) -> Row:
+        row = conn.execute(JOINED + " WHERE t.id=?", (task_id,)).fetchone()
         assert row is not None
-        return row
+        return cast(Row, row)
 
     @staticmethod
-    async def _row_or_404(conn: aiosqlite.Connection, task_id: str, client_id: str | None) -> Row:
-        cursor = await conn.execute(JOINED + " WHERE t.id=?", (task_id,))
-        row = await cursor.fetchone()
+    def _row_or_404(conn: sqlite3.Connection, task_id: str, client_id: str | None) -> Row:
+        row = conn.execute(JOINED + " WHERE t.id=?", (task_id,)).fetchone()
         if row is None or (client_id is not None and row["client_id"] != client_id):
             raise not_found(f"No response with id {task_id!r}.", "response_not_found")
-        return row
+        return cast(Row, row)
 
     @staticmethod
-    async def _queue_position(conn: aiosqlite.Connection, row: Row) -> int | None:
+    def _queue_position(conn: sqlite3.Connection, row: Row) -> int | None:
         if row["state"] != TaskState.QUEUED:
             return None
-        cursor = await conn.execute(
+        cursor = conn.execute(
             "SELECT COUNT(*) FROM tasks WHERE state='queued' AND model=? AND n<=?",
             (row["model"], row["n"]),
         )
-        found = await cursor.fetchone()
+        found = cursor.fetchone()
         return int(found[0]) if found else None
 
     # -- reading -------------------------------------------------------------------------

@@ -125,7 +125,7 @@ async def test_an_expired_key_is_a_new_request(store: Store) -> None:
 async def test_key_and_task_are_committed_together(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken_append(*args: Any, **kwargs: Any) -> int:
+    def broken_append(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("crash after claiming the key")
 
     monkeypatch.setattr(store.tasks, "_append", broken_append)

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import aiosqlite
 import pytest
 
 from lmsp_desktop.core.states import TaskState
@@ -75,21 +72,18 @@ async def test_unfinished_tasks_are_never_purged_at_any_age(store: Store) -> Non
     check_invariants(store.db.path)
 
 
-def instrument(store: Store) -> list[int]:
-    """Record how many task events each write transaction deleted."""
+def instrument(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record how many task events each purge transaction deleted."""
     deleted: list[int] = []
-    original = store.db.transaction
+    original = retention._purge_in
 
-    @asynccontextmanager
-    async def counting() -> AsyncIterator[aiosqlite.Connection]:
-        async with original() as conn:
-            before = await (await conn.execute("SELECT COUNT(*) FROM task_events")).fetchone()
-            yield conn
-            after = await (await conn.execute("SELECT COUNT(*) FROM task_events")).fetchone()
-            assert before is not None and after is not None
-            deleted.append(before[0] - after[0])
+    def counting(conn: sqlite3.Connection, cutoff: float) -> int:
+        before = conn.execute("SELECT COUNT(*) FROM task_events").fetchone()[0]
+        result = original(conn, cutoff)
+        deleted.append(before - conn.execute("SELECT COUNT(*) FROM task_events").fetchone()[0])
+        return result
 
-    store.db.transaction = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(retention, "_purge_in", counting)
     return deleted
 
 
@@ -115,7 +109,7 @@ async def test_batches_are_bounded(
     total_old = count(store, "task_events", "task_id<>?", (keep,))
     assert total_old > 2 * limit
 
-    deleted = instrument(store)
+    deleted = instrument(monkeypatch)
     purged = await purge_finished(store.db, 7, now=time.time() + 8 * DAY)
     assert purged == len(small) + 1
     assert max(deleted) <= limit, f"a transaction deleted {max(deleted)} events"

@@ -91,7 +91,7 @@ async def test_sync_and_stream_creates_answer_200(store: Store) -> None:
 
 
 async def test_create_is_all_or_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def broken_append(*args: Any, **kwargs: Any) -> int:
+    def broken_append(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("disk gone mid-transaction")
 
     monkeypatch.setattr(store.tasks, "_append", broken_append)
@@ -206,7 +206,7 @@ async def test_snapshot_and_deltas_fail_together(
     task_id = await drive(store.tasks, TaskState.RUNNING)
     before = dump(store.db.path)
 
-    async def broken_append(*args: Any, **kwargs: Any) -> int:
+    def broken_append(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("crash between snapshot and deltas")
 
     monkeypatch.setattr(store.tasks, "_append", broken_append)
