@@ -37,36 +37,40 @@ async def _purge_batch(db: Database, cutoff: float) -> int:
 
 
 def _purge_in(conn: sqlite3.Connection, cutoff: float) -> int:
-    """In the writer thread: statements run back to back, so the lock is held briefly."""
-    ids = [
-        r[0]
-        for r in conn.execute(
-            f"SELECT id FROM tasks WHERE state IN ({TERMINAL_SQL}) AND finished_at < ? "
-            "ORDER BY finished_at LIMIT 200",
-            (cutoff,),
-        )
-    ]
-    if not ids:
+    """In the writer thread. Whole tasks go in set-based deletes while their events fit the
+    budget (last_seq bounds what is left of a log); a task too large for one batch is cut
+    from the tail over several batches."""
+    expired = conn.execute(
+        f"SELECT id, last_seq FROM tasks WHERE state IN ({TERMINAL_SQL}) AND finished_at < ? "
+        "ORDER BY finished_at LIMIT 200",
+        (cutoff,),
+    ).fetchall()
+    if not expired:
         return -1
-    budget = EVENTS_PER_BATCH
-    purged = 0
-    for task_id in ids:
-        # Delete from the tail so what stays is still a gapless prefix of the log.
-        cursor = conn.execute(
-            "DELETE FROM task_events WHERE task_id=? AND seq IN (SELECT seq FROM "
-            "task_events WHERE task_id=? ORDER BY seq DESC LIMIT ?)",
-            (task_id, task_id, budget),
-        )
-        budget -= cursor.rowcount
-        if budget <= 0:
-            left = conn.execute(
-                "SELECT 1 FROM task_events WHERE task_id=? LIMIT 1", (task_id,)
-            ).fetchone()
-            if left is not None:
-                break
-        conn.execute("DELETE FROM tasks WHERE id=?", (task_id,))
-        conn.execute("DELETE FROM responses WHERE id=?", (task_id,))
-        purged += 1
-        if budget <= 0:
+    whole, budget = [], EVENTS_PER_BATCH
+    for task_id, last_seq in expired:
+        if last_seq > budget:
             break
-    return purged
+        whole.append(task_id)
+        budget -= last_seq
+    if not whole:
+        return _purge_large(conn, expired[0][0])
+    marks = ",".join("?" for _ in whole)
+    conn.execute(f"DELETE FROM task_events WHERE task_id IN ({marks})", whole)
+    conn.execute(f"DELETE FROM tasks WHERE id IN ({marks})", whole)
+    conn.execute(f"DELETE FROM responses WHERE id IN ({marks})", whole)
+    return len(whole)
+
+
+def _purge_large(conn: sqlite3.Connection, task_id: str) -> int:
+    # Delete from the tail so what stays is still a gapless prefix of the log.
+    conn.execute(
+        "DELETE FROM task_events WHERE task_id=? AND seq IN (SELECT seq FROM "
+        "task_events WHERE task_id=? ORDER BY seq DESC LIMIT ?)",
+        (task_id, task_id, EVENTS_PER_BATCH),
+    )
+    if conn.execute("SELECT 1 FROM task_events WHERE task_id=? LIMIT 1", (task_id,)).fetchone():
+        return 0
+    conn.execute("DELETE FROM tasks WHERE id=?", (task_id,))
+    conn.execute("DELETE FROM responses WHERE id=?", (task_id,))
+    return 1
