@@ -66,11 +66,13 @@ class Figures:
     def summary(self) -> str:
         left = sum(self.leftovers.values())
         states = collections.Counter(state for state, _ in self.leftovers.elements())
+        cells = len(self.leftovers)
         return (
             f"torture: kills={self.kills} tasks={len(self.acknowledged)} "
             f"requests={self.requests} cancels={self.cancels} "
             f"idempotent_replays={self.replays_checked} recoveries={left} "
-            f"({', '.join(f'{s} {n}' for s, n in sorted(states.items()))}) "
+            f"({', '.join(f'{s} {n}' for s, n in sorted(states.items()))}; "
+            f"{cells}/12 cells of table 11.3) "
             f"violations={len(self.violations)} elapsed={self.elapsed_s:.0f}s"
         )
 
@@ -204,6 +206,12 @@ class CrashLoop:
     async def _load_then_kill(self, before: Snapshot | None) -> None:
         backlog = len(before.unfinished()) if before is not None else 0
         crowded = backlog > self.max_backlog
+        if self.rng.random() < 0.2:
+            # A drain cycle: cancel whatever waits or runs, so that fresh tasks of every
+            # policy (`fail` first) reach loading and running before the kill. Without it
+            # the requeued retry/resume backlog keeps `fail` tasks queued until they fail.
+            await self._guard(self._drain())
+            crowded = False
         creates = self.rng.randint(0, 2) if crowded else self.rng.randint(3, 10)
         actions = [self._background() for _ in range(creates)]
         actions += [self._stream() for _ in range(self.rng.randint(0, 2))]
@@ -227,6 +235,18 @@ class CrashLoop:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+
+    async def _drain(self) -> None:
+        assert self._session is not None
+        params = {"state": "queued,loading,running", "limit": "100"}
+        async with self._session.get("/v1/tasks", params=params) as r:
+            found = (await r.json()).get("data", []) if r.status == 200 else []
+        for task in found:
+            self.figures.cancels += 1
+            async with self._session.post(f"/v1/responses/{task['id']}/cancel") as r:
+                if r.status not in (200, 409):
+                    self._violation(f"cancel answered {r.status}: {await r.text()}")
+        await self._guard(self._background(policy="fail"))
 
     async def _cancel_running(self) -> None:
         assert self._session is not None
@@ -280,9 +300,11 @@ class CrashLoop:
         elif record.task_id != task_id:
             self._violation(f"key {key} answered both {record.task_id} and {task_id}")
 
-    async def _background(self) -> None:
+    async def _background(self, policy: str | None = None) -> None:
         key = str(uuid.uuid4()) if self.rng.random() < 0.5 else None
         body = self._body(background=True)
+        if policy is not None:
+            body["on_restart"] = policy
         if key:
             self.keys[key] = KeyRecord(body)
         status, answer, _ = await self._post(body, key)
