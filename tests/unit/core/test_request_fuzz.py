@@ -184,3 +184,23 @@ def test_truncated_and_odd_json_documents_are_4xx() -> None:
         b'{"model": "m"} trailing',
     ):
         read_then_parse(raw)
+
+
+# -- two defects these tests found (fixed in 5f7dbc0 and f79259a) ------------------------------
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_on_restart_of_any_json_type_is_a_4xx(value: Any) -> None:
+    check_parse({"model": "m", "input": "x", "on_restart": value})
+
+
+def test_a_lone_surrogate_escape_is_refused_or_digested_for_idempotency() -> None:
+    from lmsp_desktop.core.storage.idempotency import request_digest
+
+    raw = b'{"model": "m", "input": "\\ud800"}'
+    try:
+        body = asyncio.run(read_json(cast(web.Request, _RawRequest(raw))))
+    except LmspError as exc:
+        assert 400 <= exc.status < 500
+        return
+    parse_create(body, "fail")
+    request_digest("POST", "/v1/responses", body)  # what an Idempotency-Key request does next
