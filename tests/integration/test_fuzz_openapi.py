@@ -21,3 +21,23 @@ def test_schemathesis_all_checks_find_no_failure(tmp_path: Path) -> None:
     assert result.ok, result.output[-6000:]
     assert result.cases >= 2000, result.summary()
     assert "not_a_server_error" not in result.output
+
+
+async def test_odd_but_well_formed_bodies_are_4xx_not_500(tmp_path: Path) -> None:
+    from tests.support_reliability.fake_core import MODEL, running_core, session, token
+
+    async with running_core(tmp_path / "data") as core, session(core, await token(core)) as http:
+        probes = [
+            (b'{"model": "%s", "input": "x", "on_restart": [1]}' % MODEL.encode(), {}),
+            (
+                b'{"model": "%s", "input": "\\ud800", "background": true}' % MODEL.encode(),
+                {"Idempotency-Key": "surrogate"},
+            ),
+        ]
+        for raw, headers in probes:
+            async with http.post(
+                "/v1/responses",
+                data=raw,
+                headers={"Content-Type": "application/json", **headers},
+            ) as r:
+                assert r.status < 500, (raw, r.status, await r.text())
