@@ -13,7 +13,7 @@ import json
 import logging
 import sqlite3
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from lmsp_desktop.core.states import RECOVERY_TABLE, UNFINISHED, RestartPolicy, TaskState
@@ -27,7 +27,7 @@ from lmsp_desktop.core.storage.tasks import (
 )
 
 log = logging.getLogger(__name__)
-BATCH = 500
+BATCH = 2000  # tasks per recovery transaction (recovery runs before anything is served)
 ERROR_CODE = "server_restarted"
 ERROR_MESSAGE = "The service restarted while this task was unfinished, and its policy is fail."
 
@@ -53,7 +53,8 @@ class RecoveryReport:
         return {
             "started_at": int(self.started_at),
             "finished_at": int(self.finished_at),
-            "items": [asdict(i) for i in self.items],
+            # vars() rather than dataclasses.asdict: asdict deep-copies, 0.5 s for 10k items.
+            "items": [dict(vars(i)) for i in self.items],
         }
 
     def summary(self) -> str:
@@ -114,45 +115,65 @@ async def recover(store: TaskStore, boot: int) -> RecoveryReport:
 def _recover_batch(
     store: TaskStore, conn: sqlite3.Connection, *, ids: list[str], boot: int, now: float
 ) -> list[tuple[RecoveryItem, TaskChange]]:
-    """In the writer thread, under the write lock: each task re-read, then recovered."""
-    done = []
+    """In the writer thread, under the write lock: the tasks re-read, then moved by their
+    (state, policy) cell of table 11.3, one set-based transition per cell."""
     marks = ",".join("?" for _ in ids)
     rows = conn.execute(JOINED + f" WHERE t.id IN ({marks}) ORDER BY t.n", ids).fetchall()
+    cells: dict[tuple[TaskState, RestartPolicy], list[str]] = {}
+    order = {row["id"]: i for i, row in enumerate(rows)}
     for row in rows:
         if TaskState(row["state"]) not in UNFINISHED or row["recovered_boot"] == boot:
             continue  # handled meanwhile (another recovery, or the task moved on)
-        done.append(_recover_one(store, conn, row, boot, now))
+        key = (TaskState(row["state"]), RestartPolicy(row["on_restart"]))
+        cells.setdefault(key, []).append(row["id"])
+    done = []
+    for (before, policy), task_ids in cells.items():
+        after = RECOVERY_TABLE[(before, policy)]
+        event, changed = _move(store, conn, task_ids, before, after, boot, now)
+        for new in changed:
+            item = RecoveryItem(
+                new["id"],
+                new["model"],
+                str(before),
+                str(policy),
+                str(after),
+                event,
+                new["last_seq"],
+            )
+            change = TaskChange(new["id"], after, new["last_seq"], new["model"], (event,))
+            done.append((item, change))
+    done.sort(key=lambda pair: order[pair[0].task_id])
     return done
 
 
-def _recover_one(
-    store: TaskStore, conn: sqlite3.Connection, row: Any, boot: int, now: float
-) -> tuple[RecoveryItem, TaskChange]:
-    before = TaskState(row["state"])
-    policy = RestartPolicy(row["on_restart"])
-    after = RECOVERY_TABLE[(before, policy)]
+def _move(
+    store: TaskStore,
+    conn: sqlite3.Connection,
+    task_ids: list[str],
+    before: TaskState,
+    after: TaskState,
+    boot: int,
+    now: float,
+) -> tuple[str, list[Any]]:
+    """One cell of table 11.3 for many tasks: the new state and its event, set-based."""
     mark = ", recovered_boot=?"
     if after == TaskState.FAILED:
         error = json.dumps({"code": ERROR_CODE, "message": ERROR_MESSAGE})
-        new = store._transition_in(
+        return "response.failed", store._transition_many(
             conn,
-            row["id"],
+            task_ids,
             [before],
             after,
-            lambda r: [
-                *_close_item_events(r),
-                _with_response("response.failed", response_of(r)),
-            ],
+            lambda r: [*_close_item_events(r), _with_response("response.failed", response_of(r))],
             task_sets=mark + ", finished_at=?, snapshot=NULL",
             params=(boot, now),
             response_sets="error=?",
             response_params=(error,),
         )
-        event = "response.failed"
-    elif after == TaskState.CANCELLED:
-        new = store._transition_in(
+    if after == TaskState.CANCELLED:
+        return "response.cancelled", store._transition_many(
             conn,
-            row["id"],
+            task_ids,
             [before],
             after,
             lambda r: [
@@ -162,12 +183,11 @@ def _recover_one(
             task_sets=mark + ", finished_at=?, snapshot=NULL",
             params=(boot, now),
         )
-        event = "response.cancelled"
-    elif after == TaskState.QUEUED:
+    if after == TaskState.QUEUED:
         # A requeue discards the output: the next run opens a new item with a new id.
-        new = store._transition_in(
+        return "response.queued", store._transition_many(
             conn,
-            row["id"],
+            task_ids,
             [before],
             after,
             lambda r: [_with_response("response.queued", response_of(r))],
@@ -175,33 +195,16 @@ def _recover_one(
             params=(boot,),
             response_sets="item_id=NULL, output_text='', output_tokens=0",
         )
-        event = "response.queued"
-    else:  # running, resumed from its snapshot by the runner
-        new = store._transition_in(
-            conn,
-            row["id"],
-            [before],
-            after,
-            lambda r: [_with_response("response.resumed", response_of(r))],
-            task_sets=mark + ", restarts=restarts+1",
-            params=(boot,),
-        )
-        event = "response.resumed"
-    assert new is not None  # read and changed under the same write lock
-    item = RecoveryItem(
-        row["id"], row["model"], str(before), str(policy), str(after), event, new["last_seq"]
-    )
-    log.debug(
-        "recovered %s: %s --%s--> %s (%s #%d)",
-        row["id"],
-        before,
-        policy,
+    # running, resumed from its snapshot by the runner
+    return "response.resumed", store._transition_many(
+        conn,
+        task_ids,
+        [before],
         after,
-        event,
-        new["last_seq"],
+        lambda r: [_with_response("response.resumed", response_of(r))],
+        task_sets=mark + ", restarts=restarts+1",
+        params=(boot,),
     )
-    change = TaskChange(row["id"], after, new["last_seq"], row["model"], (event,))
-    return item, change
 
 
 async def last_report(store: TaskStore) -> dict[str, Any] | None:

@@ -184,29 +184,71 @@ class TaskStore:
         params: Sequence[Any] = (),
         response_params: Sequence[Any] = (),
     ) -> Row | None:
-        marks = ",".join("?" for _ in from_states)
-        cursor = conn.execute(
-            f"UPDATE tasks SET state=?{task_sets} WHERE id=? AND state IN ({marks})",
-            (str(to_state), *params, task_id, *map(str, from_states)),
+        changed = self._transition_many(
+            conn,
+            [task_id],
+            from_states,
+            to_state,
+            events,
+            task_sets,
+            response_sets,
+            params,
+            response_params,
         )
-        if cursor.rowcount != 1:
-            return None
+        return changed[0] if changed else None
+
+    def _transition_many(
+        self,
+        conn: sqlite3.Connection,
+        task_ids: Sequence[str],
+        from_states: Sequence[TaskState],
+        to_state: TaskState,
+        events: EventFactory,
+        task_sets: str = "",
+        response_sets: str = "",
+        params: Sequence[Any] = (),
+        response_params: Sequence[Any] = (),
+    ) -> builtins.list[Row]:
+        """The compare-and-set of every task in `task_ids` still in `from_states`, with the
+        events of each: a handful of statements however many tasks (recovery moves 10k)."""
+        ids = ",".join("?" for _ in task_ids)
+        states = ",".join("?" for _ in from_states)
+        changed = [
+            r[0]
+            for r in conn.execute(
+                f"UPDATE tasks SET state=?{task_sets} WHERE id IN ({ids}) AND state IN ({states})"
+                " RETURNING id",
+                (str(to_state), *params, *task_ids, *map(str, from_states)),
+            ).fetchall()
+        ]
+        if not changed:
+            return []
+        marks = ",".join("?" for _ in changed)
         if response_sets:
             conn.execute(
-                f"UPDATE responses SET {response_sets} WHERE id=?", (*response_params, task_id)
+                f"UPDATE responses SET {response_sets} WHERE id IN ({marks})",
+                (*response_params, *changed),
             )
-        row = self._row(conn, task_id)
-        new_events = events(row)
-        if new_events:
-            self._append(conn, task_id, row["last_seq"], new_events)
-            row = self._row(conn, task_id)
+        rows = [dict(r) for r in conn.execute(JOINED + f" WHERE t.id IN ({marks})", changed)]
+        event_rows: builtins.list[tuple[Any, ...]] = []
+        now = time.time()
+        for row in rows:
+            seq = row["last_seq"]
+            for event in events(cast(Row, row)):
+                seq += 1
+                event_rows.append(_event_row(row["id"], seq, event, now))
+            row["last_seq"] = seq
+        conn.executemany(INSERT_EVENT, event_rows)
+        conn.executemany(
+            "UPDATE tasks SET last_seq=? WHERE id=?", [(r["last_seq"], r["id"]) for r in rows]
+        )
         if to_state in TERMINAL:
             # The stored response (11.1 `responses`) is written with the terminal event.
-            conn.execute(
+            conn.executemany(
                 "UPDATE responses SET final=? WHERE id=?",
-                (json.dumps(response_of(row)), task_id),
+                [(json.dumps(response_of(cast(Row, r))), r["id"]) for r in rows],
             )
-        return row
+        return cast("builtins.list[Row]", rows)
 
     async def mark_loading(self, task_id: str) -> bool:
         """queued → loading, while the task's model is being loaded."""
@@ -434,20 +476,13 @@ class TaskStore:
         conn: sqlite3.Connection,
         task_id: str,
         last_seq: int,
-        events: list[dict[str, Any]],
+        events: builtins.list[dict[str, Any]],
     ) -> int:
         """Append events with the next gapless sequence numbers and move the task's last_seq."""
         now = time.time()
-        rows = []
-        seq = last_seq
-        for event in events:
-            seq += 1
-            event["sequence_number"] = seq
-            rows.append((task_id, seq, event["type"], now, json.dumps(event)))
-        conn.executemany(
-            "INSERT INTO task_events (task_id, seq, type, created_at, data) VALUES (?,?,?,?,?)",
-            rows,
-        )
+        rows = [_event_row(task_id, last_seq + i, e, now) for i, e in enumerate(events, 1)]
+        conn.executemany(INSERT_EVENT, rows)
+        seq = last_seq + len(events)
         conn.execute("UPDATE tasks SET last_seq=? WHERE id=?", (seq, task_id))
         return seq
 
@@ -562,6 +597,18 @@ class TaskStore:
 
 
 # -- event builders ------------------------------------------------------------------------
+INSERT_EVENT = "INSERT INTO task_events (task_id, seq, type, created_at, data) VALUES (?,?,?,?,?)"
+
+
+def _event_row(task_id: str, seq: int, event: dict[str, Any], now: float) -> tuple[Any, ...]:
+    """An event numbered `seq`; a response it carries says so as its last sequence number."""
+    event["sequence_number"] = seq
+    task = event.get("response", {}).get("task")
+    if task is not None:
+        task["last_sequence_number"] = seq
+    return (task_id, seq, event["type"], now, json.dumps(event))
+
+
 def response_of(row: Row, queue_position: int | None = None) -> dict[str, Any]:
     """`build_response` for a joined row (sqlite3.Row reads like a mapping)."""
     return build_response(cast("Mapping[str, Any]", row), queue_position)
