@@ -194,8 +194,9 @@ class Core:
         if hasattr(self, "registry"):
             await self.registry.close()
         await self.store.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._service_json().unlink()
+        if self.url:  # only the instance that announced itself removes its service.json
+            with contextlib.suppress(FileNotFoundError):
+                self._service_json().unlink()
         self._lock.release()
 
     def _service_json(self) -> Path:

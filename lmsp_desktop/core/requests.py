@@ -81,6 +81,8 @@ def _optional_int(body: dict[str, Any], name: str, lo: int, hi: int) -> int | No
     value = body.get(name)
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON has one number type: 16.0 is the whole number 16
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise invalid(f"`{name}` must be a whole number from {lo} to {hi}.", name)
     return value

@@ -27,6 +27,7 @@ from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 
 log = logging.getLogger(__name__)
+STORE_RETRY_S = 1.0  # pause before retrying after the store refused a write (disk full)
 
 
 class ModelPaths(Protocol):
@@ -136,11 +137,25 @@ class Runner:
                 await self._run(row)
             except asyncio.CancelledError:
                 raise
-            except LmspError as exc:
-                await self.tasks.fail(row["id"], exc.code, exc.message)
-            except Exception as exc:  # a bug: keep the worker alive, fail the task clearly
-                log.exception("task %s failed unexpectedly", row["id"])
-                await self.tasks.fail(row["id"], "internal_error", f"Internal error: {exc!r}")
+            except Exception as exc:
+                await self._give_up(row["id"], exc)
+
+    async def _give_up(self, task_id: str, exc: Exception) -> None:
+        """A task's run failed: fail it with a clear code. If even that cannot be written (the
+        disk is full), wait and let the loop pick the task up again: it is still running and
+        resumes from its snapshot once the store accepts writes."""
+        if isinstance(exc, LmspError):
+            code, message = exc.code, exc.message
+        else:  # a bug: keep the worker alive, fail the task clearly
+            log.exception("task %s failed unexpectedly", task_id)
+            code, message = "internal_error", f"Internal error: {exc!r}"
+        try:
+            await self.tasks.fail(task_id, code, message)
+        except LmspError as again:
+            log.warning(
+                "could not record the failure of %s (%s); retrying later", task_id, again.message
+            )
+            await asyncio.sleep(STORE_RETRY_S)
 
     async def _next_task(self, model: str) -> Any:
         """A resumed running task first (it was started before), else the oldest queued."""

@@ -158,7 +158,7 @@ async def test_bad_query_values_are_400(http: aiohttp.ClientSession, admin: Clie
     async with http.get("/v1/tasks", params={"state": "sleeping"}, headers=admin.headers) as r:
         await expect_error(r, 400, param="state")
     async with http.get("/v1/tasks", params={"after": "resp_nope"}, headers=admin.headers) as r:
-        await expect_error(r, 400, param="after")
+        await expect_error(r, 404, param="after")  # an unknown id: 404, as the contract says
 
 
 # -- 401 --------------------------------------------------------------------------------------
@@ -213,10 +213,13 @@ async def test_unknown_route_is_404(http: aiohttp.ClientSession, user: Client) -
         ("GET", "/v1/nothing"),
         ("GET", "/"),
         ("POST", "/v2/responses"),
-        ("PUT", "/v1/responses"),
     ):
         async with http.request(method, path, headers=user.headers) as r:
             await expect_error(r, 404, "unknown_route")
+    # A route that exists, with a method it does not take: 405 naming the allowed ones.
+    async with http.put("/v1/responses", headers=user.headers) as r:
+        await expect_error(r, 405, "method_not_allowed")
+        assert r.headers["Allow"] == "POST"
     async with http.get("/v1/nothing") as r:  # no token: still a 404 for a route that is none
         await expect_error(r, 404, "unknown_route")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from lmsp_desktop.core.errors import not_found
 from lmsp_desktop.core.service import (
     routes_clients,
     routes_models,
@@ -14,14 +13,7 @@ from lmsp_desktop.core.service import (
     routes_tasks,
 )
 from lmsp_desktop.core.service.context import CONTEXT, ServiceContext
-from lmsp_desktop.core.service.middleware import UNKNOWN_ROUTE, auth, errors, guards
-
-
-async def _unknown_route(request: web.Request) -> web.Response:
-    raise not_found(
-        f"There is no route {request.method} {request.path}. See /v1/openapi.json.",
-        "unknown_route",
-    )
+from lmsp_desktop.core.service.middleware import auth, errors, guards
 
 
 def build_app(ctx: ServiceContext) -> web.Application:
@@ -38,6 +30,5 @@ def build_app(ctx: ServiceContext) -> web.Application:
         routes_clients,
     ):
         app.add_routes(module.routes)
-    app.router.add_route("*", "/{tail:.*}", _unknown_route, name=UNKNOWN_ROUTE)
     routes_system.install_event_counter(app, ctx.store.tasks)
     return app

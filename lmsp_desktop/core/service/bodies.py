@@ -27,7 +27,7 @@ async def read_json(request: web.Request) -> Any:
 
 def query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
     value = request.query.get(name)
-    if value is None or value == "":
+    if value is None:
         return default
     try:
         number = int(value)

@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.web_urldispatcher import MatchInfoError
 
 from lmsp_desktop.core.auth import authenticate
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
@@ -23,11 +24,10 @@ PUBLIC = {
     ("POST", "/v1/pairing/claim"),
 }
 # The catch-all route: an unknown path answers 404 whether or not a token came with it.
-UNKNOWN_ROUTE = "unknown_route"
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
 HTTP_ERRORS = {
     400: ("invalid_request_error", "invalid_request"),
-    404: ("not_found_error", "not_found"),
+    404: ("not_found_error", "unknown_route"),
     405: ("invalid_request_error", "method_not_allowed"),
     413: ("invalid_request_error", "request_too_large"),
 }
@@ -55,7 +55,10 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             413: "The request body is too large. Send a smaller body (limit: "
             f"{request.app[CONTEXT].settings.max_body_bytes} bytes).",
         }.get(exc.status, exc.reason)
-        return error_response(LmspError(message, code=code, status=exc.status, type=kind))
+        answer = error_response(LmspError(message, code=code, status=exc.status, type=kind))
+        if isinstance(exc, web.HTTPMethodNotAllowed):
+            answer.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return answer
     except Exception:
         reference = secrets.token_hex(4)
         log.exception("internal error %s on %s %s", reference, request.method, request.path)
@@ -124,7 +127,8 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise ShuttingDownError()
     public = (
         (request.method, request.path) in PUBLIC
-        or request.match_info.route.name == UNKNOWN_ROUTE
+        # No route matched (404) or not with this method (405): answer that, not 401.
+        or isinstance(request.match_info, MatchInfoError)
         or (
             request.method == "POST"
             and request.path.startswith("/v1/pairing/")

@@ -7,6 +7,20 @@ from typing import Any
 from lmsp_desktop import __version__
 
 ERROR = {"$ref": "#/components/schemas/Error"}
+NAME = {"type": "string", "minLength": 1, "pattern": "\\S"}  # not blank
+_SCOPE = "(models:read|responses:read|responses:write|admin)"
+SCOPES = {  # a list of scope names, or one string of them separated by spaces or commas
+    "oneOf": [
+        {
+            "type": "array",
+            "minItems": 1,
+            "items": {"enum": ["models:read", "responses:read", "responses:write", "admin"]},
+        },
+        {"type": "string", "pattern": f"^[ ,]*{_SCOPE}([ ,]+{_SCOPE})*[ ,]*$"},
+    ]
+}
+_STATE = "(queued|loading|running|cancelling|completed|incomplete|failed|cancelled)"
+STATE_LIST = f"^{_STATE}(,{_STATE})*$"  # `state` takes one state or a comma-separated list
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -44,21 +58,56 @@ LIST = {
         "has_more": {"type": "boolean"},
     },
 }
+MESSAGE = {  # an input message (Open Responses message item, text content only)
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "type": {"enum": ["message"]},
+        "role": {"enum": ["user", "assistant", "system", "developer"]},
+        "content": {
+            "oneOf": [
+                {"type": "string"},
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["type", "text"],
+                        "properties": {
+                            "type": {"enum": ["input_text", "output_text", "text"]},
+                            "text": {"type": "string"},
+                        },
+                    },
+                },
+            ]
+        },
+    },
+}
 CREATE_BODY = {
     "type": "object",
     "required": ["model", "input"],
     "properties": {
-        "model": {"type": "string"},
-        "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": OBJ}]},
+        "model": {"type": "string", "minLength": 1},
+        "input": {
+            "oneOf": [{"type": "string"}, {"type": "array", "items": MESSAGE, "minItems": 1}]
+        },
         "instructions": {"type": ["string", "null"]},
-        "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
+        "max_output_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000},
         "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
         "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
-        "seed": {"type": ["integer", "null"]},
+        "seed": {"type": ["integer", "null"], "minimum": -(2**63), "maximum": 2**63 - 1},
         "stream": {"type": ["boolean", "null"]},
         "background": {"type": ["boolean", "null"]},
         "store": {"type": ["boolean", "null"]},
-        "metadata": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+        "metadata": {
+            "type": ["object", "null"],
+            "maxProperties": 16,
+            "propertyNames": {"maxLength": 64},
+            "additionalProperties": {"type": "string", "maxLength": 512},
+        },
+        "presence_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
+        "frequency_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
+        "truncation": {"enum": ["auto", "disabled"]},
+        "tools": {"type": "array", "maxItems": 0},
         "on_restart": {"enum": ["fail", "retry", "resume"]},
     },
 }
@@ -166,9 +215,13 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                 "get": _op(
                     "List tasks, newest first",
                     read,
-                    {"200": _json(LIST, "tasks"), **_errors(400, 401, 403)},
+                    {"200": _json(LIST, "tasks"), **_errors(400, 401, 403, 404)},
                     parameters=[
-                        {"name": "state", "in": "query", "schema": {"type": "string"}},
+                        {
+                            "name": "state",
+                            "in": "query",
+                            "schema": {"type": "string", "pattern": STATE_LIST},
+                        },
                         {"name": "model", "in": "query", "schema": {"type": "string"}},
                         {
                             "name": "limit",
@@ -219,7 +272,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                                 "schema": {
                                     "type": "object",
                                     "required": ["client_name"],
-                                    "properties": {"client_name": {"type": "string"}, "scopes": {}},
+                                    "properties": {"client_name": NAME, "scopes": SCOPES},
                                 }
                             }
                         },
@@ -239,7 +292,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                                 "schema": {
                                     "type": "object",
                                     "required": ["pairing_secret"],
-                                    "properties": {"pairing_secret": {"type": "string"}},
+                                    "properties": {"pairing_secret": NAME},
                                 }
                             }
                         },
@@ -259,8 +312,8 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                                     "type": "object",
                                     "required": ["code", "client_name"],
                                     "properties": {
-                                        "code": {"type": "string"},
-                                        "client_name": {"type": "string"},
+                                        "code": NAME,
+                                        "client_name": NAME,
                                     },
                                 }
                             }

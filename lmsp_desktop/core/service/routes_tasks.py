@@ -21,7 +21,7 @@ async def list_tasks(request: web.Request) -> web.Response:
     principal: Principal = request[PRINCIPAL]
     principal.require("responses:read")
     ctx = request.app[CONTEXT]
-    states = [s for value in request.query.getall("state", []) for s in value.split(",") if s]
+    states = [s for value in request.query.getall("state", []) for s in value.split(",")]
     unknown = [s for s in states if s not in STATES]
     if unknown:
         raise invalid(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from lmsp_desktop.core.errors import LmspError, conflict, not_found
+from lmsp_desktop.core.errors import conflict, not_found
 from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.responses import build_response, message_item, output_text_part
 from lmsp_desktop.core.states import (
@@ -572,9 +572,9 @@ class TaskStore:
         if after:
             anchor = await self.db.fetchone("SELECT n FROM tasks WHERE id=?", (after,))
             if anchor is None:
-                raise LmspError(
-                    f"No task with id {after!r} to page after.",
-                    code="invalid_value",
+                raise not_found(
+                    f"No task with id {after!r} to page after: pass the id of a listed task.",
+                    "task_not_found",
                     param="after",
                 )
             where.append("t.n<?")

@@ -59,7 +59,8 @@ async def test_list_filters_apply_across_pages(store: Store) -> None:
 async def test_list_after_an_unknown_id_is_a_clear_error(store: Store) -> None:
     with pytest.raises(LmspError) as caught:
         await store.tasks.list(after="resp_gone")
-    assert caught.value.status == 400 and caught.value.param == "after"
+    # An unknown id, like any unknown id of the contract, is a 404 naming the parameter.
+    assert caught.value.status == 404 and caught.value.param == "after"
 
 
 async def test_queue_position_is_one_based_and_moves_up(store: Store) -> None:
