@@ -106,6 +106,7 @@ class Core:
             self._engine,
             max_loaded_models=self.settings.max_loaded_models,
             idle_unload_s=self.settings.idle_unload_s,
+            parallel_per_model=self.settings.parallel_per_model,
         )
         self.context = ServiceContext(
             store=self.store,
@@ -165,6 +166,7 @@ class Core:
         live.allowed_origins = list(settings.allowed_origins)
         self.runner.max_loaded_models = settings.max_loaded_models
         self.runner.idle_unload_s = settings.idle_unload_s
+        live.parallel_per_model = self.runner.parallel_per_model = settings.parallel_per_model
         folders = [Path(d).expanduser().resolve() for d in settings.model_dirs]
         changed = folders != self.registry.folders
         if changed:

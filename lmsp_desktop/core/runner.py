@@ -46,6 +46,15 @@ class _Slot:
     last_used: float = field(default_factory=time.monotonic)
 
 
+def _lane(model: str, index: int) -> str:
+    """Lane 0 of a model is the model id itself; further lanes add `\x00<n>`."""
+    return model if index == 0 else f"{model}\x00{index}"
+
+
+def _model_of(lane: str) -> str:
+    return lane.split("\x00", 1)[0]
+
+
 class Runner:
     """Runs queued tasks through an engine; the store decides every state change."""
 
@@ -57,13 +66,18 @@ class Runner:
         *,
         max_loaded_models: int = 1,
         idle_unload_s: float = 600.0,
+        parallel_per_model: int = 1,
     ) -> None:
         self.tasks = tasks
         self.models = models
         self.engine = engine
         self.max_loaded_models = max_loaded_models
         self.idle_unload_s = idle_unload_s
-        self._slots: dict[str, _Slot] = {}
+        # A llama.cpp context generates one sequence at a time, so N parallel tasks of one
+        # model run on N lanes, each with its own loaded copy (memory × N).
+        self.parallel_per_model = parallel_per_model
+        self._slots: dict[str, _Slot] = {}  # lane → its loaded model
+        self._claimed: set[str] = set()  # task ids a lane is running right now
         self._wakeups: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._active: dict[str, GenerationRequest] = {}  # task id → its running generation
@@ -95,19 +109,23 @@ class Runner:
                 await slot.model.unload()
         self._slots.clear()
 
+    def _lanes_of(self, model_id: str) -> list[_Slot]:
+        return [slot for lane, slot in self._slots.items() if _model_of(lane) == model_id]
+
     def loaded_state(self, model_id: str) -> str:
         """unloaded, loading or loaded: for the models list and the GUI."""
-        slot = self._slots.get(model_id)
-        if slot is None:
+        slots = self._lanes_of(model_id)
+        if not slots:
             return "unloaded"
-        return "loaded" if slot.model is not None else "loading"
+        return "loaded" if any(s.model is not None for s in slots) else "loading"
 
     def idle_seconds_left(self, model_id: str) -> float | None:
         """Seconds until an idle loaded model is unloaded; None while busy or not loaded."""
-        slot = self._slots.get(model_id)
-        if slot is None or slot.model is None or slot.busy:
+        slots = self._lanes_of(model_id)
+        if not slots or any(s.model is None or s.busy for s in slots):
             return None
-        return max(0.0, self.idle_unload_s - (time.monotonic() - slot.last_used))
+        last_used = max(s.last_used for s in slots)
+        return max(0.0, self.idle_unload_s - (time.monotonic() - last_used))
 
     # -- reacting to commits -----------------------------------------------------------
     def _on_change(self, change: TaskChange) -> None:
@@ -119,14 +137,18 @@ class Runner:
     def _wake(self, model: str) -> None:
         if self._stopping:
             return
-        self._wakeups.setdefault(model, asyncio.Event()).set()
-        worker = self._workers.get(model)
-        if worker is None or worker.done():
-            self._workers[model] = asyncio.create_task(self._work(model), name=f"runner:{model}")
+        for index in range(self.parallel_per_model):
+            lane = _lane(model, index)
+            self._wakeups.setdefault(lane, asyncio.Event()).set()
+            worker = self._workers.get(lane)
+            if worker is None or worker.done():
+                self._workers[lane] = asyncio.create_task(
+                    self._work(model, lane), name=f"runner:{lane}"
+                )
 
-    # -- the per-model worker ----------------------------------------------------------
-    async def _work(self, model: str) -> None:
-        wakeup = self._wakeups[model]
+    # -- the per-lane worker -----------------------------------------------------------
+    async def _work(self, model: str, lane: str) -> None:
+        wakeup = self._wakeups[lane]
         while not self._stopping:
             wakeup.clear()
             row = await self._next_task(model)
@@ -134,11 +156,13 @@ class Runner:
                 await wakeup.wait()
                 continue
             try:
-                await self._run(row)
+                await self._run(row, lane)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 await self._give_up(row["id"], exc)
+            finally:
+                self._claimed.discard(row["id"])
 
     async def _give_up(self, task_id: str, exc: Exception) -> None:
         """A task's run failed: fail it with a clear code. If even that cannot be written (the
@@ -158,30 +182,37 @@ class Runner:
             await asyncio.sleep(STORE_RETRY_S)
 
     async def _next_task(self, model: str) -> Any:
-        """A resumed running task first (it was started before), else the oldest queued."""
+        """A resumed running task first (it was started before), else the oldest queued; one
+        that no other lane has claimed. The claim is taken before any await."""
         rows = await self.tasks.db.fetchall(
             "SELECT id FROM tasks WHERE model=? AND state IN ('running','queued') "
-            "ORDER BY state='queued', n LIMIT 1",
-            (model,),
+            "ORDER BY state='queued', n LIMIT ?",
+            (model, len(self._claimed) + 1),
         )
-        if not rows:
+        free = [r["id"] for r in rows if r["id"] not in self._claimed]
+        if not free:
             return None
-        return await self.tasks.get(rows[0]["id"])
+        self._claimed.add(free[0])
+        try:
+            return await self.tasks.get(free[0])
+        except BaseException:
+            self._claimed.discard(free[0])
+            raise
 
-    async def _run(self, row: Any) -> None:
+    async def _run(self, row: Any, lane: str) -> None:
         task_id = row["id"]
         resuming = row["state"] == TaskState.RUNNING
         path = await self.models.path_for_run(row["model"])
-        slot = self._slots.get(row["model"])
+        slot = self._slots.get(lane)
         needs_load = slot is None or slot.model is None
         if not resuming and needs_load and not await self.tasks.mark_loading(task_id):
             return  # cancelled meanwhile
         try:
-            loaded = await self._acquire(row["model"], path)
+            loaded = await self._acquire(lane, path)
         except EngineError as exc:
             await self._fail_or_confirm(task_id, exc.code, exc.message)
             return
-        slot = self._slots[row["model"]]
+        slot = self._slots[lane]
         slot.busy += 1
         try:
             await self._generate(task_id, loaded, resuming)
@@ -258,20 +289,21 @@ class Runner:
             await self.tasks.confirm_cancelled(task_id)
 
     # -- loading -----------------------------------------------------------------------
-    async def _acquire(self, model_id: str, path: Path) -> LoadedModel:
-        """The loaded model, loading it once however many tasks ask at the same time."""
-        slot = self._slots.get(model_id)
+    async def _acquire(self, lane: str, path: Path) -> LoadedModel:
+        """The lane's loaded model, loaded once however many tasks ask at the same time."""
+        model_id = _model_of(lane)
+        slot = self._slots.get(lane)
         if slot is None:
             await self._make_room()
             slot = _Slot(asyncio.get_running_loop().create_future())
-            self._slots[model_id] = slot
+            self._slots[lane] = slot
             self._notify_load(model_id, "loading", 0.0)
             try:
                 loaded = await self.engine.load(
                     path, lambda p: self._notify_load(model_id, "loading", p)
                 )
             except BaseException as exc:
-                del self._slots[model_id]
+                del self._slots[lane]
                 slot.loading.set_exception(exc)
                 slot.loading.exception()  # mark retrieved: other waiters may not exist
                 self._notify_load(model_id, "unloaded", 0.0)
@@ -294,19 +326,19 @@ class Runner:
                 return  # everything is busy; load anyway rather than deadlock
             await self._unload(min(idle)[1])
 
-    async def _unload(self, model_id: str) -> None:
-        slot = self._slots.pop(model_id, None)
+    async def _unload(self, lane: str) -> None:
+        slot = self._slots.pop(lane, None)
         if slot is not None and slot.model is not None:
             await slot.model.unload()
-            self._notify_load(model_id, "unloaded", 0.0)
+            self._notify_load(_model_of(lane), self.loaded_state(_model_of(lane)), 0.0)
 
     async def _unload_idle_forever(self) -> None:
         while True:
             await asyncio.sleep(min(30.0, max(self.idle_unload_s / 4, 0.05)))
             now = time.monotonic()
-            for model_id, slot in list(self._slots.items()):
+            for lane, slot in list(self._slots.items()):
                 if slot.model and slot.busy == 0 and now - slot.last_used > self.idle_unload_s:
-                    await self._unload(model_id)
+                    await self._unload(lane)
 
     def _notify_load(self, model_id: str, state: str, progress: float) -> None:
         for listener in list(self.load_listeners):
