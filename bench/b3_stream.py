@@ -11,6 +11,7 @@ from pathlib import Path
 from bench.common import BenchServer
 from bench.llm import Stream, in_subprocess, sse_generate
 from bench.report import Row
+from lmsp_desktop.core.engines.llama import DEFAULT_THREADS
 
 
 def _best(streams: list[Stream]) -> Stream:
@@ -22,7 +23,11 @@ def _best(streams: list[Stream]) -> Stream:
 
 async def _measure(work: Path, max_tokens: int, repeats: int) -> dict[str, list[Stream]]:
     found: dict[str, list[Stream]] = {"sse": [], "engine": [], "llama": []}
-    with BenchServer(work / "b3", "--engine", "llama", "--demo") as server:
+    # The same llama.cpp thread count as the in-process baselines (the service's own default
+    # is one less than the cores, which on 2 cores is 1: "same settings" means the same here).
+    with BenchServer(
+        work / "b3", "--engine", "llama", "--demo", "--threads", str(DEFAULT_THREADS)
+    ) as server:
         server.start()
         await sse_generate(server, max_tokens)  # loads the model and warms it up
         for _ in range(repeats):
