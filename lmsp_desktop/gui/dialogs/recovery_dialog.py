@@ -5,9 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
-    QModelIndex,
-    QPersistentModelIndex,
     Qt,
     Signal,
 )
@@ -25,9 +22,8 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.storage.recovery import RecoveryItem, RecoveryReport
 from lmsp_desktop.gui.format import clock, short_id, state_icon
+from lmsp_desktop.gui.models.base import Index, RowTableModel
 
-Index = QModelIndex | QPersistentModelIndex
-ROOT = QModelIndex()
 COL_TASK, COL_MODEL, COL_CHANGE, COL_POLICY, COL_EVENT = range(5)
 HEADERS = ["Task", "Model", "State before → after", "Policy", "Event written"]
 TASK_ID = Qt.ItemDataRole.UserRole + 1
@@ -41,28 +37,19 @@ def as_report(report: RecoveryReport | dict[str, Any]) -> RecoveryReport:
     return RecoveryReport(report["started_at"], report["finished_at"], items)
 
 
-class RecoveryTableModel(QAbstractTableModel):
+class RecoveryTableModel(RowTableModel):
     """One row per recovered task."""
+
+    headers = HEADERS
 
     def __init__(self, items: list[RecoveryItem], parent: Any = None) -> None:
         super().__init__(parent)
-        self._items = list(items)
-
-    def rowCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(self._items)
-
-    def columnCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(HEADERS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return HEADERS[section]
-        return None
+        self._rows = list(items)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or index.row() >= len(self._items):
+        if not index.isValid() or index.row() >= len(self._rows):
             return None
-        item, col = self._items[index.row()], index.column()
+        item, col = self._rows[index.row()], index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             return (
                 short_id(item.task_id),

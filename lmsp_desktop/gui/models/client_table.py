@@ -4,37 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 
 from lmsp_desktop.gui import core_ops
 from lmsp_desktop.gui.format import date_time
+from lmsp_desktop.gui.models.base import Index, RowTableModel
 
-Index = QModelIndex | QPersistentModelIndex
-ROOT = QModelIndex()
 COL_NAME, COL_SCOPES, COL_CREATED, COL_SEEN, COL_TOKEN = range(5)
 HEADERS = ["Name", "Scopes", "Paired on", "Last seen", "Token"]
 CLIENT_ID = Qt.ItemDataRole.UserRole + 1
 
 
-class ClientTableModel(QAbstractTableModel):
+class ClientTableModel(RowTableModel):
     """The clients that are not revoked, newest first."""
+
+    headers = HEADERS
 
     def __init__(self, db: Any, parent: Any = None) -> None:
         super().__init__(parent)
         self.db = db
         self._rows: list[dict[str, Any]] = []
-
-    def rowCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(HEADERS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return HEADERS[section]
-        return None
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or index.row() >= len(self._rows):

@@ -6,14 +6,13 @@ import json
 from enum import IntEnum
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QModelIndex, Qt
 
 from lmsp_desktop.core.storage.tasks import TaskStore
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.format import clock
+from lmsp_desktop.gui.models.base import ROOT, Index, RowTableModel
 
-Index = QModelIndex | QPersistentModelIndex
-ROOT = QModelIndex()  # the default parent argument of the model API
 COL_SEQ, COL_TIME, COL_TYPE, COL_DATA = range(4)
 HEADERS = ["Seq", "Time", "Type", "Data"]
 
@@ -44,8 +43,10 @@ def summary(event_type: str, event: dict[str, Any]) -> str:
     return ""
 
 
-class EventTableModel(QAbstractTableModel):
+class EventTableModel(RowTableModel):
     """Rows (seq, created_at, type, event dict) of the shown task, oldest first."""
+
+    headers = HEADERS
 
     def __init__(self, tasks: TaskStore, page_size: int = 500, parent: Any = None) -> None:
         super().__init__(parent)
@@ -57,17 +58,6 @@ class EventTableModel(QAbstractTableModel):
         self._loading = False
         self._generation = 0
         self._wanted = 0  # the newest seq we heard of; loaded once the current load ends
-
-    def rowCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(HEADERS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return HEADERS[section]
-        return None
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or index.row() >= len(self._rows):

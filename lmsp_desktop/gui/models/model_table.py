@@ -7,7 +7,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 
 from lmsp_desktop.gui import aio, core_ops
@@ -18,9 +18,8 @@ from lmsp_desktop.gui.format import (
     human_size,
     short_digest,
 )
+from lmsp_desktop.gui.models.base import Index, RowTableModel
 
-Index = QModelIndex | QPersistentModelIndex
-ROOT = QModelIndex()
 (
     COL_NAME,
     COL_SIZE,
@@ -69,8 +68,10 @@ class Role(IntEnum):
     DIGEST = Qt.ItemDataRole.UserRole + 5
 
 
-class ModelTableModel(QAbstractTableModel):
+class ModelTableModel(RowTableModel):
     """Rows of the registry's ModelInfo, with the runner's loaded state beside them."""
+
+    headers = HEADERS
 
     def __init__(self, registry: Any, runner: Any = None, parent: Any = None) -> None:
         super().__init__(parent)
@@ -80,17 +81,6 @@ class ModelTableModel(QAbstractTableModel):
         self._progress: dict[str, float] = {}
         self._progress_at: dict[str, float] = {}
         self._loaded: dict[str, str] = {}
-
-    def rowCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(HEADERS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return HEADERS[section]
-        return None
 
     def state_of(self, info: Any) -> str:
         return "hashing" if info.id in self._progress else str(info.state)

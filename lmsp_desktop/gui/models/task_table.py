@@ -6,7 +6,7 @@ import bisect
 from enum import IntEnum
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QModelIndex, Qt
 
 from lmsp_desktop.core.states import CANCELLABLE, TaskState
 from lmsp_desktop.core.storage.db import Database
@@ -21,9 +21,8 @@ from lmsp_desktop.gui.format import (
     state_icon,
     state_word,
 )
+from lmsp_desktop.gui.models.base import ROOT, Index, RowTableModel
 
-Index = QModelIndex | QPersistentModelIndex
-ROOT = QModelIndex()  # the default parent argument of the model API
 (
     COL_ID,
     COL_CLIENT,
@@ -68,8 +67,10 @@ class Role(IntEnum):
     CANCELLABLE = Qt.ItemDataRole.UserRole + 3
 
 
-class TaskTableModel(QAbstractTableModel):
+class TaskTableModel(RowTableModel):
     """Rows of `TaskRow`; fetches pages of `page_size` as the view scrolls."""
+
+    headers = HEADERS
 
     def __init__(self, db: Database, page_size: int = 200, parent: Any = None) -> None:
         super().__init__(parent)
@@ -85,17 +86,6 @@ class TaskTableModel(QAbstractTableModel):
         self.loaded = False
 
     # -- Qt model API ------------------------------------------------------------------------
-    def rowCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = ROOT) -> int:
-        return 0 if parent.isValid() else len(HEADERS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return HEADERS[section]
-        return None
-
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or index.row() >= len(self._rows):
             return None
