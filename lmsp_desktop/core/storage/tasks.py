@@ -323,17 +323,18 @@ class TaskStore:
             item_id = conn.execute(
                 "SELECT item_id FROM responses WHERE id=?", (task_id,)
             ).fetchone()[0]
-            events = [
-                {
-                    "type": "response.output_text.delta",
-                    "item_id": item_id,
-                    "output_index": 0,
-                    "content_index": 0,
-                    "delta": delta,
-                }
-                for delta in deltas
+            # The hot path (every token): each event's JSON is put together from a shared
+            # prefix instead of serialising a dict per delta.
+            prefix = (
+                '{"type":"response.output_text.delta","item_id":'
+                f'{json.dumps(item_id)},"output_index":0,"content_index":0,"delta":'
+            )
+            now, first = time.time(), found[0] + 1
+            rows = [
+                (task_id, seq, DELTA, now, f'{prefix}{json.dumps(d)},"sequence_number":{seq}}}')
+                for seq, d in enumerate(deltas, first)
             ]
-            last = self._append(conn, task_id, found[0], events)
+            last = self._write_events(conn, task_id, rows)
             conn.execute(
                 "UPDATE responses SET output_text = output_text || ?, output_tokens=?,"
                 " input_tokens=? WHERE id=?",
@@ -481,8 +482,14 @@ class TaskStore:
         """Append events with the next gapless sequence numbers and move the task's last_seq."""
         now = time.time()
         rows = [_event_row(task_id, last_seq + i, e, now) for i, e in enumerate(events, 1)]
+        return self._write_events(conn, task_id, rows)
+
+    def _write_events(
+        self, conn: sqlite3.Connection, task_id: str, rows: builtins.list[tuple[Any, ...]]
+    ) -> int:
+        """The one place a task's numbered, serialised events are written, with last_seq."""
         conn.executemany(INSERT_EVENT, rows)
-        seq = last_seq + len(events)
+        seq: int = rows[-1][1]
         conn.execute("UPDATE tasks SET last_seq=? WHERE id=?", (seq, task_id))
         return seq
 
@@ -597,6 +604,7 @@ class TaskStore:
 
 
 # -- event builders ------------------------------------------------------------------------
+DELTA = "response.output_text.delta"
 INSERT_EVENT = "INSERT INTO task_events (task_id, seq, type, created_at, data) VALUES (?,?,?,?,?)"
 
 

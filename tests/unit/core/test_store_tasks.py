@@ -209,7 +209,7 @@ async def test_snapshot_and_deltas_fail_together(
     def broken_append(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("crash between snapshot and deltas")
 
-    monkeypatch.setattr(store.tasks, "_append", broken_append)
+    monkeypatch.setattr(store.tasks, "_write_events", broken_append)
     with pytest.raises(RuntimeError):
         await store.tasks.append_deltas(
             task_id, ["!"], output_tokens=3, input_tokens=3, snapshot={"tokens": [1, 2, 3]}
