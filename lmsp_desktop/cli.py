@@ -68,7 +68,31 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the service headless (no window)")
     _add_service_flags(serve, sub=True)
     add_commands(sub)
+    _accept_everywhere(sub, parser)
     return parser
+
+
+def _accept_everywhere(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], top: argparse.ArgumentParser
+) -> None:
+    """`--data-dir` and `--log-level` also work after any subcommand
+    (`lmsp-desktop serve --data-dir D`), without overriding one given before it."""
+    for parser in set(sub.choices.values()):
+        for action in top._actions:
+            if action.dest in ("data_dir", "log_level") and not any(
+                a.dest == action.dest for a in parser._actions
+            ):
+                parser.add_argument(
+                    *action.option_strings,
+                    dest=action.dest,
+                    type=action.type or str,
+                    choices=action.choices,
+                    default=argparse.SUPPRESS,
+                    help=action.help,
+                )
+        for nested in parser._actions:
+            if isinstance(nested, argparse._SubParsersAction):
+                _accept_everywhere(nested, top)
 
 
 async def serve(args: argparse.Namespace) -> int:
