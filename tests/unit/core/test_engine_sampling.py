@@ -76,3 +76,50 @@ def test_primed_stream_completes_a_character_split_at_the_resume_point() -> None
     stream = Utf8Stream()
     stream.prime(data[:3])  # "a" and half of the emoji were reported by the earlier run
     assert stream.feed(data[3:]) == "😀"
+
+
+def _old_sample_token(
+    logits: np.ndarray, *, temperature: float, top_p: float, seed: int, position: int
+) -> int:
+    """The sampler as it was before the partial selection (a verbatim copy): the fast path
+    must pick the very same token for every (seed, position), or resumes would diverge."""
+    from lmsp_desktop.core.engines.sampling import rng_for
+
+    if temperature <= 0.0:
+        return int(np.argmax(logits))
+    scaled = logits.astype(np.float64) / temperature
+    scaled -= scaled.max()
+    probs = np.exp(scaled)
+    probs /= probs.sum()
+    order = np.argsort(-probs, kind="stable")
+    sorted_probs = probs[order]
+    if 0.0 < top_p < 1.0:
+        cumulative = np.cumsum(sorted_probs)
+        keep = int(np.searchsorted(cumulative, top_p, side="left")) + 1
+        keep = min(max(keep, 1), len(order))
+        order = order[:keep]
+        sorted_probs = sorted_probs[:keep]
+    cumulative = np.cumsum(sorted_probs)
+    draw = rng_for(seed, position).random() * cumulative[-1]
+    index = int(np.searchsorted(cumulative, draw, side="right"))
+    return int(order[min(index, len(order) - 1)])
+
+
+def test_partial_selection_picks_exactly_what_the_full_sort_picked() -> None:
+    rng = np.random.default_rng(11)
+    checked = 0
+    for case in range(24):
+        size = int(rng.choice([50, 700, 49_152, 151_936]))
+        scale = float(rng.choice([0.5, 2.0, 8.0]))  # flat to peaked distributions
+        logits = (rng.normal(size=size) * scale).astype(np.float32)
+        if case % 5 == 0:
+            logits[rng.integers(0, size, size=size // 3)] = logits[0]  # many exact ties
+        for temperature in (0.0, 0.3, 0.8, 1.5):
+            for top_p in (0.05, 0.5, 0.9, 0.95, 0.999, 1.0):
+                args = {"temperature": temperature, "top_p": top_p}
+                for position in (0, case):
+                    new = sample_token(logits, seed=case, position=position, **args)
+                    old = _old_sample_token(logits, seed=case, position=position, **args)
+                    assert new == old, (case, size, temperature, top_p, position)
+                    checked += 1
+    assert checked == 24 * 4 * 6 * 2
