@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import importlib
 import threading
 from pathlib import Path
@@ -26,6 +27,7 @@ from lmsp_desktop.core.engines.base import (
     TokenPiece,
     TokenSink,
 )
+from lmsp_desktop.core.engines.grammar import advance, open_constraint, pick
 from lmsp_desktop.core.engines.llama_chat import ChatRenderer
 from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, check_request, pump
 from lmsp_desktop.core.engines.sampling import Utf8Stream, new_seed, sample_token
@@ -245,19 +247,25 @@ class LlamaModel:
                 return done("context")
             llm.eval([token])
             text.prime(self.token_bytes(token))
+        # The output grammar (structured output, tool calls), its state rebuilt by replay.
+        grammar = open_constraint(
+            self._vocab, self._n_vocab, request.grammar, request.resume_tokens
+        )
         while True:
             if channel.should_stop():
                 return done("cancelled")
-            token = sample_token(
-                self._last_logits(),
+            sample = functools.partial(
+                sample_token,
                 temperature=request.temperature,
                 top_p=request.top_p,
                 seed=seed,
                 position=position,
             )
+            token = pick(grammar, self._last_logits(), sample)
             self.sampled_tokens += 1
             if self._lc.llama_vocab_is_eog(self._vocab, token):
                 return done("stop")
+            advance(grammar, token)
             channel.emit(TokenPiece(token, text.feed(self.token_bytes(token))))
             position += 1
             if limit is not None and position >= limit:

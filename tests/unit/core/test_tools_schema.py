@@ -1,0 +1,51 @@
+"""JSON Schema → grammar: keywords the grammar cannot enforce are refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmsp_desktop.core.tools.schema import UnsupportedSchema, check, schema_grammar
+
+
+@pytest.mark.parametrize(
+    ("schema", "param"),
+    [
+        ({"type": "integer", "minimum": 1}, "s.minimum"),
+        ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "s.uniqueItems"),
+        ({"properties": {"a": {"type": "number", "multipleOf": 2}}}, "s.properties.a.multipleOf"),
+        ({"type": "string", "format": "email"}, "s.format"),
+        ({"type": "string", "pattern": "a+"}, "s.pattern"),
+        ({"not": {"type": "null"}}, "s.not"),
+        ({"$ref": "https://example.com/x.json"}, "s.$ref"),
+        ({"anyOf": [{"type": "string"}, {"if": {}}]}, "s.anyOf[1].if"),
+    ],
+)
+def test_unenforceable_keywords_are_named(schema: dict[str, object], param: str) -> None:
+    with pytest.raises(UnsupportedSchema) as info:
+        check(schema, "s")
+    assert info.value.param == param
+    assert info.value.status == 400
+    assert f"`{param.rsplit('.', 1)[-1].split('[')[0]}`" in info.value.message
+
+
+def test_pydantic_style_schema_is_accepted_with_annotations() -> None:
+    schema = {
+        "title": "Trip",
+        "type": "object",
+        "$defs": {"Stop": {"type": "object", "properties": {"name": {"type": "string"}}}},
+        "properties": {
+            "city": {"type": "string", "description": "where", "default": "Paris"},
+            "stops": {"type": "array", "items": {"$ref": "#/$defs/Stop"}, "maxItems": 3},
+            "when": {"anyOf": [{"type": "string", "format": "date"}, {"type": "null"}]},
+        },
+        "required": ["city", "stops", "when"],
+        "additionalProperties": False,
+    }
+    grammar = schema_grammar(schema)
+    assert grammar.startswith("s-") and "\nroot ::= s-root\n" in grammar
+    assert '"\\"city\\""' in grammar
+
+
+def test_strings_in_the_grammar_refuse_raw_control_characters() -> None:
+    grammar = schema_grammar({"type": "object", "properties": {"a": {"type": "string"}}})
+    assert r"s-char ::= [^\"\\\x7F\x00-\x1F] |" in grammar
