@@ -48,4 +48,4 @@ def test_pydantic_style_schema_is_accepted_with_annotations() -> None:
 
 def test_strings_in_the_grammar_refuse_raw_control_characters() -> None:
     grammar = schema_grammar({"type": "object", "properties": {"a": {"type": "string"}}})
-    assert r"s-char ::= [^\"\\\x7F\x00-\x1F] |" in grammar
+    assert r's-char ::= [^"\\\x7F\x00-\x1F] |' in grammar
