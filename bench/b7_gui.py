@@ -44,11 +44,13 @@ def _child(data_dir: Path, out: Path, seconds: float) -> None:
     from PySide6.QtCore import QEvent, QObject, Qt, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from lmsp_desktop.core.pairing import PairingManager
     from lmsp_desktop.core.requests import parse_create
     from lmsp_desktop.core.storage.store import Store
     from lmsp_desktop.core.storage.tasks import NewTask
     from lmsp_desktop.gui.bridge import CoreBridge
     from lmsp_desktop.gui.pages.tasks_page import TasksPage
+    from tests.support.gui_core import FakeCore
 
     app = QApplication.instance() or QApplication([])
     app.setQuitOnLastWindowClosed(False)  # type: ignore[attr-defined]
@@ -75,8 +77,10 @@ def _child(data_dir: Path, out: Path, seconds: float) -> None:
         t_open = time.perf_counter()
         store = Store(data_dir)
         await store.open()
-        bridge = CoreBridge(store)
-        window: Any = TasksPage(store, url="http://127.0.0.1:5677")
+        # The window's seam over the real store (no runner: the bench appends as one would).
+        core = FakeCore(store, data_dir, PairingManager(store.db))
+        bridge = CoreBridge(core)
+        window: Any = TasksPage(core, url="http://127.0.0.1:5677")
         result["measured"] = "TasksPage + CoreBridge (no MainWindow in lmsp_desktop.gui yet)"
         bridge.tasks_changed.connect(window.on_changes)
         watch = PaintWatch(window.model.rowCount)

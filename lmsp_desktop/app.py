@@ -9,25 +9,39 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.engines.base import Engine
 from lmsp_desktop.core.errors import PausedError
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.lock import DataDirLock
+from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.service.context import ServiceContext
 from lmsp_desktop.core.service.host import ServiceHost
+from lmsp_desktop.core.storage import clients as client_store
 from lmsp_desktop.core.storage.idempotency import purge_expired, release_in_flight
-from lmsp_desktop.core.storage.recovery import RecoveryReport, next_boot, recover
+from lmsp_desktop.core.storage.recovery import (
+    RecoveryItem,
+    RecoveryReport,
+    last_report,
+    next_boot,
+    recover,
+)
 from lmsp_desktop.core.storage.retention import purge_finished
 from lmsp_desktop.core.storage.store import Store
-from lmsp_desktop.core.storage.tasks import NewTask
+from lmsp_desktop.core.storage.tasks import NewTask, Row
+from lmsp_desktop.gui import data as task_queries
+from lmsp_desktop.gui.data import TaskFilter, TaskRow
+
+if TYPE_CHECKING:
+    from lmsp_desktop.gui.core_api import CoreListener
 
 log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 3600.0
@@ -65,6 +79,7 @@ class Core:
         self.host: ServiceHost | None = None
         self.url = ""
         self._background: list[asyncio.Task[Any]] = []
+        self._load_adapters: dict[int, Callable[[str, str, float], None]] = {}
 
     # -- startup, in order -------------------------------------------------------------
     async def open(self) -> RecoveryReport:
@@ -185,6 +200,118 @@ class Core:
     async def cancel(self, task_id: str) -> None:
         """The GUI's cancel: the same transition as `POST /v1/responses/{id}/cancel`."""
         await self.store.tasks.cancel(task_id)
+
+    # -- what the window reads and does (gui/core_api.py's CoreApi) -------------------------
+    def subscribe(self, listener: CoreListener) -> None:
+        """Tell `listener` about task commits, model news, loaded models and pairing."""
+
+        def loaded(model_id: str, state: str, _progress: float) -> None:
+            listener.on_model_loaded(model_id, state)
+
+        self._load_adapters[id(listener)] = loaded
+        self.store.tasks.listeners.append(listener.on_task)
+        self.registry.listeners.append(listener.on_model)
+        self.runner.load_listeners.append(loaded)
+        self.pairing.listeners.append(listener.on_pairing)
+
+    def unsubscribe(self, listener: CoreListener) -> None:
+        loaded = self._load_adapters.pop(id(listener), None)
+        if listener.on_task in self.store.tasks.listeners:
+            self.store.tasks.listeners.remove(listener.on_task)
+        if listener.on_model in self.registry.listeners:
+            self.registry.listeners.remove(listener.on_model)
+        if loaded in self.runner.load_listeners:
+            self.runner.load_listeners.remove(loaded)
+        if listener.on_pairing in self.pairing.listeners:
+            self.pairing.listeners.remove(listener.on_pairing)
+
+    async def task_page(
+        self, flt: TaskFilter, offset: int, limit: int, sort: str, descending: bool
+    ) -> list[TaskRow]:
+        return await task_queries.task_page(self.store.db, flt, offset, limit, sort, descending)
+
+    async def tasks_by_id(self, ids: Sequence[str], flt: TaskFilter | None = None) -> list[TaskRow]:
+        return await task_queries.tasks_by_id(self.store.db, ids, flt)
+
+    async def task_counts(self) -> dict[str, int]:
+        return await self.store.tasks.counts()
+
+    async def task(self, task_id: str) -> Row:
+        return await self.store.tasks.get(task_id)
+
+    async def task_events(
+        self, task_id: str, after: int = 0, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        return await self.store.tasks.events(task_id, after, limit)
+
+    async def task_event_rows(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Row]:
+        return await self.store.tasks.event_rows(task_id, after, limit)
+
+    async def last_recovery_report(self) -> RecoveryReport | None:
+        stored = await last_report(self.store.tasks)
+        if stored is None:
+            return None
+        items = [RecoveryItem(**item) for item in stored["items"]]
+        return RecoveryReport(stored["started_at"], stored["finished_at"], items)
+
+    async def save_settings(self, settings: Settings) -> None:
+        """Store what the user set and apply it now (folders changed: rescan them)."""
+        await self.store.save_settings(settings)
+        if self.apply_settings(settings):
+            self._spawn(self.scan_models())
+
+    async def models(self) -> list[ModelInfo]:
+        return await self.registry.list()
+
+    def model_loaded_state(self, model_id: str) -> str:
+        return self.runner.loaded_state(model_id)
+
+    def model_idle_seconds_left(self, model_id: str) -> float | None:
+        return self.runner.idle_seconds_left(model_id)
+
+    async def add_model_folder(self, folder: Path) -> None:
+        await self.registry.add_folder(folder)
+
+    async def rescan_models(self) -> None:
+        await self.registry.scan()
+
+    async def verify_model(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
+        return await self.registry.verify(model_id, accept_new=accept_new)
+
+    async def pending_pairings(self) -> list[dict[str, Any]]:
+        return await self.pairing.pending()
+
+    async def approve_pairing(self, pairing_id: str, scopes: frozenset[str]) -> None:
+        await self.pairing.approve(pairing_id, scopes)
+
+    async def deny_pairing(self, pairing_id: str) -> None:
+        await self.pairing.deny(pairing_id)
+
+    async def ignore_pairing(self, pairing_id: str) -> None:
+        await self.pairing.ignore(pairing_id)
+
+    async def create_claim_code(self, scopes: frozenset[str]) -> dict[str, Any]:
+        return await self.pairing.create_claim_code(scopes)
+
+    async def clients(self) -> list[dict[str, Any]]:
+        return await client_store.list_clients(self.store.db, include_revoked=False)
+
+    async def revoke_client(self, client_id: str) -> None:
+        await client_store.revoke_client(self.store.db, client_id)
+
+    async def set_client_scopes(self, client_id: str, scopes: frozenset[str]) -> None:
+        await client_store.set_scopes(self.store.db, client_id, scopes)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.append(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        with contextlib.suppress(ValueError):
+            self._background.remove(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background work failed", exc_info=task.exception())
 
     async def _housekeeping(self) -> None:
         while True:

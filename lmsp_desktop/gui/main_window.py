@@ -10,7 +10,15 @@ from typing import Any
 
 from PySide6 import __version__ as pyside_version
 from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QIcon, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDesktopServices,
+    QHideEvent,
+    QIcon,
+    QKeySequence,
+    QShowEvent,
+)
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QListWidget,
@@ -23,10 +31,12 @@ from PySide6.QtWidgets import (
 )
 
 from lmsp_desktop import __version__
-from lmsp_desktop.core.config import database_path
-from lmsp_desktop.core.storage.recovery import last_report
-from lmsp_desktop.gui import aio, core_ops
+from lmsp_desktop.core.config import Settings, database_path
+from lmsp_desktop.core.models.info import VERIFIED
+from lmsp_desktop.core.storage.recovery import RecoveryReport
+from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
 from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog
 from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
@@ -42,20 +52,20 @@ BUSY = ("loading", "running", "cancelling")
 
 
 class MainWindow(QMainWindow):
-    """A thin view over a running Core (store, registry, runner, pairing, settings, url)."""
+    """A thin view over a running core, seen only through `CoreApi`."""
 
     quit_requested = Signal()
 
-    def __init__(self, core: Any, qsettings: QSettings | None = None) -> None:
+    def __init__(self, core: CoreApi, qsettings: QSettings | None = None) -> None:
         super().__init__()
         self.core = core
         self.qsettings = qsettings or QSettings("LMSP", "LMSP Desktop")
         self.dialog: Any = None  # the open dialog, kept referenced (and reachable by tests)
         self.quitting = False
-        self.bridge = CoreBridge(core.store, core.registry, core.pairing, parent=self)
-        self.tasks = TasksPage(core.store, core.url)
-        self.models = ModelsPage(core.registry, core.runner)
-        self.clients = ClientsPage(core.store, core.pairing)
+        self.bridge = CoreBridge(core, parent=self)
+        self.tasks = TasksPage(core, core.url)
+        self.models = ModelsPage(core)
+        self.clients = ClientsPage(core)
         self.nav = QListWidget()
         self.nav.addItems(["Tasks", "Models", "Clients"])
         self.nav.setFixedWidth(190)
@@ -116,6 +126,9 @@ class MainWindow(QMainWindow):
     def _wire(self) -> None:
         self.bridge.tasks_changed.connect(self.tasks.on_changes)
         self.bridge.tasks_changed.connect(self._counts_soon)
+        self.bridge.tasks_reset.connect(lambda: aio.spawn(self.tasks.reload(), self))
+        self.bridge.tasks_reset.connect(self._counts_soon)
+        self.bridge.counts_moved.connect(self._counts_soon)
         self.models.connect_bridge(self.bridge)
         # After the list is re-read (a scan may end long after the window opened).
         self.models.model.modelReset.connect(self._update_nav)
@@ -145,9 +158,7 @@ class MainWindow(QMainWindow):
 
     def set_paused(self, paused: bool) -> None:
         """Drain: the service answers 503 to new work while accepted tasks finish."""
-        pause = getattr(self.core, "pause", None)
-        if callable(pause):
-            pause(paused)
+        self.core.pause(paused)
         if self.tray is not None:
             self.tray.setIcon(app_icon("tray-paused" if paused else "tray"))
 
@@ -165,7 +176,7 @@ class MainWindow(QMainWindow):
 
     # -- live counters -----------------------------------------------------------------------
     async def refresh_counts(self) -> None:
-        self._counts = await self.core.store.tasks.counts()
+        self._counts = await self.core.task_counts()
         self.status.set_counts(self._counts)
         self.status.set_database(database_path(Path(self.core.data_dir)))
         self._update_nav()
@@ -215,22 +226,15 @@ class MainWindow(QMainWindow):
         return dialog
 
     def open_settings(self) -> None:
-        dialog = SettingsDialog(self.core.store, self.core.settings, self)
+        dialog = SettingsDialog(self.core, self)
         dialog.saved.connect(self._settings_saved)
         self._open(dialog)
 
-    def _settings_saved(self, settings: Any) -> None:
-        apply = getattr(self.core, "apply_settings", None)
-        if callable(apply) and apply(settings):
-            aio.spawn(self.core.scan_models(), self)  # folders changed: rescan them
+    def _settings_saved(self, settings: Settings) -> None:
         self.status.showMessage("Settings saved", 3000)
 
     async def open_prompt(self) -> None:
-        models = [
-            m.id
-            for m in await core_ops.list_models(self.core.registry)
-            if getattr(m, "state", "verified") == "verified"
-        ]
+        models = [m.id for m in await self.core.models() if m.state == VERIFIED]
         dialog = PromptDialog(models, self.core.submit, self)
         dialog.submitted.connect(self._prompt_sent)
         self._open(dialog)
@@ -240,17 +244,17 @@ class MainWindow(QMainWindow):
         self.tasks.show_task(task_id)
 
     def open_pair(self) -> None:
-        dialog = PairDialog(self.core.pairing, self.core.url, self)
+        dialog = PairDialog(self.core, self.core.url, self)
         self._open(dialog)
         aio.spawn(dialog.new_code(), dialog)
 
-    def show_recovery(self, report: Any) -> RecoveryDialog:
+    def show_recovery(self, report: RecoveryReport) -> RecoveryDialog:
         dialog = RecoveryDialog(report, self)
         dialog.show_task.connect(self._show_in_tasks)
         return self._open(dialog)  # type: ignore[no-any-return]
 
     async def open_last_report(self) -> None:
-        report = await last_report(self.core.store.tasks)
+        report = await self.core.last_recovery_report()
         if report is None:
             self.status.showMessage(
                 "No recovery was needed since this data folder was created.", 5000
@@ -285,6 +289,25 @@ class MainWindow(QMainWindow):
     def _show_in_tasks(self, task_id: str) -> None:
         self.nav.setCurrentRow(0)
         self.tasks.show_task(task_id)
+
+    # -- hidden in the tray: nobody looks, so nothing re-queries ------------------------------
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._set_active(True)
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self._set_active(False)
+
+    def _set_active(self, active: bool) -> None:
+        """Hidden: the bridge stops flushing and the pages' clocks stop; shown: catch up."""
+        for page in (self.tasks, self.models, self.clients):
+            page.set_active(active)
+        if active:
+            self._rate_timer.start()
+        else:
+            self._rate_timer.stop()
+        self.bridge.set_active(active)
 
     # -- closing -----------------------------------------------------------------------------
     def quit(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFont, QFontDatabase, QGuiApplication
@@ -20,7 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from lmsp_desktop.gui import aio, core_ops
+from lmsp_desktop.core.auth import SCOPES
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.qr import QrWidget
 
 DEFAULT_SCOPES = ("models:read", "responses:read", "responses:write")
@@ -46,10 +47,10 @@ def python_snippet(url: str, code: str) -> str:
 class PairDialog(QDialog):
     """Creates a one-time claim code and shows everything a client needs to use it."""
 
-    def __init__(self, pairing: Any, url: str, parent: QWidget | None = None) -> None:
+    def __init__(self, core: CoreApi, url: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Pair a client")
-        self.pairing = pairing
+        self.core = core
         self.url = url
         self.code = ""
         self.expires_at: float | None = None
@@ -66,7 +67,7 @@ class PairDialog(QDialog):
         self.qr = QrWidget()
         self.scope_boxes: dict[str, QCheckBox] = {}
         scopes_row = QHBoxLayout()
-        for scope in core_ops.SCOPES:
+        for scope in SCOPES:
             box = QCheckBox(scope)
             box.setChecked(scope in DEFAULT_SCOPES)
             self.scope_boxes[scope] = box
@@ -122,7 +123,7 @@ class PairDialog(QDialog):
     async def new_code(self) -> None:
         self.new_button.setEnabled(False)
         try:
-            claim = await core_ops.create_claim_code(self.pairing, self.scopes())
+            claim = await self.core.create_claim_code(frozenset(self.scopes()))
         finally:
             self.new_button.setEnabled(True)
         self.code = str(claim["code"])

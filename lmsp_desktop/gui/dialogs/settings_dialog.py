@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -27,19 +26,20 @@ from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import is_loopback
 
 
 class SettingsDialog(QDialog):
-    """Edits `Settings` and saves them with `store.save_settings` (validated by the core)."""
+    """Edits `Settings` and saves them through the core (which validates and applies them)."""
 
     saved = Signal(object)  # Settings
 
-    def __init__(self, store: Any, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
-        self.store = store
-        self.original = settings
+        self.core = core
+        self.original = settings = core.settings
         self.host = QLineEdit(settings.host)
         self.host.textChanged.connect(self._warn)
         self.port = QSpinBox(minimum=0, maximum=65535, value=settings.port)
@@ -127,7 +127,7 @@ class SettingsDialog(QDialog):
         settings = self.settings()
         self.buttons.setEnabled(False)
         try:
-            await self.store.save_settings(settings)
+            await self.core.save_settings(settings)
         except LmspError as exc:
             self.error.setText(exc.message)
             return

@@ -7,7 +7,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 
-from lmsp_desktop.gui import core_ops
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import date_time
 from lmsp_desktop.gui.models.base import Index, RowTableModel
 
@@ -21,9 +21,9 @@ class ClientTableModel(RowTableModel):
 
     headers = HEADERS
 
-    def __init__(self, db: Any, parent: Any = None) -> None:
+    def __init__(self, core: CoreApi, parent: Any = None) -> None:
         super().__init__(parent)
-        self.db = db
+        self.core = core
         self._rows: list[dict[str, Any]] = []
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -53,7 +53,7 @@ class ClientTableModel(RowTableModel):
         return self._rows[row]
 
     async def reload(self) -> None:
-        rows = await core_ops.list_clients(self.db)
+        rows = await self.core.clients()
         if [r["id"] for r in rows] == [r["id"] for r in self._rows]:
             self._rows = rows
             if rows:

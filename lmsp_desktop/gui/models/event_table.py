@@ -8,8 +8,8 @@ from typing import Any
 
 from PySide6.QtCore import QModelIndex, Qt
 
-from lmsp_desktop.core.storage.tasks import TaskStore
 from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import clock
 from lmsp_desktop.gui.models.base import ROOT, Index, RowTableModel
 
@@ -48,9 +48,9 @@ class EventTableModel(RowTableModel):
 
     headers = HEADERS
 
-    def __init__(self, tasks: TaskStore, page_size: int = 500, parent: Any = None) -> None:
+    def __init__(self, core: CoreApi, page_size: int = 500, parent: Any = None) -> None:
         super().__init__(parent)
-        self.tasks = tasks
+        self.core = core
         self.page_size = page_size
         self.task_id: str | None = None
         self._rows: list[tuple[int, float, str, dict[str, Any]]] = []
@@ -114,7 +114,7 @@ class EventTableModel(RowTableModel):
             return
         self._loading = True
         try:
-            rows = await self.tasks.event_rows(self.task_id, self.last_seq, self.page_size + 1)
+            rows = await self.core.task_event_rows(self.task_id, self.last_seq, self.page_size + 1)
         finally:
             if generation == self._generation:
                 self._loading = False
@@ -140,7 +140,7 @@ class EventTableModel(RowTableModel):
             return []
         events: list[dict[str, Any]] = []
         while True:
-            page = await self.tasks.events(
+            page = await self.core.task_events(
                 self.task_id, events[-1]["sequence_number"] if events else 0, 5000
             )
             events.extend(page)

@@ -10,7 +10,9 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 
-from lmsp_desktop.gui import aio, core_ops
+from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import (
     date_time,
     dot_icon,
@@ -73,16 +75,15 @@ class ModelTableModel(RowTableModel):
 
     headers = HEADERS
 
-    def __init__(self, registry: Any, runner: Any = None, parent: Any = None) -> None:
+    def __init__(self, core: CoreApi, parent: Any = None) -> None:
         super().__init__(parent)
-        self.registry = registry
-        self.runner = runner
-        self._rows: list[Any] = []
+        self.core = core
+        self._rows: list[ModelInfo] = []
         self._progress: dict[str, float] = {}
         self._progress_at: dict[str, float] = {}
         self._loaded: dict[str, str] = {}
 
-    def state_of(self, info: Any) -> str:
+    def state_of(self, info: ModelInfo) -> str:
         return "hashing" if info.id in self._progress else str(info.state)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -122,7 +123,7 @@ class ModelTableModel(RowTableModel):
             return info.digest
         return None
 
-    def _display(self, info: Any, col: int, state: str) -> str:
+    def _display(self, info: ModelInfo, col: int, state: str) -> str:
         if col == COL_NAME:
             return str(info.id)
         if col == COL_FOLDER:
@@ -149,14 +150,14 @@ class ModelTableModel(RowTableModel):
         loaded = self._loaded.get(info.id, "unloaded")
         if loaded != "loaded":
             return "" if loaded == "unloaded" else loaded
-        left = core_ops.idle_left(self.runner, info.id)
+        left = self.core.model_idle_seconds_left(info.id)
         return "loaded" if left is None else f"loaded · unloads in {minutes(left)}"
 
     # -- updates -----------------------------------------------------------------------------
     def model_id(self, row: int) -> str:
         return str(self._rows[row].id)
 
-    def info(self, row: int) -> Any:
+    def info(self, row: int) -> ModelInfo:
         return self._rows[row]
 
     def schedule_reload(self) -> None:
@@ -165,14 +166,14 @@ class ModelTableModel(RowTableModel):
 
     async def reload(self, started: float | None = None) -> None:
         started = time.monotonic() if started is None else started
-        rows = await core_ops.list_models(self.registry)
+        rows = await self.core.models()
         for info in rows:
             # Settled since the last progress event, unless that event came while we read.
             if info.state != "hashing" and self._progress_at.get(info.id, 0) < started:
                 self._progress.pop(info.id, None)
             else:
                 self._progress.setdefault(info.id, 0.0)
-        self._loaded = {i.id: core_ops.loaded_state(self.runner, i.id) for i in rows}
+        self._loaded = {i.id: self.core.model_loaded_state(i.id) for i in rows}
         if [i.id for i in rows] == [i.id for i in self._rows]:
             self._rows = rows
             if rows:
@@ -188,12 +189,12 @@ class ModelTableModel(RowTableModel):
             self._progress_at[model_id] = time.monotonic()
             self._changed(model_id, COL_STATUS)
 
-    def refresh_loaded(self) -> None:
-        for info in self._rows:
-            state = core_ops.loaded_state(self.runner, info.id)
-            if self._loaded.get(info.id) != state:
-                self._loaded[info.id] = state
-                self._changed(info.id, COL_LOADED)
+    def set_loaded(self, states: dict[str, str]) -> None:
+        """The runner loaded or unloaded models (model id → unloaded, loading or loaded)."""
+        for model_id, state in states.items():
+            if self._loaded.get(model_id) != state:
+                self._loaded[model_id] = state
+                self._changed(model_id, COL_LOADED)
 
     def tick(self) -> None:
         """The idle countdown of loaded models moves with the clock."""

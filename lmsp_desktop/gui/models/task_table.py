@@ -9,10 +9,9 @@ from typing import Any
 from PySide6.QtCore import QModelIndex, Qt
 
 from lmsp_desktop.core.states import CANCELLABLE, TaskState
-from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
-from lmsp_desktop.gui import data as queries
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.data import TaskFilter, TaskRow
 from lmsp_desktop.gui.format import (
     clock,
@@ -72,9 +71,9 @@ class TaskTableModel(RowTableModel):
 
     headers = HEADERS
 
-    def __init__(self, db: Database, page_size: int = 200, parent: Any = None) -> None:
+    def __init__(self, core: CoreApi, page_size: int = 200, parent: Any = None) -> None:
         super().__init__(parent)
-        self.db = db
+        self.core = core
         self.page_size = page_size
         self.filter = TaskFilter()
         self.sort_key, self.descending = "id", True
@@ -170,8 +169,8 @@ class TaskTableModel(RowTableModel):
         """Drop the rows and load the first page (a reset: filter, sort or first open)."""
         self._generation += 1
         generation = self._generation
-        rows = await queries.task_page(
-            self.db, self.filter, 0, self.page_size + 1, self.sort_key, self.descending
+        rows = await self.core.task_page(
+            self.filter, 0, self.page_size + 1, self.sort_key, self.descending
         )
         if generation != self._generation:
             return
@@ -185,8 +184,7 @@ class TaskTableModel(RowTableModel):
 
     async def _fetch_page(self, generation: int) -> None:
         try:
-            rows = await queries.task_page(
-                self.db,
+            rows = await self.core.task_page(
                 self.filter,
                 len(self._rows),
                 self.page_size + 1,
@@ -228,8 +226,8 @@ class TaskTableModel(RowTableModel):
                 r.id for r in self._rows if r.state == TaskState.QUEUED and r.id not in changes
             ]
         new = [i for i in changes if i not in self._row_of]
-        updated = await queries.tasks_by_id(self.db, known)
-        added = await queries.tasks_by_id(self.db, new, self.filter)
+        updated = await self.core.tasks_by_id(known)
+        added = await self.core.tasks_by_id(new, self.filter)
         if generation != self._generation:
             return
         self._patch(updated)

@@ -23,8 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from lmsp_desktop.core.auth import SCOPES
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.gui import aio, core_ops
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.models.client_table import COL_SCOPES, ClientTableModel
 
 
@@ -110,7 +112,7 @@ class ScopeDialog(QDialog):
         self.client = client
         layout = QVBoxLayout(self)
         self.boxes: dict[str, QCheckBox] = {}
-        for scope in core_ops.SCOPES:
+        for scope in SCOPES:
             box = QCheckBox(scope)
             box.setChecked(scope in client["scopes"])
             self.boxes[scope] = box
@@ -132,10 +134,9 @@ class ClientsPage(QWidget):
     pair_requested = Signal()
     pending_changed = Signal(int)
 
-    def __init__(self, store: Any, pairing: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.store = store
-        self.pairing = pairing
+        self.core = core
         self.cards: list[PairingCard] = []
         self.dialog: QDialog | QMessageBox | None = None
         self.pending_title = QLabel("<b>Pairing requests</b>")
@@ -151,7 +152,7 @@ class ClientsPage(QWidget):
         bar.addStretch()
         for button in (self.scopes_button, self.revoke_button, self.pair_button):
             bar.addWidget(button)
-        self.model = ClientTableModel(store.db, parent=self)
+        self.model = ClientTableModel(core, parent=self)
         self.table = QTableView()
         self.table.setModel(self.model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -175,6 +176,14 @@ class ClientsPage(QWidget):
         self._clock.start()
         self._update()
 
+    def set_active(self, active: bool) -> None:
+        """The cards' countdowns move only while the window is shown."""
+        if active:
+            self._tick()
+            self._clock.start()
+        else:
+            self._clock.stop()
+
     async def load(self) -> None:
         await self.reload_pending()
         await self.model.reload()
@@ -183,7 +192,7 @@ class ClientsPage(QWidget):
         aio.spawn(self.load(), self)
 
     async def reload_pending(self) -> None:
-        requests = await core_ops.pending_pairings(self.pairing)
+        requests = await self.core.pending_pairings()
         for card in self.cards:
             card.setParent(None)
             card.deleteLater()
@@ -199,11 +208,11 @@ class ClientsPage(QWidget):
     async def answer(self, action: str, request: dict[str, Any], scopes: list[str]) -> None:
         try:
             if action == "approve":
-                await core_ops.approve(self.pairing, request, scopes)
+                await self.core.approve_pairing(request["pairing_id"], frozenset(scopes))
             elif action == "deny":
-                await core_ops.deny(self.pairing, request)
+                await self.core.deny_pairing(request["pairing_id"])
             else:
-                await core_ops.ignore(self.pairing, request)
+                await self.core.ignore_pairing(request["pairing_id"])
         except LmspError as exc:
             aio.show_error(self, exc)
         await self.load()
@@ -241,7 +250,7 @@ class ClientsPage(QWidget):
         box.open()
 
     async def revoke(self, client_id: str) -> None:
-        await core_ops.revoke_client(self.store.db, client_id)
+        await self.core.revoke_client(client_id)
         await self.model.reload()
 
     def edit_scopes(self) -> None:
@@ -256,5 +265,5 @@ class ClientsPage(QWidget):
         dialog.open()
 
     async def set_scopes(self, client_id: str, scopes: list[str]) -> None:
-        await core_ops.set_client_scopes(self.store.db, client_id, scopes)
+        await self.core.set_client_scopes(client_id, frozenset(scopes))
         await self.model.reload()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QPainter
@@ -24,7 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.bridge import CoreBridge
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.models.model_table import (
     COL_FOLDER,
     COL_NAME,
@@ -61,10 +63,10 @@ class ProgressDelegate(QStyledItemDelegate):
 class ModelsPage(QWidget):
     """Lists the registry's models; Add folder, Rescan, Verify selected, Open folder, Copy."""
 
-    def __init__(self, registry: Any, runner: Any = None, parent: QWidget | None = None) -> None:
+    def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.registry = registry
-        self.model = ModelTableModel(registry, runner, parent=self)
+        self.core = core
+        self.model = ModelTableModel(core, parent=self)
         self.add_button = QPushButton("Add folder…")
         self.add_button.clicked.connect(self._ask_folder)
         self.rescan_button = QPushButton("Rescan")
@@ -112,11 +114,19 @@ class ModelsPage(QWidget):
         self._clock.start()
         self._update()
 
-    def connect_bridge(self, bridge: Any) -> None:
+    def connect_bridge(self, bridge: CoreBridge) -> None:
         bridge.models_changed.connect(self.model.schedule_reload)
         self.model.modelReset.connect(self.fit_columns)
         bridge.model_progress.connect(self.model.set_progress)
-        bridge.tasks_changed.connect(lambda _: self.model.refresh_loaded())
+        bridge.loaded_changed.connect(self.model.set_loaded)
+
+    def set_active(self, active: bool) -> None:
+        """The idle countdowns move only while the window is shown."""
+        if active:
+            self.model.tick()
+            self._clock.start()
+        else:
+            self._clock.stop()
 
     async def load(self) -> None:
         await self.model.reload()
@@ -156,14 +166,14 @@ class ModelsPage(QWidget):
         """Register a folder and scan it (the Settings dialog keeps the list)."""
         self.add_button.setEnabled(False)
         try:
-            await self.registry.add_folder(folder)
+            await self.core.add_model_folder(folder)
         finally:
             self.add_button.setEnabled(True)
 
     async def rescan(self) -> None:
         self.rescan_button.setEnabled(False)
         try:
-            await self.registry.scan()
+            await self.core.rescan_models()
         finally:
             self.rescan_button.setEnabled(True)
 
@@ -172,13 +182,13 @@ class ModelsPage(QWidget):
         self.verify_button.setEnabled(False)
         try:
             for model_id in ids:
-                info = await self.registry.verify(model_id)
+                info = await self.core.verify_model(model_id)
                 if info.state == "changed":
                     self._offer_accept(info)
         finally:
             self._update()
 
-    def _offer_accept(self, info: Any) -> None:
+    def _offer_accept(self, info: ModelInfo) -> None:
         """A file whose digest differs stays refused unless the owner accepts it as new."""
         box = QMessageBox(
             QMessageBox.Icon.Warning,
@@ -191,7 +201,7 @@ class ModelsPage(QWidget):
         box.addButton("Accept the new file", QMessageBox.ButtonRole.AcceptRole)
         box.addButton("Keep refusing it", QMessageBox.ButtonRole.RejectRole)
         box.accepted.connect(
-            lambda: aio.spawn(self.registry.verify(info.id, accept_new=True), self)
+            lambda: aio.spawn(self.core.verify_model(info.id, accept_new=True), self)
         )
         self.accept_box = box
         box.open()

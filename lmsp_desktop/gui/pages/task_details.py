@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import CANCELLABLE, TaskState
-from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import STATE_COLOURS, state_word
 from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
 
@@ -38,9 +38,9 @@ class TaskDetails(QWidget):
 
     cancel_requested = Signal(list)  # [task_id]
 
-    def __init__(self, store: Store, parent: QWidget | None = None) -> None:
+    def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.store = store
+        self.core = core
         self.task_id: str | None = None
         self.state: str | None = None
         self._output = ""
@@ -60,7 +60,7 @@ class TaskDetails(QWidget):
 
         self.output = QPlainTextEdit(readOnly=True)
         self.output.setPlaceholderText("No output yet.")
-        self.events = EventTableModel(store.tasks, parent=self)
+        self.events = EventTableModel(core, parent=self)
         self.events_view = QTableView()
         self.events_view.setModel(self.events)
         self.events_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -126,7 +126,7 @@ class TaskDetails(QWidget):
         if task_id is None:
             return
         try:
-            row = await self.store.tasks.get(task_id)
+            row = await self.core.task(task_id)
         except LmspError:  # deleted meanwhile (retention)
             return
         if task_id != self.task_id:

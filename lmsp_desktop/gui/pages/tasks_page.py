@@ -25,9 +25,9 @@ from qasync import asyncSlot
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import CANCELLABLE
-from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.data import STATE_FILTERS, TaskFilter
 from lmsp_desktop.gui.models.task_table import COL_ID, COL_MODEL, TaskTableModel
 from lmsp_desktop.gui.pages.task_details import TaskDetails
@@ -48,11 +48,11 @@ class TasksPage(QWidget):
     try_prompt_requested = Signal()
     pair_requested = Signal()
 
-    def __init__(self, store: Store, url: str = "", parent: QWidget | None = None) -> None:
+    def __init__(self, core: CoreApi, url: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.store = store
+        self.core = core
         self.url = url
-        self.model = TaskTableModel(store.db, parent=self)
+        self.model = TaskTableModel(core, parent=self)
         self.confirm_box: QMessageBox | None = None
 
         self.chips = QButtonGroup(self)
@@ -92,7 +92,7 @@ class TasksPage(QWidget):
         header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Stretch)
         self.table.setSortingEnabled(True)
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
-        self.details = TaskDetails(store)
+        self.details = TaskDetails(core)
         self.details.cancel_requested.connect(self.cancel_tasks)
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.table)
@@ -157,6 +157,19 @@ class TasksPage(QWidget):
     async def load(self) -> None:
         self.set_url(self.url)
         await self.model.reload()
+
+    async def reload(self) -> None:
+        """Re-read the table and the shown task (after a long time hidden)."""
+        await self.model.reload()
+        await self.details.refresh()
+
+    def set_active(self, active: bool) -> None:
+        """The durations' clock runs only while the window is shown."""
+        if active:
+            self.model.tick()
+            self._clock.start()
+        else:
+            self._clock.stop()
 
     def on_changes(self, changes: dict[str, TaskChange]) -> None:
         aio.spawn(self.model.apply_changes(changes), self)
@@ -244,7 +257,7 @@ class TasksPage(QWidget):
         self.details.cancel_button.setEnabled(False)
         try:
             for task_id in ids:
-                await self.store.tasks.cancel(task_id)
+                await self.core.cancel(task_id)
         except LmspError as exc:
             aio.show_error(self, exc)
         finally:

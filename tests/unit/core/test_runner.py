@@ -276,3 +276,16 @@ async def test_parallel_lanes_run_tasks_of_one_model_side_by_side(store: Store) 
         assert all([(await store.tasks.get(t))["state"] == "completed" for t in ids])
     finally:
         await runner.stop()
+
+
+async def test_idle_seconds_left_counts_down_once_a_loaded_model_is_idle(store: Store) -> None:
+    runner = Runner(store.tasks, Paths(), FakeEngine(), idle_unload_s=600)
+    await runner.start()
+    try:
+        assert runner.idle_seconds_left("m") is None  # not loaded
+        task_id = await submit(store)
+        await until(lambda: finished(store, task_id))
+        left = runner.idle_seconds_left("m")
+        assert left is not None and 500 < left <= 600
+    finally:
+        await runner.stop()

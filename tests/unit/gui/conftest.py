@@ -12,6 +12,10 @@ import pytest
 import qasync
 from PySide6.QtWidgets import QApplication
 
+from lmsp_desktop.core.pairing import PairingManager
+from lmsp_desktop.core.storage.store import Store
+from tests.support.gui_core import FakeCore
+
 
 def _qasync_loop() -> asyncio.AbstractEventLoop:
     app = QApplication.instance() or QApplication([])
@@ -32,6 +36,12 @@ async def until(predicate: Callable[[], Any], limit: float = 5.0, what: str = ""
 
 
 HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def core(store: Store, data_dir: Path) -> FakeCore:
+    """The window's core: the real store and pairing, scripted models and runner."""
+    return FakeCore(store, data_dir, PairingManager(store.db))
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:

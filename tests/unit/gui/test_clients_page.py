@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.storage import clients
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
@@ -15,10 +14,9 @@ from tests.unit.gui.conftest import until
 
 
 @pytest.fixture
-async def page(qtbot, store):
-    pairing = PairingManager(store.db)
-    bridge = CoreBridge(store, pairing=pairing, interval_ms=20)
-    widget = ClientsPage(store, pairing)
+async def page(qtbot, core):
+    bridge = CoreBridge(core, interval_ms=20)
+    widget = ClientsPage(core)
     qtbot.addWidget(widget)
     bridge.pairing_changed.connect(widget.on_pairing_changed)
     await widget.load()
@@ -30,7 +28,7 @@ async def page(qtbot, store):
 async def test_pairing_card_approve_with_fewer_scopes_gives_the_client_its_token(page):
     counts: list[int] = []
     page.pending_changed.connect(counts.append)
-    start = await page.pairing.start(
+    start = await page.core.pairing.start(
         "laptop", frozenset({"responses:read", "responses:write"}), "192.168.1.7"
     )
     await until(lambda: len(page.cards) == 1, what="card")
@@ -42,7 +40,7 @@ async def test_pairing_card_approve_with_fewer_scopes_gives_the_client_its_token
     card.scopes["responses:write"].setChecked(False)
     card.approve.click()
     await until(lambda: not page.cards, what="card answered")
-    answer = await page.pairing.poll(start["pairing_id"], start["pairing_secret"])
+    answer = await page.core.pairing.poll(start["pairing_id"], start["pairing_secret"])
     assert answer["scopes"] == ["responses:read"]
     await until(lambda: page.model.rowCount() == 1, what="client row")
     assert page.model.index(0, COL_NAME).data() == "laptop"
@@ -50,19 +48,19 @@ async def test_pairing_card_approve_with_fewer_scopes_gives_the_client_its_token
 
 
 async def test_deny_tells_the_client(page):
-    start = await page.pairing.start("phone", frozenset({"models:read"}), None)
+    start = await page.core.pairing.start("phone", frozenset({"models:read"}), None)
     await until(lambda: len(page.cards) == 1)
     page.cards[0].deny.click()
     await until(lambda: not page.cards)
     with pytest.raises(LmspError) as info:
-        await page.pairing.poll(start["pairing_id"], start["pairing_secret"])
+        await page.core.pairing.poll(start["pairing_id"], start["pairing_secret"])
     assert getattr(info.value, "code", "") == "access_denied"
 
 
 async def test_revoke_after_confirmation_and_edit_scopes(qtmodeltester, page, store):
     client, _token = await clients.create_client(store.db, "ci-bot", frozenset({"admin"}))
     await page.model.reload()
-    tested = ClientTableModel(store.db)
+    tested = ClientTableModel(page.core)
     await tested.reload()
     qtmodeltester.check(tested, force_py=True)
     page.table.selectRow(0)
@@ -79,9 +77,9 @@ async def test_revoke_after_confirmation_and_edit_scopes(qtmodeltester, page, st
     assert (await clients.get_client(store.db, client["id"]))["revoked"]
 
 
-async def test_pair_dialog_shows_a_code_that_a_client_can_claim(qtbot, store):
-    pairing = PairingManager(store.db)
-    dialog = PairDialog(pairing, "http://127.0.0.1:5677")
+async def test_pair_dialog_shows_a_code_that_a_client_can_claim(qtbot, core):
+    pairing = core.pairing
+    dialog = PairDialog(core, "http://127.0.0.1:5677")
     qtbot.addWidget(dialog)
     await dialog.new_code()
     code = dialog.code_label.text()

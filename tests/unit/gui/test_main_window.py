@@ -1,76 +1,25 @@
-"""The main window over a real store with small fakes for registry, runner and pairing."""
+"""The main window over the fake core: a real store and pairing, scripted models and runner."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+import asyncio
 
 import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QSystemTrayIcon
 
-from lmsp_desktop.core.config import Settings
-from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.models.info import ModelInfo
-from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.core.storage.recovery import last_report, next_boot, recover
-from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryTableModel
 from lmsp_desktop.gui.main_window import MainWindow
+from tests.support.gui_core import fake_model
 from tests.unit.gui.conftest import until
 from tests.unit.gui.helpers import make_task, run_task
 
 
-def fake_model(model_id: str) -> ModelInfo:
-    return ModelInfo(
-        id=model_id,
-        path=Path(f"/models/{model_id}.gguf"),
-        size_bytes=98_000_000,
-        mtime_ns=0,
-        digest="sha256:" + "ab" * 32,
-        state="verified",
-        verified_at=1_700_000_000,
-        architecture="llama",
-        parameters=134_515_008,
-        quantization="Q4_1",
-        context_length=8192,
-        created_at=1_700_000_000,
-    )
-
-
-@dataclass
-class FakeRegistry:
-    models: list[ModelInfo] = field(default_factory=lambda: [fake_model("smollm2")])
-    listeners: list = field(default_factory=list)
-
-    async def list(self):
-        return self.models
-
-
-@dataclass
-class FakeCore:
-    store: Store
-    data_dir: Path
-    pairing: PairingManager
-    registry: FakeRegistry = field(default_factory=FakeRegistry)
-    runner: object = None
-    settings: Settings = field(default_factory=Settings)
-    url: str = "http://127.0.0.1:5677"
-    submitted: list = field(default_factory=list)
-
-    async def submit(self, model: str, prompt: str) -> str:
-        if not prompt.strip():
-            raise LmspError("Write a prompt first.", code="invalid_value")
-        task_id = await make_task(self.store, model, prompt)
-        self.submitted.append(task_id)
-        return task_id
-
-
 @pytest.fixture
-async def window(qtbot, store, data_dir, tmp_path):
-    core = FakeCore(store, data_dir, PairingManager(store.db))
+async def window(qtbot, core, tmp_path):
     qsettings = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     win = MainWindow(core, qsettings)
     qtbot.addWidget(win)
@@ -248,8 +197,34 @@ async def test_window_icon_and_help_menu(window, data_dir):
 
 
 async def test_models_counter_follows_a_scan_that_ends_after_the_window_opened(window):
-    registry = window.core.registry
-    registry.models.append(fake_model("gemma3"))
-    for listener in list(registry.listeners):
-        listener(None)  # the registry's "the list changed"
+    window.core.models_list.append(fake_model("gemma3"))
+    window.core.announce_models()  # the registry's "the list changed"
     await until(lambda: window.nav.item(1).text() == "Models   2", what=window.nav.item(1).text)
+
+
+async def test_hidden_window_stops_refreshing_and_catches_up_when_shown(window, store):
+    first = await make_task(store)
+    await until(lambda: window.tasks.model.rowCount() == 1, what="first row")
+    window.hide()  # to the tray
+    assert not window.bridge.active and not window.tasks._clock.isActive()
+    second = await make_task(store)
+    await run_task(store, first, ["hi"], finish=False)
+    await asyncio.sleep(0.4)  # several flush intervals of a shown window
+    assert window.tasks.model.row_of(second) is None  # nothing re-queried meanwhile
+    assert window.tasks.model.task(first).state == "queued"
+    window.show()
+    await until(lambda: window.tasks.model.row_of(second) is not None, what="caught up")
+    await until(lambda: window.tasks.model.task(first).state == "running", what="patched")
+    assert window.bridge.active and window.tasks._clock.isActive()
+
+
+async def test_many_changes_while_hidden_reload_the_table_instead(window, store, monkeypatch):
+    from lmsp_desktop.gui import bridge as bridge_module
+
+    monkeypatch.setattr(bridge_module, "MAX_HIDDEN_CHANGES", 3)
+    window.hide()
+    ids = [await make_task(store) for _ in range(6)]
+    assert window.bridge._reset and not window.bridge._tasks
+    window.show()
+    await until(lambda: window.tasks.model.rowCount() == 6, what="reloaded rows")
+    assert {window.tasks.model.task_id(r) for r in range(6)} == set(ids)

@@ -21,18 +21,18 @@ from lmsp_desktop.gui.models.model_table import (
 )
 from lmsp_desktop.gui.pages.models_page import ModelsPage
 from tests.unit.gui.conftest import until
-from tests.unit.gui.helpers import FakeRunner
 
 
 @pytest.fixture
-async def setup(qtbot, store, tmp_path):
+async def setup(qtbot, core, store, tmp_path):
     folder = tmp_path / "models"
     folder.mkdir()
     blob = os.urandom(2 * 1024 * 1024)
     (folder / "tiny-model.Q4_0.gguf").write_bytes(blob)
     registry = ModelRegistry(store.db, [folder], include_demo=False, chunk_size=64 * 1024)
-    bridge = CoreBridge(store, registry=registry, interval_ms=20)
-    page = ModelsPage(registry, FakeRunner(store))
+    core.registry = registry
+    bridge = CoreBridge(core, interval_ms=20)
+    page = ModelsPage(core)
     qtbot.addWidget(page)
     page.show()
     page.connect_bridge(bridge)
@@ -51,7 +51,7 @@ async def test_model_row_shows_digest_status_and_loaded(qtmodeltester, setup):
     page, registry, folder, blob, progress = setup  # noqa: RUF059
     await registry.scan()
     await page.load()
-    tested = ModelTableModel(registry)  # unparented: the page is deleted before the tester
+    tested = ModelTableModel(page.core)  # unparented: the page is deleted before the tester
     await tested.reload()
     qtmodeltester.check(tested, force_py=True)
     digest = "sha256:" + hashlib.sha256(blob).hexdigest()
@@ -62,7 +62,7 @@ async def test_model_row_shows_digest_status_and_loaded(qtmodeltester, setup):
     page.table.selectRow(0)
     page.copy_digest()
     assert QGuiApplication.clipboard().text() == digest
-    assert cell(page, COL_LOADED) == ""  # FakeRunner has no loaded_state
+    assert cell(page, COL_LOADED) == ""  # not loaded
 
 
 async def test_changed_file_is_flagged_and_verify_offers_to_accept(setup):
@@ -89,22 +89,18 @@ async def test_hashing_progress_shows_as_a_bar_until_the_state_settles(setup):
     await registry.scan()
     await page.load()
     model_id = page.model.model_id(0)
-    page.bridge._on_registry(
+    page.bridge.on_model(
         ModelEvent("progress", model_id, "hashing", bytes_done=62, bytes_total=100)
     )
     await until(lambda: cell(page, COL_STATUS) == "hashing 62%")
     assert page.model.index(0, COL_STATUS).data(Role.PROGRESS) == pytest.approx(0.62)
     page.table.grab()  # the delegate paints a progress bar without errors
-    page.bridge._on_registry(ModelEvent("state", model_id, "verified"))
+    page.bridge.on_model(ModelEvent("state", model_id, "verified"))
     await until(lambda: cell(page, COL_STATUS).startswith("✓ verified"))
     assert page.model.index(0, COL_STATUS).data(Role.PROGRESS) is None
 
 
-async def test_folder_column_and_idle_countdown_of_a_loaded_model(store, qtbot, tmp_path):
-    import asyncio
-    import time
-
-    from lmsp_desktop.core.runner import Runner, _Slot
+async def test_folder_column_and_idle_countdown_of_a_loaded_model(core, store, qtbot, tmp_path):
     from lmsp_desktop.gui.models.model_table import COL_FOLDER
 
     folder = tmp_path / "models"
@@ -112,17 +108,17 @@ async def test_folder_column_and_idle_countdown_of_a_loaded_model(store, qtbot, 
     (folder / "tiny-model.Q4_0.gguf").write_bytes(os.urandom(64 * 1024))
     registry = ModelRegistry(store.db, [folder], include_demo=False)
     await registry.scan()
-    # The real runner, with a model that finished its last task a minute ago.
-    runner = Runner(store.tasks, registry, engine=None, idle_unload_s=600)
+    # A model that finished its last task a minute ago (idle unload after 10 minutes).
+    core.registry = registry
     model_id = (await registry.list())[0].id
-    done: asyncio.Future = asyncio.get_running_loop().create_future()
-    runner._slots[model_id] = _Slot(done, model=object(), last_used=time.monotonic() - 60)
-    page = ModelsPage(registry, runner)
+    core.loaded[model_id] = "loaded"
+    core.idle_left[model_id] = 540.0
+    page = ModelsPage(core)
     qtbot.addWidget(page)
     await page.load()
     assert cell(page, COL_FOLDER) == str(folder)
     assert page.model.index(0, COL_FOLDER).data(3) == str(folder / "tiny-model.Q4_0.gguf")
     assert cell(page, COL_LOADED) == "loaded · unloads in 9 min"
-    runner._slots[model_id].busy = 1  # generating: no countdown
+    del core.idle_left[model_id]  # generating: no countdown
     page.model.tick()
     assert cell(page, COL_LOADED) == "loaded"

@@ -10,8 +10,8 @@ from tests.unit.gui.helpers import make_task, run_task
 
 
 @pytest.fixture
-async def details(qtbot, store):
-    widget = TaskDetails(store)
+async def details(qtbot, core):
+    widget = TaskDetails(core)
     qtbot.addWidget(widget)
     widget.resize(900, 260)  # a short pane: the hidden Events page is taller before it shows
     widget.show()

@@ -12,10 +12,10 @@ from tests.unit.gui.conftest import until
 from tests.unit.gui.helpers import make_task, run_task
 
 
-async def test_model_passes_qtmodeltester(qtmodeltester, store):
+async def test_model_passes_qtmodeltester(qtmodeltester, store, core):
     for i in range(30):
         await make_task(store, prompt=f"p{i}")
-    model = TaskTableModel(store.db, page_size=10)
+    model = TaskTableModel(core, page_size=10)
     await model.reload()
     assert model.rowCount() == 10 and model.canFetchMore()
     qtmodeltester.check(model, force_py=True)  # also calls fetchMore; inserts are checked
@@ -25,7 +25,7 @@ async def test_model_passes_qtmodeltester(qtmodeltester, store):
     assert model.rowCount() == 30
 
 
-async def test_lazy_loading_pages_through_5000_tasks(store):
+async def test_lazy_loading_pages_through_5000_tasks(store, core):
     async with store.db.transaction() as conn:
         for i in range(5000):
             rid = f"resp_{i:06d}"
@@ -38,7 +38,7 @@ async def test_lazy_loading_pages_through_5000_tasks(store):
                 " VALUES (?, 'm', 'completed', 'fail', 'background', ?, 3)",
                 (rid, 1_700_000_000 + i),
             )
-    model = TaskTableModel(store.db, page_size=200)
+    model = TaskTableModel(core, page_size=200)
     await model.reload()
     assert model.rowCount() == 200
     assert model.data(model.index(0, 0), Role.TASK_ID) == "resp_004999"  # newest first
@@ -51,11 +51,11 @@ async def test_lazy_loading_pages_through_5000_tasks(store):
     assert model.rowCount() == 5000
 
 
-async def test_commits_show_after_a_bridge_flush(store):
+async def test_commits_show_after_a_bridge_flush(store, core):
     first = await make_task(store)
-    model = TaskTableModel(store.db)
+    model = TaskTableModel(core)
     await model.reload()
-    bridge = CoreBridge(store, interval_ms=20)
+    bridge = CoreBridge(core, interval_ms=20)
     flushes: list[int] = []
 
     def on_changes(changes):
@@ -77,21 +77,21 @@ async def test_commits_show_after_a_bridge_flush(store):
     bridge.close()
 
 
-async def test_state_filter_and_text_filter_query_the_store(store):
+async def test_state_filter_and_text_filter_query_the_store(store, core):
     done = await make_task(store, model="gemma")
     await run_task(store, done, ["x"])
     await make_task(store, model="smollm2")
-    model = TaskTableModel(store.db)
+    model = TaskTableModel(core)
     await model.set_filter(data.TaskFilter(states=data.STATE_FILTERS["Finished"]))
     assert [model.task_id(r) for r in range(model.rowCount())] == [done]
     await model.set_filter(data.TaskFilter(text="smol"))
     assert model.rowCount() == 1 and model.task(done) is None
 
 
-async def test_event_model_passes_qtmodeltester_and_grows_at_the_tail(qtmodeltester, store):
+async def test_event_model_passes_qtmodeltester_and_grows_at_the_tail(qtmodeltester, store, core):
     task_id = await make_task(store)
     await run_task(store, task_id, [f"t{i}" for i in range(30)], finish=False)
-    model = EventTableModel(store.tasks, page_size=10)
+    model = EventTableModel(core, page_size=10)
     await model.show_task(task_id)
     assert model.rowCount() == 10 and model.canFetchMore()
     qtmodeltester.check(model, force_py=True)

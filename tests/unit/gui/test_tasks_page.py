@@ -24,9 +24,9 @@ TERMINAL_EVENTS = {
 
 
 @pytest.fixture
-async def page(qtbot, store):
-    bridge = CoreBridge(store, interval_ms=20)
-    widget = TasksPage(store, url="http://127.0.0.1:5677")
+async def page(qtbot, core):
+    bridge = CoreBridge(core, interval_ms=20)
+    widget = TasksPage(core, url="http://127.0.0.1:5677")
     qtbot.addWidget(widget)
     bridge.tasks_changed.connect(widget.on_changes)
     await widget.load()

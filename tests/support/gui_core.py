@@ -1,0 +1,206 @@
+"""A fake of the window's core (`CoreApi`) for GUI unit tests: a real store and pairing
+manager, with the runner replaced by dicts the test controls and the model registry by a
+list (or a real `ModelRegistry`, when a test wants real hashing).
+
+mypy checks this class against `CoreApi` (see `_is_a_core_api` and pyproject's mypy files),
+so the fake cannot drift from what the real `Core` offers the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
+from lmsp_desktop.core.models.registry import ModelRegistry
+from lmsp_desktop.core.pairing import PairingManager
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.states import RestartPolicy
+from lmsp_desktop.core.storage import clients as client_store
+from lmsp_desktop.core.storage.recovery import RecoveryItem, RecoveryReport, last_report
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import NewTask, Row
+from lmsp_desktop.gui import data as task_queries
+from lmsp_desktop.gui.core_api import CoreApi, CoreListener
+from lmsp_desktop.gui.data import TaskFilter, TaskRow
+
+
+def fake_model(model_id: str, state: str = "verified") -> ModelInfo:
+    return ModelInfo(
+        id=model_id,
+        path=Path(f"/models/{model_id}.gguf"),
+        size_bytes=98_000_000,
+        mtime_ns=0,
+        digest="sha256:" + "ab" * 32,
+        state=state,
+        verified_at=1_700_000_000,
+        architecture="llama",
+        parameters=134_515_008,
+        quantization="Q4_1",
+        context_length=8192,
+        created_at=1_700_000_000,
+    )
+
+
+@dataclass
+class FakeCore:
+    """Tasks, clients and pairing are real (in `store`); models and loading are scripted."""
+
+    store: Store
+    data_dir: Path
+    pairing: PairingManager
+    registry: ModelRegistry | None = None  # when set, models come from it
+    models_list: list[ModelInfo] = field(default_factory=lambda: [fake_model("smollm2")])
+    loaded: dict[str, str] = field(default_factory=dict)
+    idle_left: dict[str, float] = field(default_factory=dict)
+    settings: Settings = field(default_factory=Settings)
+    url: str = "http://127.0.0.1:5677"
+    paused: bool = False
+    submitted: list[str] = field(default_factory=list)
+    verified: list[str] = field(default_factory=list)
+    folders: list[Path] = field(default_factory=list)
+    listeners: list[CoreListener] = field(default_factory=list)
+    # Verify answers with this state (e.g. "changed") instead of the model's own.
+    verify_state: str | None = None
+
+    # -- news --------------------------------------------------------------------------
+    def subscribe(self, listener: CoreListener) -> None:
+        self.listeners.append(listener)
+        self.store.tasks.listeners.append(listener.on_task)
+        self.pairing.listeners.append(listener.on_pairing)
+        if self.registry is not None:
+            self.registry.listeners.append(listener.on_model)
+
+    def unsubscribe(self, listener: CoreListener) -> None:
+        if listener in self.listeners:
+            self.listeners.remove(listener)
+            self.store.tasks.listeners.remove(listener.on_task)
+            self.pairing.listeners.remove(listener.on_pairing)
+            if self.registry is not None:
+                self.registry.listeners.remove(listener.on_model)
+
+    def announce_models(self, event: ModelEvent | None = None) -> None:
+        """As the registry does after a scan (None: "the list changed")."""
+        for listener in list(self.listeners):
+            listener.on_model(event)
+
+    def announce_loaded(self, model_id: str, state: str) -> None:
+        self.loaded[model_id] = state
+        for listener in list(self.listeners):
+            listener.on_model_loaded(model_id, state)
+
+    # -- tasks -------------------------------------------------------------------------
+    async def submit(self, model: str, prompt: str, on_restart: str | None = None) -> str:
+        if not prompt.strip():
+            raise LmspError("Write a prompt first.", code="invalid_value")
+        body: dict[str, Any] = {"model": model, "input": prompt, "background": True}
+        request = parse_create(body, on_restart or self.settings.default_on_restart)
+        result = await self.store.tasks.create(
+            NewTask(model=model, request=request, on_restart=RestartPolicy(request["on_restart"]))
+        )
+        self.submitted.append(result.task_id)
+        return result.task_id
+
+    async def cancel(self, task_id: str) -> None:
+        await self.store.tasks.cancel(task_id)  # a FakeRunner (helpers) may confirm it
+
+    def pause(self, paused: bool) -> None:
+        self.paused = paused
+
+    async def task_page(
+        self, flt: TaskFilter, offset: int, limit: int, sort: str, descending: bool
+    ) -> list[TaskRow]:
+        return await task_queries.task_page(self.store.db, flt, offset, limit, sort, descending)
+
+    async def tasks_by_id(self, ids: Sequence[str], flt: TaskFilter | None = None) -> list[TaskRow]:
+        return await task_queries.tasks_by_id(self.store.db, ids, flt)
+
+    async def task_counts(self) -> dict[str, int]:
+        return await self.store.tasks.counts()
+
+    async def task(self, task_id: str) -> Row:
+        return await self.store.tasks.get(task_id)
+
+    async def task_events(
+        self, task_id: str, after: int = 0, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        return await self.store.tasks.events(task_id, after, limit)
+
+    async def task_event_rows(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Row]:
+        return await self.store.tasks.event_rows(task_id, after, limit)
+
+    async def last_recovery_report(self) -> RecoveryReport | None:
+        stored = await last_report(self.store.tasks)
+        if stored is None:
+            return None
+        items = [RecoveryItem(**item) for item in stored["items"]]
+        return RecoveryReport(stored["started_at"], stored["finished_at"], items)
+
+    # -- settings ----------------------------------------------------------------------
+    async def save_settings(self, settings: Settings) -> None:
+        await self.store.save_settings(settings)
+        self.settings = settings
+
+    # -- models ------------------------------------------------------------------------
+    async def models(self) -> list[ModelInfo]:
+        if self.registry is not None:
+            return await self.registry.list()
+        return list(self.models_list)
+
+    def model_loaded_state(self, model_id: str) -> str:
+        return self.loaded.get(model_id, "unloaded")
+
+    def model_idle_seconds_left(self, model_id: str) -> float | None:
+        return self.idle_left.get(model_id)
+
+    async def add_model_folder(self, folder: Path) -> None:
+        self.folders.append(folder)
+        if self.registry is not None:
+            await self.registry.add_folder(folder)
+
+    async def rescan_models(self) -> None:
+        if self.registry is not None:
+            await self.registry.scan()
+        self.announce_models()
+
+    async def verify_model(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
+        self.verified.append(model_id)
+        if self.registry is not None:
+            return await self.registry.verify(model_id, accept_new=accept_new)
+        info = next(m for m in self.models_list if m.id == model_id)
+        if self.verify_state is not None and not accept_new:
+            info.state = self.verify_state
+        return info
+
+    # -- pairing and clients -----------------------------------------------------------
+    async def pending_pairings(self) -> list[dict[str, Any]]:
+        return await self.pairing.pending()
+
+    async def approve_pairing(self, pairing_id: str, scopes: frozenset[str]) -> None:
+        await self.pairing.approve(pairing_id, scopes)
+
+    async def deny_pairing(self, pairing_id: str) -> None:
+        await self.pairing.deny(pairing_id)
+
+    async def ignore_pairing(self, pairing_id: str) -> None:
+        await self.pairing.ignore(pairing_id)
+
+    async def create_claim_code(self, scopes: frozenset[str]) -> dict[str, Any]:
+        return await self.pairing.create_claim_code(scopes)
+
+    async def clients(self) -> list[dict[str, Any]]:
+        return await client_store.list_clients(self.store.db, include_revoked=False)
+
+    async def revoke_client(self, client_id: str) -> None:
+        await client_store.revoke_client(self.store.db, client_id)
+
+    async def set_client_scopes(self, client_id: str, scopes: frozenset[str]) -> None:
+        await client_store.set_scopes(self.store.db, client_id, scopes)
+
+
+def _is_a_core_api(core: FakeCore) -> CoreApi:
+    return core  # mypy fails here when FakeCore stops matching CoreApi
