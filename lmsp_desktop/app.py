@@ -37,6 +37,7 @@ from lmsp_desktop.core.storage.recovery import (
 from lmsp_desktop.core.storage.retention import purge_finished
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask, Row
+from lmsp_desktop.core.upstreams.catalog import UpstreamCatalog
 from lmsp_desktop.gui import data as task_queries
 from lmsp_desktop.gui.data import TaskFilter, TaskRow
 
@@ -72,6 +73,7 @@ class Core:
         self.settings = Settings()
         self.recovery_report: RecoveryReport | None = None
         self.registry: ModelRegistry
+        self.upstreams: UpstreamCatalog
         self.runner: Runner
         self.pairing: PairingManager
         self.follower: EventFollower
@@ -109,6 +111,9 @@ class Core:
             [Path(d).expanduser() for d in self.settings.model_dirs],
             include_demo=self._include_demo,
         )
+        self.upstreams = UpstreamCatalog(self.store.db)
+        await self.upstreams.refresh()  # before the runner picks up recovered upstream tasks
+        self.registry.upstreams = self.upstreams
         self.pairing = PairingManager(self.store.db)
         self.follower = EventFollower(self.store.tasks)
         if self._engine is None:
@@ -122,6 +127,7 @@ class Core:
             max_loaded_models=self.settings.max_loaded_models,
             idle_unload_s=self.settings.idle_unload_s,
             parallel_per_model=self.settings.parallel_per_model,
+            remote=self.upstreams,
         )
         self.context = ServiceContext(
             store=self.store,
@@ -133,6 +139,7 @@ class Core:
         )
         self.context.extras["follower"] = self.follower
         self.context.extras["recovery_report"] = self.recovery_report
+        self.context.extras["upstreams"] = self.upstreams
         return self.recovery_report
 
     async def scan_models(self) -> None:
@@ -140,6 +147,7 @@ class Core:
 
     async def start_service(self) -> str:
         """Start the runner and listen; announce the URL like `serve` does."""
+        self.upstreams.start()
         await self.runner.start()
         self.host = ServiceHost(self.context)
         self.url = await self.host.start()
@@ -339,6 +347,8 @@ class Core:
             await self.host.stop()
         if hasattr(self, "runner"):
             await self.runner.stop()
+        if hasattr(self, "upstreams"):
+            await self.upstreams.close()
         if hasattr(self, "registry"):
             await self.registry.close()
         await self.store.close()

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.cli_upstream import add_upstream_commands, run_upstream
 from lmsp_desktop.core.auth import SCOPES, parse_scopes
 from lmsp_desktop.core.config import database_path
 from lmsp_desktop.core.errors import LmspError
@@ -22,7 +23,7 @@ from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.storage.clients import create_client, list_clients, revoke_client
 from lmsp_desktop.core.storage.store import Store
 
-COMMANDS = ("token", "pairing", "clients")
+COMMANDS = ("token", "pairing", "clients", "upstream")
 DEFAULT_SCOPES = "models:read,responses:read,responses:write"
 SCOPES_HELP = f"comma-separated, from: {', '.join(SCOPES)}"
 
@@ -60,18 +61,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     revoke.add_argument("client_id", metavar="ID", help="the client's id (client_…)")
     revoke.set_defaults(admin_action="clients.revoke")
 
+    add_upstream_commands(sub)
+
 
 def run_admin(args: argparse.Namespace) -> int:
     """Run one admin command; 0 on success, 2 on a mistake the user can fix, 1 otherwise."""
     action = getattr(args, "admin_action", None)
     if action is None:
         print(
-            "Name a command: token create, pairing list|approve|deny, clients list|revoke.",
+            "Name a command: token create, pairing list|approve|deny, clients list|revoke, "
+            "upstream add|list|remove.",
             file=sys.stderr,
         )
         return 2
     data_dir = Path(args.data_dir)
-    if action != "token.create" and not database_path(data_dir).exists():
+    if action not in ("token.create", "upstream.add") and not database_path(data_dir).exists():
         print(
             f"There is no LMSP data in {data_dir}. Start `lmsp-desktop serve` (or the desktop "
             "app) first, or point --data-dir at the directory it uses.",
@@ -96,6 +100,8 @@ async def _run(action: str, args: argparse.Namespace, data_dir: Path) -> int:
 
 async def _dispatch(action: str, args: argparse.Namespace, store: Store) -> int:
     db = store.db
+    if action.startswith("upstream."):
+        return await run_upstream(action, args, store)
     if action == "token.create":
         client, token = await create_client(db, args.name, parse_scopes(args.scopes, "--scopes"))
         print(token)

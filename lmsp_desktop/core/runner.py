@@ -24,6 +24,7 @@ from lmsp_desktop.core.engines.base import (
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.requests import chat_messages
 from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 
 log = logging.getLogger(__name__)
@@ -36,12 +37,21 @@ class ModelPaths(Protocol):
     async def path_for_run(self, model_id: str) -> Path: ...
 
 
+class RemoteEngines(Protocol):
+    """Engines running on other machines (upstreams), chosen by model id."""
+
+    def engine_for(self, model_id: str) -> Engine | None: ...
+
+    def parallel_for(self, model_id: str) -> int: ...
+
+
 @dataclass
 class _Slot:
     """A loaded (or loading) model and when it was last used."""
 
     loading: asyncio.Future[LoadedModel]
     model: LoadedModel | None = None
+    remote: bool = False  # an upstream's model: no memory here, not counted against the limit
     busy: int = 0
     last_used: float = field(default_factory=time.monotonic)
 
@@ -67,6 +77,7 @@ class Runner:
         max_loaded_models: int = 1,
         idle_unload_s: float = 600.0,
         parallel_per_model: int = 1,
+        remote: RemoteEngines | None = None,
     ) -> None:
         self.tasks = tasks
         self.models = models
@@ -76,6 +87,7 @@ class Runner:
         # A llama.cpp context generates one sequence at a time, so N parallel tasks of one
         # model run on N lanes, each with its own loaded copy (memory × N).
         self.parallel_per_model = parallel_per_model
+        self.remote = remote
         self._slots: dict[str, _Slot] = {}  # lane → its loaded model
         self._claimed: set[str] = set()  # task ids a lane is running right now
         self._wakeups: dict[str, asyncio.Event] = {}
@@ -137,7 +149,9 @@ class Runner:
     def _wake(self, model: str) -> None:
         if self._stopping:
             return
-        for index in range(self.parallel_per_model):
+        remote = self.remote.engine_for(model) if self.remote else None
+        lanes = self.remote.parallel_for(model) if self.remote and remote else None
+        for index in range(lanes or self.parallel_per_model):
             lane = _lane(model, index)
             self._wakeups.setdefault(lane, asyncio.Event()).set()
             worker = self._workers.get(lane)
@@ -202,13 +216,17 @@ class Runner:
     async def _run(self, row: Any, lane: str) -> None:
         task_id = row["id"]
         resuming = row["state"] == TaskState.RUNNING
-        path = await self.models.path_for_run(row["model"])
+        remote = self.remote.engine_for(row["model"]) if self.remote else None
+        if remote is None:
+            path = await self.models.path_for_run(row["model"])
+        else:
+            path = Path(row["model"])  # an upstream model: nothing to load from disk
         slot = self._slots.get(lane)
-        needs_load = slot is None or slot.model is None
+        needs_load = (slot is None or slot.model is None) and remote is None
         if not resuming and needs_load and not await self.tasks.mark_loading(task_id):
             return  # cancelled meanwhile
         try:
-            loaded = await self._acquire(lane, path)
+            loaded = await self._acquire(lane, path, remote)
         except EngineError as exc:
             await self._fail_or_confirm(task_id, exc.code, exc.message)
             return
@@ -228,6 +246,9 @@ class Runner:
             await self.tasks.confirm_cancelled(task_id)  # cancelled while loading
             return
         tokens: list[int] = list(snapshot.get("tokens", []))
+        # Upstream models continue from text, so their snapshot keeps the text too.
+        keep_text = bool(getattr(loaded, "resumes_from_text", False))
+        text = [snapshot.get("text", "")] if keep_text else []
         # The seed is fixed before the first token and kept in the snapshot, so a resumed run
         # samples with the same randomness (a function of seed and position).
         seed = snapshot.get("seed", request_json.get("seed"))
@@ -240,6 +261,8 @@ class Runner:
             top_p=request_json["top_p"],
             seed=seed,
             resume_tokens=list(tokens),
+            resume_text="".join(text),
+            on_restart=row["on_restart"],
         )
         state: dict[str, Any] = {"input_tokens": row["input_tokens"], "seed": seed}
 
@@ -248,18 +271,24 @@ class Runner:
             deltas = [p.text for p in pieces if p.text]
             if not deltas:
                 return not request.cancel.is_set()
+            snap: dict[str, Any] = {"tokens": tokens, "seed": state["seed"]}
+            if keep_text:
+                text.extend(deltas)
+                snap["text"] = "".join(text)
             return await self.tasks.append_deltas(
                 task_id,
                 deltas,
                 output_tokens=len(tokens),
                 input_tokens=state["input_tokens"],
-                snapshot={"tokens": tokens, "seed": state["seed"]},
+                snapshot=snap,
             )
 
         self._active[task_id] = request
         try:
             result = await loaded.generate(request, sink)
         except EngineError as exc:
+            if getattr(exc, "requeue", False) and await requeue_for_retry(self.tasks, task_id):
+                return  # an upstream cut the stream: policy `retry` starts the task over
             await self._fail_or_confirm(task_id, exc.code, exc.message)
             return
         finally:
@@ -289,17 +318,18 @@ class Runner:
             await self.tasks.confirm_cancelled(task_id)
 
     # -- loading -----------------------------------------------------------------------
-    async def _acquire(self, lane: str, path: Path) -> LoadedModel:
+    async def _acquire(self, lane: str, path: Path, remote: Engine | None = None) -> LoadedModel:
         """The lane's loaded model, loaded once however many tasks ask at the same time."""
         model_id = _model_of(lane)
         slot = self._slots.get(lane)
         if slot is None:
-            await self._make_room()
-            slot = _Slot(asyncio.get_running_loop().create_future())
+            if remote is None:
+                await self._make_room()
+            slot = _Slot(asyncio.get_running_loop().create_future(), remote=remote is not None)
             self._slots[lane] = slot
             self._notify_load(model_id, "loading", 0.0)
             try:
-                loaded = await self.engine.load(
+                loaded = await (remote or self.engine).load(
                     path, lambda p: self._notify_load(model_id, "loading", p)
                 )
             except BaseException as exc:
@@ -316,11 +346,11 @@ class Runner:
 
     async def _make_room(self) -> None:
         """Unload the least recently used idle model when the maximum is loaded."""
-        while len(self._slots) >= self.max_loaded_models:
+        while sum(not s.remote for s in self._slots.values()) >= self.max_loaded_models:
             idle = [
                 (s.last_used, m)
                 for m, s in self._slots.items()
-                if s.model is not None and s.busy == 0
+                if s.model is not None and s.busy == 0 and not s.remote
             ]
             if not idle:
                 return  # everything is busy; load anyway rather than deadlock

@@ -31,6 +31,10 @@ class GenerationRequest:
     # GBNF text constraining the output (structured output, tool calls), or None. Engines
     # apply it with core/engines/grammar.py; resumed tokens are replayed through it.
     grammar: str | None = None
+    # The text generated so far, for engines that continue from text (upstreams), and the
+    # task's restart policy, which also says how an upstream fault may be retried.
+    resume_text: str = ""
+    on_restart: str = "fail"
     # Set by the runner on cancel; the engine checks it before every token.
     cancel: threading.Event = field(default_factory=threading.Event)
 

@@ -83,13 +83,20 @@ class ModelRegistry:
         self._hashing: set[str] = set()
         self._stop = threading.Event()
         self._background: set[asyncio.Task[None]] = set()
+        # Models on upstream servers (core.upstreams.catalog.UpstreamCatalog), listed and
+        # looked up as `<upstream>/<model>` beside the local files.
+        self.upstreams: Any = None
 
     # -- reading -------------------------------------------------------------------------
     async def list(self) -> list[ModelInfo]:
         rows = await self.db.fetchall("SELECT * FROM models ORDER BY id")
-        return [ModelInfo.from_row(r, hashing=r["id"] in self._hashing) for r in rows]
+        local = [ModelInfo.from_row(r, hashing=r["id"] in self._hashing) for r in rows]
+        return local + (self.upstreams.infos() if self.upstreams is not None else [])
 
     async def get(self, model_id: str) -> ModelInfo:
+        if self.upstreams is not None and self.upstreams.owns(model_id):
+            info: ModelInfo = self.upstreams.info(model_id)
+            return info
         check_model_id(model_id)
         row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
         if row is None:

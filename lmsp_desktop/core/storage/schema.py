@@ -124,6 +124,22 @@ CREATE TABLE recovery_reports (
 );
 """
 
+# Upstream engines (issue 17): OpenAI-compatible servers whose models run tasks stored here.
+# The API key lives in the OS keyring when there is one (`key_store` = 'keyring'); only
+# without one is it kept here, in the 0600 database file ('database').
+SCHEMA_V2_UPSTREAMS = """
+CREATE TABLE upstreams (
+    name            TEXT PRIMARY KEY,      -- models appear as <name>/<model>
+    base_url        TEXT NOT NULL,         -- ends in /v1
+    key_store       TEXT NOT NULL CHECK (key_store IN ('none', 'keyring', 'database')),
+    api_key         TEXT,                  -- only when key_store = 'database'
+    max_concurrency INTEGER NOT NULL,
+    timeout_s       REAL NOT NULL,         -- connect and between-chunks limit
+    created_at      INTEGER NOT NULL,
+    updated_at      REAL NOT NULL          -- a running service notices changes by it
+);
+"""
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1.
-MIGRATIONS: list[str] = [SCHEMA_V1]
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2_UPSTREAMS]
 CURRENT_VERSION = len(MIGRATIONS)

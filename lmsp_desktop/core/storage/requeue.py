@@ -1,0 +1,31 @@
+"""Starting a running task over while the service runs (policy `retry` after an upstream
+cut its stream): the same move as recovery's `retry` cell, with the same event."""
+
+from __future__ import annotations
+
+from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage.tasks import TaskStore, _with_response, response_of
+
+MAX_RESTARTS = 3  # starts over at most this often (restarts after crashes count too)
+
+
+async def requeue_for_retry(tasks: TaskStore, task_id: str) -> bool:
+    """running → queued with `response.queued` (`output: []`), discarding the output; the
+    next run opens a new item. False when the task has been started over too often or is
+    no longer running (then the caller fails or confirms the cancel)."""
+    current = await tasks.get(task_id)
+    if current["restarts"] >= MAX_RESTARTS:
+        return False
+    row = await tasks._transition(
+        task_id,
+        [TaskState.RUNNING],
+        TaskState.QUEUED,
+        lambda r: [_with_response("response.queued", response_of(r))],
+        task_sets=", restarts=restarts+1, started_at=NULL, snapshot=NULL",
+        response_sets="item_id=NULL, output_text='', output_tokens=0",
+        params=(),
+    )
+    return row is not None
+
+
+__all__ = ["MAX_RESTARTS", "requeue_for_retry"]

@@ -1,0 +1,1 @@
+"""Upstream engines: OpenAI-compatible servers that generate for tasks stored here."""

@@ -1,0 +1,247 @@
+"""Upstream models as the runner's Engine/LoadedModel: the task lives here, the tokens are
+made on the upstream and streamed into the same token sink as a local model's.
+
+Faults (unreachable, too slow, 5xx, a stream cut mid-way) are retried with backoff as far as
+the task's policy allows: before any output every policy retries (nothing would be repeated
+or lost); after some output `resume` continues the assistant message from the text so far,
+`retry` starts the task over (the runner requeues it), `fail` fails. When the tries run out
+the task fails with `upstream_unavailable` and the upstream's own message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.engines.base import (
+    EngineError,
+    GenerationRequest,
+    GenerationResult,
+    ProgressSink,
+    TokenPiece,
+    TokenSink,
+)
+from lmsp_desktop.core.upstreams.client import Chunk, UpstreamClient, UpstreamFault
+
+log = logging.getLogger(__name__)
+ATTEMPTS = 4  # tries of one generation before the task fails with upstream_unavailable
+BACKOFF_S = 1.0  # first pause between tries; doubles each time (1, 2, 4 s)
+CANCEL_POLL_S = 0.05  # how often a waiting generation looks at the cancel flag
+UNKNOWN_TOKEN = -1  # an upstream streams text, not token ids
+
+
+class UpstreamUnavailable(EngineError):
+    """The upstream failed for good. `requeue`: the policy is `retry` and output already
+    exists, so the runner should start the task over rather than fail it."""
+
+    def __init__(self, message: str, *, requeue: bool = False) -> None:
+        super().__init__("upstream_unavailable", message)
+        self.requeue = requeue
+
+
+class Upstream:
+    """One registered upstream as the runner sees it: its client, what the last probe found,
+    and the limit on generations running on it at once (so a batching server gets a batch)."""
+
+    def __init__(self, client: UpstreamClient, max_concurrency: int) -> None:
+        self.client = client
+        self.max_concurrency = max_concurrency
+        self.slots = asyncio.Semaphore(max_concurrency)
+        self.kind: str | None = None  # openai | lmsp, once a probe has told
+        self.on_fault: Callable[[str], None] | None = None  # marks it down in the catalog
+
+    @property
+    def name(self) -> str:
+        return self.client.name
+
+    def engine(self, remote_model: str) -> UpstreamEngine:
+        return UpstreamEngine(self, remote_model)
+
+
+class UpstreamEngine:
+    """The Engine for one upstream model: loading is only binding to the model's name."""
+
+    def __init__(self, upstream: Upstream, remote_model: str) -> None:
+        self.upstream = upstream
+        self.remote_model = remote_model
+
+    async def load(self, path: Path, progress: ProgressSink | None = None) -> UpstreamModel:
+        if progress is not None:
+            progress(1.0)
+        return UpstreamModel(self.upstream, self.remote_model)
+
+
+class UpstreamModel:
+    """A LoadedModel whose generations run on the upstream. Several may run at once."""
+
+    # The runner keeps the text so far in the snapshot: `resume` continues from it.
+    resumes_from_text = True
+
+    def __init__(self, upstream: Upstream, remote_model: str) -> None:
+        self.upstream = upstream
+        self.remote_model = remote_model
+        self.context_length = 0  # not known here; the upstream enforces its own
+
+    async def unload(self) -> None:
+        return None
+
+    async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
+        state = _Progress(text=request.resume_text, tokens=len(request.resume_tokens))
+        attempt = 0
+        while True:
+            try:
+                return await self._attempt(request, sink, state)
+            except UpstreamFault as fault:
+                if request.cancel.is_set():
+                    return state.result("cancelled")
+                attempt += 1
+                message = f"Upstream {self.upstream.name}: {fault.message}"
+                log.warning("%s (try %d of %d)", message, attempt, ATTEMPTS)
+                if self.upstream.on_fault is not None:
+                    self.upstream.on_fault(fault.message)
+                has_output = bool(state.text)
+                if not fault.retryable or attempt >= ATTEMPTS:
+                    raise UpstreamUnavailable(message) from None
+                if has_output and request.on_restart == "retry":
+                    raise UpstreamUnavailable(message, requeue=True) from None
+                if has_output and request.on_restart != "resume":
+                    raise UpstreamUnavailable(message) from None
+                if await _cancelled_during(request, BACKOFF_S * 2 ** (attempt - 1)):
+                    return state.result("cancelled")
+
+    async def _attempt(
+        self, request: GenerationRequest, sink: TokenSink, state: _Progress
+    ) -> GenerationResult:
+        messages = list(request.messages)
+        if state.text:
+            # Continue the assistant message from the text so far. Not byte-exact: the
+            # upstream sees text, not the token ids it sampled.
+            messages.append({"role": "assistant", "content": state.text})
+        options: dict[str, Any] = {"temperature": request.temperature, "top_p": request.top_p}
+        if request.seed is not None:
+            options["seed"] = request.seed
+        if request.max_output_tokens is not None:
+            left = request.max_output_tokens - state.tokens
+            if left <= 0:
+                return state.result("length")
+            options["max_tokens"] = left
+        if self.upstream.kind is None:  # not probed yet (a task resumed at startup)
+            probe = await self.upstream.client.probe()
+            if not probe.reachable:
+                raise UpstreamFault(probe.error or "unreachable")
+            self.upstream.kind = probe.kind
+        upstream_ids: list[str] = []
+        async with self.upstream.slots:
+            stream = self.upstream.client.stream(
+                self.upstream.kind or "openai",
+                self.remote_model,
+                messages,
+                options,
+                upstream_ids.append,
+            )
+            reader = asyncio.ensure_future(self._read(stream, sink, state))
+            watcher = asyncio.ensure_future(_wait_cancel(request))
+            try:
+                await asyncio.wait({reader, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watcher.cancel()
+                if not reader.done():
+                    reader.cancel()  # cancel: closes the HTTP stream at once
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+                await stream.aclose()
+            if request.cancel.is_set() or state.stopped:
+                if upstream_ids:  # another LMSP: its cancel route stops its task too
+                    await self.upstream.client.cancel(upstream_ids[-1])
+                return state.result("cancelled")
+        return state.result(state.finish_reason or "stop")
+
+    async def _read(self, stream: Any, sink: TokenSink, state: _Progress) -> None:
+        """Hand chunks to the sink; chunks arriving while the sink writes go in one batch."""
+        pending: list[TokenPiece] = []
+        wake = asyncio.Event()
+        done = False
+
+        async def drain() -> None:
+            while True:
+                await wake.wait()
+                wake.clear()
+                batch, pending[:] = list(pending), []
+                # Shielded: a cancel arriving mid-write must not cut a commit in half-known
+                # state; the write finishes and the sink's answer stops the stream.
+                if batch and not await asyncio.shield(sink(batch)):
+                    state.stopped = True
+                    return
+                if done and not pending:
+                    return
+
+        writer = asyncio.ensure_future(drain())
+        try:
+            chunk: Chunk
+            async for chunk in stream:
+                if writer.done():
+                    break  # the sink said stop (cancel committed)
+                state.absorb(chunk)
+                if chunk.text:
+                    pending.append(TokenPiece(UNKNOWN_TOKEN, chunk.text))
+                    wake.set()
+            done = True
+            wake.set()
+            await writer
+        finally:
+            if not writer.done():
+                writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writer
+
+
+class _Progress:
+    """What one generation has produced so far, across its tries."""
+
+    def __init__(self, text: str, tokens: int) -> None:
+        self.text = text
+        self.tokens = tokens
+        self.resumed_tokens = tokens
+        self.run_tokens = 0  # chunks of this try
+        self.input_tokens = 0
+        self.reported_output: int | None = None
+        self.finish_reason: str | None = None
+        self.stopped = False
+
+    def absorb(self, chunk: Chunk) -> None:
+        if chunk.text:
+            self.text += chunk.text
+            self.tokens += 1
+        if chunk.finish_reason:
+            self.finish_reason = chunk.finish_reason
+        if chunk.input_tokens is not None:
+            self.input_tokens = chunk.input_tokens
+        if chunk.output_tokens is not None:
+            self.reported_output = chunk.output_tokens
+
+    def result(self, reason: str) -> GenerationResult:
+        output = self.tokens
+        if self.reported_output is not None and reason != "cancelled":
+            output = self.resumed_tokens + self.reported_output
+        return GenerationResult(
+            finish_reason=reason,  # type: ignore[arg-type]
+            input_tokens=self.input_tokens,
+            output_tokens=output,
+        )
+
+
+async def _wait_cancel(request: GenerationRequest) -> None:
+    # The runner's cancel flag is a threading.Event (local engines check it in their
+    # thread), so it is polled here rather than awaited.
+    while not request.cancel.is_set():  # noqa: ASYNC110
+        await asyncio.sleep(CANCEL_POLL_S)
+
+
+async def _cancelled_during(request: GenerationRequest, seconds: float) -> bool:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_wait_cancel(request), seconds)
+    return request.cancel.is_set()

@@ -1,0 +1,88 @@
+"""A scripted OpenAI-compatible upstream on loopback (aiohttp), for fault tests: each
+/v1/chat/completions request takes the next behaviour from a list."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Behaviour:
+    """`ok` streams `words` to the end; `cut` streams `words` then drops the connection;
+    `error` answers `status` with an OpenAI error body; `silent` never answers."""
+
+    kind: str = "ok"
+    words: list[str] = field(default_factory=lambda: ["Hello", " there", "!"])
+    status: int = 500
+    message: str = "the GPU is on fire"
+    delay_s: float = 0.0  # between chunks
+    stall: bool = False  # after the words, send nothing more and keep the connection open
+
+
+class FakeUpstream:
+    def __init__(self, script: list[Behaviour], models: tuple[str, ...] = ("m1",)) -> None:
+        self.script = list(script)
+        self.models = models
+        self.requests: list[dict[str, Any]] = []
+        self.disconnects = 0
+        self.auth: list[str | None] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self.runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        return self.url
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
+        )
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(await request.json())
+        self.auth.append(request.headers.get("Authorization"))
+        step = self.script.pop(0) if self.script else Behaviour()
+        if step.kind == "error":
+            return web.json_response({"error": {"message": step.message}}, status=step.status)
+        if step.kind == "silent":
+            await asyncio.sleep(3600)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            for word in step.words:
+                chunk = {"choices": [{"index": 0, "delta": {"content": word}}]}
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if step.delay_s:
+                    await asyncio.sleep(step.delay_s)
+            if step.stall:  # aiohttp does not cancel handlers: watch the connection
+                while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+                self.disconnects += 1
+                return response
+            if step.kind == "cut":
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            await response.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.disconnects += 1
+            raise
+        return response

@@ -1,0 +1,298 @@
+"""Upstreams: the table and its keys, and tasks run by a scripted upstream through the real
+runner and store (faults, retries by policy, cancel)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.engines.fake import FakeEngine
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.runner import Runner
+from lmsp_desktop.core.states import TERMINAL, TaskState
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import NewTask
+from lmsp_desktop.core.storage.upstreams import (
+    add_upstream,
+    list_upstreams,
+    normalise_url,
+    remove_upstream,
+)
+from lmsp_desktop.core.upstreams import engine as upstream_engine
+from lmsp_desktop.core.upstreams import keys
+from lmsp_desktop.core.upstreams.catalog import UpstreamCatalog
+from tests.support.fake_upstream import Behaviour, FakeUpstream
+
+SECRET = "sk-very-secret-0123456789"
+
+
+# -- the table and keys ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("http://gpu:8000", "http://gpu:8000/v1"),
+        ("http://gpu:8000/", "http://gpu:8000/v1"),
+        ("http://gpu:8000/v1/", "http://gpu:8000/v1"),
+        ("https://x.example/openai/v1", "https://x.example/openai/v1"),
+    ],
+)
+def test_urls_are_normalised_to_the_v1_base(given: str, stored: str) -> None:
+    assert normalise_url(given) == stored
+
+
+@pytest.mark.parametrize("bad", ["gpu:8000", "ftp://gpu/v1", "http:///v1", "http://h/v1?x=1"])
+def test_bad_urls_are_refused_naming_the_url(bad: str) -> None:
+    with pytest.raises(LmspError) as caught:
+        normalise_url(bad)
+    assert caught.value.param == "url"
+
+
+async def test_add_list_remove(store: Store) -> None:
+    await add_upstream(store.db, "gpu", "http://127.0.0.1:9/v1", None, max_concurrency=3)
+    rows = await list_upstreams(store.db)
+    assert [(r.name, r.base_url, r.key_store, r.max_concurrency) for r in rows] == [
+        ("gpu", "http://127.0.0.1:9/v1", "none", 3)
+    ]
+    with pytest.raises(LmspError) as dup:
+        await add_upstream(store.db, "gpu", "http://127.0.0.1:9", None)
+    assert dup.value.status == 409
+    with pytest.raises(LmspError) as bad:
+        await add_upstream(store.db, "GPU/x", "http://127.0.0.1:9", None)
+    assert bad.value.param == "name"
+    await remove_upstream(store.db, "gpu")
+    assert await list_upstreams(store.db) == []
+    with pytest.raises(LmspError) as gone:
+        await remove_upstream(store.db, "gpu")
+    assert gone.value.status == 404
+
+
+async def test_without_a_keyring_the_key_is_in_the_database_only(store: Store) -> None:
+    assert not keys.keyring_available()  # no Secret Service on this machine
+    row = await add_upstream(store.db, "gpu", "http://127.0.0.1:9", SECRET)
+    assert row.key_store == "database"
+    assert SECRET not in json.dumps(row.public()) and SECRET not in repr(row)
+    [listed] = await list_upstreams(store.db)
+    assert listed.api_key is None  # not resolved unless asked for
+    [usable] = await list_upstreams(store.db, with_keys=True)
+    assert usable.api_key == SECRET and SECRET not in repr(usable)
+
+
+class MemoryKeyring:
+    """A keyring backend that keeps passwords in a dict (the OS one is absent here)."""
+
+    priority = 10
+
+    def __init__(self) -> None:
+        self.saved: dict[tuple[str, str], str] = {}
+
+    def set_password(self, service: str, user: str, password: str) -> None:
+        self.saved[(service, user)] = password
+
+    def get_password(self, service: str, user: str) -> str | None:
+        return self.saved.get((service, user))
+
+    def delete_password(self, service: str, user: str) -> None:
+        del self.saved[(service, user)]
+
+
+async def test_with_a_keyring_the_key_never_touches_the_database(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ring = MemoryKeyring()
+
+    class Module:
+        set_password = ring.set_password
+        get_password = ring.get_password
+        delete_password = ring.delete_password
+
+    monkeypatch.setattr(keys, "_keyring", lambda: Module)
+    row = await add_upstream(store.db, "gpu", "http://127.0.0.1:9", SECRET)
+    assert row.key_store == "keyring"
+    raw = await store.db.fetchall("SELECT * FROM upstreams")
+    assert SECRET not in json.dumps([dict(r) for r in raw])
+    [usable] = await list_upstreams(store.db, with_keys=True)
+    assert usable.api_key == SECRET
+    await remove_upstream(store.db, "gpu")
+    assert ring.saved == {}
+
+
+# -- tasks through a scripted upstream --------------------------------------------------------
+class NoLocalModels:
+    async def path_for_run(self, model_id: str) -> Path:
+        raise AssertionError(f"{model_id} is an upstream model, not a file")
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upstream_engine, "BACKOFF_S", 0.01)
+
+
+async def start(store: Store, fake: FakeUpstream, timeout_s: float = 5.0) -> Runner:
+    await fake.start()
+    await add_upstream(store.db, "up", fake.url, SECRET, timeout_s=timeout_s)
+    catalog = UpstreamCatalog(store.db)
+    await catalog.refresh()
+    await catalog.probe_all()
+    runner = Runner(store.tasks, NoLocalModels(), FakeEngine(), remote=catalog)
+    await runner.start()
+    runner._catalog = catalog  # type: ignore[attr-defined]  # closed by `stop`
+    return runner
+
+
+async def stop(runner: Runner, fake: FakeUpstream) -> None:
+    await runner.stop()
+    await runner._catalog.close()  # type: ignore[attr-defined]
+    await fake.stop()
+
+
+@pytest.fixture
+async def env(store: Store) -> AsyncIterator[dict[str, Any]]:
+    made: dict[str, Any] = {}
+    yield made
+    if "runner" in made:
+        await stop(made["runner"], made["fake"])
+
+
+async def run_task(
+    store: Store, env: dict[str, Any], script: list[Behaviour], policy: str = "fail", **kw: Any
+) -> Any:
+    env["fake"] = FakeUpstream(script)
+    env["runner"] = await start(store, env["fake"], **kw)
+    request = parse_create({"model": "up/m1", "input": "hi", "on_restart": policy}, "fail")
+    created = await store.tasks.create(NewTask("up/m1", request, on_restart=request["on_restart"]))
+    for _ in range(2000):
+        row = await store.tasks.get(created.task_id)
+        if TaskState(row["state"]) in TERMINAL:
+            return row
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"task did not finish: {dict(row)}")
+
+
+async def event_types(store: Store, task_id: str) -> list[str]:
+    return [e["type"] for e in await store.tasks.events(task_id)]
+
+
+async def test_a_stream_becomes_the_tasks_output_and_the_key_is_sent(
+    store: Store, env: dict[str, Any]
+) -> None:
+    row = await run_task(store, env, [Behaviour(words=["Bon", "jour", "!"])])
+    assert row["state"] == "completed" and row["output_text"] == "Bonjour!"
+    assert env["fake"].auth == [f"Bearer {SECRET}"]
+    assert env["fake"].requests[0]["model"] == "m1"  # the upstream's own name for it
+    assert env["fake"].requests[0]["stream"] is True
+
+
+async def test_500_is_retried_then_fails_with_the_upstreams_message(
+    store: Store, env: dict[str, Any]
+) -> None:
+    row = await run_task(store, env, [Behaviour("error")] * upstream_engine.ATTEMPTS)
+    error = json.loads(row["error"])
+    assert row["state"] == "failed" and error["code"] == "upstream_unavailable"
+    assert "the GPU is on fire" in error["message"] and "HTTP 500" in error["message"]
+    assert len(env["fake"].requests) == upstream_engine.ATTEMPTS
+
+
+async def test_a_passing_500_is_retried_and_the_task_completes(
+    store: Store, env: dict[str, Any]
+) -> None:
+    row = await run_task(store, env, [Behaviour("error"), Behaviour(words=["ok"])])
+    assert row["state"] == "completed" and row["output_text"] == "ok"
+
+
+async def test_400_is_not_retried(store: Store, env: dict[str, Any]) -> None:
+    row = await run_task(store, env, [Behaviour("error", status=400, message="bad model")])
+    assert row["state"] == "failed" and "bad model" in json.loads(row["error"])["message"]
+    assert len(env["fake"].requests) == 1
+
+
+async def test_an_upstream_that_never_answers_fails_the_task(
+    store: Store, env: dict[str, Any]
+) -> None:
+    script = [Behaviour("silent")] * upstream_engine.ATTEMPTS
+    row = await run_task(store, env, script, timeout_s=0.3)
+    error = json.loads(row["error"])
+    assert row["state"] == "failed" and error["code"] == "upstream_unavailable"
+    assert "timeout" in error["message"]
+
+
+async def test_a_cut_stream_resumes_from_the_text_so_far(store: Store, env: dict[str, Any]) -> None:
+    script = [Behaviour("cut", words=["One", " two"]), Behaviour(words=[" three", "."])]
+    row = await run_task(store, env, script, policy="resume")
+    assert row["state"] == "completed" and row["output_text"] == "One two three."
+    second = env["fake"].requests[1]["messages"]
+    assert second[-1] == {"role": "assistant", "content": "One two"}
+
+
+async def test_a_cut_stream_with_retry_starts_over(store: Store, env: dict[str, Any]) -> None:
+    script = [Behaviour("cut", words=["Lost", " words"]), Behaviour(words=["Fresh", "."])]
+    row = await run_task(store, env, script, policy="retry")
+    assert row["state"] == "completed" and row["output_text"] == "Fresh."
+    types = await event_types(store, row["id"])
+    assert "response.queued" in types and row["restarts"] == 1
+    assert env["fake"].requests[1]["messages"][-1]["role"] == "user"
+
+
+async def test_a_cut_stream_with_fail_fails(store: Store, env: dict[str, Any]) -> None:
+    row = await run_task(store, env, [Behaviour("cut", words=["a", "b"])], policy="fail")
+    error = json.loads(row["error"])
+    assert row["state"] == "failed" and error["code"] == "upstream_unavailable"
+    assert "closed in the middle" in error["message"] or "ended before" in error["message"]
+    assert row["output_text"] == "ab"  # the partial output is kept
+
+
+async def test_cancel_closes_the_upstream_stream_at_once(store: Store, env: dict[str, Any]) -> None:
+    # The upstream sends three chunks and then nothing (a slow token): the cancel must not
+    # wait for the next chunk or the 60 s timeout.
+    env["fake"] = FakeUpstream([Behaviour(words=["w"] * 3, stall=True)])
+    env["runner"] = await start(store, env["fake"], timeout_s=60)
+    request = parse_create({"model": "up/m1", "input": "hi"}, "fail")
+    created = await store.tasks.create(NewTask("up/m1", request))
+    for _ in range(500):
+        if (await store.tasks.get(created.task_id))["output_tokens"] >= 3:
+            break
+        await asyncio.sleep(0.01)
+    await store.tasks.cancel(created.task_id)
+    for _ in range(500):
+        row = await store.tasks.get(created.task_id)
+        if row["state"] == "cancelled" and env["fake"].disconnects:
+            break
+        await asyncio.sleep(0.01)
+    assert row["state"] == "cancelled" and env["fake"].disconnects == 1
+    assert row["output_tokens"] == 3
+
+
+async def test_concurrency_limit_per_upstream(store: Store, env: dict[str, Any]) -> None:
+    env["fake"] = FakeUpstream([Behaviour(words=["x"] * 20, delay_s=0.02)] * 6)
+    await env["fake"].start()
+    await add_upstream(store.db, "up", env["fake"].url, None, max_concurrency=2)
+    catalog = UpstreamCatalog(store.db)
+    await catalog.refresh()
+    await catalog.probe_all()
+    running_max = 0
+
+    def watch(change: Any) -> None:
+        nonlocal running_max
+        running_max = max(running_max, len(runner._active))
+
+    store.tasks.listeners.append(watch)
+    runner = Runner(store.tasks, NoLocalModels(), FakeEngine(), remote=catalog)
+    runner._catalog = catalog  # type: ignore[attr-defined]
+    env["runner"] = runner
+    await runner.start()
+    ids = []
+    for _ in range(6):
+        request = parse_create({"model": "up/m1", "input": "hi"}, "fail")
+        ids.append((await store.tasks.create(NewTask("up/m1", request))).task_id)
+    for _ in range(3000):
+        rows = [await store.tasks.get(i) for i in ids]
+        if all(TaskState(r["state"]) in TERMINAL for r in rows):
+            break
+        await asyncio.sleep(0.01)
+    assert [r["state"] for r in rows] == ["completed"] * 6
+    assert running_max == 2
