@@ -120,3 +120,57 @@ def test_check_first_then_mask(model: LlamaModel) -> None:
     token = constraint.choose(logits, lambda lg: int(np.argmax(lg)))
     assert token in allowed and constraint.masked == 1
     constraint.close()
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    },
+}
+CLOCK = {
+    "type": "function",
+    "name": "get_time",
+    "description": "Current time in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("choice", "name"),
+    [("required", None), ({"type": "function", "name": "get_time"}, "get_time")],
+)
+async def test_forced_tool_call_parses_and_matches_the_schema(
+    model: LlamaModel, choice: object, name: str | None
+) -> None:
+    from lmsp_desktop.core.tools.fields import parse_tool_fields
+    from lmsp_desktop.core.tools.parser import CallDone, ToolCallParser
+    from lmsp_desktop.core.tools.plan import plan_output
+
+    body = {"tools": [WEATHER, CLOCK], "tool_choice": choice, "parallel_tool_calls": False}
+    plan = plan_output(
+        parse_tool_fields(body, "responses"),
+        [{"role": "user", "content": "What is the weather in Paris?"}],
+    )
+    sink = Collector()
+    request = GenerationRequest(
+        plan.messages, max_output_tokens=80, temperature=0.0, grammar=plan.grammar, tools=plan.tools
+    )
+    result = await model.generate(request, sink)
+    assert result.finish_reason == "stop"
+    parser = ToolCallParser()
+    events = parser.feed(sink.text) + parser.finish()
+    calls = [e for e in events if isinstance(e, CallDone)]
+    assert len(calls) == 1 and all(type(e).__name__ != "TextDelta" for e in events)
+    call = calls[0]
+    assert call.name == (name or call.name) and call.name in ("get_weather", "get_time")
+    arguments = json.loads(call.arguments)
+    if call.name == "get_weather":
+        assert set(arguments) == {"city", "unit"} and arguments["unit"] in ("c", "f")
+    else:
+        assert set(arguments) <= {"city"}

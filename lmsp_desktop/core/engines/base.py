@@ -10,7 +10,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 FinishReason = Literal["stop", "length", "context", "cancelled"]
 
@@ -18,9 +18,10 @@ FinishReason = Literal["stop", "length", "context", "cancelled"]
 @dataclass
 class GenerationRequest:
     """What to generate. `messages` are chat messages (`role`, `content` strings), system and
-    developer messages included, rendered through the model's chat template."""
+    developer messages included, rendered through the model's chat template; tool turns
+    carry `tool_calls` ({call_id, name, arguments}) or `call_id` (core/tools/prompt.py)."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     max_output_tokens: int | None = None
     temperature: float = 0.8
     top_p: float = 0.95
@@ -35,6 +36,9 @@ class GenerationRequest:
     # task's restart policy, which also says how an upstream fault may be retried.
     resume_text: str = ""
     on_restart: str = "fail"
+    # Function tools offered to the model ({name, description, parameters, strict}); the
+    # engine shows them through the chat template or the generic prompt (core/tools/prompt).
+    tools: list[dict[str, Any]] | None = None
     # Set by the runner on cancel; the engine checks it before every token.
     cancel: threading.Event = field(default_factory=threading.Event)
 

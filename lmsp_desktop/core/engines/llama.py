@@ -165,9 +165,11 @@ class LlamaModel:
 
     # --- prompt -------------------------------------------------------------------------
 
-    def render_prompt(self, messages: list[dict[str, str]]) -> str:
-        """The prompt text the messages become through the model's chat template."""
-        return self._renderer.render(messages)
+    def render_prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        """The prompt text the messages (and tools) become through the model's chat template."""
+        return self._renderer.render(messages, tools)
 
     def tokenize_prompt(self, prompt: str) -> list[int]:
         llm = self._require()
@@ -219,7 +221,7 @@ class LlamaModel:
         self, request: GenerationRequest, channel: TokenChannel, seed: int
     ) -> LoopOutcome:
         llm = self._require()
-        prompt = self.tokenize_prompt(self.render_prompt(request.messages))
+        prompt = self.tokenize_prompt(self.render_prompt(request.messages, request.tools))
         n_ctx = self.context_length
         if len(prompt) >= n_ctx:
             raise EngineError(

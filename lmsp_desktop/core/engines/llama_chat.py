@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 from lmsp_desktop.core.engines.base import EngineError
+from lmsp_desktop.core.tools.prompt import render_inputs, template_takes_tools
 
 # Used only when a GGUF file carries no tokenizer.chat_template: plain ChatML, which most
 # small instruction-tuned models of the last years understand.
@@ -17,15 +18,15 @@ FALLBACK_TEMPLATE = (
 )
 
 
-def normalise_messages(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+def normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Chat templates know system/user/assistant; an OpenAI `developer` message is the newer
     name for a system message, so it is rendered as one."""
-    out: list[dict[str, str]] = []
+    out: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role", "user")
         if role == "developer":
             role = "system"
-        out.append({"role": role, "content": message.get("content", "")})
+        out.append({**message, "role": role, "content": message.get("content") or ""})
     return out
 
 
@@ -42,12 +43,17 @@ class ChatRenderer:
             add_generation_prompt=True,
         )
         self.bos_token = bos_token
+        # Tools go through the template when it takes them, else the generic prompt.
+        self.native_tools = template_takes_tools(self.template)
 
-    def render(self, messages: list[dict[str, str]]) -> str:
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
         if not messages:
             raise EngineError("invalid_input", "The request has no messages to answer.")
+        shown, template_tools = render_inputs(messages, tools, native=self.native_tools)
         try:
-            response = self._formatter(messages=normalise_messages(messages))
+            response = self._formatter(messages=normalise_messages(shown), tools=template_tools)
         except Exception as exc:  # Jinja errors and the template's raise_exception()
             raise EngineError(
                 "chat_template_error",
