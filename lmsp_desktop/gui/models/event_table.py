@@ -82,6 +82,8 @@ class EventTableModel(RowTableModel):
 
     async def show_task(self, task_id: str | None) -> None:
         """Switch to another task's events (a reset) and load its first page."""
+        if task_id == self.task_id and self._rows:
+            return
         self._generation += 1
         self.beginResetModel()
         self.task_id = task_id
@@ -134,14 +136,16 @@ class EventTableModel(RowTableModel):
         if not self._has_more and self._wanted > self.last_seq and fresh:
             await self._load(generation)  # events committed while this page was read
 
-    async def all_events(self) -> list[dict[str, Any]]:
-        """Every event of the shown task, from the store (not only the loaded pages)."""
-        if self.task_id is None:
+    async def all_events(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        """Every event of a task (default: the shown one), from the store (not only the
+        loaded pages)."""
+        task_id = task_id or self.task_id
+        if task_id is None:
             return []
         events: list[dict[str, Any]] = []
         while True:
             page = await self.core.task_events(
-                self.task_id, events[-1]["sequence_number"] if events else 0, 5000
+                task_id, events[-1]["sequence_number"] if events else 0, 5000
             )
             events.extend(page)
             if len(page) < 5000:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -104,17 +105,33 @@ class TaskDetails(QWidget):
         self._set_buttons()
 
     # -- showing a task ----------------------------------------------------------------------
-    async def show_task(self, task_id: str | None) -> None:
+    def display(self, task_id: str | None) -> asyncio.Task[None] | None:
+        """Show `task_id` (None: nothing). Takes effect at once: the pane's task id, header
+        and buttons change now, so a later call always wins over a load still running."""
+        if task_id == self.task_id:
+            return None
         self.task_id = task_id
+        self.state = None
         self._output = ""
         self.output.clear()
         self.request.clear()
         self._at_bottom = True
-        await self.events.show_task(task_id)
+        self._set_buttons()
         if task_id is None:
-            self.state = None
             self.header.setText("Select a task to see its output and events.")
-            self._set_buttons()
+        else:
+            self.header.setText(f"<b>{task_id}</b> …")
+        return aio.spawn(self._load(task_id), self)
+
+    async def show_task(self, task_id: str | None) -> None:
+        """`display` and wait until the task is loaded."""
+        loading = self.display(task_id)
+        if loading is not None:
+            await loading
+
+    async def _load(self, task_id: str | None) -> None:
+        await self.events.show_task(task_id)
+        if task_id is None or task_id != self.task_id:
             return
         await self.refresh()
         if self.task_id == task_id:
@@ -203,7 +220,7 @@ class TaskDetails(QWidget):
 
     async def export(self, path: Path) -> int:
         """Write every event of the shown task, one JSON object per line."""
-        events = await self.events.all_events()
+        events = await self.events.all_events(self.task_id)
         with path.open("w", encoding="utf-8") as out:
             for event in events:
                 out.write(json.dumps(event, ensure_ascii=False) + "\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -53,6 +53,8 @@ class TasksPage(QWidget):
         self.core = core
         self.url = url
         self.model = TaskTableModel(core, parent=self)
+        self._wanted: str | None = None  # a task asked for whose row has not arrived yet
+        self._kept: tuple[list[str], str | None] = ([], None)  # selection across a reload
         self.confirm_box: QMessageBox | None = None
 
         self.chips = QButtonGroup(self)
@@ -92,6 +94,7 @@ class TasksPage(QWidget):
         header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Stretch)
         self.table.setSortingEnabled(True)
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
+        self.table.selectionModel().currentRowChanged.connect(self._selection_changed)
         self.details = TaskDetails(core)
         self.details.cancel_requested.connect(self.cancel_tasks)
         self.splitter = QSplitter(Qt.Orientation.Vertical)
@@ -113,10 +116,11 @@ class TasksPage(QWidget):
         delete.setContext(Qt.ShortcutContext.WidgetShortcut)
         copy = QShortcut(QKeySequence.StandardKey.Copy, self.table, self._copy_ids)
         copy.setContext(Qt.ShortcutContext.WidgetShortcut)
+        self.model.modelAboutToBeReset.connect(self._remember_selection)
+        self.model.modelReset.connect(self._restore_selection)
         self.model.modelReset.connect(self._show_empty_state)
         self.model.rowsInserted.connect(self._show_empty_state)
         self.model.dataChanged.connect(lambda *_: self._update_actions())
-        self._wanted: str | None = None
         self.model.rowsInserted.connect(self._select_wanted)
         self._clock = QTimer(self, interval=1000)
         self._clock.timeout.connect(self.model.tick)
@@ -193,15 +197,16 @@ class TasksPage(QWidget):
         self.search.selectAll()
 
     def show_task(self, task_id: str) -> None:
-        """Select a task by id (Show in Tasks, a prompt just sent)."""
+        """Select a task by id, and only it (Show in Tasks, a prompt just sent)."""
         row = self.model.row_of(task_id)
         self._wanted = None
         if row is not None:
-            self.table.selectRow(row)
+            self.table.selectRow(row)  # replaces the selection: the pane follows it
             self.table.scrollTo(self.model.index(row, 0))
-        else:  # not loaded (yet): show its details now, select its row once it arrives
+        else:  # not loaded (yet): select nothing else, show it now, select its row on arrival
             self._wanted = task_id
-            aio.spawn(self.details.show_task(task_id), self)
+            self.table.clearSelection()
+            self.details.display(task_id)
 
     def _select_wanted(self, *_: Any) -> None:
         if self._wanted is not None and self.model.row_of(self._wanted) is not None:
@@ -212,12 +217,40 @@ class TasksPage(QWidget):
         rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
         return [self.model.task_id(r) for r in rows]
 
-    def _selection_changed(self, *_: QItemSelection) -> None:
+    def _selection_changed(self, *_: Any) -> None:
+        """The pane shows a highlighted row: the current one if highlighted, else the first;
+        nothing when nothing is highlighted (unless a task we just asked for is arriving)."""
         ids = self.selected_ids()
-        shown = ids[0] if len(ids) == 1 else self.details.task_id if ids else None
-        if shown != self.details.task_id:
-            aio.spawn(self.details.show_task(shown), self)
+        current = self.table.currentIndex()
+        if current.isValid() and self.model.task_id(current.row()) in ids:
+            shown: str | None = self.model.task_id(current.row())
+        else:
+            shown = ids[0] if ids else None
+        if shown is None and self._wanted is not None:
+            shown = self._wanted
+        elif shown is not None:
+            self._wanted = None
+        self.details.display(shown)
         self._update_actions()
+
+    def _remember_selection(self) -> None:
+        self._kept = (self.selected_ids(), self.details.task_id)
+
+    def _restore_selection(self) -> None:
+        """After a reload (filter, sort) keep what is still listed highlighted; a task the
+        filter hides leaves the pane."""
+        ids, shown = self._kept
+        rows = [r for r in (self.model.row_of(i) for i in ids) if r is not None]
+        selection = self.table.selectionModel()
+        flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
+        for row in rows:
+            selection.select(self.model.index(row, 0), flags)
+        shown_row = self.model.row_of(shown) if shown else None
+        if shown_row is not None:
+            selection.setCurrentIndex(
+                self.model.index(shown_row, 0), QItemSelectionModel.SelectionFlag.NoUpdate
+            )
+        self._selection_changed()
 
     def _update_actions(self) -> None:
         self.cancel_button.setEnabled(bool(self.cancellable_selection()))
