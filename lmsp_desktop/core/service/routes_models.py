@@ -26,7 +26,7 @@ async def list_models(request: web.Request) -> web.Response:
     return web.json_response(list_body(models, False))
 
 
-@routes.get("/v1/models/{id}")
+@routes.get("/v1/models/{id:.+}")  # upstream models have a slash: gpu/llama-3-70b
 async def get_model(request: web.Request) -> web.Response:
     principal: Principal = request[PRINCIPAL]
     principal.require("models:read")

@@ -52,6 +52,9 @@ class Upstream:
         self.max_concurrency = max_concurrency
         self.slots = asyncio.Semaphore(max_concurrency)
         self.kind: str | None = None  # openai | lmsp, once a probe has told
+        # vLLM's fields for continuing the last assistant message; others ignore them, and
+        # one that refuses them is asked again without.
+        self.sends_prefill_fields = True
         self.on_fault: Callable[[str], None] | None = None  # marks it down in the catalog
 
     @property
@@ -101,9 +104,12 @@ class UpstreamModel:
                 attempt += 1
                 message = f"Upstream {self.upstream.name}: {fault.message}"
                 log.warning("%s (try %d of %d)", message, attempt, ATTEMPTS)
-                if self.upstream.on_fault is not None:
-                    self.upstream.on_fault(fault.message)
+                if fault.retryable and self.upstream.on_fault is not None:
+                    self.upstream.on_fault(fault.message)  # the app shows it down
                 has_output = bool(state.text)
+                if state.sent_prefill_fields and not fault.retryable:
+                    self.upstream.sends_prefill_fields = False
+                    continue  # refused vLLM's continue fields: ask plainly, at once
                 if not fault.retryable or attempt >= ATTEMPTS:
                     raise UpstreamUnavailable(message) from None
                 if has_output and request.on_restart == "retry":
@@ -121,7 +127,16 @@ class UpstreamModel:
             # Continue the assistant message from the text so far. Not byte-exact: the
             # upstream sees text, not the token ids it sampled.
             messages.append({"role": "assistant", "content": state.text})
-        options: dict[str, Any] = {"temperature": request.temperature, "top_p": request.top_p}
+        state.sent_prefill_fields = False
+        prefill: dict[str, bool] = {}
+        if state.text and self.upstream.kind != "lmsp" and self.upstream.sends_prefill_fields:
+            state.sent_prefill_fields = True
+            prefill = {"continue_final_message": True, "add_generation_prompt": False}
+        options: dict[str, Any] = {
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            **prefill,
+        }
         if request.seed is not None:
             options["seed"] = request.seed
         if request.max_output_tokens is not None:
@@ -211,6 +226,7 @@ class _Progress:
         self.reported_output: int | None = None
         self.finish_reason: str | None = None
         self.stopped = False
+        self.sent_prefill_fields = False
 
     def absorb(self, chunk: Chunk) -> None:
         if chunk.text:

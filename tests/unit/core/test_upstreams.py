@@ -225,8 +225,24 @@ async def test_a_cut_stream_resumes_from_the_text_so_far(store: Store, env: dict
     script = [Behaviour("cut", words=["One", " two"]), Behaviour(words=[" three", "."])]
     row = await run_task(store, env, script, policy="resume")
     assert row["state"] == "completed" and row["output_text"] == "One two three."
-    second = env["fake"].requests[1]["messages"]
-    assert second[-1] == {"role": "assistant", "content": "One two"}
+    second = env["fake"].requests[1]
+    assert second["messages"][-1] == {"role": "assistant", "content": "One two"}
+    # vLLM continues the message itself (rather than a new turn) when asked like this.
+    assert second["continue_final_message"] is True and second["add_generation_prompt"] is False
+
+
+async def test_an_upstream_refusing_the_continue_fields_is_asked_without(
+    store: Store, env: dict[str, Any]
+) -> None:
+    script = [
+        Behaviour("cut", words=["One"]),
+        Behaviour("error", status=400, message="unknown field continue_final_message"),
+        Behaviour(words=[" two"]),
+    ]
+    row = await run_task(store, env, script, policy="resume")
+    assert row["state"] == "completed" and row["output_text"] == "One two"
+    third = env["fake"].requests[2]
+    assert "continue_final_message" not in third and third["messages"][-1]["content"] == "One"
 
 
 async def test_a_cut_stream_with_retry_starts_over(store: Store, env: dict[str, Any]) -> None:
