@@ -25,8 +25,12 @@ class Behaviour:
 
 
 class FakeUpstream:
-    def __init__(self, script: list[Behaviour], models: tuple[str, ...] = ("m1",)) -> None:
+    def __init__(
+        self, script: list[Behaviour], models: tuple[str, ...] = ("m1",), lmsp: bool = False
+    ) -> None:
         self.script = list(script)
+        self.lmsp = lmsp  # answer like another LMSP service: /v1/health, Responses, cancel
+        self.cancelled: list[str] = []
         self.models = models
         self.requests: list[dict[str, Any]] = []
         self.disconnects = 0
@@ -38,6 +42,10 @@ class FakeUpstream:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
+        if self.lmsp:
+            app.router.add_get("/v1/health", self._health)
+            app.router.add_post("/v1/responses", self._responses)
+            app.router.add_post("/v1/responses/{id}/cancel", self._cancel)
         self.runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -61,8 +69,11 @@ class FakeUpstream:
         step = self.script.pop(0) if self.script else Behaviour()
         if step.kind == "error":
             return web.json_response({"error": {"message": step.message}}, status=step.status)
-        if step.kind == "silent":
-            await asyncio.sleep(3600)
+        if step.kind == "silent":  # until the client gives up (aiohttp keeps the handler)
+            while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            self.disconnects += 1
+            return web.Response(status=504)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
@@ -85,4 +96,33 @@ class FakeUpstream:
         except (ConnectionResetError, asyncio.CancelledError):
             self.disconnects += 1
             raise
+        return response
+
+    # -- another LMSP ------------------------------------------------------------------------
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "service_id": "svc_fake"})
+
+    async def _cancel(self, request: web.Request) -> web.Response:
+        self.cancelled.append(request.match_info["id"])
+        return web.json_response({"id": request.match_info["id"], "status": "cancelled"})
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(await request.json())
+        step = self.script.pop(0) if self.script else Behaviour()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(event: dict[str, Any]) -> None:
+            await response.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+
+        await send({"type": "response.created", "response": {"id": "resp_remote1"}})
+        for word in step.words:
+            await send({"type": "response.output_text.delta", "delta": word})
+        if step.stall:
+            while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            self.disconnects += 1
+            return response
+        usage = {"input_tokens": 7, "output_tokens": len(step.words)}
+        await send({"type": "response.completed", "response": {"usage": usage}})
         return response

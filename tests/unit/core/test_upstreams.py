@@ -283,6 +283,29 @@ async def test_cancel_closes_the_upstream_stream_at_once(store: Store, env: dict
     assert row["output_tokens"] == 3
 
 
+async def test_another_lmsp_is_spoken_to_over_responses_and_its_cancel_route(
+    store: Store, env: dict[str, Any]
+) -> None:
+    env["fake"] = FakeUpstream([Behaviour(words=["a", "b"]), Behaviour(stall=True)], lmsp=True)
+    env["runner"] = await start(store, env["fake"], timeout_s=60)
+    request = parse_create({"model": "up/m1", "input": "hi", "max_output_tokens": 9}, "fail")
+    done = await store.tasks.create(NewTask("up/m1", request))
+    stalled = await store.tasks.create(NewTask("up/m1", request))
+    for _ in range(500):
+        first = await store.tasks.get(done.task_id)
+        if first["state"] == "completed":
+            break
+        await asyncio.sleep(0.01)
+    assert first["output_text"] == "ab" and first["input_tokens"] == 7
+    assert env["fake"].requests[0]["max_output_tokens"] == 9  # Responses' name for it
+    await store.tasks.cancel(stalled.task_id)
+    for _ in range(500):
+        if env["fake"].cancelled:
+            break
+        await asyncio.sleep(0.01)
+    assert env["fake"].cancelled == ["resp_remote1"] and env["fake"].disconnects == 1
+
+
 async def test_concurrency_limit_per_upstream(store: Store, env: dict[str, Any]) -> None:
     env["fake"] = FakeUpstream([Behaviour(words=["x"] * 20, delay_s=0.02)] * 6)
     await env["fake"].start()

@@ -1,0 +1,140 @@
+"""Upstream faults through a real `serve`: the upstream killed mid-stream (a real
+llama_cpp.server, SIGKILL), answering 500, never answering. Each ends the task `failed`
+with `upstream_unavailable` and the upstream's own words after the retries; nothing hangs."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.serve_process import ServeProcess, call, create_token, lmsp
+from tests.integration.upstream_servers import LlamaServer
+from tests.support.fake_upstream import Behaviour, FakeUpstream
+
+
+class ThreadedFake:
+    """A FakeUpstream on its own loop in a daemon thread, for a `serve` subprocess to use."""
+
+    def __init__(self, script: list[Behaviour]) -> None:
+        self.fake = FakeUpstream(script)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self.fake.start(), self.loop).result(10)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[ServeProcess, str]]:
+    server = ServeProcess(tmp_path / "data")
+    server.start()
+    try:
+        yield server, create_token(server.data_dir)
+    finally:
+        server.terminate()
+
+
+def add(server: ServeProcess, url: str, *extra: str) -> None:
+    done = lmsp("upstream", "add", "gpu", url, *extra, data_dir=server.data_dir)
+    assert done.returncode == 0, done.stderr
+
+
+def wait_model(server: ServeProcess, token: str, model: str, reachable: bool) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        _, page = call(f"{server.url}/v1/models", token)
+        found = [m for m in page["data"] if m["id"] == model]
+        if found and found[0]["upstream"]["reachable"] is reachable:
+            return found[0]  # type: ignore[no-any-return]
+        time.sleep(0.1)
+    raise AssertionError(f"{model} never became reachable={reachable}: {page}")
+
+
+def run_until_finished(server: ServeProcess, token: str, body: dict[str, Any]) -> dict[str, Any]:
+    status, created = call(
+        f"{server.url}/v1/responses", token, "POST", {**body, "background": True}
+    )
+    assert status == 202, created
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        _, task = call(f"{server.url}/v1/tasks/{created['id']}", token)
+        if task["state"] in ("completed", "incomplete", "failed", "cancelled"):
+            return task  # type: ignore[no-any-return]
+        time.sleep(0.1)
+    raise AssertionError(f"the task hangs: {task}")
+
+
+def test_upstream_killed_mid_stream(service: Any, tmp_path: Path) -> None:
+    server, token = service
+    upstream = LlamaServer(tmp_path / "llama.log")
+    upstream.start()
+    try:
+        add(server, upstream.url)
+        wait_model(server, token, "gpu/smol", reachable=True)
+        body = {
+            "model": "gpu/smol",
+            "input": "Write a very long story about a dragon who learns to bake bread.",
+            "max_output_tokens": 400,
+            "temperature": 0,
+            "background": True,
+        }
+        status, created = call(f"{server.url}/v1/responses", token, "POST", body)
+        assert status == 202
+        deadline = time.monotonic() + 120
+        while True:
+            _, task = call(f"{server.url}/v1/tasks/{created['id']}", token)
+            if task["output_tokens"] >= 3:
+                break
+            assert time.monotonic() < deadline and task["state"] in ("queued", "running"), task
+            time.sleep(0.05)
+        upstream.kill()
+        while task["state"] not in ("failed", "completed", "incomplete", "cancelled"):
+            assert time.monotonic() < deadline + 60, task
+            time.sleep(0.1)
+            _, task = call(f"{server.url}/v1/tasks/{created['id']}", token)
+    finally:
+        upstream.kill()
+    assert task["state"] == "failed" and task["error"]["code"] == "upstream_unavailable"
+    assert task["error"]["message"].startswith("Upstream gpu:")
+    _, response = call(f"{server.url}/v1/responses/{created['id']}", token)
+    assert response["output_text"]  # the partial output is kept
+    # The models list (and so the app's Models page) shows the upstream down.
+    down = wait_model(server, token, "gpu/smol", reachable=False)
+    assert down["state"] == "unloaded" and down["upstream"]["error"]
+
+
+def test_upstream_answering_500(service: Any) -> None:
+    server, token = service
+    fake = ThreadedFake([Behaviour("error", status=500, message="CUDA out of memory")] * 10)
+    try:
+        add(server, fake.url)
+        wait_model(server, token, "gpu/m1", reachable=True)
+        task = run_until_finished(server, token, {"model": "gpu/m1", "input": "hi"})
+    finally:
+        fake.stop()
+    assert task["state"] == "failed" and task["error"]["code"] == "upstream_unavailable"
+    assert "HTTP 500: CUDA out of memory" in task["error"]["message"]
+    assert len(fake.fake.requests) == 4  # tried, then retried with backoff three times
+
+
+def test_upstream_never_answering(service: Any) -> None:
+    server, token = service
+    fake = ThreadedFake([Behaviour("silent")] * 10)
+    try:
+        add(server, fake.url, "--timeout", "1")
+        wait_model(server, token, "gpu/m1", reachable=True)
+        task = run_until_finished(server, token, {"model": "gpu/m1", "input": "hi"})
+    finally:
+        fake.stop()
+    assert task["state"] == "failed" and task["error"]["code"] == "upstream_unavailable"
+    assert "no answer within" in task["error"]["message"]
