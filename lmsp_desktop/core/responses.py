@@ -58,6 +58,35 @@ def task_object(row: RowLike, queue_position: int | None = None) -> dict[str, An
     }
 
 
+def _output_items(row: RowLike) -> list[dict[str, Any]] | None:
+    raw = row["output_items"] if "output_items" in row.keys() else None  # noqa: SIM118
+    return None if raw is None else list(json.loads(raw))
+
+
+def _items_output(items: list[dict[str, Any]], text: str, state: TaskState) -> list[dict[str, Any]]:
+    """The message (text from `output_text`) and function calls, in output order; a call
+    still open when the task ended is incomplete."""
+    output = []
+    for entry in items:
+        if entry["type"] == "message":
+            output.append(message_item(entry["id"], text, item_status(state)))
+            continue
+        status = entry["status"]
+        if status == "in_progress" and state in TERMINAL:
+            status = "incomplete"
+        output.append(
+            {
+                "type": "function_call",
+                "id": entry["id"],
+                "call_id": entry["call_id"],
+                "name": entry["name"],
+                "arguments": entry["arguments"],
+                "status": status,
+            }
+        )
+    return output
+
+
 def _int_or_none(value: float | None) -> int | None:
     return None if value is None else int(value)
 
@@ -71,7 +100,10 @@ def build_response(row: RowLike, queue_position: int | None = None) -> dict[str,
     request = json.loads(row["request"])
     state = TaskState(row["state"])
     output: list[dict[str, Any]] = []
-    if row["item_id"]:
+    items = _output_items(row)
+    if items is not None:  # a response that may call tools (storage/output_items.py)
+        output = _items_output(items, row["output_text"], state)
+    elif row["item_id"]:
         output.append(message_item(row["item_id"], row["output_text"], item_status(state)))
     error = json.loads(row["error"]) if row["error"] else None
     finished = state in TERMINAL

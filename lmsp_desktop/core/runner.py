@@ -26,6 +26,8 @@ from lmsp_desktop.core.requests import chat_messages
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+from lmsp_desktop.core.tool_output import CallingOutput
+from lmsp_desktop.core.tools.plan import plan_output
 
 log = logging.getLogger(__name__)
 STORE_RETRY_S = 1.0  # pause before retrying after the store refused a write (disk full)
@@ -242,7 +244,10 @@ class Runner:
         row = await self.tasks.get(task_id)
         request_json = json.loads(row["request"])
         snapshot = json.loads(row["snapshot"]) if resuming and row["snapshot"] else {}
-        if not resuming and await self.tasks.mark_running(task_id) is None:
+        # Tools and output format: prompt notes, tools to offer, the output grammar.
+        plan = plan_output(request_json, chat_messages(request_json))
+        opens = not plan.parse_calls  # with tools, items open as text or calls come
+        if not resuming and await self.tasks.mark_running(task_id, open_message=opens) is None:
             await self.tasks.confirm_cancelled(task_id)  # cancelled while loading
             return
         tokens: list[int] = list(snapshot.get("tokens", []))
@@ -255,7 +260,7 @@ class Runner:
         if seed is None:
             seed = secrets.randbits(63)
         request = GenerationRequest(
-            messages=chat_messages(request_json),
+            messages=plan.messages,
             max_output_tokens=request_json.get("max_output_tokens"),
             temperature=request_json["temperature"],
             top_p=request_json["top_p"],
@@ -263,8 +268,11 @@ class Runner:
             resume_tokens=list(tokens),
             resume_text="".join(text),
             on_restart=row["on_restart"],
+            grammar=plan.grammar,
+            tools=plan.tools,
         )
         state: dict[str, Any] = {"input_tokens": row["input_tokens"], "seed": seed}
+        calls = CallingOutput(self.tasks, task_id, snapshot.get("text", "")) if not opens else None
 
         async def sink(pieces: list[TokenPiece]) -> bool:
             tokens.extend(p.token_id for p in pieces)
@@ -272,6 +280,13 @@ class Runner:
             if not deltas:
                 return not request.cancel.is_set()
             snap: dict[str, Any] = {"tokens": tokens, "seed": state["seed"]}
+            if calls is not None:
+                return await calls.write(
+                    deltas,
+                    output_tokens=len(tokens),
+                    input_tokens=state["input_tokens"],
+                    snapshot=snap,
+                )
             if keep_text:
                 text.extend(deltas)
                 snap["text"] = "".join(text)
@@ -297,6 +312,13 @@ class Runner:
             if self._stopping:
                 return  # a shutdown, not a cancel: recovery applies the task's policy
             await self.tasks.confirm_cancelled(task_id)
+            return
+        if calls is not None and not await calls.close(
+            result.finish_reason,
+            output_tokens=result.output_tokens,
+            input_tokens=result.input_tokens,
+        ):
+            await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
             return
         reason = None
         if result.finish_reason == "length":

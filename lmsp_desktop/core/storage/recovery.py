@@ -193,7 +193,7 @@ def _move(
             lambda r: [_with_response("response.queued", response_of(r))],
             task_sets=mark + ", restarts=restarts+1, started_at=NULL, snapshot=NULL",
             params=(boot,),
-            response_sets="item_id=NULL, output_text='', output_tokens=0",
+            response_sets="item_id=NULL, output_text='', output_tokens=0, output_items=NULL",
         )
     # running, resumed from its snapshot by the runner
     return "response.resumed", store._transition_many(

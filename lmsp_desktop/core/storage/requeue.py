@@ -22,7 +22,7 @@ async def requeue_for_retry(tasks: TaskStore, task_id: str) -> bool:
         TaskState.QUEUED,
         lambda r: [_with_response("response.queued", response_of(r))],
         task_sets=", restarts=restarts+1, started_at=NULL, snapshot=NULL",
-        response_sets="item_id=NULL, output_text='', output_tokens=0",
+        response_sets="item_id=NULL, output_text='', output_tokens=0, output_items=NULL",
         params=(),
     )
     return row is not None

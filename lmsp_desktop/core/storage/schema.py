@@ -140,6 +140,12 @@ CREATE TABLE upstreams (
 );
 """
 
+# Function tools (issue 14): a response that may call tools keeps its output items (the
+# message and `function_call` items, in output order) as JSON; NULL for the others.
+SCHEMA_V3_OUTPUT_ITEMS = """
+ALTER TABLE responses ADD COLUMN output_items TEXT;
+"""
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1.
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2_UPSTREAMS]
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2_UPSTREAMS, SCHEMA_V3_OUTPUT_ITEMS]
 CURRENT_VERSION = len(MIGRATIONS)

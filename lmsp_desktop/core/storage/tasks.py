@@ -28,6 +28,8 @@ from lmsp_desktop.core.states import (
 )
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, claim_key
+from lmsp_desktop.core.storage.output_items import apply_events, close_events, load_items
+from lmsp_desktop.core.tools.parser import Event
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ SELECT t.n, t.id, t.client_id, t.model, t.state, t.on_restart, t.mode, t.created
        t.recovered_boot,
        t.started_at, t.finished_at, t.restarts, t.last_seq, t.snapshot,
        r.request, r.output_text, r.item_id, r.input_tokens, r.output_tokens, r.completed_at,
-       r.error, r.incomplete_reason
+       r.error, r.incomplete_reason, r.output_items
 FROM tasks t JOIN responses r ON r.id = t.id
 """
 
@@ -260,18 +262,16 @@ class TaskStore:
         )
         return row is not None
 
-    async def mark_running(self, task_id: str) -> str | None:
-        """queued/loading → running: opens a new output message item. Returns its item id."""
-        item_id = new_id("msg")
-        row = await self._transition(
-            task_id,
-            [TaskState.QUEUED, TaskState.LOADING],
-            TaskState.RUNNING,
-            lambda r: [
-                # The item is announced by the next event; until then the output is empty.
-                _with_response(
-                    "response.in_progress", {**response_of(r), "output": [], "output_text": ""}
-                ),
+    async def mark_running(self, task_id: str, *, open_message: bool = True) -> str | None:
+        """queued/loading → running: opens a new output message item. Returns its item id.
+
+        Without `open_message` (the request offers tools, so the output may be only calls)
+        no item is opened yet: append_output opens each item as its first text or call
+        comes, and keeps the list in `output_items`. Returns "" then."""
+        item_id = new_id("msg") if open_message else None
+        opened: list[dict[str, Any]] = []
+        if item_id is not None:
+            opened = [
                 {
                     "type": "response.output_item.added",
                     "output_index": 0,
@@ -284,13 +284,84 @@ class TaskStore:
                     "content_index": 0,
                     "part": output_text_part(""),
                 },
+            ]
+        row = await self._transition(
+            task_id,
+            [TaskState.QUEUED, TaskState.LOADING],
+            TaskState.RUNNING,
+            lambda r: [
+                # The item is announced by the next event; until then the output is empty.
+                _with_response(
+                    "response.in_progress", {**response_of(r), "output": [], "output_text": ""}
+                ),
+                *opened,
             ],
             task_sets=", started_at=?, snapshot=NULL",
             params=(time.time(),),
-            response_sets="item_id=?, output_text='', output_tokens=0, incomplete_reason=NULL",
-            response_params=(item_id,),
+            response_sets="item_id=?, output_text='', output_tokens=0, incomplete_reason=NULL,"
+            " output_items=?",
+            response_params=(item_id, None if open_message else "[]"),
         )
-        return item_id if row is not None else None
+        if row is None:
+            return None
+        return item_id or ""
+
+    async def append_output(
+        self,
+        task_id: str,
+        parsed: Sequence[Event],
+        *,
+        output_tokens: int,
+        input_tokens: int,
+        snapshot: dict[str, Any] | None,
+        closing_status: str = "completed",
+    ) -> bool:
+        """Persist parsed output (text, function calls) of a task that may call tools, with
+        the snapshot that covers it, only while still running (False otherwise, as
+        append_deltas). Each item is opened by its first text or call (output_items.py)."""
+        snapshot_json = json.dumps(snapshot) if snapshot is not None else None
+
+        def work(conn: sqlite3.Connection) -> tuple[int, str, tuple[str, ...]] | None:
+            cursor = conn.execute(
+                "UPDATE tasks SET snapshot=? WHERE id=? AND state='running' "
+                "RETURNING last_seq, model",
+                (snapshot_json, task_id),
+            )
+            found = cursor.fetchone()
+            cursor.close()
+            if found is None:
+                return None
+            current = conn.execute(
+                "SELECT item_id, output_items FROM responses WHERE id=?", (task_id,)
+            ).fetchone()
+            change = apply_events(
+                load_items(current[1]) or [],
+                current[0],
+                parsed,
+                closing_status=closing_status,
+            )
+            last = found[0]
+            if change.events:
+                last = self._append(conn, task_id, found[0], change.events)
+            conn.execute(
+                "UPDATE responses SET output_text = output_text || ?, item_id=?,"
+                " output_items=?, output_tokens=?, input_tokens=? WHERE id=?",
+                (
+                    change.text,
+                    change.message_id,
+                    json.dumps(change.items),
+                    output_tokens,
+                    input_tokens,
+                    task_id,
+                ),
+            )
+            return last, found[1], tuple(e["type"] for e in change.events)
+
+        done = await self.db.run(work)
+        if done is None:
+            return False
+        self._publish([TaskChange(task_id, TaskState.RUNNING, done[0], done[1], done[2])])
+        return True
 
     async def append_deltas(
         self,
@@ -633,6 +704,9 @@ def _lmsp_event(event_type: str, row: Row) -> dict[str, Any]:
 
 def _close_item_events(row: Row) -> list[dict[str, Any]]:
     """The done events of an open output item: text, part, item (Open Responses order)."""
+    items = load_items(row["output_items"])
+    if items is not None:  # a response that may call tools: its own item list
+        return close_events(items, row["output_text"], row["state"] == TaskState.COMPLETED)
     item_id = row["item_id"]
     if not item_id:
         return []

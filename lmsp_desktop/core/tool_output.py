@@ -1,0 +1,53 @@
+"""A running task's output when its request offers tools: the generated text goes through
+the tool-call parser, and the parsed text and calls into the store (storage/output_items.py).
+
+The snapshot keeps the text generated so far, so a resumed run rebuilds the parser's state
+by feeding it once (the events it produced were committed with that snapshot).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmsp_desktop.core.storage.tasks import TaskStore
+from lmsp_desktop.core.tools.parser import ToolCallParser
+
+
+class CallingOutput:
+    """Feeds one task's text deltas through a ToolCallParser into TaskStore.append_output."""
+
+    def __init__(self, tasks: TaskStore, task_id: str, resumed_text: str = "") -> None:
+        self.tasks = tasks
+        self.task_id = task_id
+        self.text = resumed_text
+        self.parser = ToolCallParser()
+        self.parser.feed(resumed_text)  # replay: these events were persisted by the first run
+
+    async def write(
+        self, deltas: list[str], *, output_tokens: int, input_tokens: int, snapshot: dict[str, Any]
+    ) -> bool:
+        """Persist the parsed deltas; False when the task is no longer running."""
+        joined = "".join(deltas)
+        self.text += joined
+        return await self.tasks.append_output(
+            self.task_id,
+            self.parser.feed(joined),
+            output_tokens=output_tokens,
+            input_tokens=input_tokens,
+            snapshot={**snapshot, "text": self.text},
+        )
+
+    async def close(self, finish_reason: str, *, output_tokens: int, input_tokens: int) -> bool:
+        """Flush at the end of the output: held text, a call whose block never closed
+        (complete if the model ended its turn, else incomplete)."""
+        events = self.parser.finish()
+        if not events:
+            return True
+        return await self.tasks.append_output(
+            self.task_id,
+            events,
+            output_tokens=output_tokens,
+            input_tokens=input_tokens,
+            snapshot=None,
+            closing_status="completed" if finish_reason == "stop" else "incomplete",
+        )

@@ -1,0 +1,125 @@
+"""Tool calls through the runner with a scripted engine: `auto` output parsed into a message
+and function_call items, their events, and exact resume in the middle of a call."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.engines.fake import FakeEngine
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.runner import Runner
+from lmsp_desktop.core.storage.recovery import next_boot, recover
+from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import NewTask
+from lmsp_desktop.core.tools.fields import parse_tool_fields
+from tests.unit.core.test_runner import Paths, finished, until
+
+SCRIPT = (
+    "Let", " me", " check", ".\n", "<tool", "_call>\n", '{"name": "get_weather", ',
+    '"arguments": {"city": ', '"Paris"', "}}", "\n</tool", "_call>",
+)  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    "strict": False,
+}
+
+
+async def submit(store: Store, **body: Any) -> str:
+    request = parse_create({"model": "m", "input": "Weather in Paris?", **body}, "fail")
+    request.update(parse_tool_fields({"tools": [WEATHER], "tool_choice": "auto"}, "responses"))
+    result = await store.tasks.create(
+        NewTask(model="m", request=request, on_restart=request["on_restart"])
+    )
+    return result.task_id
+
+
+def summary(response: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (i["type"], i.get("name"), i.get("arguments"), i["status"])
+        if i["type"] == "function_call"
+        else (i["type"], i["content"][0]["text"], i["status"])
+        for i in response["output"]
+    ]
+
+
+EXPECTED = [
+    ("message", "Let me check.", "completed"),
+    ("function_call", "get_weather", '{"city": "Paris"}', "completed"),
+]
+
+
+async def test_auto_output_becomes_a_message_and_a_function_call(store: Store) -> None:
+    engine = FakeEngine(SCRIPT, token_delay=0.02)  # small batches: arguments in several deltas
+    runner = Runner(store.tasks, Paths(), engine)
+    await runner.start()
+    try:
+        task_id = await submit(store)
+        await until(lambda: finished(store, task_id))
+        response = await store.tasks.response_object(task_id)
+        assert response["status"] == "completed"
+        assert summary(response) == EXPECTED
+        assert response["output_text"] == "Let me check."
+        call = response["output"][1]
+        assert call["call_id"].startswith("call_") and call["id"].startswith("fc_")
+        assert engine.requests[0].tools and engine.requests[0].tools[0]["name"] == "get_weather"
+        events = await store.tasks.events(task_id)
+        fc = [e for e in events if e.get("item_id") == call["id"] or
+              e.get("item", {}).get("id") == call["id"]]  # fmt: skip
+        assert [e["type"] for e in fc][0] == "response.output_item.added"
+        assert fc[0]["item"]["status"] == "in_progress" and fc[0]["output_index"] == 1
+        assert [e["type"] for e in fc][-2:] == [
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+        ]
+        deltas = [e["delta"] for e in fc if e["type"] == "response.function_call_arguments.delta"]
+        assert len(deltas) >= 2 and "".join(deltas) == '{"city": "Paris"}'  # streamed
+        assert all("<tool_call>" not in e.get("delta", "") for e in events)
+        assert events[-1]["type"] == "response.completed"
+        assert summary(events[-1]["response"]) == EXPECTED
+    finally:
+        await runner.stop()
+
+
+async def test_resume_in_the_middle_of_a_call_is_exact(data_dir: Path) -> None:
+    for cut in (2, 6, 8, 10):
+        store = Store(data_dir / str(cut))
+        await store.open()
+        engine = FakeEngine(SCRIPT)
+        engine.gate = threading.Semaphore(0)
+        runner = Runner(store.tasks, Paths(), engine)
+        await runner.start()
+        task_id = await submit(store, on_restart="resume")
+        engine.gate.release(cut)
+
+        async def reached(task_id: str = task_id, cut: int = cut) -> bool:
+            return int((await store.tasks.get(task_id))["output_tokens"]) >= cut
+
+        await until(reached)
+        await runner.stop()  # a shutdown leaves the task running, like a crash
+        await store.close()
+
+        store = Store(data_dir / str(cut))
+        await store.open()
+        await recover(store.tasks, await next_boot(store.tasks))
+        runner = Runner(store.tasks, Paths(), FakeEngine(SCRIPT))
+        await runner.start()
+        try:
+            await until(lambda task_id=task_id: finished(store, task_id))  # type: ignore[misc]
+            response = await store.tasks.response_object(task_id)
+            assert summary(response) == EXPECTED, f"cut at {cut}"
+            events = await store.tasks.events(task_id)
+            args = "".join(
+                e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
+            )
+            assert args == '{"city": "Paris"}', f"cut at {cut}"  # nothing repeated or skipped
+            added = [e for e in events if e["type"] == "response.output_item.added"]
+            assert len(added) == 2  # each item opened once
+            assert json.loads(response["output"][1]["arguments"]) == {"city": "Paris"}
+        finally:
+            await runner.stop()
+            await store.close()
