@@ -199,9 +199,6 @@ def neighbour_independence(model: Any, prompts: list[list[int]], steps: int, thr
         lc().llama_free(alone_ctx)
 
 
-
-
-
 def long_neighbour(model: Any, prompts: list[list[int]], steps: int, threads: int) -> None:
     """Sequence 0 decodes token by token while a neighbour's long prompt (300 tokens) is
     prefilled in the same llama_decode: are sequence 0's logits still its solo logits?"""
@@ -246,8 +243,6 @@ def main() -> None:
         throughput_batched(model, prompts, args.tokens, args.threads, unified=False)
         throughput_batched(model, prompts, args.tokens, args.threads, unified=True)
         throughput_contexts(model, prompts, args.tokens, args.threads)
-
-
 
 
 def chunking_independence(model: Any, prompts: list[list[int]], steps: int, threads: int) -> None:

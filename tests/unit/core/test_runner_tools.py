@@ -70,7 +70,7 @@ async def test_auto_output_becomes_a_message_and_a_function_call(store: Store) -
         events = await store.tasks.events(task_id)
         fc = [e for e in events if e.get("item_id") == call["id"] or
               e.get("item", {}).get("id") == call["id"]]  # fmt: skip
-        assert [e["type"] for e in fc][0] == "response.output_item.added"
+        assert fc[0]["type"] == "response.output_item.added"
         assert fc[0]["item"]["status"] == "in_progress" and fc[0]["output_index"] == 1
         assert [e["type"] for e in fc][-2:] == [
             "response.function_call_arguments.done",
@@ -87,39 +87,44 @@ async def test_auto_output_becomes_a_message_and_a_function_call(store: Store) -
 
 async def test_resume_in_the_middle_of_a_call_is_exact(data_dir: Path) -> None:
     for cut in (2, 6, 8, 10):
-        store = Store(data_dir / str(cut))
-        await store.open()
-        engine = FakeEngine(SCRIPT)
-        engine.gate = threading.Semaphore(0)
-        runner = Runner(store.tasks, Paths(), engine)
-        await runner.start()
-        task_id = await submit(store, on_restart="resume")
-        engine.gate.release(cut)
+        await _interrupt_and_resume(data_dir / str(cut), cut)
 
-        async def reached(task_id: str = task_id, cut: int = cut) -> bool:
-            return int((await store.tasks.get(task_id))["output_tokens"]) >= cut
 
-        await until(reached)
-        await runner.stop()  # a shutdown leaves the task running, like a crash
+async def _interrupt_and_resume(where: Path, cut: int) -> None:
+    """Run SCRIPT, stop after `cut` tokens as a crash would, recover with `resume`, finish."""
+    store = Store(where)
+    await store.open()
+    engine = FakeEngine(SCRIPT)
+    engine.gate = threading.Semaphore(0)
+    runner = Runner(store.tasks, Paths(), engine)
+    await runner.start()
+    task_id = await submit(store, on_restart="resume")
+    engine.gate.release(cut)
+
+    async def reached() -> bool:
+        return int((await store.tasks.get(task_id))["output_tokens"]) >= cut
+
+    await until(reached)
+    await runner.stop()  # a shutdown leaves the task running, like a crash
+    await store.close()
+
+    store = Store(where)
+    await store.open()
+    await recover(store.tasks, await next_boot(store.tasks))
+    runner = Runner(store.tasks, Paths(), FakeEngine(SCRIPT))
+    await runner.start()
+    try:
+        await until(lambda: finished(store, task_id))
+        response = await store.tasks.response_object(task_id)
+        assert summary(response) == EXPECTED, f"cut at {cut}"
+        events = await store.tasks.events(task_id)
+        args = "".join(
+            e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
+        )
+        assert args == '{"city": "Paris"}', f"cut at {cut}"  # nothing repeated or skipped
+        added = [e for e in events if e["type"] == "response.output_item.added"]
+        assert len(added) == 2  # each item opened once
+        assert json.loads(response["output"][1]["arguments"]) == {"city": "Paris"}
+    finally:
+        await runner.stop()
         await store.close()
-
-        store = Store(data_dir / str(cut))
-        await store.open()
-        await recover(store.tasks, await next_boot(store.tasks))
-        runner = Runner(store.tasks, Paths(), FakeEngine(SCRIPT))
-        await runner.start()
-        try:
-            await until(lambda task_id=task_id: finished(store, task_id))  # type: ignore[misc]
-            response = await store.tasks.response_object(task_id)
-            assert summary(response) == EXPECTED, f"cut at {cut}"
-            events = await store.tasks.events(task_id)
-            args = "".join(
-                e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
-            )
-            assert args == '{"city": "Paris"}', f"cut at {cut}"  # nothing repeated or skipped
-            added = [e for e in events if e["type"] == "response.output_item.added"]
-            assert len(added) == 2  # each item opened once
-            assert json.loads(response["output"][1]["arguments"]) == {"city": "Paris"}
-        finally:
-            await runner.stop()
-            await store.close()
