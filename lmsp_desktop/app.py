@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.creation import create_task
 from lmsp_desktop.core.engines.base import Engine
-from lmsp_desktop.core.errors import PausedError
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.service.context import ServiceContext
 from lmsp_desktop.core.service.host import ServiceHost
@@ -36,7 +35,7 @@ from lmsp_desktop.core.storage.recovery import (
 )
 from lmsp_desktop.core.storage.retention import purge_finished
 from lmsp_desktop.core.storage.store import Store
-from lmsp_desktop.core.storage.tasks import NewTask, Row
+from lmsp_desktop.core.storage.tasks import Row
 from lmsp_desktop.core.upstreams.catalog import UpstreamCatalog
 from lmsp_desktop.gui import data as task_queries
 from lmsp_desktop.gui.data import TaskFilter, TaskRow
@@ -133,13 +132,13 @@ class Core:
             store=self.store,
             settings=self.settings,
             registry=self.registry,
+            follower=self.follower,
             runner=self.runner,
             pairing=self.pairing,
+            recovery_report=self.recovery_report,
+            upstreams=self.upstreams,
             started_at=time.time(),
         )
-        self.context.extras["follower"] = self.follower
-        self.context.extras["recovery_report"] = self.recovery_report
-        self.context.extras["upstreams"] = self.upstreams
         return self.recovery_report
 
     async def scan_models(self) -> None:
@@ -164,18 +163,13 @@ class Core:
 
     # -- running -----------------------------------------------------------------------
     async def submit(self, model: str, prompt: str, on_restart: str | None = None) -> str:
-        """Create a background task as the owner, through the same path as the API."""
-        if self.paused:
-            raise PausedError()
+        """Create a background task as the owner, through the API's creation path (refused
+        while paused or shutting down, like `POST /v1/responses`)."""
         body: dict[str, Any] = {"model": model, "input": prompt, "background": True}
         if on_restart:
             body["on_restart"] = on_restart
-        request = parse_create(body, self.settings.default_on_restart)
-        await self.registry.get(model)
-        result = await self.store.tasks.create(
-            NewTask(model=model, request=request, on_restart=request["on_restart"])
-        )
-        return result.task_id
+        created = await create_task(self.context, body, client_id=None)
+        return created.task_id
 
     def apply_settings(self, settings: Settings) -> bool:
         """Settings saved in the dialog take effect now, without losing tasks: retention, the

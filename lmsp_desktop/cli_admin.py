@@ -16,15 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.cli_upstream import add_upstream_commands, run_upstream
-from lmsp_desktop.core.auth import SCOPES, parse_scopes
+from lmsp_desktop.core.auth import parse_scopes
 from lmsp_desktop.core.config import database_path
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.pairing import PairingManager
+from lmsp_desktop.core.scopes import DEFAULT_SCOPES as DEFAULT_SCOPE_NAMES
+from lmsp_desktop.core.scopes import SCOPES
 from lmsp_desktop.core.storage.clients import create_client, list_clients, revoke_client
 from lmsp_desktop.core.storage.store import Store
 
 COMMANDS = ("token", "pairing", "clients", "upstream")
-DEFAULT_SCOPES = "models:read,responses:read,responses:write"
+DEFAULT_SCOPES = ",".join(DEFAULT_SCOPE_NAMES)
 SCOPES_HELP = f"comma-separated, from: {', '.join(SCOPES)}"
 
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.ids import TOKEN_PREFIX, token_hash
+from lmsp_desktop.core.scopes import ADMIN, DEFAULT_SCOPES
+from lmsp_desktop.core.scopes import SCOPES as SCOPES  # re-exported: older imports use auth's
 from lmsp_desktop.core.storage.clients import touch_client
 
 if TYPE_CHECKING:
@@ -19,8 +21,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCOPES = ("models:read", "responses:read", "responses:write", "admin")
-ADMIN = "admin"
 
 # Writing last_seen on every request would turn each read into a write transaction.
 LAST_SEEN_EVERY_S = 30.0
@@ -29,7 +29,7 @@ _TOKEN_SHAPE = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_\-]{16,128}")
 _HOW_TO_PAIR = (
     "Pair this client with the service (POST /v1/pairing, or `Pair a client…` in the "
     "desktop app), or create a token with `lmsp-desktop token create --name NAME --scopes "
-    "models:read,responses:read,responses:write`, then send it as "
+    f"{','.join(DEFAULT_SCOPES)}`, then send it as "
     "`Authorization: Bearer lmsp_…`."
 )
 

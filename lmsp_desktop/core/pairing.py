@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
-from lmsp_desktop.core.auth import SCOPES
 from lmsp_desktop.core.errors import LmspError, invalid, not_found
 from lmsp_desktop.core.ids import new_id, token_hash
+from lmsp_desktop.core.scopes import SCOPES
 from lmsp_desktop.core.storage.clients import clean_name, insert_client
 
 if TYPE_CHECKING:

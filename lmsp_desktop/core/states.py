@@ -16,6 +16,31 @@ class TaskState(StrEnum):
     CANCELLED = "cancelled"
 
 
+# Every state's name, as the API's `state` filters and the metrics spell them.
+STATE_NAMES = tuple(state.value for state in TaskState)
+
+
+class EventType(StrEnum):
+    """The type of every event in a task's log (Open Responses' names plus LMSP's own)."""
+
+    CREATED = "response.created"
+    QUEUED = "response.queued"
+    LOADING = "response.loading"
+    IN_PROGRESS = "response.in_progress"
+    RESUMED = "response.resumed"
+    OUTPUT_ITEM_ADDED = "response.output_item.added"
+    CONTENT_PART_ADDED = "response.content_part.added"
+    OUTPUT_TEXT_DELTA = "response.output_text.delta"
+    OUTPUT_TEXT_DONE = "response.output_text.done"
+    CONTENT_PART_DONE = "response.content_part.done"
+    OUTPUT_ITEM_DONE = "response.output_item.done"
+    CANCELLING = "response.cancelling"
+    CANCELLED = "response.cancelled"
+    COMPLETED = "response.completed"
+    INCOMPLETE = "response.incomplete"
+    FAILED = "response.failed"
+
+
 class RestartPolicy(StrEnum):
     FAIL = "fail"
     RETRY = "retry"
@@ -44,27 +69,27 @@ STATUS_OF_STATE: dict[TaskState, str] = {
 
 # The state each event type leaves the task in. Item/part/text events happen while running.
 STATE_OF_EVENT: dict[str, TaskState] = {
-    "response.created": TaskState.QUEUED,
-    "response.queued": TaskState.QUEUED,
-    "response.loading": TaskState.LOADING,
-    "response.in_progress": TaskState.RUNNING,
-    "response.resumed": TaskState.RUNNING,
-    "response.output_item.added": TaskState.RUNNING,
-    "response.content_part.added": TaskState.RUNNING,
-    "response.output_text.delta": TaskState.RUNNING,
-    "response.output_text.done": TaskState.RUNNING,
-    "response.content_part.done": TaskState.RUNNING,
-    "response.output_item.done": TaskState.RUNNING,
-    "response.cancelling": TaskState.CANCELLING,
-    "response.cancelled": TaskState.CANCELLED,
-    "response.completed": TaskState.COMPLETED,
-    "response.incomplete": TaskState.INCOMPLETE,
-    "response.failed": TaskState.FAILED,
+    EventType.CREATED: TaskState.QUEUED,
+    EventType.QUEUED: TaskState.QUEUED,
+    EventType.LOADING: TaskState.LOADING,
+    EventType.IN_PROGRESS: TaskState.RUNNING,
+    EventType.RESUMED: TaskState.RUNNING,
+    EventType.OUTPUT_ITEM_ADDED: TaskState.RUNNING,
+    EventType.CONTENT_PART_ADDED: TaskState.RUNNING,
+    EventType.OUTPUT_TEXT_DELTA: TaskState.RUNNING,
+    EventType.OUTPUT_TEXT_DONE: TaskState.RUNNING,
+    EventType.CONTENT_PART_DONE: TaskState.RUNNING,
+    EventType.OUTPUT_ITEM_DONE: TaskState.RUNNING,
+    EventType.CANCELLING: TaskState.CANCELLING,
+    EventType.CANCELLED: TaskState.CANCELLED,
+    EventType.COMPLETED: TaskState.COMPLETED,
+    EventType.INCOMPLETE: TaskState.INCOMPLETE,
+    EventType.FAILED: TaskState.FAILED,
 }
 
 # Event types that exist only in LMSP; the Responses routes leave them out of their streams.
 LMSP_ONLY_EVENTS = frozenset(
-    {"response.loading", "response.cancelling", "response.cancelled", "response.resumed"}
+    {EventType.LOADING, EventType.CANCELLING, EventType.CANCELLED, EventType.RESUMED}
 )
 
 # Table 11.3: the state a leftover task is moved to at startup, by policy.

@@ -13,6 +13,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from lmsp_desktop.core.auth import OWNER, authenticate
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.follow import EventFollower
+from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.service import routes_clients, routes_pairing
 from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL, ServiceContext
@@ -43,8 +45,13 @@ async def owner_or_token_auth(request: web.Request, handler: Handler) -> web.Str
 
 
 async def serve(store: Store, clock: Clock) -> TestClient[Any, Any]:
-    ctx = ServiceContext(store=store, settings=Settings())
-    ctx.pairing = PairingManager(store.db, clock=clock)
+    ctx = ServiceContext(
+        store=store,
+        settings=Settings(),
+        registry=ModelRegistry(store.db, [], include_demo=False),
+        follower=EventFollower(store.tasks),
+        pairing=PairingManager(store.db, clock=clock),
+    )
     app = web.Application(middlewares=[owner_or_token_auth])
     app[CONTEXT] = ctx
     app.add_routes(routes_pairing.routes)

@@ -1,15 +1,26 @@
-"""What every route handler reaches through `request.app[CONTEXT]`: the running core's parts."""
+"""What every route handler reaches: the running core's parts, the caller, and the one way a
+route declares the scope it needs (`@requires(scope)`, in the manner of Starlette's)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
+from lmsp_desktop.core.auth import Principal
+
 if TYPE_CHECKING:
     from lmsp_desktop.core.config import Settings
+    from lmsp_desktop.core.follow import EventFollower
+    from lmsp_desktop.core.models.registry import ModelRegistry
+    from lmsp_desktop.core.pairing import PairingManager
+    from lmsp_desktop.core.runner import Runner
+    from lmsp_desktop.core.storage.recovery import RecoveryReport
     from lmsp_desktop.core.storage.store import Store
+    from lmsp_desktop.core.upstreams.catalog import UpstreamCatalog
 
 
 @dataclass
@@ -18,17 +29,47 @@ class ServiceContext:
 
     store: Store
     settings: Settings
-    registry: Any = None  # core.models.registry.ModelRegistry
-    runner: Any = None  # core.runner.Runner
-    pairing: Any = None  # core.pairing.PairingManager
+    registry: ModelRegistry
+    follower: EventFollower
+    runner: Runner | None = None  # without one, every model shows as unloaded
+    pairing: PairingManager | None = None  # made on first use when not given
+    upstreams: UpstreamCatalog | None = None  # other services whose models run here
+    # This startup's own recovery report (possibly with no items), for /v1/recovery/last.
+    recovery_report: RecoveryReport | None = None
     started_at: float = 0.0
     url: str = ""
+    # The port actually bound (the settings may say 0: any free port).
+    port: int | None = None
     shutting_down: bool = False
     # Drain: new responses are refused with 503 while accepted ones run to the end.
     paused: bool = False
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 CONTEXT = web.AppKey("lmsp_context", ServiceContext)
-# The authenticated caller of a request (core.auth.Principal), set by the auth middleware.
-PRINCIPAL: web.RequestKey[Any] = web.RequestKey("lmsp_principal", object)
+# The authenticated caller of a request, set by the auth middleware.
+PRINCIPAL = web.RequestKey("lmsp_principal", Principal)
+
+R = TypeVar("R", bound=web.StreamResponse)
+ScopedHandler = Callable[[web.Request, ServiceContext, Principal], Awaitable[R]]
+
+
+def requires(scope: str) -> Callable[[ScopedHandler[R]], Callable[[web.Request], Awaitable[R]]]:
+    """Declare the scope a route needs, once: the caller is refused with 403 unless it holds
+    `scope`; the handler then gets the context and the caller besides the request.
+
+        @routes.get("/v1/models")
+        @requires(MODELS_READ)
+        async def list_models(request, ctx, caller): ...
+    """
+
+    def decorate(handler: ScopedHandler[R]) -> Callable[[web.Request], Awaitable[R]]:
+        @functools.wraps(handler)
+        async def checked(request: web.Request) -> R:
+            caller = request[PRINCIPAL]
+            caller.require(scope)
+            return await handler(request, request.app[CONTEXT], caller)
+
+        checked.required_scope = scope  # type: ignore[attr-defined]
+        return checked
+
+    return decorate

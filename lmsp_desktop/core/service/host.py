@@ -60,15 +60,13 @@ class ServiceHost:
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else port
-        self.ctx.extras["port"] = self.port
+        self.ctx.port = self.port
         shown = f"[{host}]" if ":" in host else host
         self.ctx.url = f"http://{shown}:{self.port}"
         return self.ctx.url
 
     async def _end_streams(self, app: web.Application) -> None:
-        follower = self.ctx.extras.get("follower")
-        if follower is not None:
-            follower.close()
+        self.ctx.follower.close()
 
     async def stop(self) -> None:
         self.ctx.shutting_down = True

@@ -95,7 +95,7 @@ async def guards(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse foreign Host headers (DNS rebinding) and browser Origins not allow-listed."""
     ctx = request.app[CONTEXT]
     bound_host = ctx.settings.host
-    port = int(ctx.extras.get("port", ctx.settings.port))
+    port = ctx.port if ctx.port is not None else ctx.settings.port
     if not _is_wildcard(bound_host) and not _host_allowed(request.host, bound_host, port):
         raise LmspError(
             f"Requests must address this service by its own name (got Host {request.host!r}). "

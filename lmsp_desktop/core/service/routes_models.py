@@ -7,28 +7,26 @@ from typing import Any
 from aiohttp import web
 
 from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.scopes import MODELS_READ
 from lmsp_desktop.core.service.bodies import list_body
-from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL, ServiceContext
+from lmsp_desktop.core.service.context import ServiceContext, requires
 
 routes = web.RouteTableDef()
 
 
-def _model_api(ctx: ServiceContext, info: Any) -> dict[str, Any]:
-    return info.as_api(ctx.runner.loaded_state(info.id) if ctx.runner else "unloaded")  # type: ignore[no-any-return]
+def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
+    return info.as_api(ctx.runner.loaded_state(info.id) if ctx.runner else "unloaded")
 
 
 @routes.get("/v1/models")
-async def list_models(request: web.Request) -> web.Response:
-    principal: Principal = request[PRINCIPAL]
-    principal.require("models:read")
-    ctx = request.app[CONTEXT]
+@requires(MODELS_READ)
+async def list_models(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     models = [_model_api(ctx, info) for info in await ctx.registry.list()]
     return web.json_response(list_body(models, False))
 
 
 @routes.get("/v1/models/{id:.+}")  # upstream models have a slash: gpu/llama-3-70b
-async def get_model(request: web.Request) -> web.Response:
-    principal: Principal = request[PRINCIPAL]
-    principal.require("models:read")
-    ctx = request.app[CONTEXT]
+@requires(MODELS_READ)
+async def get_model(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     return web.json_response(_model_api(ctx, await ctx.registry.get(request.match_info["id"])))

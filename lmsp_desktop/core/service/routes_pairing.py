@@ -9,13 +9,12 @@ from aiohttp import web
 from lmsp_desktop.core.auth import parse_scopes
 from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.pairing import PairingManager
+from lmsp_desktop.core.scopes import DEFAULT_SCOPES
 from lmsp_desktop.core.service.bodies import read_json
 from lmsp_desktop.core.service.context import CONTEXT
 
 routes = web.RouteTableDef()
 
-# What a client that names no scopes asks for: everything but administration.
-DEFAULT_SCOPES = "models:read responses:read responses:write"
 # RFC 6749 5.1: answers carrying credentials must not be cached.
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
@@ -24,8 +23,7 @@ def _manager(request: web.Request) -> PairingManager:
     ctx = request.app[CONTEXT]
     if ctx.pairing is None:  # the composition root normally sets it; never run without one
         ctx.pairing = PairingManager(ctx.store.db)
-    manager: PairingManager = ctx.pairing
-    return manager
+    return ctx.pairing
 
 
 async def _object(request: web.Request) -> dict[str, Any]:
@@ -46,7 +44,7 @@ def _string(body: dict[str, Any], name: str) -> str:
 async def start_pairing(request: web.Request) -> web.Response:
     body = await _object(request)
     name = _string(body, "client_name")
-    scopes = parse_scopes(body.get("scopes", DEFAULT_SCOPES), "scopes")
+    scopes = parse_scopes(body.get("scopes", list(DEFAULT_SCOPES)), "scopes")
     answer = await _manager(request).start(name, scopes, request.remote)
     return web.json_response(answer, headers=NO_STORE)
 

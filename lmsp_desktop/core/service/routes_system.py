@@ -9,9 +9,10 @@ from aiohttp import web
 from lmsp_desktop import __version__
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import not_found
-from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL
+from lmsp_desktop.core.scopes import ADMIN
+from lmsp_desktop.core.service.context import CONTEXT, ServiceContext, requires
 from lmsp_desktop.core.service.openapi import openapi_document
-from lmsp_desktop.core.states import TERMINAL, TaskState
+from lmsp_desktop.core.states import STATE_NAMES, TERMINAL
 from lmsp_desktop.core.storage.recovery import last_report
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 
@@ -70,13 +71,11 @@ async def health(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/recovery/last")
-async def recovery_last(request: web.Request) -> web.Response:
-    principal: Principal = request[PRINCIPAL]
-    principal.require("admin")
-    ctx = request.app[CONTEXT]
+@requires(ADMIN)
+async def recovery_last(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     # This startup's own report (possibly with no items) when the composition root shares
     # it; the store keeps only reports that recovered something, which may be older.
-    current = ctx.extras.get("recovery_report")
+    current = ctx.recovery_report
     if current is not None:
         return web.json_response(current.as_json())
     report = await last_report(ctx.store.tasks)
@@ -86,10 +85,8 @@ async def recovery_last(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/metrics")
-async def metrics(request: web.Request) -> web.Response:
-    principal: Principal = request[PRINCIPAL]
-    principal.require("admin")
-    ctx = request.app[CONTEXT]
+@requires(ADMIN)
+async def metrics(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     counts = await ctx.store.tasks.counts()
     totals = await ctx.store.db.fetchone(
         "SELECT COALESCE(SUM(last_seq), 0) AS events, "
@@ -98,7 +95,7 @@ async def metrics(request: web.Request) -> web.Response:
     lines = [
         "# HELP lmsp_tasks Tasks in the store by state.",
         "# TYPE lmsp_tasks gauge",
-        *(f'lmsp_tasks{{state="{s.value}"}} {counts.get(s.value, 0)}' for s in TaskState),
+        *(f'lmsp_tasks{{state="{s}"}} {counts.get(s, 0)}' for s in STATE_NAMES),
         "# HELP lmsp_queue_depth Tasks waiting in a queue.",
         "# TYPE lmsp_queue_depth gauge",
         f"lmsp_queue_depth {counts.get('queued', 0)}",

@@ -7,25 +7,25 @@ from aiohttp import web
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.responses import task_object
+from lmsp_desktop.core.scopes import RESPONSES_READ
 from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.service.bodies import list_body, query_int
-from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL
-from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.service.context import ServiceContext, requires
+from lmsp_desktop.core.states import STATE_NAMES
 
 routes = web.RouteTableDef()
-STATES = {s.value for s in TaskState}
 
 
 @routes.get("/v1/tasks")
-async def list_tasks(request: web.Request) -> web.Response:
-    principal: Principal = request[PRINCIPAL]
-    principal.require("responses:read")
-    ctx = request.app[CONTEXT]
+@requires(RESPONSES_READ)
+async def list_tasks(
+    request: web.Request, ctx: ServiceContext, principal: Principal
+) -> web.Response:
     states = [s for value in request.query.getall("state", []) for s in value.split(",")]
-    unknown = [s for s in states if s not in STATES]
+    unknown = [s for s in states if s not in STATE_NAMES]
     if unknown:
         raise invalid(
-            f"Unknown state {unknown[0]!r}; use one of {', '.join(sorted(STATES))}.", "state"
+            f"Unknown state {unknown[0]!r}; use one of {', '.join(sorted(STATE_NAMES))}.", "state"
         )
     rows, has_more = await ctx.store.tasks.list(
         states=states,
@@ -39,20 +39,18 @@ async def list_tasks(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/tasks/{id}")
-async def get_task(request: web.Request) -> web.Response:
-    principal: Principal = request[PRINCIPAL]
-    principal.require("responses:read")
-    ctx = request.app[CONTEXT]
+@requires(RESPONSES_READ)
+async def get_task(request: web.Request, ctx: ServiceContext, principal: Principal) -> web.Response:
     row = await ctx.store.tasks.get(request.match_info["id"], principal.owner_filter())
     return web.json_response(task_object(row, await ctx.store.tasks.queue_position(row)))
 
 
 @routes.get("/v1/tasks/{id}/events")
-async def task_events(request: web.Request) -> web.StreamResponse:
+@requires(RESPONSES_READ)
+async def task_events(
+    request: web.Request, ctx: ServiceContext, principal: Principal
+) -> web.StreamResponse:
     """Every event, LMSP's own included: JSON pages, or SSE that replays then follows."""
-    principal: Principal = request[PRINCIPAL]
-    principal.require("responses:read")
-    ctx = request.app[CONTEXT]
     task_id = request.match_info["id"]
     await ctx.store.tasks.get(task_id, principal.owner_filter())
     after = query_int(request, "after", 0, 0, 2**62)
@@ -63,7 +61,7 @@ async def task_events(request: web.Request) -> web.StreamResponse:
                 raise invalid("Last-Event-ID must be a sequence number.", "Last-Event-ID")
             after = int(last_event_id)
         response = await sse.open_stream(request)
-        async for event in ctx.extras["follower"].follow(task_id, after):
+        async for event in ctx.follower.follow(task_id, after):
             try:
                 await sse.send(response, event)
             except (ConnectionResetError, RuntimeError):

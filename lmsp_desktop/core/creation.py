@@ -1,0 +1,112 @@
+"""The one way a task is created, whoever asks: `POST /v1/responses`, Chat Completions and
+the desktop app's "Try a prompt…" all call `create_task`.
+
+The order is the rule: refuse new work while paused or shutting down → parse the body into
+the normalised request → look the model up (404 before anything is stored) → claim the
+idempotency key and create the task with its first event, in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lmsp_desktop.core.errors import PausedError, ShuttingDownError
+from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, request_digest, validate_key
+from lmsp_desktop.core.storage.tasks import CreateResult, NewTask
+
+if TYPE_CHECKING:
+    from lmsp_desktop.core.service.context import ServiceContext
+
+# Body → normalised request dict (the task's stored `request`); raises LmspError 400s.
+# Takes the default restart policy from the settings.
+Parser = Callable[[Any, str], dict[str, Any]]
+# Reads the body only once the service is known to take work (an HTTP route passes one).
+BodyReader = Callable[[], Awaitable[Any]]
+# Idempotency keys of the owner (the app, the local CLI) live in their own keyspace.
+OWNER_KEYSPACE = "owner"
+
+
+@dataclass(frozen=True)
+class IdempotencyInput:
+    """What a request's Idempotency-Key is checked against: the key as sent, and the method
+    and path that, with the body, make the request's digest."""
+
+    key: str
+    method: str = "POST"
+    path: str = "/v1/responses"
+
+
+@dataclass(frozen=True)
+class Created:
+    """A created task (or a replayed idempotent answer) and what answering it needs."""
+
+    task_id: str
+    mode: str  # "background", "stream" or "sync"
+    request: dict[str, Any]  # the normalised request stored with the task
+    result: CreateResult  # the 200/202 body, or the replayed answer when `result.replayed`
+    claim: IdempotencyClaim | None  # held until the answer is stored or released
+
+    @property
+    def replayed(self) -> bool:
+        return self.result.replayed
+
+
+def mode_of(request: dict[str, Any]) -> str:
+    """How the client waits: background (answer 202 now), stream (SSE) or sync (one 200)."""
+    if request.get("background"):
+        return "background"
+    return "stream" if request.get("stream") else "sync"
+
+
+def refuse_new_work(ctx: ServiceContext) -> None:
+    """503 while shutting down or paused by the owner (drain: accepted tasks still finish)."""
+    if ctx.shutting_down:
+        raise ShuttingDownError()
+    if ctx.paused:
+        raise PausedError()
+
+
+async def create_task(
+    ctx: ServiceContext,
+    body: Any | BodyReader,
+    *,
+    client_id: str | None,
+    parse: Parser = parse_create,
+    idempotency: IdempotencyInput | None = None,
+) -> Created:
+    """Create a task from a request body as the caller `client_id` (None: the owner).
+
+    `body` is the decoded JSON body, or an async function that reads it (so a paused service
+    answers 503 without reading the body). `parse` maps the body to the normalised request
+    dict (Chat Completions passes its own parser). When `idempotency` is given, the key is
+    claimed in the task's transaction; the caller then stores the final answer under it (or
+    releases it) with `core.service.answering.settle_key`.
+    """
+    refuse_new_work(ctx)
+    if callable(body):
+        body = await body()
+    request = parse(body, ctx.settings.default_on_restart)
+    await ctx.registry.get(request["model"])  # 404 model_not_found before anything is stored
+    mode = mode_of(request)
+    claim = None
+    if idempotency is not None:
+        claim = IdempotencyClaim(
+            client_id or OWNER_KEYSPACE,
+            validate_key(idempotency.key),
+            request_digest(idempotency.method, idempotency.path, body),
+            ctx.settings.idempotency_ttl_s,
+        )
+    result = await ctx.store.tasks.create(
+        NewTask(
+            model=request["model"],
+            request=request,
+            on_restart=request["on_restart"],
+            mode=mode,
+            client_id=client_id,
+        ),
+        claim,
+    )
+    return Created(result.task_id, mode, request, result, claim)

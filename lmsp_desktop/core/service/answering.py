@@ -1,0 +1,144 @@
+"""Answering a created task over HTTP, for every route that creates tasks (Responses, Chat
+Completions): follow its events as SSE, wait for its finished object, cancel it when the
+client goes away, and store or release its idempotency key.
+
+Each route keeps its own choice of sync, stream or background answer and its own shapes;
+what they share is here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+from lmsp_desktop.core.errors import LmspError, ShuttingDownError
+from lmsp_desktop.core.service import sse
+from lmsp_desktop.core.service.context import ServiceContext
+from lmsp_desktop.core.states import TERMINAL, TaskState
+from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, complete_key, release_key
+
+log = logging.getLogger(__name__)
+
+# An event as a route shows it to its clients, or None to leave it out of the stream.
+EventView = Callable[[dict[str, Any]], dict[str, Any] | None]
+DISCONNECT_POLL_S = 0.25
+
+
+def shown_as_is(event: dict[str, Any]) -> dict[str, Any] | None:
+    return event
+
+
+def ends_with_error(shown: dict[str, Any]) -> bool:
+    return bool(shown.get("type") == "error")
+
+
+@contextlib.asynccontextmanager
+async def cancel_on_disconnect(
+    request: web.Request, ctx: ServiceContext, task_id: str
+) -> AsyncIterator[None]:
+    """Cancel the task if the client goes away (its CPU is freed, its partial output kept)."""
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(DISCONNECT_POLL_S)
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                await cancel_quietly(ctx, task_id, "its client went away")
+                return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        yield
+    finally:
+        watcher.cancel()
+
+
+async def cancel_quietly(ctx: ServiceContext, task_id: str, why: str) -> None:
+    """Cancel a task nobody waits for any more; a failure is logged, never raised (the task
+    may have finished meanwhile: 409), because nobody is left to show it to."""
+    try:
+        await ctx.store.tasks.cancel(task_id)
+    except LmspError as exc:
+        log.info("task %s not cancelled after %s: %s", task_id, why, exc.message)
+    except Exception:
+        log.exception("task %s: cancel after %s failed", task_id, why)
+
+
+async def stream_events(
+    request: web.Request,
+    ctx: ServiceContext,
+    task_id: str,
+    after: int,
+    view: EventView = shown_as_is,
+    *,
+    is_last: Callable[[dict[str, Any]], bool] = ends_with_error,
+    encode: Callable[[dict[str, Any]], bytes] = sse.encode,
+) -> tuple[web.StreamResponse, bool]:
+    """Replay the task's events after `after` as SSE, then follow them until the task ends
+    (or until an event `is_last`). Returns the response and whether the client went away
+    before the end."""
+    response = await sse.open_stream(request)
+    gone = False
+    async with contextlib.aclosing(ctx.follower.follow(task_id, after)) as events:
+        async for event in events:
+            shown = view(event)
+            if shown is None:
+                continue
+            try:
+                await response.write(encode(shown))
+            except (ConnectionResetError, RuntimeError):
+                gone = True
+                break
+            if is_last(shown):
+                break
+    with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client already left
+        await response.write_eof()
+    return response, gone
+
+
+async def finished_object(ctx: ServiceContext, task_id: str) -> dict[str, Any] | None:
+    """The response object if its task has finished, else None (the service is stopping)."""
+    final = await ctx.store.tasks.response_object(task_id)
+    return final if TaskState(final["task"]["state"]) in TERMINAL else None
+
+
+async def wait_for_final(request: web.Request, ctx: ServiceContext, task_id: str) -> dict[str, Any]:
+    """The finished response object of a sync request; the task is cancelled if the client
+    goes away first. 503 when the service stops first: the task is left for recovery, and a
+    half-done 200 would look like a final answer."""
+    async with cancel_on_disconnect(request, ctx, task_id):
+        await ctx.follower.wait_finished(task_id)
+    final = await finished_object(ctx, task_id)
+    if final is None:
+        raise ShuttingDownError()
+    return final
+
+
+@contextlib.asynccontextmanager
+async def holding_key(ctx: ServiceContext, claim: IdempotencyClaim | None) -> AsyncIterator[None]:
+    """While a request is being answered its key is in flight; if answering fails, the key is
+    released so a retry is not refused with 409."""
+    try:
+        yield
+    except BaseException:
+        if claim is not None:
+            await release_key(ctx.store.db, claim)
+        raise
+
+
+async def settle_key(
+    ctx: ServiceContext, claim: IdempotencyClaim | None, answer: dict[str, Any] | None
+) -> None:
+    """After answering: store the final `answer` (status 200) to replay, or release the key
+    when there is nothing final to replay (client gone, or shutdown)."""
+    if claim is None:
+        return
+    if answer is not None:
+        await complete_key(ctx.store.db, claim, 200, answer)
+    else:
+        await release_key(ctx.store.db, claim)
