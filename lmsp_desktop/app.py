@@ -118,7 +118,9 @@ class Core:
         if self._engine is None:
             from lmsp_desktop.core.engines.llama import LlamaEngine
 
-            self._engine = LlamaEngine(n_threads=self.settings.threads())
+            self._engine = LlamaEngine(
+                n_threads=self.settings.threads(), parallel=self.settings.parallel_per_model
+            )
         self.runner = Runner(
             self.store.tasks,
             self.registry,
@@ -184,6 +186,12 @@ class Core:
         self.runner.max_loaded_models = settings.max_loaded_models
         self.runner.idle_unload_s = settings.idle_unload_s
         live.parallel_per_model = self.runner.parallel_per_model = settings.parallel_per_model
+        from lmsp_desktop.core.engines.llama import LlamaEngine
+
+        if isinstance(self._engine, LlamaEngine):
+            # A loaded model keeps its sequence count; the next load takes the new one (extra
+            # lanes wait inside the engine for a free sequence meanwhile).
+            self._engine.parallel = settings.parallel_per_model
         folders = [Path(d).expanduser().resolve() for d in settings.model_dirs]
         changed = folders != self.registry.folders
         if changed:

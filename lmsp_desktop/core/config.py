@@ -39,7 +39,9 @@ class Settings:
     default_on_restart: str = RestartPolicy.FAIL.value
     max_loaded_models: int = 1
     idle_unload_s: float = 600.0
-    parallel_per_model: int = 1
+    # Concurrent requests per loaded model: they share its weights and are decoded together
+    # (each costs its own KV cache; see README "Engine").
+    parallel_per_model: int = 4
     idempotency_ttl_s: int = 24 * 3600
     max_body_bytes: int = 1024 * 1024
     allowed_origins: list[str] = field(default_factory=list)
@@ -60,7 +62,7 @@ class Settings:
         if self.max_loaded_models < 1:
             raise invalid("At least one model must be allowed to stay loaded.", "max_loaded_models")
         if self.parallel_per_model < 1:
-            raise invalid("Parallelism per model must be at least 1.", "parallel_per_model")
+            raise invalid("Concurrent requests per model must be at least 1.", "parallel_per_model")
         return self
 
     @classmethod

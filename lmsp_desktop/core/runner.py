@@ -86,11 +86,12 @@ class Runner:
         self.engine = engine
         self.max_loaded_models = max_loaded_models
         self.idle_unload_s = idle_unload_s
-        # A llama.cpp context generates one sequence at a time, so N parallel tasks of one
-        # model run on N lanes, each with its own loaded copy (memory × N).
+        # N lanes run N tasks of one model at once. Local lanes share the one loaded copy
+        # (the llama engine decodes their sequences together); each upstream lane has its own
+        # connection to the upstream.
         self.parallel_per_model = parallel_per_model
         self.remote = remote
-        self._slots: dict[str, _Slot] = {}  # lane → its loaded model
+        self._slots: dict[str, _Slot] = {}  # model id (upstream: lane) → its loaded model
         self._claimed: set[str] = set()  # task ids a lane is running right now
         self._wakeups: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
@@ -223,16 +224,17 @@ class Runner:
             path = await self.models.path_for_run(row["model"])
         else:
             path = Path(row["model"])  # an upstream model: nothing to load from disk
-        slot = self._slots.get(lane)
+        key = lane if remote is not None else row["model"]  # local lanes share one copy
+        slot = self._slots.get(key)
         needs_load = (slot is None or slot.model is None) and remote is None
         if not resuming and needs_load and not await self.tasks.mark_loading(task_id):
             return  # cancelled meanwhile
         try:
-            loaded = await self._acquire(lane, path, remote)
+            loaded = await self._acquire(key, path, remote)
         except EngineError as exc:
             await self._fail_or_confirm(task_id, exc.code, exc.message)
             return
-        slot = self._slots[lane]
+        slot = self._slots[key]
         slot.busy += 1
         try:
             await self._generate(task_id, loaded, resuming)
@@ -341,7 +343,8 @@ class Runner:
 
     # -- loading -----------------------------------------------------------------------
     async def _acquire(self, lane: str, path: Path, remote: Engine | None = None) -> LoadedModel:
-        """The lane's loaded model, loaded once however many tasks ask at the same time."""
+        """The loaded model of `lane` (a model id for local models, whose lanes share it),
+        loaded once however many tasks ask at the same time."""
         model_id = _model_of(lane)
         slot = self._slots.get(lane)
         if slot is None:

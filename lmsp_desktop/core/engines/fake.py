@@ -100,24 +100,29 @@ class FakeModel:
         self.workers_running = 0  # token loops still running in a thread
         self.max_concurrent_generations = 0
         self._lock = asyncio.Lock()
+        self._idle = asyncio.Event()  # set while no generation runs
+        self._idle.set()
 
     @staticmethod
     def render_prompt(messages: list[dict[str, str]]) -> str:
         return "".join(f"{m.get('role', 'user')}: {m.get('content', '')}\n" for m in messages)
 
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
+        """Like the llama engine, one loaded fake serves several generations at once."""
         check_request(request)
         seed = request.seed if request.seed is not None else new_seed()
-        async with self._lock:
-            if self.unloaded:
-                raise EngineError("model_unloaded", "The model was unloaded; submit again.")
-            self.engine.requests.append(request)
-            self.generating += 1
-            self.max_concurrent_generations = max(self.max_concurrent_generations, self.generating)
-            try:
-                return await pump(request, sink, lambda ch: self._run(request, ch, seed))
-            finally:
-                self.generating -= 1
+        if self.unloaded:
+            raise EngineError("model_unloaded", "The model was unloaded; submit again.")
+        self.engine.requests.append(request)
+        self.generating += 1
+        self._idle.clear()
+        self.max_concurrent_generations = max(self.max_concurrent_generations, self.generating)
+        try:
+            return await pump(request, sink, lambda ch: self._run(request, ch, seed))
+        finally:
+            self.generating -= 1
+            if not self.generating:
+                self._idle.set()
 
     def _run(self, request: GenerationRequest, channel: TokenChannel, seed: int) -> LoopOutcome:
         self.workers_running += 1
@@ -175,7 +180,9 @@ class FakeModel:
         return not channel.should_stop()
 
     async def unload(self) -> None:
+        """Like the llama engine: freed once the running generations have ended."""
         async with self._lock:
+            await self._idle.wait()
             if not self.unloaded:
                 self.unloaded = True
                 self.engine.unload_count += 1

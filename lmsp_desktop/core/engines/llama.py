@@ -1,95 +1,66 @@
-"""The llama.cpp engine (llama-cpp-python): loads GGUF models, generates token by token.
+"""The llama.cpp engine (llama-cpp-python's low-level API): loads a GGUF model's weights
+once and serves several generations from them at the same time.
 
-Every sampled token is evaluated by itself (batch size 1), and a resumed run replays the
-tokens of the earlier run the same way, because evaluating them as one batch changes the
-numerics (DESIGN.md, stack facts); with sampling a function of (seed, position), a resumed
-run then continues exactly where the interrupted one would have gone.
+One context holds `parallel` sequences, each with its own KV cache; one thread decodes all
+running generations together, one llama_decode per step (core/engines/llama_batch.py). An
+extra concurrent request costs its KV cache, never another copy of the weights. A finished
+generation leaves its tokens cached, so the next turn of a conversation (same system
+prompt, same history) evaluates only what is new (core/engines/prefix_cache.py).
+
+Exact resume: generated tokens are evaluated one per decode, sampling is a function of
+(seed, position), and the batch decoder keeps a sequence's numerics independent of its
+neighbours and of how its prompt was split (checked at load, see llama_batch.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import functools
-import importlib
+import concurrent.futures
 import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
+from lmsp_desktop.core.engines import llama_native as native
 from lmsp_desktop.core.engines.base import (
     EngineError,
     GenerationRequest,
     GenerationResult,
     ProgressSink,
-    TokenPiece,
     TokenSink,
 )
-from lmsp_desktop.core.engines.grammar import advance, open_constraint, pick
+from lmsp_desktop.core.engines.llama_batch import (
+    PREFILL_CHUNK,
+    BatchDecoder,
+    Job,
+    probe_exactness,
+)
 from lmsp_desktop.core.engines.llama_chat import ChatRenderer
-from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, check_request, pump
-from lmsp_desktop.core.engines.sampling import Utf8Stream, new_seed, sample_token
+from lmsp_desktop.core.engines.prefix_cache import PrefixStats
+from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, check_request, pump_started
+from lmsp_desktop.core.engines.sampling import new_seed
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_THREADS = 2
-
-# Loads that report progress swap llama_cpp's default-params factory for a moment (Llama()
-# offers no other way to pass a progress callback); the lock keeps two loads from racing.
-_LOAD_LOCK = threading.Lock()
-
-
-def _lowlevel() -> Any:
-    """llama_cpp's ctypes bindings, imported late: the package has no usable type stubs and
-    loads a native library, which code that never runs a model should not pay for."""
-    return importlib.import_module("llama_cpp.llama_cpp")
-
-
-def _open_llama(path: Path, n_ctx: int, n_threads: int, n_batch: int, report: ProgressSink) -> Any:
-    lc = _lowlevel()
-    llama_module: Any = importlib.import_module("llama_cpp")
-
-    def on_progress(value: float, _user_data: Any) -> bool:
-        try:
-            report(min(max(float(value), 0.0), 1.0))
-        except Exception:
-            pass  # progress is cosmetic: never abort a load over it
-        return True
-
-    callback = lc.llama_progress_callback(on_progress)
-    with _LOAD_LOCK:
-        original = lc.llama_model_default_params
-
-        def params_with_progress() -> Any:
-            params = original()
-            params.progress_callback = callback
-            return params
-
-        lc.llama_model_default_params = params_with_progress
-        try:
-            return llama_module.Llama(
-                model_path=str(path),
-                n_ctx=n_ctx,
-                n_batch=min(n_batch, n_ctx),
-                n_threads=n_threads,
-                n_threads_batch=n_threads,
-                verbose=False,
-            )
-        finally:
-            lc.llama_model_default_params = original
+DEFAULT_PARALLEL = 4  # concurrent requests per loaded model
+PROBE_TEXT = "The lighthouse keeper climbed the stairs as the storm rolled in from the sea. "
 
 
 class LlamaEngine:
-    """Loads GGUF files with llama.cpp. `n_ctx` caps the context (the model's own training
-    context is used when it is smaller); `n_threads` is used for prompt and tokens alike."""
+    """Loads GGUF files with llama.cpp. `n_ctx` caps each sequence's context (the model's own
+    training context is used when it is smaller); `n_threads` is used for prompt and tokens
+    alike; `parallel` is how many requests one loaded model serves at once."""
 
     def __init__(
-        self, n_ctx: int = DEFAULT_CONTEXT, n_threads: int = DEFAULT_THREADS, n_batch: int = 512
+        self,
+        n_ctx: int = DEFAULT_CONTEXT,
+        n_threads: int = DEFAULT_THREADS,
+        n_batch: int = 512,
+        parallel: int = DEFAULT_PARALLEL,
     ) -> None:
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.n_batch = n_batch
+        self.parallel = parallel
 
     async def load(self, path: Path, progress: ProgressSink | None = None) -> LlamaModel:
         loop = asyncio.get_running_loop()
@@ -104,64 +75,98 @@ class LlamaEngine:
 
         if progress is not None:
             progress(0.0)
-        llm = await asyncio.to_thread(self._load_sync, Path(path), report)
-        model = LlamaModel(llm, path=Path(path))
+        model = await asyncio.to_thread(self._load_sync, Path(path), report)
         if progress is not None:
             progress(1.0)
         return model
 
-    def _load_sync(self, path: Path, report: ProgressSink) -> Any:
+    def _load_sync(self, path: Path, report: ProgressSink) -> LlamaModel:
         if not path.is_file():
             raise EngineError(
                 "model_file_missing",
                 f"The model file {path} does not exist any more; rescan the model folders.",
             )
+        lc = native.lowlevel()
         try:
-            llm = _open_llama(path, self.n_ctx, self.n_threads, self.n_batch, report)
-            trained = int(_lowlevel().llama_model_n_ctx_train(llm.model))
-            if 0 < trained < self.n_ctx:
-                # Past its training context a model degrades: reopen with its own limit
-                # (mmap makes the second open cheap).
-                llm.close()
-                llm = _open_llama(path, trained, self.n_threads, self.n_batch, report)
-        except EngineError:
-            raise
+            weights = native.load_model(path, report)
         except Exception as exc:
             raise EngineError(
                 "model_load_failed",
                 f"llama.cpp could not load {path.name} ({exc}). Check that it is a complete "
                 "GGUF file of an architecture this llama.cpp build supports.",
             ) from exc
-        return llm
+        try:
+            trained = int(lc.llama_model_n_ctx_train(weights))
+            # Past its training context a model degrades: never ask for more.
+            n_ctx = min(self.n_ctx, trained) if trained > 0 else self.n_ctx
+            n_seq = max(1, self.parallel)
+            ctx = native.open_context(
+                weights,
+                n_ctx_seq=n_ctx,
+                n_seq=n_seq,
+                n_threads=self.n_threads,
+                n_batch=max(self.n_batch, PREFILL_CHUNK * n_seq + n_seq),
+            )
+        except Exception as exc:
+            lc.llama_model_free(weights)
+            raise EngineError(
+                "model_load_failed",
+                f"llama.cpp could not create a context for {path.name} ({exc}); lower the "
+                "concurrent requests per model or the context length.",
+            ) from exc
+        return LlamaModel(weights, ctx, path=path, n_ctx=n_ctx, n_seq=n_seq)
 
 
 class LlamaModel:
-    """A loaded llama.cpp model; one generation at a time."""
+    """A loaded llama.cpp model serving up to `parallel` generations at once."""
 
-    def __init__(self, llm: Any, path: Path) -> None:
-        self._llm: Any = llm
+    def __init__(self, weights: Any, ctx: Any, *, path: Path, n_ctx: int, n_seq: int) -> None:
+        self._lc = native.lowlevel()
+        self._weights: Any = weights
+        self._ctx: Any = ctx
         self.path = path
-        # llama.cpp may round the context up (to a multiple of 256), but Llama's own token
-        # buffer keeps the size that was asked for: the smaller one is the real limit.
-        self.context_length = min(int(llm.n_ctx()), len(llm.input_ids))
-        self._lc = _lowlevel()
-        self._vocab = self._lc.llama_model_get_vocab(llm.model)
-        self._n_vocab = int(llm.n_vocab())
+        self.context_length = n_ctx
+        self.parallel = n_seq
+        self._vocab = self._lc.llama_model_get_vocab(weights)
+        self._n_vocab = int(self._lc.llama_vocab_n_tokens(self._vocab))
         self._pieces: dict[int, bytes] = {}
-        # Tokens sampled by the current or last generation (end-of-turn included): lets
-        # tests check that a stop request ends the loop within one token.
-        self.sampled_tokens = 0
-        metadata: dict[str, str] = dict(llm.metadata)
-        self.metadata = metadata
-        bos_id, eos_id = int(llm.token_bos()), int(llm.token_eos())
+        self._pieces_lock = threading.Lock()
+        self.metadata = native.model_metadata(weights)
         self._renderer = ChatRenderer(
-            metadata.get("tokenizer.chat_template"),
-            bos_token=self._token_text(bos_id),
-            eos_token=self._token_text(eos_id),
+            self.metadata.get("tokenizer.chat_template"),
+            bos_token=self._token_text(int(self._lc.llama_vocab_bos(self._vocab))),
+            eos_token=self._token_text(int(self._lc.llama_vocab_eos(self._vocab))),
         )
-        self._lock = asyncio.Lock()
-        # Guards the native context across threads even if a cancelled caller stops waiting.
-        self._native = threading.Lock()
+        probe = self.tokenize_prompt(PROBE_TEXT * 4)[: PREFILL_CHUNK + 1]
+        exact = probe_exactness(ctx, self._vocab, n_seq, probe)
+        self._decoder: BatchDecoder | None = BatchDecoder(
+            ctx,
+            self._vocab,
+            n_seq=n_seq,
+            n_ctx_seq=n_ctx,
+            token_bytes=self.token_bytes,
+            exact=exact,
+        )
+        self._stats = self._decoder.cache.stats
+        self._unloading = asyncio.Lock()
+
+    @property
+    def exact_batching(self) -> bool:
+        """Whether sequences share decodes and cached prefixes (the load-time probe passed)."""
+        return self._decoder is not None and self._decoder.exact
+
+    @property
+    def prefix_stats(self) -> PrefixStats:
+        """Prefix cache lookups, hits and tokens reused since the model was loaded."""
+        return self._stats
+
+    @property
+    def sampled_tokens(self) -> int:
+        """Tokens sampled by the most recently started generation (end-of-turn included):
+        lets tests check that a stop request ends it within one token."""
+        decoder = self._decoder
+        job = decoder.last_job if decoder is not None else None
+        return job.sampled if job is not None else 0
 
     # --- prompt -------------------------------------------------------------------------
 
@@ -172,138 +177,65 @@ class LlamaModel:
         return self._renderer.render(messages, tools)
 
     def tokenize_prompt(self, prompt: str) -> list[int]:
-        llm = self._require()
         # Templates that print the BOS token themselves must not get a second one.
         add_bos = bool(self._lc.llama_vocab_get_add_bos(self._vocab)) and not (
             self._renderer.bos_token and prompt.startswith(self._renderer.bos_token)
         )
-        return [int(t) for t in llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)]
+        return native.tokenize(self._vocab, prompt, add_bos=add_bos)
 
     def token_bytes(self, token: int) -> bytes:
         """The bytes a token stands for (control tokens such as end-of-turn give b"")."""
         piece = self._pieces.get(token)
         if piece is None:
-            buf = ctypes.create_string_buffer(64)
-            n = int(self._lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False))
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = int(self._lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False))
-            piece = buf.raw[:n]
-            self._pieces[token] = piece
+            piece = native.token_piece(self._vocab, token)
+            with self._pieces_lock:
+                self._pieces[token] = piece
         return piece
 
     def _token_text(self, token: int) -> str:
         if token < 0:
             return ""
-        return str(self._llm._model.token_get_text(token))
+        text = self._lc.llama_vocab_get_text(self._vocab, token)
+        return text.decode("utf-8", errors="replace") if text else ""
 
     # --- generation ---------------------------------------------------------------------
 
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
         check_request(request)
+        decoder = self._require()
         seed = request.seed if request.seed is not None else new_seed()
-        async with self._lock:
-            self._require()
-            return await pump(request, sink, lambda channel: self._run(request, channel, seed))
+        prompt = await asyncio.to_thread(self._prompt_tokens, request)
 
-    def _run(self, request: GenerationRequest, channel: TokenChannel, seed: int) -> LoopOutcome:
-        with self._native:
-            try:
-                return self._token_loop(request, channel, seed)
-            except EngineError:
-                raise
-            except Exception as exc:
-                raise EngineError(
-                    "engine_error", f"llama.cpp failed during generation ({exc})."
-                ) from exc
+        def start(channel: TokenChannel) -> concurrent.futures.Future[LoopOutcome]:
+            done: concurrent.futures.Future[LoopOutcome] = concurrent.futures.Future()
+            decoder.submit(Job(request, channel, seed, prompt, done))
+            return done
 
-    def _token_loop(
-        self, request: GenerationRequest, channel: TokenChannel, seed: int
-    ) -> LoopOutcome:
-        llm = self._require()
+        return await pump_started(request, sink, start)
+
+    def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         prompt = self.tokenize_prompt(self.render_prompt(request.messages, request.tools))
-        n_ctx = self.context_length
-        if len(prompt) >= n_ctx:
+        if len(prompt) >= self.context_length:
             raise EngineError(
                 "context_length_exceeded",
                 f"The conversation is {len(prompt)} tokens long but this model's context "
-                f"holds {n_ctx}; shorten the input or start a new conversation.",
+                f"holds {self.context_length}; shorten the input or start a new conversation.",
             )
+        return prompt
 
-        def done(reason: Any) -> LoopOutcome:
-            return LoopOutcome(reason, input_tokens=len(prompt), seed_used=seed)
-
-        limit = request.max_output_tokens
-        position = len(request.resume_tokens)
-        if limit is not None and position >= limit:
-            return done("length")
-        self.sampled_tokens = 0
-        self._reset()
-        llm.eval(prompt)
-        text = Utf8Stream()
-        for token in request.resume_tokens:
-            # Replayed exactly as first evaluated: one token per decode.
-            if channel.should_stop():
-                return done("cancelled")
-            if llm.n_tokens >= n_ctx:
-                return done("context")
-            llm.eval([token])
-            text.prime(self.token_bytes(token))
-        # The output grammar (structured output, tool calls), its state rebuilt by replay.
-        grammar = open_constraint(
-            self._vocab, self._n_vocab, request.grammar, request.resume_tokens
-        )
-        while True:
-            if channel.should_stop():
-                return done("cancelled")
-            sample = functools.partial(
-                sample_token,
-                temperature=request.temperature,
-                top_p=request.top_p,
-                seed=seed,
-                position=position,
-            )
-            token = pick(grammar, self._last_logits(), sample)
-            self.sampled_tokens += 1
-            if self._lc.llama_vocab_is_eog(self._vocab, token):
-                return done("stop")
-            advance(grammar, token)
-            channel.emit(TokenPiece(token, text.feed(self.token_bytes(token))))
-            position += 1
-            if limit is not None and position >= limit:
-                return done("length")
-            if llm.n_tokens >= n_ctx:
-                return done("context")
-            if channel.should_stop():
-                return done("cancelled")
-            llm.eval([token])
-
-    def _reset(self) -> None:
-        """Start from an empty KV cache, so every run (first or resumed) sees the same
-        cache layout and therefore the same numerics."""
-        llm = self._require()
-        llm.reset()
-        memory = self._lc.llama_get_memory(llm.ctx)
-        if memory is not None:
-            self._lc.llama_memory_clear(memory, True)
-
-    def _last_logits(self) -> npt.NDArray[np.float32]:
-        pointer = self._lc.llama_get_logits_ith(self._require().ctx, -1)
-        logits: npt.NDArray[np.float32] = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,))
-        return logits.copy()
-
-    def _require(self) -> Any:
-        if self._llm is None:
+    def _require(self) -> BatchDecoder:
+        if self._decoder is None:
             raise EngineError("model_unloaded", "The model was unloaded; submit the request again.")
-        return self._llm
+        return self._decoder
 
     async def unload(self) -> None:
-        """Free the model once any running generation has ended."""
-        async with self._lock:
-            llm, self._llm = self._llm, None
-            if llm is not None:
-                await asyncio.to_thread(self._close, llm)
+        """Free the model once every running generation has ended."""
+        async with self._unloading:
+            decoder, self._decoder = self._decoder, None
+            if decoder is not None:
+                await asyncio.to_thread(self._close, decoder)
 
-    def _close(self, llm: Any) -> None:
-        with self._native:
-            llm.close()
+    def _close(self, decoder: BatchDecoder) -> None:
+        decoder.close()
+        self._lc.llama_free(self._ctx)
+        self._lc.llama_model_free(self._weights)

@@ -9,8 +9,9 @@ stops before evaluating or sampling another token.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from lmsp_desktop.core.engines.base import (
@@ -56,6 +57,14 @@ class TokenChannel:
     def emit(self, piece: TokenPiece) -> None:
         self._put(piece)
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def put_on_loop(self, piece: TokenPiece) -> None:
+        """Queue a piece; only on the loop's thread (see `emit_all`)."""
+        self._queue.put_nowait(piece)
+
     def should_stop(self) -> bool:
         """True once the sink refused more tokens or the runner set the cancel event."""
         return self._refused.is_set() or self._cancel.is_set()
@@ -78,6 +87,27 @@ class TokenChannel:
             self._refused.set()
 
 
+# What starting a generation returns: something that completes with its outcome.
+Started = Awaitable[LoopOutcome] | concurrent.futures.Future[LoopOutcome]
+
+
+def emit_all(loop: asyncio.AbstractEventLoop, items: list[tuple[TokenChannel, TokenPiece]]) -> bool:
+    """Hand the tokens of one batched decode step (several generations) to the loop in one
+    thread hop instead of one per token. False when the loop is closed."""
+
+    def deliver() -> None:
+        for channel, piece in items:
+            channel.put_on_loop(piece)
+
+    try:
+        loop.call_soon_threadsafe(deliver)
+    except RuntimeError:
+        for channel, _piece in items:
+            channel.refuse()
+        return False
+    return True
+
+
 async def pump(
     request: GenerationRequest,
     sink: TokenSink,
@@ -88,17 +118,36 @@ async def pump(
     The result counts the resumed tokens plus the tokens the sink accepted; once the sink
     refuses, later tokens are dropped and the finish reason is "cancelled".
     """
+
+    def start(channel: TokenChannel) -> Awaitable[LoopOutcome]:
+        def run() -> LoopOutcome:
+            try:
+                return body(channel)
+            finally:
+                channel.close()
+
+        return asyncio.to_thread(run)
+
+    return await pump_started(request, sink, start)
+
+
+async def pump_started(
+    request: GenerationRequest,
+    sink: TokenSink,
+    start: Callable[[TokenChannel], Started],
+) -> GenerationResult:
+    """Like `pump`, for a generation that something else runs (a batching thread): `start`
+    hands it the channel and returns what completes with its outcome; whoever runs it calls
+    `channel.close()` after its last token."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[TokenPiece | _Done] = asyncio.Queue()
     channel = TokenChannel(loop, queue, request.cancel)
-
-    def run() -> LoopOutcome:
-        try:
-            return body(channel)
-        finally:
-            channel.close()
-
-    worker = asyncio.ensure_future(asyncio.to_thread(run))
+    started = start(channel)
+    worker: asyncio.Future[LoopOutcome] = (
+        asyncio.wrap_future(started)
+        if isinstance(started, concurrent.futures.Future)
+        else asyncio.ensure_future(started)
+    )
     delivered = 0
     try:
         finished = False

@@ -167,13 +167,14 @@ async def test_load_counts_progress_delay_and_errors() -> None:
     assert engine.loads_in_progress == 0
 
 
-async def test_generations_on_one_model_run_one_at_a_time() -> None:
+async def test_one_loaded_model_runs_several_generations_at_once() -> None:
     engine = FakeEngine(token_delay=0.002)
     model = await engine.load(Path("fake.gguf"))
-    await asyncio.gather(
-        *(model.generate(GenerationRequest(MESSAGES), Collector()) for _ in range(3))
-    )
-    assert model.max_concurrent_generations == 1
+    sinks = [Collector() for _ in range(3)]
+    await asyncio.gather(*(model.generate(GenerationRequest(MESSAGES), s) for s in sinks))
+    assert model.max_concurrent_generations == 3
+    assert engine.load_count == 1
+    assert all(len(s.pieces) == len(engine.tokens) for s in sinks)
 
 
 async def test_unloaded_model_refuses_to_generate() -> None:

@@ -1,0 +1,165 @@
+"""Thin typed wrappers over llama.cpp's low-level C API (llama-cpp-python's ctypes bindings):
+load a model once, open a context holding several sequences, fill a token batch, decode.
+
+The high-level `Llama` class holds one sequence per context and its own copy of everything;
+the batched engine needs the model, the context and the batch as separate objects.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lmsp_desktop.core.engines.base import ProgressSink
+
+
+def lowlevel() -> Any:
+    """llama_cpp's ctypes bindings, imported late: the package has no usable type stubs and
+    loads a native library, which code that never runs a model should not pay for."""
+    module = importlib.import_module("llama_cpp.llama_cpp")
+    # llama.cpp logs every load at INFO on stderr; keep only its errors (as Llama does).
+    importlib.import_module("llama_cpp._logger").set_verbose(False)
+    return module
+
+
+_BACKEND = threading.Lock()
+_backend_ready = False
+
+
+def _init_backend(lc: Any) -> None:
+    global _backend_ready
+    with _BACKEND:
+        if not _backend_ready:
+            lc.llama_backend_init()
+            _backend_ready = True
+
+
+def load_model(path: Path, report: ProgressSink) -> Any:
+    """Load a GGUF file's weights (memory-mapped) once; returns a llama_model pointer or
+    raises RuntimeError."""
+    lc = lowlevel()
+    _init_backend(lc)
+
+    def on_progress(value: float, _user_data: Any) -> bool:
+        try:
+            report(min(max(float(value), 0.0), 1.0))
+        except Exception:
+            pass  # progress is cosmetic: never abort a load over it
+        return True
+
+    callback = lc.llama_progress_callback(on_progress)
+    params = lc.llama_model_default_params()
+    params.progress_callback = callback
+    model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
+    if not model:
+        raise RuntimeError("llama_model_load_from_file returned no model")
+    return model
+
+
+def open_context(model: Any, *, n_ctx_seq: int, n_seq: int, n_threads: int, n_batch: int) -> Any:
+    """A context with `n_seq` sequences of `n_ctx_seq` tokens each. Each sequence has its
+    own KV stream (kv_unified off), so one sequence's cache layout never depends on another."""
+    lc = lowlevel()
+    params = lc.llama_context_default_params()
+    params.n_ctx = n_ctx_seq * n_seq
+    params.n_batch = n_batch
+    params.n_ubatch = n_batch
+    params.n_seq_max = n_seq
+    params.n_threads = n_threads
+    params.n_threads_batch = n_threads
+    params.kv_unified = False
+    ctx = lc.llama_init_from_model(model, params)
+    if not ctx:
+        raise RuntimeError("llama_init_from_model returned no context")
+    return ctx
+
+
+def model_metadata(model: Any) -> dict[str, str]:
+    """The GGUF header's key-value pairs as strings."""
+    lc = lowlevel()
+    out: dict[str, str] = {}
+    buf = ctypes.create_string_buffer(1 << 16)
+    for i in range(int(lc.llama_model_meta_count(model))):
+        n = lc.llama_model_meta_key_by_index(model, i, buf, len(buf))
+        if n < 0:
+            continue
+        key = buf.value.decode("utf-8", errors="replace")
+        n = lc.llama_model_meta_val_str_by_index(model, i, buf, len(buf))
+        if n < 0:
+            continue
+        if n >= len(buf):  # a chat template longer than the buffer
+            big = ctypes.create_string_buffer(n + 1)
+            lc.llama_model_meta_val_str_by_index(model, i, big, len(big))
+            out[key] = big.value.decode("utf-8", errors="replace")
+        else:
+            out[key] = buf.value.decode("utf-8", errors="replace")
+    return out
+
+
+def tokenize(vocab: Any, text: str, *, add_bos: bool) -> list[int]:
+    lc = lowlevel()
+    data = text.encode("utf-8")
+    capacity = len(data) + 8
+    buf = (lc.llama_token * capacity)()
+    n = int(lc.llama_tokenize(vocab, data, len(data), buf, capacity, add_bos, True))
+    if n < 0:
+        capacity = -n
+        buf = (lc.llama_token * capacity)()
+        n = int(lc.llama_tokenize(vocab, data, len(data), buf, capacity, add_bos, True))
+    return [int(t) for t in buf[:n]]
+
+
+def token_piece(vocab: Any, token: int) -> bytes:
+    """The bytes a token stands for (control tokens such as end-of-turn give b"")."""
+    lc = lowlevel()
+    buf = ctypes.create_string_buffer(64)
+    n = int(lc.llama_token_to_piece(vocab, token, buf, len(buf), 0, False))
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = int(lc.llama_token_to_piece(vocab, token, buf, len(buf), 0, False))
+    return buf.raw[:n]
+
+
+class TokenBatch:
+    """A reusable llama_batch: (token, position, sequence, wants-logits) rows."""
+
+    def __init__(self, capacity: int) -> None:
+        self._lc = lowlevel()
+        self.capacity = capacity
+        self.raw = self._lc.llama_batch_init(capacity, 0, 1)
+        self.size = 0
+
+    def clear(self) -> None:
+        self.size = 0
+
+    def add(self, token: int, position: int, seq: int, logits: bool) -> int:
+        """Append a row; returns its index (where its logits will be)."""
+        i = self.size
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = position
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq
+        raw.logits[i] = logits
+        self.size = i + 1
+        return i
+
+    def decode(self, ctx: Any) -> int:
+        self.raw.n_tokens = self.size
+        return int(self._lc.llama_decode(ctx, self.raw))
+
+    def free(self) -> None:
+        self._lc.llama_batch_free(self.raw)
+
+
+def logits_row(ctx: Any, index: int, n_vocab: int) -> npt.NDArray[np.float32]:
+    """A copy of the logits of batch row `index` of the last decode."""
+    pointer = lowlevel().llama_get_logits_ith(ctx, index)
+    row: npt.NDArray[np.float32] = np.ctypeslib.as_array(pointer, shape=(n_vocab,))
+    return row.copy()

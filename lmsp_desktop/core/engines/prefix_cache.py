@@ -1,0 +1,102 @@
+"""Which sequence of a batched context a new generation uses, so it can start from the
+cached KV of a prompt that began the same way (the previous turn, the same system prompt).
+
+A context holds a fixed number of sequences (the model's concurrent requests). A finished
+generation leaves its tokens in its sequence; the next generation takes the idle sequence
+whose tokens share the longest prefix with its own, else the least recently used one.
+Memory is bounded by the sequence count; least recently used contents go first.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+# A shared prefix shorter than this (a chat template's opening tokens) is not worth keeping
+# a more valuable cached conversation from being the one evicted.
+MIN_USEFUL_PREFIX = 16
+
+
+@dataclass
+class CachedSequence:
+    """One sequence of the context: the tokens its KV cache holds, position by position."""
+
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)
+    last_used: int = 0
+    busy: bool = False
+
+
+@dataclass
+class PrefixStats:
+    lookups: int = 0
+    hits: int = 0
+    tokens_reused: int = 0
+    tokens_evaluated: int = 0  # prompt (and replayed) tokens that had to be evaluated
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class PrefixCache:
+    """The sequences of one context and what each holds. Thread-safe (the batching thread
+    claims and releases, the event loop reads the statistics)."""
+
+    def __init__(self, n_seq: int) -> None:
+        self.sequences = [CachedSequence(i) for i in range(n_seq)]
+        self.stats = PrefixStats()
+        self._clock = 0
+        self._lock = threading.Lock()
+
+    def free_count(self) -> int:
+        with self._lock:
+            return sum(not s.busy for s in self.sequences)
+
+    def claim(self, tokens: list[int], *, reuse: bool) -> tuple[CachedSequence, int] | None:
+        """An idle sequence for `tokens` and how many leading tokens its cache already holds
+        (never all of them: the last one is evaluated again for its logits); None when every
+        sequence is busy. The caller drops the cache past that point."""
+        with self._lock:
+            idle = [s for s in self.sequences if not s.busy]
+            if not idle:
+                return None
+            self._clock += 1
+            self.stats.lookups += 1
+            lru = min(idle, key=lambda s: s.last_used)
+            chosen, keep = lru, 0
+            if reuse:
+                best = max(idle, key=lambda s: (common_prefix(s.tokens, tokens), s.last_used))
+                best_len = common_prefix(best.tokens, tokens)
+                if best_len >= MIN_USEFUL_PREFIX:
+                    chosen, keep = best, best_len
+                else:
+                    keep = common_prefix(lru.tokens, tokens)
+            keep = min(keep, len(tokens) - 1)
+            keep = max(keep, 0)
+            chosen.busy = True
+            chosen.last_used = self._clock
+            del chosen.tokens[keep:]
+            if keep:
+                self.stats.hits += 1
+                self.stats.tokens_reused += keep
+            self.stats.tokens_evaluated += len(tokens) - keep
+            return chosen, keep
+
+    def release(self, sequence: CachedSequence, evaluated: list[int]) -> None:
+        """The generation ended; `evaluated` are the tokens now in the sequence's cache."""
+        with self._lock:
+            self._clock += 1
+            sequence.tokens = list(evaluated)
+            sequence.last_used = self._clock
+            sequence.busy = False
+
+    def forget(self, sequence: CachedSequence) -> None:
+        """The sequence's cache was cleared (an error): it holds nothing reusable."""
+        with self._lock:
+            sequence.tokens = []
+            sequence.busy = False

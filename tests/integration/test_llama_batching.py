@@ -1,0 +1,204 @@
+"""One loaded demo model serving several generations at once: shared decodes give each
+sequence exactly its solo output, the prefix cache reuses a previous turn, cancel and long
+prompts do not disturb the other streams, and resume stays exact inside a shared batch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
+from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel
+from lmsp_desktop.core.models.demo import demo_model_path
+
+THREADS = 1
+PROMPTS = [
+    [{"role": "user", "content": "Write a long story about a dragon."}],
+    [{"role": "user", "content": "Explain how tides work."}],
+    [{"role": "user", "content": "List ten fruits and their colours."}],
+    [{"role": "user", "content": "Write a poem about the sea."}],
+]
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.pieces: list[TokenPiece] = []
+        self._grew = asyncio.Condition()
+
+    async def __call__(self, batch: list[TokenPiece]) -> bool:
+        self.pieces.extend(batch)
+        async with self._grew:
+            self._grew.notify_all()
+        return True
+
+    async def wait_for(self, count: int) -> None:
+        async with self._grew:
+            await self._grew.wait_for(lambda: len(self.pieces) >= count)
+
+    @property
+    def ids(self) -> list[int]:
+        return [p.token_id for p in self.pieces]
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.pieces)
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[LlamaModel]:
+    path = demo_model_path()
+    assert path is not None
+    loaded = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=4).load(Path(path))
+    try:
+        yield loaded
+    finally:
+        await loaded.unload()
+
+
+def request(messages: list[dict[str, str]], **kw: object) -> GenerationRequest:
+    args: dict[str, object] = {"max_output_tokens": 24, "temperature": 0}
+    args.update(kw)
+    return GenerationRequest(messages, **args)  # type: ignore[arg-type]
+
+
+async def solo(model: LlamaModel, req: GenerationRequest) -> list[int]:
+    sink = Collector()
+    await model.generate(req, sink)
+    return sink.ids
+
+
+async def test_the_demo_model_passes_the_exactness_probe(model: LlamaModel) -> None:
+    # Measured property of this CPU backend and model; the rest of this file relies on it.
+    assert model.exact_batching
+    assert model.parallel == 4
+
+
+async def test_shared_decodes_give_each_sequence_its_solo_tokens(model: LlamaModel) -> None:
+    greedy = [request(p) for p in PROMPTS]
+    seeded = [request(p, temperature=0.9, top_p=0.9, seed=40 + i) for i, p in enumerate(PROMPTS)]
+    for requests in (greedy, seeded):
+        alone = [await solo(model, r) for r in requests]
+        sinks = [Collector() for _ in requests]
+        fresh = [
+            GenerationRequest(r.messages, r.max_output_tokens, r.temperature, r.top_p, r.seed)
+            for r in requests
+        ]
+        steps_before = model._require().steps
+        await asyncio.gather(*(model.generate(r, s) for r, s in zip(fresh, sinks, strict=True)))
+        together = [s.ids for s in sinks]
+        assert together == alone
+        # They really shared decodes: far fewer steps than tokens.
+        steps = model._require().steps - steps_before
+        assert steps < sum(len(t) for t in together)
+
+
+async def test_a_generation_joining_midway_changes_nobody(model: LlamaModel) -> None:
+    alone = [await solo(model, request(p, max_output_tokens=30)) for p in PROMPTS[:2]]
+    first, second = Collector(), Collector()
+    running = asyncio.create_task(model.generate(request(PROMPTS[0], max_output_tokens=30), first))
+    await first.wait_for(5)
+    await model.generate(request(PROMPTS[1], max_output_tokens=30), second)
+    await running
+    assert [first.ids, second.ids] == alone
+
+
+async def test_the_next_turn_reuses_the_cached_conversation_exactly(model: LlamaModel) -> None:
+    system = {"role": "system", "content": "You are a careful assistant. " * 8}
+    turn1 = [system, {"role": "user", "content": "Name a large animal."}]
+    first = Collector()
+    await model.generate(request(turn1), first)
+    turn2 = [
+        *turn1,
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "And a small one?"},
+    ]
+    before = model.prefix_stats.tokens_reused
+    hits = model.prefix_stats.hits
+    cached = Collector()
+    result = await model.generate(request(turn2), cached)
+    reused = model.prefix_stats.tokens_reused - before
+    assert model.prefix_stats.hits == hits + 1
+    assert reused >= len(model.tokenize_prompt(model.render_prompt(turn1))) - 1
+    assert reused < result.input_tokens
+    # A model with an empty cache gives the very same answer (exact reuse).
+    path = demo_model_path()
+    assert path is not None
+    other = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=1).load(Path(path))
+    try:
+        assert await solo(other, request(turn2)) == cached.ids
+        assert other.prefix_stats.tokens_reused == 0
+    finally:
+        await other.unload()
+
+
+async def test_cancel_stops_one_stream_within_a_token_and_not_the_others(
+    model: LlamaModel,
+) -> None:
+    reference = await solo(model, request(PROMPTS[1], max_output_tokens=40))
+    victim_request = request(PROMPTS[0], max_output_tokens=200)
+    victim, other = Collector(), Collector()
+    seen_at_cancel: list[int] = []
+
+    async def cancelling(batch: list[TokenPiece]) -> bool:
+        await victim(batch)
+        if len(victim.pieces) >= 4 and not victim_request.cancel.is_set():
+            victim_request.cancel.set()
+            seen_at_cancel.append(len(victim.pieces))
+        return True
+
+    cancelled, finished = await asyncio.gather(
+        model.generate(victim_request, cancelling),
+        model.generate(request(PROMPTS[1], max_output_tokens=40), other),
+    )
+    assert cancelled.finish_reason == "cancelled"
+    # At most the token already being decoded when the cancel landed comes after it.
+    assert len(victim.pieces) <= seen_at_cancel[0] + 1
+    assert finished.finish_reason in ("length", "stop")
+    assert other.ids == reference
+
+
+async def test_a_long_prompt_does_not_stall_a_running_stream(model: LlamaModel) -> None:
+    stream = Collector()
+    running = asyncio.create_task(model.generate(request(PROMPTS[0], max_output_tokens=60), stream))
+    await stream.wait_for(3)
+    long_prompt = [{"role": "user", "content": "Summarise this. " + "The tide rises. " * 120}]
+    reader = Collector()
+    at_start = len(stream.pieces)
+    first_token_seen: list[int] = []
+
+    async def reader_sink(batch: list[TokenPiece]) -> bool:
+        if not first_token_seen:
+            first_token_seen.append(len(stream.pieces))
+        return await reader(batch)
+
+    result = await model.generate(request(long_prompt, max_output_tokens=2), reader_sink)
+    await running
+    assert result.input_tokens > 4 * 32  # several prompt chunks
+    # The running stream kept getting tokens while the long prompt was being read.
+    assert first_token_seen[0] - at_start >= 3
+
+
+async def test_resume_inside_a_shared_batch_is_exact(model: LlamaModel) -> None:
+    full = Collector()
+    await model.generate(request(PROMPTS[0], max_output_tokens=32, temperature=0.8, seed=9), full)
+    for cut in (3, 17):
+        resumed, noise = Collector(), Collector()
+        await asyncio.gather(
+            model.generate(
+                request(
+                    PROMPTS[0],
+                    max_output_tokens=32,
+                    temperature=0.8,
+                    seed=9,
+                    resume_tokens=full.ids[:cut],
+                ),
+                resumed,
+            ),
+            model.generate(request(PROMPTS[2], max_output_tokens=32), noise),
+            model.generate(request(PROMPTS[3], max_output_tokens=8), Collector()),
+        )
+        assert full.ids[:cut] + resumed.ids == full.ids
+        assert resumed.pieces == full.pieces[cut:]
