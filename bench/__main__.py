@@ -32,6 +32,7 @@ BENCHES = {
     "B6": "bench.b6_digests",
     "B7": "bench.b7_gui",
     "B8": "bench.b8_cancel",
+    "B9": "bench.b9_grammar",
 }
 
 

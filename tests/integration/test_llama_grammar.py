@@ -174,3 +174,16 @@ async def test_forced_tool_call_parses_and_matches_the_schema(
         assert set(arguments) == {"city", "unit"} and arguments["unit"] in ("c", "f")
     else:
         assert set(arguments) <= {"city"}
+
+
+def test_greedy_shortcut_picks_what_the_full_mask_picks(model: LlamaModel) -> None:
+    import numpy as np
+
+    constraint = GrammarConstraint(model._vocab, model._n_vocab, schema_grammar(CITY))
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        logits = rng.normal(size=model._n_vocab).astype(np.float32)
+        best = constraint.best_allowed(logits)
+        full = int(np.argmax(constraint.mask(logits)))
+        assert best is None or best == full
+    constraint.close()

@@ -276,7 +276,7 @@ class BatchDecoder:
             position=job.position,
         )
         try:
-            token = pick(job.grammar, logits, sample)
+            token = pick(job.grammar, logits, sample, greedy=request.temperature <= 0)
         except EngineError as exc:
             self._end(job, error=exc)
             return
