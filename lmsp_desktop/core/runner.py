@@ -21,6 +21,7 @@ from lmsp_desktop.core.engines.base import (
     LoadedModel,
     TokenPiece,
 )
+from lmsp_desktop.core.engines.prefix_cache import CachesPrefixes, PrefixStats
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.requests import chat_messages
 from lmsp_desktop.core.states import TaskState
@@ -92,6 +93,7 @@ class Runner:
         self.parallel_per_model = parallel_per_model
         self.remote = remote
         self._slots: dict[str, _Slot] = {}  # model id (upstream: lane) → its loaded model
+        self._unloaded_prefix_stats = PrefixStats()  # of models unloaded since the start
         self._claimed: set[str] = set()  # task ids a lane is running right now
         self._wakeups: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
@@ -381,8 +383,19 @@ class Runner:
                 return  # everything is busy; load anyway rather than deadlock
             await self._unload(min(idle)[1])
 
+    def prefix_cache_stats(self) -> PrefixStats:
+        """Prompt-prefix cache figures of every model loaded since the runner started."""
+        total = PrefixStats()
+        total.add(self._unloaded_prefix_stats)
+        for slot in self._slots.values():
+            if isinstance(slot.model, CachesPrefixes):
+                total.add(slot.model.prefix_stats)
+        return total
+
     async def _unload(self, lane: str) -> None:
         slot = self._slots.pop(lane, None)
+        if slot is not None and isinstance(slot.model, CachesPrefixes):
+            self._unloaded_prefix_stats.add(slot.model.prefix_stats)
         if slot is not None and slot.model is not None:
             await slot.model.unload()
             self._notify_load(_model_of(lane), self.loaded_state(_model_of(lane)), 0.0)

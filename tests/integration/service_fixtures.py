@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import itertools
 import json
 import threading
@@ -53,7 +54,15 @@ class LiveCore:
         self.core = Core(data_dir, port=0)
         self._stopping: concurrent.futures.Future[None] | None = None
         self.url = self.call(self.core.start(), timeout=120)
+        self.call(self._one_task_per_model())
         self.port = int(self.url.rsplit(":", 1)[1])
+
+    async def _one_task_per_model(self) -> None:
+        """The queue tests hold the model with one long task (occupy_model) so that the next
+        ones stay queued: one concurrent request per model here (the default is 4; the
+        batching has its own tests, test_llama_batching.py and test_service_prefix_cache.py)."""
+        settings = dataclasses.replace(self.core.settings, parallel_per_model=1)
+        self.core.apply_settings(settings)
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
         """Run a coroutine on the Core's loop and wait for its result."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 # A shared prefix shorter than this (a chat template's opening tokens) is not worth keeping
 # a more valuable cached conversation from being the one evicted.
@@ -33,6 +34,20 @@ class PrefixStats:
     hits: int = 0
     tokens_reused: int = 0
     tokens_evaluated: int = 0  # prompt (and replayed) tokens that had to be evaluated
+
+    def add(self, other: PrefixStats) -> None:
+        self.lookups += other.lookups
+        self.hits += other.hits
+        self.tokens_reused += other.tokens_reused
+        self.tokens_evaluated += other.tokens_evaluated
+
+
+@runtime_checkable
+class CachesPrefixes(Protocol):
+    """A loaded model with a prompt-prefix cache (the llama engine), for the metrics."""
+
+    @property
+    def prefix_stats(self) -> PrefixStats: ...
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

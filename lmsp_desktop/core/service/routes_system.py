@@ -8,6 +8,7 @@ from aiohttp import web
 
 from lmsp_desktop import __version__
 from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.engines.prefix_cache import PrefixStats
 from lmsp_desktop.core.errors import not_found
 from lmsp_desktop.core.scopes import ADMIN
 from lmsp_desktop.core.service.context import CONTEXT, ServiceContext, requires
@@ -108,12 +109,30 @@ async def metrics(request: web.Request, ctx: ServiceContext, _: Principal) -> we
         "# HELP lmsp_output_tokens_stored Output tokens of the responses kept in the store.",
         "# TYPE lmsp_output_tokens_stored gauge",
         f"lmsp_output_tokens_stored {totals['tokens'] if totals else 0}",
+        *_prefix_cache_lines(ctx),
     ]
     return web.Response(
         text="\n".join(lines) + "\n",
         content_type="text/plain",
         headers={"X-Content-Type-Options": "nosniff"},
     )
+
+
+def _prefix_cache_lines(ctx: ServiceContext) -> list[str]:
+    """The engines' prompt-prefix cache: how often a prompt started like a cached one and
+    how many prompt tokens that saved (counted since the service started)."""
+    stats = ctx.runner.prefix_cache_stats() if ctx.runner else PrefixStats()
+    figures = [
+        ("lookups", "Prompts looked up in the prompt-prefix cache.", stats.lookups),
+        ("hits", "Prompts that started like a cached sequence.", stats.hits),
+        ("tokens_reused", "Prompt tokens taken from the cache.", stats.tokens_reused),
+        ("tokens_evaluated", "Prompt tokens evaluated (not cached).", stats.tokens_evaluated),
+    ]
+    lines: list[str] = []
+    for name, help_text, value in figures:
+        metric = f"lmsp_prefix_cache_{name}_total"
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter", f"{metric} {value}"]
+    return lines
 
 
 @routes.get("/v1/openapi.json")
