@@ -32,7 +32,10 @@ BENCHES = {
     "B6": "bench.b6_digests",
     "B7": "bench.b7_gui",
     "B8": "bench.b8_cancel",
-    "B9": "bench.b9_grammar",
+    "B9": "bench.b9_concurrency",
+    "B10": "bench.b10_memory",
+    "B11": "bench.b11_turns",
+    "B12": "bench.b9_grammar",
 }
 
 

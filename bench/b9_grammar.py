@@ -1,4 +1,4 @@
-"""B9 grammar-constrained decoding: tokens/s under a JSON-schema grammar against free
+"""B12 grammar-constrained decoding: tokens/s under a JSON-schema grammar against free
 decoding of the same prompt, on the demo model in this process (the engine's own per-token
 path; the grammar checks the sampled token first and masks the vocabulary only when that
 token is rejected)."""
@@ -70,9 +70,9 @@ def run(work: Path, quick: bool) -> list[Row]:
     free_rate, constrained_rate = statistics.median(free), statistics.median(constrained)
     ratio = constrained_rate / free_rate
     return [
-        Row("B9", f"free decoding, demo model ({n_free} tokens)", free_rate, "tok/s"),
+        Row("B12", f"free decoding, demo model ({n_free} tokens)", free_rate, "tok/s"),
         Row(
-            "B9",
+            "B12",
             f"decoding under a JSON-schema grammar ({n_constrained} tokens)",
             constrained_rate,
             "tok/s",

@@ -1,7 +1,7 @@
 """The service as a bench target: `Core` with a chosen engine, in its own process.
 
     python -m bench.server --data-dir D --port P [--engine gated|fake|llama]
-        [--models-dir M] [--demo] [--group-commit]
+        [--models-dir M] [--demo] [--group-commit] [--threads T] [--parallel N]
 
 Prints one JSON line (url, admin token, when Core.start began and when it was listening)
 once it serves, and stops cleanly on SIGTERM.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import signal
 import threading
@@ -57,6 +58,9 @@ async def main(args: argparse.Namespace) -> None:
     t_start = time.time()
     try:
         await core.start()
+        if args.parallel:
+            settings = dataclasses.replace(core.settings, parallel_per_model=args.parallel)
+            core.apply_settings(settings)
         t_listening = time.time()
         _, token = await create_client(core.store.db, "bench", frozenset({"admin"}))
         info = {"url": core.url, "token": token, "t_start": t_start, "t_listening": t_listening}
@@ -75,6 +79,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--demo", action="store_true", help="register the demo model")
     parser.add_argument("--group-commit", action="store_true")
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: default)")
+    parser.add_argument(
+        "--parallel", type=int, default=0, help="concurrent requests per model (0: default)"
+    )
     return parser.parse_args(argv)
 
 
