@@ -36,6 +36,7 @@ BENCHES = {
     "B10": "bench.b10_memory",
     "B11": "bench.b11_turns",
     "B12": "bench.b9_grammar",
+    "B13": "bench.b13_upstream",
 }
 
 

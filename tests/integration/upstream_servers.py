@@ -45,7 +45,7 @@ class LlamaServer:
         args = [
             sys.executable, "-m", "llama_cpp.server", "--model", str(model),
             "--host", "127.0.0.1", "--port", str(self.port), "--model_alias", ALIAS,
-            "--n_threads", "1",
+            "--n_threads", "1", "--interrupt_requests", "False",
         ]  # fmt: skip
         if self.api_key:
             args += ["--api_key", self.api_key]

@@ -92,7 +92,10 @@ class UpstreamClient:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # No connection limit of our own: the per-upstream concurrency limit is above.
-            connector = aiohttp.TCPConnector(limit=0)
+            # A connection per request: a kept-alive connection reused after a stream broke
+            # the next stream mid-way with llama_cpp.server (uvicorn) here; a TCP connect is
+            # nothing next to a generation.
+            connector = aiohttp.TCPConnector(limit=0, force_close=True)
             self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
         return self._session
 
@@ -178,17 +181,21 @@ class UpstreamClient:
                         retryable=response.status >= 500 or response.status in (408, 429),
                     )
                 ended = False
-                async for event, data in _sse(response.content):
-                    if event == "response.created" and on_id is not None:
-                        response_id = data.get("response", {}).get("id")
-                        if isinstance(response_id, str):
-                            on_id(response_id)
-                    chunk = parse(event, data)
-                    if chunk is None:
-                        continue
-                    yield chunk
-                    if chunk.finish_reason is not None:
-                        ended = True
+                try:
+                    async for event, data in _sse(response.content):
+                        if event == "response.created" and on_id is not None:
+                            response_id = data.get("response", {}).get("id")
+                            if isinstance(response_id, str):
+                                on_id(response_id)
+                        chunk = parse(event, data)
+                        if chunk is None:
+                            continue
+                        yield chunk
+                        if chunk.finish_reason is not None:
+                            ended = True
+                except BaseException:
+                    response.close()  # stopped mid-body (cancel, fault): drop the connection
+                    raise
                 if not ended:
                     raise UpstreamFault("the stream ended before the generation finished")
         except (aiohttp.ClientError, TimeoutError) as exc:
