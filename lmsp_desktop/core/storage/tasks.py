@@ -55,6 +55,9 @@ class TaskChange:
     last_seq: int
     model: str
     event_types: tuple[str, ...] = ()
+    # The committed events themselves when the commit was text deltas (the streaming hot
+    # path), so followers need not read them back; empty otherwise.
+    events: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -381,7 +384,7 @@ class TaskStore:
             return True
         snapshot_json = json.dumps(snapshot) if snapshot is not None else None
 
-        def work(conn: sqlite3.Connection) -> tuple[int, str] | None:
+        def work(conn: sqlite3.Connection) -> tuple[int, str, str, int] | None:
             cursor = conn.execute(
                 "UPDATE tasks SET snapshot=? WHERE id=? AND state='running' "
                 "RETURNING last_seq, model",
@@ -411,18 +414,25 @@ class TaskStore:
                 " input_tokens=? WHERE id=?",
                 ("".join(deltas), output_tokens, input_tokens, task_id),
             )
-            return last, found[1]
+            return last, found[1], item_id, first
 
         done = await self.db.run(work)
         if done is None:
             return False
-        self._publish(
-            [
-                TaskChange(
-                    task_id, TaskState.RUNNING, done[0], done[1], ("response.output_text.delta",)
-                )
-            ]
+        last, model, item_id, first = done
+        # The same events as the rows above (what json.loads of them gives), for followers.
+        events = tuple(
+            {
+                "type": DELTA,
+                "item_id": item_id,
+                "output_index": 0,
+                "content_index": 0,
+                "delta": d,
+                "sequence_number": seq,
+            }
+            for seq, d in enumerate(deltas, first)
         )
+        self._publish([TaskChange(task_id, TaskState.RUNNING, last, model, (DELTA,), events)])
         return True
 
     async def finish(
