@@ -6,6 +6,7 @@ from typing import Any
 
 from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.states import RestartPolicy
+from lmsp_desktop.core.tool_fields import parse_tool_fields
 
 # Sampling defaults when a request leaves them out (llama.cpp's own defaults); the response
 # reports the values actually used.
@@ -19,21 +20,27 @@ def unsupported(message: str, param: str) -> LmspError:
     return LmspError(message, code="unsupported_parameter", param=param, status=400)
 
 
-def parse_messages(value: Any) -> list[dict[str, str]]:
-    """`input` as a string, or a list of messages / Open Responses message items."""
+def parse_messages(value: Any) -> list[dict[str, Any]]:
+    """`input` as a string, or a list of messages / Open Responses message items, with tool
+    turns: `function_call` items (consecutive ones become one assistant turn with
+    `tool_calls`) and `function_call_output` items (a `tool` message)."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         raise invalid("`input` must be a string or a non-empty list of messages.", "input")
-    messages = []
+    messages: list[dict[str, Any]] = []
     for i, item in enumerate(value):
         where = f"input[{i}]"
         if not isinstance(item, dict):
             raise invalid(f"{where} must be an object with `role` and `content`.", where)
         kind = item.get("type", "message")
+        if kind in ("function_call", "function_call_output"):
+            _tool_turn(messages, item, where)
+            continue
         if kind != "message":
             raise unsupported(
-                f"{where} has type {kind!r}; this service accepts only message items.",
+                f"{where} has type {kind!r}; this service accepts message, function_call and "
+                "function_call_output items.",
                 f"{where}.type",
             )
         role = item.get("role")
@@ -41,6 +48,28 @@ def parse_messages(value: Any) -> list[dict[str, str]]:
             raise invalid(f"{where}.role must be one of {', '.join(ROLES)}.", f"{where}.role")
         messages.append({"role": role, "content": _content_text(item.get("content"), where)})
     return messages
+
+
+def _tool_turn(messages: list[dict[str, Any]], item: dict[str, Any], where: str) -> None:
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise invalid(f"{where}.call_id must name the function call.", f"{where}.call_id")
+    if item["type"] == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else _content_text(output, f"{where}.output")
+        messages.append({"role": "tool", "call_id": call_id, "content": text})
+        return
+    name, arguments = item.get("name"), item.get("arguments")
+    if not isinstance(name, str) or not name:
+        raise invalid(f"{where}.name must be the function's name.", f"{where}.name")
+    if not isinstance(arguments, str):
+        raise invalid(f"{where}.arguments must be a JSON string.", f"{where}.arguments")
+    call = {"call_id": call_id, "name": name, "arguments": arguments}
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+        last["tool_calls"].append(call)
+    else:
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
 
 def _content_text(content: Any, where: str) -> str:
@@ -100,27 +129,11 @@ def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
 def _refuse_unsupported_output(body: dict[str, Any]) -> None:
     """Output features the models here cannot honour: a 400 naming the field rather than an
     answer that silently ignores what was asked for."""
-    text = body.get("text")
-    if text is not None:
-        fmt = text.get("format") if isinstance(text, dict) else None
-        kind = fmt.get("type") if isinstance(fmt, dict) else None
-        if not isinstance(text, dict) or (fmt is not None and kind != "text"):
-            raise unsupported(
-                "Only plain text output is supported: leave `text.format` out or send "
-                '{"type": "text"}.',
-                "text.format",
-            )
     top_logprobs = body.get("top_logprobs")
     if top_logprobs not in (None, 0):
         raise unsupported(
             "This service does not return log probabilities; leave `top_logprobs` out.",
             "top_logprobs",
-        )
-    tool_choice = body.get("tool_choice")
-    if tool_choice not in (None, "auto", "none"):
-        raise unsupported(
-            "This service's models cannot call tools; leave `tool_choice` out (or `auto`).",
-            "tool_choice",
         )
 
 
@@ -137,9 +150,8 @@ def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise invalid("`instructions` must be a string.", "instructions")
-    if body.get("tools"):
-        raise unsupported("This service's models cannot call tools; leave `tools` out.", "tools")
     _refuse_unsupported_output(body)
+    tool_settings = parse_tool_fields(body, "responses")
     if body.get("previous_response_id") is not None:
         raise unsupported(
             "`previous_response_id` is not supported; send the conversation in `input`.",
@@ -179,6 +191,7 @@ def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
         "metadata": metadata,
         "truncation": truncation,
         "on_restart": on_restart,
+        **tool_settings,
     }
 
 

@@ -37,8 +37,10 @@ def item_status(state: TaskState) -> str:
 
 
 def task_object(row: RowLike, queue_position: int | None = None) -> dict[str, Any]:
-    """The LMSP task object (LMSP_API.md `GET /v1/tasks/{id}`)."""
+    """The LMSP task object (LMSP_API.md `GET /v1/tasks/{id}`). `dropped_tools` names the
+    tool types the request sent that the service cannot run (not offered to the model)."""
     error = json.loads(row["error"]) if row["error"] else None
+    dropped = json.loads(row["request"]).get("dropped_tools") if "request" in row.keys() else None  # noqa: SIM118
     return {
         "id": row["id"],
         "object": "task",
@@ -55,6 +57,7 @@ def task_object(row: RowLike, queue_position: int | None = None) -> dict[str, An
         "last_sequence_number": row["last_seq"],
         "output_tokens": row["output_tokens"],
         "error": error,
+        "dropped_tools": dropped or [],
     }
 
 
@@ -85,6 +88,25 @@ def _items_output(items: list[dict[str, Any]], text: str, state: TaskState) -> l
             }
         )
     return output
+
+
+def _text_format(request: dict[str, Any]) -> dict[str, Any]:
+    """The output format as Open Responses echoes it: a json_schema format without its
+    schema (the document's JsonSchemaResponseFormat has `schema: null`)."""
+    fmt = dict(request.get("text_format") or {"type": "text"})
+    if fmt.get("type") == "json_schema":
+        fmt["schema"] = None
+    return fmt
+
+
+def _tool_choice(request: dict[str, Any]) -> Any:
+    """The tool choice as Open Responses writes it (allowed_tools as its object)."""
+    choice = request.get("tool_choice") or "auto"
+    allowed = request.get("allowed_tools")
+    if allowed:
+        tools = [{"type": "function", "name": name} for name in allowed]
+        return {"type": "allowed_tools", "mode": choice, "tools": tools}
+    return choice
 
 
 def _int_or_none(value: float | None) -> int | None:
@@ -130,11 +152,11 @@ def build_response(row: RowLike, queue_position: int | None = None) -> dict[str,
         "instructions": request.get("instructions"),
         "output": output,
         "error": {"code": error["code"], "message": error["message"]} if error else None,
-        "tools": [],
-        "tool_choice": "auto",
+        "tools": [{"type": "function", **tool} for tool in request.get("tools") or []],
+        "tool_choice": _tool_choice(request),
         "truncation": request.get("truncation", "disabled"),
-        "parallel_tool_calls": False,
-        "text": {"format": {"type": "text"}},
+        "parallel_tool_calls": bool(request.get("parallel_tool_calls", False)),
+        "text": {"format": _text_format(request)},
         "top_p": request["top_p"],
         "presence_penalty": request.get("presence_penalty", 0.0),
         "frequency_penalty": request.get("frequency_penalty", 0.0),
@@ -143,7 +165,7 @@ def build_response(row: RowLike, queue_position: int | None = None) -> dict[str,
         "reasoning": None,
         "usage": usage,
         "max_output_tokens": request.get("max_output_tokens"),
-        "max_tool_calls": None,
+        "max_tool_calls": request.get("max_tool_calls"),
         "store": bool(request.get("store", True)),
         "background": bool(request.get("background", False)),
         "service_tier": "default",

@@ -62,6 +62,8 @@ EVENT_SCHEMAS = {
     "response.content_part.done": "ResponseContentPartDoneStreamingEvent",
     "response.output_text.delta": "ResponseOutputTextDeltaStreamingEvent",
     "response.output_text.done": "ResponseOutputTextDoneStreamingEvent",
+    "response.function_call_arguments.delta": "ResponseFunctionCallArgumentsDeltaStreamingEvent",
+    "response.function_call_arguments.done": "ResponseFunctionCallArgumentsDoneStreamingEvent",
     "error": "ErrorStreamingEvent",
 }
 # LMSP's own events, "shaped alike": type, sequence_number and a full response.
@@ -106,10 +108,10 @@ def validate(instance: Any, name: str) -> None:
     CHECKS[name] += 1
 
 
-def check_response(response: dict[str, Any]) -> None:
+def check_response(response: dict[str, Any], text_format: str = "text") -> None:
     """A valid ResponseResource, plus what the schema alone cannot say (LMSP_API.md)."""
     validate(response, "ResponseResource")
-    assert response["text"] == {"format": {"type": "text"}}
+    assert response["text"]["format"]["type"] == text_format
     for key in (
         "temperature",
         "top_p",
@@ -124,6 +126,9 @@ def check_response(response: dict[str, Any]) -> None:
     ):
         assert response[key] is not None, key
     for item in response["output"]:
+        if item["type"] == "function_call":
+            validate(item, "FunctionCall")
+            continue
         validate(item, "Message")
         assert item["role"] == "assistant"
         for part in item["content"]:
@@ -147,7 +152,7 @@ def check_response(response: dict[str, Any]) -> None:
         validate(response["error"], "Error")
     else:
         assert response["error"] is None
-    text = "".join(p["text"] for i in response["output"] for p in i["content"])
+    text = "".join(p["text"] for i in response["output"] for p in i.get("content", []))
     assert response["output_text"] == text
 
 
@@ -563,3 +568,118 @@ def test_streams_of_retried_and_resumed_responses_stay_valid(tmp_path: Path) -> 
         run(third, check)
     finally:
         third.stop()
+
+
+# -- function tools and structured output (issue 14) ------------------------------------------
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+CALL_ORDER = re.compile(
+    r"response\.created response\.in_progress response\.output_item\.added "
+    r"(response\.function_call_arguments\.delta )+response\.function_call_arguments\.done "
+    r"response\.output_item\.done response\.completed"
+)
+
+
+async def test_function_call_streams_and_validates(
+    http: aiohttp.ClientSession, user: Client
+) -> None:
+    await create(http, user)  # the model is loaded: no LMSP event skipped, so no gaps
+    fields = {
+        "input": "What is the weather in Paris?",
+        "tools": [WEATHER_TOOL, {"type": "web_search"}],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "max_output_tokens": 80,
+        "stream": True,
+    }
+    async with http.post("/v1/responses", json=body(**fields), headers=user.headers) as r:
+        assert r.status == 200
+        events = [e.data for e in parse_sse(await r.read())]
+    for event in events:
+        check_event(event)
+    types = " ".join(e["type"] for e in events)
+    assert CALL_ORDER.fullmatch(types), types
+    added, done = events[2]["item"], events[-2]["item"]
+    assert added["type"] == "function_call" and added["status"] == "in_progress"
+    assert added["arguments"] == "" and added["name"] == "get_weather"
+    deltas = "".join(
+        e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
+    )
+    assert done["arguments"] == deltas == events[-3]["arguments"]
+    assert done["status"] == "completed" and done["call_id"] == added["call_id"]
+    assert all(e.get("item_id", added["id"]) == added["id"] for e in events)
+    arguments = json.loads(done["arguments"])
+    assert set(arguments) == {"city", "unit"} and arguments["unit"] in ("c", "f")
+    response = events[-1]["response"]
+    assert response["output"] == [done] and response["output_text"] == ""
+    assert response["tools"] == [WEATHER_TOOL] and response["tool_choice"] == "required"
+    assert response["parallel_tool_calls"] is False
+    assert response["task"]["dropped_tools"] == ["web_search"]
+    assert events == await events_of(http, user.headers, response["id"])
+
+
+async def test_tool_round_trip_with_output_items(http: aiohttp.ClientSession, user: Client) -> None:
+    first = await create(
+        http,
+        user,
+        input="What is the weather in Paris?",
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=80,
+    )
+    check_response(first)
+    call = first["output"][0]
+    answer = await create(
+        http,
+        user,
+        input=[
+            {"role": "user", "content": "What is the weather in Paris?"},
+            call,
+            {"type": "function_call_output", "call_id": call["call_id"], "output": "22 C, sunny"},
+        ],
+        tools=[WEATHER_TOOL],
+        tool_choice="none",
+        max_output_tokens=40,
+    )
+    check_response(answer)
+    assert answer["output"][0]["type"] == "message" and answer["output_text"]
+    assert answer["tool_choice"] == "none"
+
+
+async def test_structured_output_parses_and_validates(
+    http: aiohttp.ClientSession, user: Client
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 30}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "name": "trip", "schema": schema, "strict": True}
+    response = await create(
+        http,
+        user,
+        input="Plan a three-day trip to Rome.",
+        text={"format": fmt},
+        max_output_tokens=60,
+    )
+    check_response(response, "json_schema")
+    data = json.loads(response["output_text"])
+    jsonschema.validate(data, schema)
+    async with http.post(
+        "/v1/responses",
+        json=body(text={"format": {**fmt, "schema": {"type": "integer", "minimum": 1}}}),
+        headers=user.headers,
+    ) as r:
+        error = (await r.json())["error"]
+        assert r.status == 400 and error["param"] == "text.format.schema.minimum"

@@ -151,10 +151,10 @@ def test_errors_map_to_the_sdk_exceptions(sdk: OpenAI, live: LiveCore) -> None:
         sdk.responses.create(
             model=MODEL,
             input="Hi",
-            tools=[{"type": "function", "name": "f", "parameters": {}, "strict": True}],
+            tools=[{"type": "function", "name": "f", "parameters": {"not": {}}, "strict": True}],
             **SHORT,
         )
-    assert bad.value.param == "tools"
+    assert bad.value.param == "tools[0].parameters.not"
     stranger = OpenAI(base_url=live.url + "/v1", api_key="lmsp_" + "x" * 40, max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         stranger.responses.create(model=MODEL, input="Hi", **SHORT)

@@ -85,3 +85,98 @@ def test_kill_and_resume_gives_byte_identical_output(
     assert deltas == expected  # the log never repeats nor skips text
     assert [e["sequence_number"] for e in events] == list(range(1, len(events) + 1))
     assert server.terminate() == 0
+
+
+STRICT_TOOL = {
+    "type": "function",
+    "name": "plan_trip",
+    "description": "Plan a trip",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "notes": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["city", "days", "notes"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+TRIP_SCHEMA = {
+    "type": "object",
+    # A long story is required, so the kills land inside the output.
+    "properties": {"title": {"type": "string"}, "story": {"type": "string", "minLength": 200}},
+    "required": ["title", "story"],
+    "additionalProperties": False,
+}
+
+
+def _outcome(response: dict) -> list:  # type: ignore[type-arg]
+    """The output without ids (a resumed run keeps them, a reference run has its own)."""
+    return [
+        (i["type"], i.get("name"), i.get("arguments"), i["status"])
+        if i["type"] == "function_call"
+        else (i["type"], i["content"][0]["text"], i["status"])
+        for i in response["output"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tools": [STRICT_TOOL], "tool_choice": "required", "parallel_tool_calls": False},
+        {"text": {"format": {"type": "json_schema", "name": "trip", "schema": TRIP_SCHEMA}}},
+    ],
+    ids=["tool_call", "structured"],
+)
+def test_kill_and_resume_under_a_grammar_gives_the_same_output(
+    tmp_path: Path,
+    extra: dict,  # type: ignore[type-arg]
+) -> None:
+    data_dir = tmp_path / "data"
+    server = ServeProcess(data_dir)
+    url = server.start()
+    token = create_token(data_dir)
+    body = {
+        "model": MODEL,
+        "input": "Plan a long trip to Rome with many notes.",
+        "max_output_tokens": 60,
+        "temperature": 0,
+        **extra,
+    }
+    status, reference = call(f"{url}/v1/responses", token, "POST", body)
+    assert status == 200, reference
+    assert reference["usage"]["output_tokens"] > 24
+    status, created = call(
+        f"{url}/v1/responses", token, "POST", {**body, "background": True, "on_restart": "resume"}
+    )
+    assert status == 202, created
+    task_id = created["id"]
+    kills = 0
+    for cut in (4, 11, 23):
+        task = wait_task(
+            url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t)
+        )
+        if finished(task):
+            break
+        server.kill()
+        kills += 1
+        url = server.start()
+    assert kills == 3, "the generation ended before the kills could happen"
+    wait_task(url, token, task_id, finished)
+    status, response = call(f"{url}/v1/responses/{task_id}", token)
+    assert _outcome(response) == _outcome(reference)
+    status, page = call(f"{url}/v1/tasks/{task_id}/events?limit=1000", token)
+    events = page["data"]
+    added = [e for e in events if e["type"] == "response.output_item.added"]
+    assert len(added) == len(response["output"])  # each item opened once across the kills
+    arguments = "".join(
+        e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
+    )
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert arguments + text == "".join(
+        i.get("arguments", "") or i.get("content", [{}])[0].get("text", "")
+        for i in response["output"]
+    )  # the log never repeats nor skips output
+    assert server.terminate() == 0

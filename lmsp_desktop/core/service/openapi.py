@@ -82,13 +82,66 @@ MESSAGE = {  # an input message (Open Responses message item, text content only)
         },
     },
 }
+TEXT_PARTS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["type", "text"],
+        "properties": {
+            "type": {"enum": ["input_text", "output_text", "text"]},
+            "text": {"type": "string"},
+        },
+    },
+}
+FUNCTION_CALL_ITEM = {  # a call the model made earlier, sent back with its result
+    "type": "object",
+    "required": ["type", "call_id", "name", "arguments"],
+    "properties": {
+        "type": {"enum": ["function_call"]},
+        "call_id": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1},
+        "arguments": {"type": "string"},
+    },
+}
+FUNCTION_CALL_OUTPUT_ITEM = {
+    "type": "object",
+    "required": ["type", "call_id", "output"],
+    "properties": {
+        "type": {"enum": ["function_call_output"]},
+        "call_id": {"type": "string", "minLength": 1},
+        "output": {"oneOf": [{"type": "string"}, TEXT_PARTS]},
+    },
+}
+TYPED = {"type": {"type": "string"}}
+TOOL = {  # function tools are offered; other types are dropped and noted on the task
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": {"type": "string", "minLength": 1}},
+}
+TEXT_FIELD = {
+    "type": ["object", "null"],
+    "properties": {
+        "format": {
+            "type": ["object", "null"],
+            "required": ["type"],
+            "properties": {"type": {"enum": ["text", "json_object", "json_schema"]}},
+        }
+    },
+}
 CREATE_BODY = {
     "type": "object",
     "required": ["model", "input"],
     "properties": {
         "model": {"type": "string", "minLength": 1},
         "input": {
-            "oneOf": [{"type": "string"}, {"type": "array", "items": MESSAGE, "minItems": 1}]
+            "oneOf": [
+                {"type": "string"},
+                {
+                    "type": "array",
+                    "items": {"anyOf": [MESSAGE, FUNCTION_CALL_ITEM, FUNCTION_CALL_OUTPUT_ITEM]},
+                    "minItems": 1,
+                },
+            ]
         },
         "instructions": {"type": ["string", "null"]},
         "max_output_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000},
@@ -107,7 +160,16 @@ CREATE_BODY = {
         "presence_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
         "frequency_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
         "truncation": {"enum": ["auto", "disabled"]},
-        "tools": {"type": "array", "maxItems": 0},
+        "tools": {"type": ["array", "null"], "items": TOOL},
+        "tool_choice": {
+            "oneOf": [
+                {"enum": ["none", "auto", "required", None]},
+                {"type": "object", "required": ["type"], "properties": TYPED},
+            ]
+        },
+        "parallel_tool_calls": {"type": ["boolean", "null"]},
+        "max_tool_calls": {"type": ["integer", "null"], "minimum": 0, "maximum": 128},
+        "text": TEXT_FIELD,
         "on_restart": {"enum": ["fail", "retry", "resume"]},
     },
 }

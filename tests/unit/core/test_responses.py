@@ -198,5 +198,6 @@ def test_task_object_fields() -> None:
         "last_sequence_number": 9,
         "output_tokens": 4,
         "error": None,
+        "dropped_tools": [],
     }
     assert task_object(row("queued"), 3)["queue_position"] == 3
