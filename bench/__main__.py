@@ -35,7 +35,7 @@ BENCHES = {
     "B9": "bench.b9_concurrency",
     "B10": "bench.b10_memory",
     "B11": "bench.b11_turns",
-    "B12": "bench.b9_grammar",
+    "B12": "bench.b12_grammar",
     "B13": "bench.b13_upstream",
 }
 

@@ -53,7 +53,9 @@ def parse_tool_fields(body: dict[str, Any], api: str) -> dict[str, Any]:
         "tools": tools,
         "tool_choice": tool_choice,
         "allowed_tools": allowed,
-        "parallel_tool_calls": True if parallel is None else parallel,
+        # Off unless asked for, as in llama.cpp's server: small models given the choice
+        # repeat the same call until the token limit. The response echoes the value used.
+        "parallel_tool_calls": False if parallel is None else parallel,
         "max_tool_calls": max_calls,
         "dropped_tools": dropped,
         "text_format": _text_format(body, api),

@@ -36,7 +36,7 @@ def offered_tools(request: dict[str, Any]) -> list[dict[str, Any]]:
 def max_calls(request: dict[str, Any]) -> int | None:
     """How many calls one output may hold (None: no limit)."""
     limit = request.get("max_tool_calls")
-    if not request.get("parallel_tool_calls", True):
+    if not request.get("parallel_tool_calls", False):
         return 1
     return limit if isinstance(limit, int) else None
 

@@ -29,7 +29,7 @@ def test_no_tools_gives_the_defaults() -> None:
         "tools": [],
         "tool_choice": "auto",
         "allowed_tools": None,
-        "parallel_tool_calls": True,
+        "parallel_tool_calls": False,
         "max_tool_calls": None,
         "dropped_tools": [],
         "text_format": {"type": "text"},

@@ -1,0 +1,167 @@
+"""Function tools and structured output with real clients, unchanged, against the real
+service and demo model: the official `openai` SDK (Responses) and openai-agents.
+
+The 135M demo model needs `tool_choice` required or named and strict schemas for a call to
+come deterministically; `auto` parsing is tested with a scripted engine
+(tests/unit/core/test_runner_tools.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openai import OpenAI
+from pydantic import BaseModel, ConfigDict, Field
+
+pytest.register_assert_rewrite("tests.integration.service_fixtures")
+
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore  # noqa: E402
+
+pytest_plugins = ["tests.integration.service_fixtures"]
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+QUESTION = "What is the weather in Paris?"
+SETTINGS: dict[str, Any] = {"temperature": 0, "max_output_tokens": 60}
+
+
+@pytest.fixture
+def sdk(live: LiveCore) -> Iterator[OpenAI]:
+    client = OpenAI(
+        base_url=live.url + "/v1", api_key=live.token(*USER_SCOPES), max_retries=0, timeout=120
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+class Trip(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    city: str
+    days: int
+
+
+def test_responses_tool_round_trip(sdk: OpenAI) -> None:
+    first = sdk.responses.create(
+        model=MODEL,
+        input=QUESTION,
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+        parallel_tool_calls=False,
+        **SETTINGS,
+    )
+    assert first.status == "completed"
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert len(calls) == 1
+    call = calls[0]
+    assert call.name == "get_weather" and call.call_id
+    assert set(json.loads(call.arguments)) == {"city"}
+    answer = sdk.responses.create(
+        model=MODEL,
+        input=[
+            {"role": "user", "content": QUESTION},
+            call.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"type": "function_call_output", "call_id": call.call_id, "output": "22 C, sunny"},
+        ],
+        tools=[WEATHER],  # type: ignore[list-item]
+        **SETTINGS,
+    )
+    assert answer.status in ("completed", "incomplete")
+    assert answer.output_text and answer.output[0].type == "message"
+
+
+def test_responses_tool_call_streamed(sdk: OpenAI) -> None:
+    names, deltas, done = [], [], []
+    with sdk.responses.stream(
+        model=MODEL,
+        input=QUESTION,
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice={"type": "function", "name": "get_weather"},
+        **SETTINGS,
+    ) as stream:
+        for event in stream:
+            if event.type == "response.output_item.added" and event.item.type == "function_call":
+                names.append(event.item.name)
+            elif event.type == "response.function_call_arguments.delta":
+                deltas.append(event.delta)
+            elif event.type == "response.function_call_arguments.done":
+                done.append(event.arguments)
+        final = stream.get_final_response()
+    assert names == ["get_weather"]
+    assert len(deltas) > 1 and done == ["".join(deltas)]
+    call = final.output[0]
+    assert call.type == "function_call" and call.arguments == done[0]
+    assert json.loads(call.arguments)["city"]
+
+
+def test_responses_parse_with_a_pydantic_model(sdk: OpenAI) -> None:
+    parsed = sdk.responses.parse(
+        model=MODEL, input="Plan a three-day trip to Rome.", text_format=Trip, **SETTINGS
+    )
+    assert isinstance(parsed.output_parsed, Trip)
+    assert parsed.output_parsed.city
+
+
+def test_openai_agents_tool_and_output_type(live: LiveCore) -> None:
+    from agents import (
+        Agent,
+        AgentHooks,
+        ModelSettings,
+        OpenAIResponsesModel,
+        RunConfig,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    seen: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Current weather in a city."""
+        seen.append(city)
+        return f"22 C and sunny in {city}"
+
+    class Weather(BaseModel):
+        city: str = Field(max_length=40)
+        summary: str = Field(max_length=80)
+
+    class AnswerAfterTheTool(AgentHooks[Any]):
+        """Call the tool once, then answer: a 135M model left to `auto` calls it again."""
+
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
+            agent.model_settings = dataclasses.replace(agent.model_settings, tool_choice="none")
+
+    client = AsyncOpenAI(base_url=live.url + "/v1", api_key=live.token(*USER_SCOPES), max_retries=0)
+    agent = Agent(
+        name="weather",
+        instructions="Use the get_weather tool, then answer.",
+        tools=[get_weather],
+        output_type=Weather,
+        model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+        model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=120),
+        reset_tool_choice=False,
+        hooks=AnswerAfterTheTool(),
+    )
+    result = Runner.run_sync(
+        agent, QUESTION, max_turns=4, run_config=RunConfig(tracing_disabled=True)
+    )
+    assert len(seen) == 1 and seen[0]  # the tool ran once, with the arguments the model gave
+    assert isinstance(result.final_output, Weather) and result.final_output.city
