@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,16 @@ from lmsp_desktop.gui.format import STATE_COLOURS, state_word
 from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
 
 CURSOR = "▌"  # shown after the text while the model is still generating
+
+
+def output_shown(row: Any) -> str:
+    """The output as the Output tab shows it: the text, then each function call the model
+    made as `→ name(arguments)`."""
+    text: str = row["output_text"]
+    raw = row["output_items"] if "output_items" in row.keys() else None  # noqa: SIM118
+    calls = [i for i in json.loads(raw or "[]") if i.get("type") == "function_call"]
+    lines = [f"→ {c['name']}({c['arguments']})" for c in calls]
+    return "\n".join([text, *lines] if text else lines) if lines else text
 
 
 class TaskDetails(QWidget):
@@ -151,7 +162,7 @@ class TaskDetails(QWidget):
         self._row = row
         self.state = row["state"]
         self._show_header(row)
-        self._show_output(row["output_text"], row["state"] in (TaskState.RUNNING,))
+        self._show_output(output_shown(row), row["state"] in (TaskState.RUNNING,))
         self._set_buttons()
         await self.events.follow(row["last_seq"])
 
@@ -173,6 +184,10 @@ class TaskDetails(QWidget):
         text = " · ".join(parts)
         if error:
             text += f"<br>{error['code']}: {error['message']}"
+        dropped = json.loads(row["request"]).get("dropped_tools") or []
+        if dropped:
+            names = ", ".join(html.escape(name) for name in dropped)
+            text += f"<br>Tools not offered to the model (this service cannot run them): {names}"
         self.header.setText(text)
 
     def _show_output(self, text: str, generating: bool) -> None:

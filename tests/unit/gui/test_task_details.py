@@ -60,3 +60,34 @@ async def test_events_view_stays_where_the_reader_scrolled(details, store):
     )
     await details.refresh()
     await until(lambda: last_row_visible(details), limit=2, what="following the tail again")
+
+
+async def test_function_calls_and_dropped_tools_are_shown(details, store):
+    from lmsp_desktop.core.storage.tasks import NewTask
+    from lmsp_desktop.core.tools.parser import ArgumentsDelta, CallDone, CallStarted, TextDelta
+
+    request = {
+        "input": "Weather?",
+        "temperature": 0.7,
+        "top_p": 0.95,
+        "dropped_tools": ["web_search", "mcp:github"],
+    }
+    task_id = (await store.tasks.create(NewTask(model="smollm2", request=request))).task_id
+    await store.tasks.mark_running(task_id, open_message=False)
+    await store.tasks.append_output(
+        task_id,
+        [
+            TextDelta("Checking."),
+            CallStarted(0, "get_weather"),
+            ArgumentsDelta(0, '{"city": "Paris"}'),
+            CallDone(0, "get_weather", '{"city": "Paris"}'),
+        ],
+        output_tokens=9,
+        input_tokens=5,
+        snapshot=None,
+    )
+    await store.tasks.finish(task_id, incomplete_reason=None, input_tokens=5, output_tokens=9)
+    await details.show_task(task_id)
+    assert "not offered to the model" in details.header.text()
+    assert "web_search, mcp:github" in details.header.text()
+    assert details.output.toPlainText() == 'Checking.\n→ get_weather({"city": "Paris"})'
