@@ -11,6 +11,8 @@ from typing import Any
 
 from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.states import RECOVERY_TABLE, UNFINISHED, RestartPolicy, TaskState
+from lmsp_desktop.core.storage.events import close_item_events as _close_item_events
+from lmsp_desktop.core.storage.events import with_response as _with_response
 from lmsp_desktop.core.storage.recovery import (
     BATCH,
     ERROR_CODE,
@@ -18,13 +20,8 @@ from lmsp_desktop.core.storage.recovery import (
     RecoveryItem,
     RecoveryReport,
 )
-from lmsp_desktop.core.storage.tasks import (
-    JOINED,
-    TaskChange,
-    TaskStore,
-    _close_item_events,
-    _with_response,
-)
+from lmsp_desktop.core.storage.task_reads import JOINED
+from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 
 EVENT_OF = {
     TaskState.FAILED: "response.failed",
@@ -151,5 +148,5 @@ async def recover_batched(store: TaskStore, boot: int) -> RecoveryReport:
                 "INSERT INTO recovery_reports (started_at, finished_at, items) VALUES (?,?,?)",
                 (report.started_at, report.finished_at, json.dumps([i.__dict__ for i in items])),
             )
-    store._publish(changes)
+    store.publish(changes)
     return report

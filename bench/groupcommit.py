@@ -18,15 +18,15 @@ from typing import Any
 
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.db import Database
+from lmsp_desktop.core.storage.events import response_of
+from lmsp_desktop.core.storage.events import with_response as _with_response
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim
+from lmsp_desktop.core.storage.task_reads import JOINED
 from lmsp_desktop.core.storage.tasks import (
-    JOINED,
     CreateResult,
     NewTask,
     TaskChange,
     TaskStore,
-    _with_response,
-    response_of,
 )
 
 MAX_BATCH = 500  # bounds one transaction (and the SQL variable count of IN (...))
@@ -97,7 +97,7 @@ class GroupCommitTaskStore(TaskStore):
             for (_, future), result in zip(batch, results, strict=True):
                 if not future.done():  # a caller that gave up still had its rows committed
                     future.set_result(result)
-            self._publish(changes)
+            self.publish(changes)
 
     # -- the group transactions --------------------------------------------------------
     async def _commit_creates(

@@ -99,12 +99,10 @@ class EventFollower:
                 if self.closed.is_set():
                     return
                 if from_database or reader.state is None:
-                    row = await self.tasks.db.fetchone(
-                        "SELECT state, last_seq FROM tasks WHERE id=?", (task_id,)
-                    )
-                    if row is None:
+                    progress = await self.tasks.progress(task_id)
+                    if progress is None:
                         return
-                    state, last_seq = TaskState(row["state"]), int(row["last_seq"])
+                    state, last_seq = progress
                 else:
                     state, last_seq = reader.state, reader.last_seq
                 if state in TERMINAL and last_seq <= after:
@@ -130,5 +128,5 @@ class EventFollower:
             pass
 
     async def _last_seq(self, task_id: str) -> int:
-        row = await self.tasks.db.fetchone("SELECT last_seq FROM tasks WHERE id=?", (task_id,))
-        return int(row["last_seq"]) if row else 0
+        progress = await self.tasks.progress(task_id)
+        return progress[1] if progress else 0

@@ -203,12 +203,8 @@ class Runner:
     async def _next_task(self, model: str) -> Any:
         """A resumed running task first (it was started before), else the oldest queued; one
         that no other lane has claimed. The claim is taken before any await."""
-        rows = await self.tasks.db.fetchall(
-            "SELECT id FROM tasks WHERE model=? AND state IN ('running','queued') "
-            "ORDER BY state='queued', n LIMIT ?",
-            (model, len(self._claimed) + 1),
-        )
-        free = [r["id"] for r in rows if r["id"] not in self._claimed]
+        ids = await self.tasks.next_runnable(model, len(self._claimed) + 1)
+        free = [task_id for task_id in ids if task_id not in self._claimed]
         if not free:
             return None
         self._claimed.add(free[0])

@@ -89,10 +89,7 @@ async def recovery_last(request: web.Request, ctx: ServiceContext, _: Principal)
 @requires(ADMIN)
 async def metrics(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     counts = await ctx.store.tasks.counts()
-    totals = await ctx.store.db.fetchone(
-        "SELECT COALESCE(SUM(last_seq), 0) AS events, "
-        "(SELECT COALESCE(SUM(output_tokens), 0) FROM responses) AS tokens FROM tasks"
-    )
+    events_stored, tokens_stored = await ctx.store.tasks.stored_totals()
     lines = [
         "# HELP lmsp_tasks Tasks in the store by state.",
         "# TYPE lmsp_tasks gauge",
@@ -105,10 +102,10 @@ async def metrics(request: web.Request, ctx: ServiceContext, _: Principal) -> we
         f"lmsp_events_written_total {request.app[EVENT_COUNTER].total}",
         "# HELP lmsp_events_stored Events in the task logs kept in the store.",
         "# TYPE lmsp_events_stored gauge",
-        f"lmsp_events_stored {totals['events'] if totals else 0}",
+        f"lmsp_events_stored {events_stored}",
         "# HELP lmsp_output_tokens_stored Output tokens of the responses kept in the store.",
         "# TYPE lmsp_output_tokens_stored gauge",
-        f"lmsp_output_tokens_stored {totals['tokens'] if totals else 0}",
+        f"lmsp_output_tokens_stored {tokens_stored}",
         *_prefix_cache_lines(ctx),
     ]
     return web.Response(

@@ -12,6 +12,7 @@ from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.service.bodies import list_body, query_int
 from lmsp_desktop.core.service.context import ServiceContext, requires
 from lmsp_desktop.core.states import STATE_NAMES
+from lmsp_desktop.core.storage.task_reads import TaskFilter
 
 routes = web.RouteTableDef()
 
@@ -27,14 +28,16 @@ async def list_tasks(
         raise invalid(
             f"Unknown state {unknown[0]!r}; use one of {', '.join(sorted(STATE_NAMES))}.", "state"
         )
-    rows, has_more = await ctx.store.tasks.list(
-        states=states,
-        model=request.query.get("model") or None,
-        client_id=principal.owner_filter(),
+    rows, has_more = await ctx.store.tasks.list_tasks(
+        TaskFilter(
+            states=tuple(states),
+            model=request.query.get("model") or None,
+            client_id=principal.owner_filter(),
+        ),
         after=request.query.get("after") or None,
         limit=query_int(request, "limit", 20, 1, 100),
     )
-    data = [task_object(row, await ctx.store.tasks.queue_position(row)) for row in rows]
+    data = [task_object(row, row["queue_position"]) for row in rows]
     return web.json_response(list_body(data, has_more))
 
 

@@ -17,7 +17,6 @@ from lmsp_desktop.core.errors import LmspError, conflict
 
 if TYPE_CHECKING:
     from lmsp_desktop.core.storage.db import Database
-    from lmsp_desktop.core.storage.tasks import CreateResult
 
 DEFAULT_TTL_S = 24 * 3600
 
@@ -49,12 +48,19 @@ def validate_key(key: str) -> str:
     return key
 
 
+@dataclass(frozen=True)
+class Replay:
+    """The stored answer of a key used before: its task, status and body."""
+
+    task_id: str
+    status: int
+    body: dict[str, Any]
+
+
 def claim_key(
     conn: sqlite3.Connection, claim: IdempotencyClaim, task_id: str, now: int
-) -> CreateResult | None:
+) -> Replay | None:
     """Inside the create transaction: replay, refuse, or claim the key for `task_id`."""
-    from lmsp_desktop.core.storage.tasks import CreateResult
-
     row = conn.execute(
         "SELECT request_digest, state, status, body, task_id FROM idempotency_keys "
         "WHERE client_id=? AND key=? AND expires_at>?",
@@ -75,7 +81,7 @@ def claim_key(
                 "Retry after it has finished.",
                 "idempotency_key_in_use",
             )
-        return CreateResult(row["task_id"], int(row["status"]), json.loads(row["body"]), True)
+        return Replay(row["task_id"], int(row["status"]), json.loads(row["body"]))
     conn.execute(
         "INSERT OR REPLACE INTO idempotency_keys (client_id, key, request_digest, state, "
         "task_id, created_at, expires_at) VALUES (?, ?, ?, 'in_flight', ?, ?, ?)",
@@ -84,14 +90,17 @@ def claim_key(
     return None
 
 
+def mark_done(conn: sqlite3.Connection, claim: IdempotencyClaim, status: int, body: Any) -> None:
+    """Inside a write: the key's answer is final (a retry replays `status` and `body`)."""
+    conn.execute(
+        "UPDATE idempotency_keys SET state='done', status=?, body=? WHERE client_id=? AND key=?",
+        (status, json.dumps(body), claim.client_id, claim.key),
+    )
+
+
 async def complete_key(db: Database, claim: IdempotencyClaim, status: int, body: Any) -> None:
     """Store the final answer of a sync or stream request under its key."""
-    async with db.transaction() as conn:
-        await conn.execute(
-            "UPDATE idempotency_keys SET state='done', status=?, body=? "
-            "WHERE client_id=? AND key=?",
-            (status, json.dumps(body), claim.client_id, claim.key),
-        )
+    await db.run(lambda conn: mark_done(conn, claim, status, body))
 
 
 async def release_key(db: Database, claim: IdempotencyClaim) -> None:

@@ -16,15 +16,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from lmsp_desktop.core.states import RECOVERY_TABLE, UNFINISHED, RestartPolicy, TaskState
-from lmsp_desktop.core.storage.tasks import (
-    JOINED,
-    TaskChange,
-    TaskStore,
-    _close_item_events,
-    _with_response,
-    response_of,
+from lmsp_desktop.core.states import (
+    RECOVERY_TABLE,
+    UNFINISHED,
+    EventType,
+    RestartPolicy,
+    TaskState,
 )
+from lmsp_desktop.core.storage.events import carrying_response, closing_with
+from lmsp_desktop.core.storage.task_reads import JOINED
+from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+from lmsp_desktop.core.storage.transitions import Expr, Transition, requeued, transition_many
 
 log = logging.getLogger(__name__)
 BATCH = 2000  # tasks per recovery transaction (recovery runs before anything is served)
@@ -62,11 +64,11 @@ class RecoveryReport:
         counts: dict[str, int] = {}
         for item in self.items:
             word = {
-                "response.failed": f"failed with {ERROR_CODE}",
-                "response.queued": "requeued",
-                "response.resumed": "resumed",
-                "response.cancelled": "cancelled",
-            }[item.event_type]
+                EventType.FAILED: f"failed with {ERROR_CODE}",
+                EventType.QUEUED: "requeued",
+                EventType.RESUMED: "resumed",
+                EventType.CANCELLED: "cancelled",
+            }[EventType(item.event_type)]
             counts[word] = counts.get(word, 0) + 1
         order = [f"failed with {ERROR_CODE}", "requeued", "resumed", "cancelled"]
         return ", ".join(f"{counts[w]} {w}" for w in order if w in counts)
@@ -96,7 +98,7 @@ async def recover(store: TaskStore, boot: int) -> RecoveryReport:
     for first in range(0, len(leftovers), BATCH):
         ids = [row["id"] for row in leftovers[first : first + BATCH]]
         done = await store.db.run(
-            functools.partial(_recover_batch, store, ids=ids, boot=boot, now=started)
+            functools.partial(_recover_batch, ids=ids, boot=boot, now=started)
         )
         for item, change in done:
             items.append(item)
@@ -108,12 +110,12 @@ async def recover(store: TaskStore, boot: int) -> RecoveryReport:
                 "INSERT INTO recovery_reports (started_at, finished_at, items) VALUES (?,?,?)",
                 (report.started_at, report.finished_at, json.dumps(report.as_json()["items"])),
             )
-    store._publish(changes)
+    store.publish(changes)
     return report
 
 
 def _recover_batch(
-    store: TaskStore, conn: sqlite3.Connection, *, ids: list[str], boot: int, now: float
+    conn: sqlite3.Connection, *, ids: list[str], boot: int, now: float
 ) -> list[tuple[RecoveryItem, TaskChange]]:
     """In the writer thread, under the write lock: the tasks re-read, then moved by their
     (state, policy) cell of table 11.3, one set-based transition per cell."""
@@ -129,7 +131,9 @@ def _recover_batch(
     done = []
     for (before, policy), task_ids in cells.items():
         after = RECOVERY_TABLE[(before, policy)]
-        event, changed = _move(store, conn, task_ids, before, after, boot, now)
+        event_type, move = _cell_move(task_ids, before, after, boot, now)
+        event = str(event_type)
+        changed = transition_many(conn, move)
         for new in changed:
             item = RecoveryItem(
                 new["id"],
@@ -146,64 +150,38 @@ def _recover_batch(
     return done
 
 
-def _move(
-    store: TaskStore,
-    conn: sqlite3.Connection,
-    task_ids: list[str],
-    before: TaskState,
-    after: TaskState,
-    boot: int,
-    now: float,
-) -> tuple[str, list[Any]]:
-    """One cell of table 11.3 for many tasks: the new state and its event, set-based."""
-    mark = ", recovered_boot=?"
+def _cell_move(
+    task_ids: list[str], before: TaskState, after: TaskState, boot: int, now: float
+) -> tuple[str, Transition]:
+    """One cell of table 11.3 as one move of many tasks, and the event it writes."""
+    ids, frm = tuple(task_ids), (before,)
     if after == TaskState.FAILED:
         error = json.dumps({"code": ERROR_CODE, "message": ERROR_MESSAGE})
-        return "response.failed", store._transition_many(
-            conn,
-            task_ids,
-            [before],
+        return EventType.FAILED, Transition(
+            ids,
+            frm,
             after,
-            lambda r: [*_close_item_events(r), _with_response("response.failed", response_of(r))],
-            task_sets=mark + ", finished_at=?, snapshot=NULL",
-            params=(boot, now),
-            response_sets="error=?",
-            response_params=(error,),
+            closing_with(EventType.FAILED),
+            {"recovered_boot": boot, "finished_at": now, "snapshot": None},
+            {"error": error},
         )
     if after == TaskState.CANCELLED:
-        return "response.cancelled", store._transition_many(
-            conn,
-            task_ids,
-            [before],
+        return EventType.CANCELLED, Transition(
+            ids,
+            frm,
             after,
-            lambda r: [
-                *_close_item_events(r),
-                _with_response("response.cancelled", response_of(r)),
-            ],
-            task_sets=mark + ", finished_at=?, snapshot=NULL",
-            params=(boot, now),
+            closing_with(EventType.CANCELLED),
+            {"recovered_boot": boot, "finished_at": now, "snapshot": None},
         )
     if after == TaskState.QUEUED:
-        # A requeue discards the output: the next run opens a new item with a new id.
-        return "response.queued", store._transition_many(
-            conn,
-            task_ids,
-            [before],
-            after,
-            lambda r: [_with_response("response.queued", response_of(r))],
-            task_sets=mark + ", restarts=restarts+1, started_at=NULL, snapshot=NULL",
-            params=(boot,),
-            response_sets="item_id=NULL, output_text='', output_tokens=0, output_items=NULL",
-        )
+        return EventType.QUEUED, requeued(ids, before, recovered_boot=boot)
     # running, resumed from its snapshot by the runner
-    return "response.resumed", store._transition_many(
-        conn,
-        task_ids,
-        [before],
+    return EventType.RESUMED, Transition(
+        ids,
+        frm,
         after,
-        lambda r: [_with_response("response.resumed", response_of(r))],
-        task_sets=mark + ", restarts=restarts+1",
-        params=(boot,),
+        carrying_response(EventType.RESUMED),
+        {"recovered_boot": boot, "restarts": Expr("restarts+1")},
     )
 
 

@@ -4,7 +4,8 @@ cut its stream): the same move as recovery's `retry` cell, with the same event."
 from __future__ import annotations
 
 from lmsp_desktop.core.states import TaskState
-from lmsp_desktop.core.storage.tasks import TaskStore, _with_response, response_of
+from lmsp_desktop.core.storage.tasks import TaskStore
+from lmsp_desktop.core.storage.transitions import requeued
 
 MAX_RESTARTS = 3  # starts over at most this often (restarts after crashes count too)
 
@@ -16,16 +17,7 @@ async def requeue_for_retry(tasks: TaskStore, task_id: str) -> bool:
     current = await tasks.get(task_id)
     if current["restarts"] >= MAX_RESTARTS:
         return False
-    row = await tasks._transition(
-        task_id,
-        [TaskState.RUNNING],
-        TaskState.QUEUED,
-        lambda r: [_with_response("response.queued", response_of(r))],
-        task_sets=", restarts=restarts+1, started_at=NULL, snapshot=NULL",
-        response_sets="item_id=NULL, output_text='', output_tokens=0, output_items=NULL",
-        params=(),
-    )
-    return row is not None
+    return bool(await tasks.transition(requeued([task_id], TaskState.RUNNING)))
 
 
 __all__ = ["MAX_RESTARTS", "requeue_for_retry"]

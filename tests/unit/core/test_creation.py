@@ -13,6 +13,7 @@ from lmsp_desktop.app import Core
 from lmsp_desktop.core.creation import IdempotencyInput, create_task
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.storage.task_reads import TaskFilter
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ async def core(tmp_path: Path) -> AsyncIterator[Core]:
 
 
 async def stored_ids(core: Core) -> list[str]:
-    rows, _ = await core.store.tasks.list(limit=100)
+    rows, _ = await core.store.tasks.list_tasks(TaskFilter(), limit=100)
     return [row["id"] for row in rows]
 
 

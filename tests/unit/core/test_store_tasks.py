@@ -10,6 +10,7 @@ import pytest
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage import tasks as task_store_module
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 from tests.support.store_helpers import check_invariants, drive, dump, event_types, new_task
@@ -94,7 +95,7 @@ async def test_create_is_all_or_nothing(store: Store, monkeypatch: pytest.Monkey
     def broken_append(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("disk gone mid-transaction")
 
-    monkeypatch.setattr(store.tasks, "_append", broken_append)
+    monkeypatch.setattr(task_store_module, "append_events", broken_append)
     with pytest.raises(RuntimeError):
         await store.tasks.create(new_task())
     assert fresh_read(store, "SELECT * FROM tasks") == []
@@ -209,7 +210,7 @@ async def test_snapshot_and_deltas_fail_together(
     def broken_append(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("crash between snapshot and deltas")
 
-    monkeypatch.setattr(store.tasks, "_write_events", broken_append)
+    monkeypatch.setattr(task_store_module, "write_events", broken_append)
     with pytest.raises(RuntimeError):
         await store.tasks.append_deltas(
             task_id, ["!"], output_tokens=3, input_tokens=3, snapshot={"tokens": [1, 2, 3]}

@@ -1,0 +1,145 @@
+"""The builders of the events in a task's log: the one place their payloads are made.
+
+Pure functions of a task's joined row (no SQL): transitions, recovery and the hot path of
+text deltas take their events from here, so an event looks the same whoever writes it.
+Function-call items have their own builders in output_items.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+from lmsp_desktop.core.responses import build_response, message_item, output_text_part
+from lmsp_desktop.core.states import EventType, TaskState
+from lmsp_desktop.core.storage.output_items import close_events, load_items
+
+Row = sqlite3.Row
+# A transition's events for one task, from its row after the change.
+EventFactory = Callable[[Row], list[dict[str, Any]]]
+DELTA = str(EventType.OUTPUT_TEXT_DELTA)
+
+
+def numbered(task_id: str, seq: int, event: dict[str, Any], now: float) -> tuple[Any, ...]:
+    """The `task_events` row of an event numbered `seq`; a response it carries says so as
+    its last sequence number."""
+    event["sequence_number"] = seq
+    task = event.get("response", {}).get("task")
+    if task is not None:
+        task["last_sequence_number"] = seq
+    return (task_id, seq, str(event["type"]), now, json.dumps(event))
+
+
+def numbered_deltas(
+    task_id: str, item_id: str | None, deltas: Sequence[str], first: int, now: float
+) -> list[tuple[Any, ...]]:
+    """The rows of text deltas numbered from `first`. The hot path (every token): each
+    event's JSON is put together from a shared prefix instead of serialising a dict."""
+    prefix = (
+        f'{{"type":"{DELTA}","item_id":'
+        f'{json.dumps(item_id)},"output_index":0,"content_index":0,"delta":'
+    )
+    return [
+        (task_id, seq, DELTA, now, f'{prefix}{json.dumps(d)},"sequence_number":{seq}}}')
+        for seq, d in enumerate(deltas, first)
+    ]
+
+
+def delta_events(
+    item_id: str | None, deltas: Sequence[str], first: int
+) -> tuple[dict[str, Any], ...]:
+    """The text delta events numbered from `first`, as dicts: what json.loads of the rows of
+    `numbered_deltas` gives (followers get them with the commit instead of reading back)."""
+    return tuple(
+        {
+            "type": DELTA,
+            "item_id": item_id,
+            "output_index": 0,
+            "content_index": 0,
+            "delta": d,
+            "sequence_number": seq,
+        }
+        for seq, d in enumerate(deltas, first)
+    )
+
+
+def response_of(row: Row, queue_position: int | None = None) -> dict[str, Any]:
+    """`build_response` for a joined row (sqlite3.Row reads like a mapping)."""
+    return build_response(cast("Mapping[str, Any]", row), queue_position)
+
+
+def with_response(event_type: str, response: dict[str, Any]) -> dict[str, Any]:
+    return {"type": str(event_type), "response": response}
+
+
+def carrying_response(event_type: str) -> EventFactory:
+    """Events of a transition that announce the whole response (LMSP's own events do too,
+    so a client can rebuild state from any of them)."""
+    return lambda row: [with_response(event_type, response_of(row))]
+
+
+def closing_with(event_type: str) -> EventFactory:
+    """The done events of the items still open, then `event_type` with the response: how a
+    task ends (completed, incomplete, failed, cancelled)."""
+    return lambda row: [*close_item_events(row), with_response(event_type, response_of(row))]
+
+
+def in_progress(row: Row) -> dict[str, Any]:
+    """`response.in_progress`: items are announced by the events after it, so until then
+    the output is empty."""
+    return with_response(
+        EventType.IN_PROGRESS, {**response_of(row), "output": [], "output_text": ""}
+    )
+
+
+def message_opened(item_id: str) -> list[dict[str, Any]]:
+    """The events that open the output message at index 0 (responses without tools)."""
+    return [
+        {
+            "type": EventType.OUTPUT_ITEM_ADDED,
+            "output_index": 0,
+            "item": message_item(item_id, "", "in_progress"),
+        },
+        {
+            "type": EventType.CONTENT_PART_ADDED,
+            "item_id": item_id,
+            "output_index": 0,
+            "content_index": 0,
+            "part": output_text_part(""),
+        },
+    ]
+
+
+def close_item_events(row: Row) -> list[dict[str, Any]]:
+    """The done events of an open output item: text, part, item (Open Responses order)."""
+    items = load_items(row["output_items"])
+    if items is not None:  # a response that may call tools: its own item list
+        return close_events(items, row["output_text"], row["state"] == TaskState.COMPLETED)
+    item_id = row["item_id"]
+    if not item_id:
+        return []
+    text = row["output_text"]
+    status = "completed" if row["state"] == TaskState.COMPLETED else "incomplete"
+    return [
+        {
+            "type": EventType.OUTPUT_TEXT_DONE,
+            "item_id": item_id,
+            "output_index": 0,
+            "content_index": 0,
+            "text": text,
+        },
+        {
+            "type": EventType.CONTENT_PART_DONE,
+            "item_id": item_id,
+            "output_index": 0,
+            "content_index": 0,
+            "part": output_text_part(text),
+        },
+        {
+            "type": EventType.OUTPUT_ITEM_DONE,
+            "output_index": 0,
+            "item": message_item(item_id, text, status),
+        },
+    ]

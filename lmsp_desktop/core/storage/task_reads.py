@@ -1,0 +1,242 @@
+"""Reading tasks and their event logs: every query on `tasks` and `task_events` that does
+not change them, for the HTTP routes, the runner, the follower, the metrics and the window.
+
+One filter (`TaskFilter`) and one list query serve `GET /v1/tasks` and the window's task
+table alike; the queue position is computed by that query, not one query per row.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from lmsp_desktop.core.errors import not_found
+from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage.db import Database
+from lmsp_desktop.core.storage.events import Row, response_of
+
+# A task with its response: what transitions, recovery and the response object read.
+JOINED = """
+SELECT t.n, t.id, t.client_id, t.model, t.state, t.on_restart, t.mode, t.created_at,
+       t.recovered_boot,
+       t.started_at, t.finished_at, t.restarts, t.last_seq, t.snapshot,
+       r.request, r.output_text, r.item_id, r.input_tokens, r.output_tokens, r.completed_at,
+       r.error, r.incomplete_reason, r.output_items
+FROM tasks t JOIN responses r ON r.id = t.id
+"""
+
+# 1-based place of a queued task in its model's queue (None unless queued).
+QUEUE_POSITION = """CASE WHEN t.state='queued' THEN
+  (SELECT COUNT(*) FROM tasks q WHERE q.state='queued' AND q.model=t.model AND q.n<=t.n)
+END"""
+
+# A task as lists show it (the task object of the API, a row of the window's table): the
+# client's name and the queue position; of the request only what the task object shows
+# (its dropped tools), not the whole prompt, nor the output text.
+LISTED = f"""
+SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_restart, t.mode,
+       t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
+       r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
+       json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')))
+         AS request
+FROM tasks t JOIN responses r ON r.id = t.id LEFT JOIN clients c ON c.id = t.client_id
+"""
+
+# Sort keys of the window's columns; every order ends in submission order (stable pages).
+SORT_SQL = {
+    "id": "t.n",
+    "created": "t.n",
+    "client": "IFNULL(c.name, t.client_id)",
+    "model": "t.model",
+    "state": "t.state",
+    "on_restart": "t.on_restart",
+    "tokens": "r.output_tokens",
+    "last_seq": "t.last_seq",
+}
+
+
+def escape_like(text: str) -> str:
+    """`text` for a LIKE pattern with ESCAPE '\\': `%` and `_` match themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """Which tasks a list shows: states (empty: all), one model, one client's, and a text
+    found in the id, model, client id or client name (matched literally)."""
+
+    states: tuple[str, ...] = ()
+    text: str = ""
+    model: str | None = None
+    client_id: str | None = None
+
+    def where(self) -> tuple[list[str], list[Any]]:
+        where: list[str] = []
+        params: list[Any] = []
+        if self.states:
+            where.append(f"t.state IN ({','.join('?' for _ in self.states)})")
+            params.extend(self.states)
+        if self.model:
+            where.append("t.model=?")
+            params.append(self.model)
+        if self.client_id:
+            where.append("t.client_id=?")
+            params.append(self.client_id)
+        if self.text:
+            where.append(
+                "(t.id LIKE ? ESCAPE '\\' OR t.model LIKE ? ESCAPE '\\'"
+                " OR IFNULL(t.client_id,'') LIKE ? ESCAPE '\\'"
+                " OR IFNULL(c.name,'') LIKE ? ESCAPE '\\')"
+            )
+            params.extend([f"%{escape_like(self.text)}%"] * 4)
+        return where, params
+
+
+def _clause(where: list[str]) -> str:
+    return (" WHERE " + " AND ".join(where)) if where else ""
+
+
+def _not_found(task_id: str) -> Exception:
+    return not_found(f"No response with id {task_id!r}.", "response_not_found")
+
+
+# -- inside a write transaction -------------------------------------------------------------
+def row_in(conn: sqlite3.Connection, task_id: str, client_id: str | None = None) -> Row:
+    """The joined row of a task; 404 for unknown ids and, for non-admins, others' tasks."""
+    row = conn.execute(JOINED + " WHERE t.id=?", (task_id,)).fetchone()
+    if row is None or (client_id is not None and row["client_id"] != client_id):
+        raise _not_found(task_id)
+    return cast(Row, row)
+
+
+def queue_position_in(conn: sqlite3.Connection, task_id: str) -> int | None:
+    found = conn.execute(f"SELECT {QUEUE_POSITION} FROM tasks t WHERE t.id=?", (task_id,))
+    row = found.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+class TaskReads:
+    """The read side of the task store (the reader connection; never writes)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def get(self, task_id: str, client_id: str | None = None) -> Row:
+        """The joined row of a task; 404 for unknown ids and, for non-admins, others' tasks."""
+        row = await self.db.fetchone(JOINED + " WHERE t.id=?", (task_id,))
+        if row is None or (client_id is not None and row["client_id"] != client_id):
+            raise _not_found(task_id)
+        return row
+
+    async def queue_position(self, row: Row) -> int | None:
+        if row["state"] != TaskState.QUEUED:
+            return None
+        found = await self.db.fetchone(
+            f"SELECT {QUEUE_POSITION} FROM tasks t WHERE t.id=?", (row["id"],)
+        )
+        return None if found is None or found[0] is None else int(found[0])
+
+    async def response_object(self, task_id: str, client_id: str | None = None) -> dict[str, Any]:
+        row = await self.get(task_id, client_id)
+        return response_of(row, await self.queue_position(row))
+
+    async def events(self, task_id: str, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        rows = await self.db.fetchall(
+            "SELECT data FROM task_events WHERE task_id=? AND seq>? ORDER BY seq LIMIT ?",
+            (task_id, after, limit),
+        )
+        return [json.loads(r["data"]) for r in rows]
+
+    async def event_rows(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Row]:
+        return await self.db.fetchall(
+            "SELECT seq, type, created_at, data FROM task_events WHERE task_id=? AND seq>? "
+            "ORDER BY seq LIMIT ?",
+            (task_id, after, limit),
+        )
+
+    async def progress(self, task_id: str) -> tuple[TaskState, int] | None:
+        """A task's state and last sequence number, or None when it is gone."""
+        row = await self.db.fetchone("SELECT state, last_seq FROM tasks WHERE id=?", (task_id,))
+        return None if row is None else (TaskState(row["state"]), int(row["last_seq"]))
+
+    # -- lists ---------------------------------------------------------------------------
+    async def list_tasks(
+        self, flt: TaskFilter, *, after: str | None = None, limit: int = 20
+    ) -> tuple[list[Row], bool]:
+        """Tasks newest first (LISTED rows), paged by the id of the last task seen.
+        Returns (rows, has_more)."""
+        where, params = flt.where()
+        if after:
+            anchor = await self.db.fetchone("SELECT n FROM tasks WHERE id=?", (after,))
+            if anchor is None:
+                raise not_found(
+                    f"No task with id {after!r} to page after: pass the id of a listed task.",
+                    "task_not_found",
+                    param="after",
+                )
+            where.append("t.n<?")
+            params.append(anchor["n"])
+        rows = await self.db.fetchall(
+            LISTED + _clause(where) + " ORDER BY t.n DESC LIMIT ?", (*params, limit + 1)
+        )
+        return rows[:limit], len(rows) > limit
+
+    async def page(
+        self,
+        flt: TaskFilter,
+        offset: int,
+        limit: int,
+        sort: str = "id",
+        descending: bool = True,
+    ) -> list[Row]:
+        """A page of LISTED rows by offset, sorted by one of SORT_SQL's keys (the window)."""
+        where, params = flt.where()
+        order = "DESC" if descending else "ASC"
+        key = SORT_SQL.get(sort, "t.n")
+        sql = f"{LISTED}{_clause(where)} ORDER BY {key} {order}, t.n {order} LIMIT ? OFFSET ?"
+        return await self.db.fetchall(sql, (*params, limit, offset))
+
+    async def listed_by_id(self, ids: Sequence[str], flt: TaskFilter | None = None) -> list[Row]:
+        """The given tasks as LISTED rows (those matching `flt`, when given), newest first."""
+        if not ids:
+            return []
+        where, params = (flt or TaskFilter()).where()
+        where.insert(0, f"t.id IN ({','.join('?' for _ in ids)})")
+        sql = f"{LISTED}{_clause(where)} ORDER BY t.n DESC"
+        return await self.db.fetchall(sql, (*ids, *params))
+
+    async def unfinished(self, states: Sequence[TaskState]) -> list[Row]:
+        marks = ",".join("?" for _ in states)
+        return await self.db.fetchall(
+            JOINED + f" WHERE t.state IN ({marks}) ORDER BY t.n", tuple(map(str, states))
+        )
+
+    async def next_runnable(self, model: str, limit: int) -> list[str]:
+        """Ids of a model's tasks a lane may run, in order: resumed running tasks first (they
+        were started before), then the oldest queued."""
+        rows = await self.db.fetchall(
+            "SELECT id FROM tasks WHERE model=? AND state IN ('running','queued') "
+            "ORDER BY state='queued', n LIMIT ?",
+            (model, limit),
+        )
+        return [str(r["id"]) for r in rows]
+
+    # -- counts --------------------------------------------------------------------------
+    async def count(self) -> int:
+        row = await self.db.fetchone("SELECT COUNT(*) AS c FROM tasks")
+        return int(row["c"]) if row else 0
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self.db.fetchall("SELECT state, COUNT(*) AS c FROM tasks GROUP BY state")
+        return {r["state"]: r["c"] for r in rows}
+
+    async def stored_totals(self) -> tuple[int, int]:
+        """(events, output tokens) kept in the store, for the metrics."""
+        row = await self.db.fetchone(
+            "SELECT COALESCE(SUM(last_seq), 0) AS events, "
+            "(SELECT COALESCE(SUM(output_tokens), 0) FROM responses) AS tokens FROM tasks"
+        )
+        return (int(row["events"]), int(row["tokens"])) if row else (0, 0)
