@@ -25,6 +25,7 @@ from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.service.context import ServiceContext
 from lmsp_desktop.core.service.host import ServiceHost
 from lmsp_desktop.core.storage import clients as client_store
+from lmsp_desktop.core.storage import upstreams as upstream_store
 from lmsp_desktop.core.storage.idempotency import purge_expired, release_in_flight
 from lmsp_desktop.core.storage.recovery import (
     RecoveryItem,
@@ -81,6 +82,7 @@ class Core:
         self.url = ""
         self._background: list[asyncio.Task[Any]] = []
         self._load_adapters: dict[int, Callable[[str, str, float], None]] = {}
+        self._upstream_adapters: dict[int, Callable[[], None]] = {}
 
     # -- startup, in order -------------------------------------------------------------
     async def open(self) -> RecoveryReport:
@@ -223,6 +225,8 @@ class Core:
         self.registry.listeners.append(listener.on_model)
         self.runner.load_listeners.append(loaded)
         self.pairing.listeners.append(listener.on_pairing)
+        self._upstream_adapters[id(listener)] = upstream_news = lambda: listener.on_model(None)
+        self.upstreams.listeners.append(upstream_news)
 
     def unsubscribe(self, listener: CoreListener) -> None:
         loaded = self._load_adapters.pop(id(listener), None)
@@ -234,6 +238,9 @@ class Core:
             self.runner.load_listeners.remove(loaded)
         if listener.on_pairing in self.pairing.listeners:
             self.pairing.listeners.remove(listener.on_pairing)
+        upstream_news = self._upstream_adapters.pop(id(listener), None)
+        if upstream_news in self.upstreams.listeners:
+            self.upstreams.listeners.remove(upstream_news)
 
     async def task_page(
         self, flt: TaskFilter, offset: int, limit: int, sort: str, descending: bool
@@ -272,6 +279,22 @@ class Core:
 
     async def models(self) -> list[ModelInfo]:
         return await self.registry.list()
+
+    def upstream_statuses(self) -> list[dict[str, Any]]:
+        """Each upstream as `upstream list --json` shows it (never its key)."""
+        return [status.public() for status in self.upstreams.statuses()]
+
+    async def add_upstream(
+        self, name: str, url: str, api_key: str | None, max_concurrency: int
+    ) -> None:
+        await upstream_store.add_upstream(
+            self.store.db, name, url, api_key, max_concurrency=max_concurrency
+        )
+        await self.upstreams.refresh()  # at once, not at the next poll
+
+    async def remove_upstream(self, name: str) -> None:
+        await upstream_store.remove_upstream(self.store.db, name)
+        await self.upstreams.refresh()
 
     def model_loaded_state(self, model_id: str) -> str:
         return self.runner.loaded_state(model_id)

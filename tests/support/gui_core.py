@@ -21,6 +21,7 @@ from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.core.storage import clients as client_store
+from lmsp_desktop.core.storage import upstreams as upstream_store
 from lmsp_desktop.core.storage.recovery import RecoveryItem, RecoveryReport, last_report
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask, Row
@@ -66,6 +67,8 @@ class FakeCore:
     listeners: list[CoreListener] = field(default_factory=list)
     # Verify answers with this state (e.g. "changed") instead of the model's own.
     verify_state: str | None = None
+    # Upstreams as the core's catalog would report them after a probe (name → status).
+    upstreams: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # -- news --------------------------------------------------------------------------
     def subscribe(self, listener: CoreListener) -> None:
@@ -200,6 +203,29 @@ class FakeCore:
 
     async def set_client_scopes(self, client_id: str, scopes: frozenset[str]) -> None:
         await client_store.set_scopes(self.store.db, client_id, scopes)
+
+    # -- upstreams ---------------------------------------------------------------------
+    def upstream_statuses(self) -> list[dict[str, Any]]:
+        return [self.upstreams[name] for name in sorted(self.upstreams)]
+
+    async def add_upstream(
+        self, name: str, url: str, api_key: str | None, max_concurrency: int
+    ) -> None:
+        row = await upstream_store.add_upstream(
+            self.store.db, name, url, api_key, max_concurrency=max_concurrency
+        )
+        self.upstreams[name] = {
+            **row.public(),
+            "reachable": False,
+            "latency_ms": None,
+            "model_count": 0,
+            "models": [],
+            "error": "not probed yet",
+        }
+
+    async def remove_upstream(self, name: str) -> None:
+        await upstream_store.remove_upstream(self.store.db, name)
+        self.upstreams.pop(name, None)
 
 
 def _is_a_core_api(core: FakeCore) -> CoreApi:

@@ -27,6 +27,7 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.dialogs.upstreams_section import UpstreamsSection
 from lmsp_desktop.gui.format import is_loopback
 
 
@@ -89,6 +90,8 @@ class SettingsDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        self.upstreams = UpstreamsSection(core, self)  # applies at once, not on Save
+        layout.addWidget(self.upstreams)
         layout.addWidget(self.warning)
         layout.addWidget(note)
         layout.addWidget(self.error)

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 
 from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.upstreams.catalog import UpstreamModelInfo
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import (
@@ -21,6 +22,7 @@ from lmsp_desktop.gui.format import (
     short_digest,
 )
 from lmsp_desktop.gui.models.base import Index, RowTableModel
+from lmsp_desktop.gui.models.upstream_rows import upstream_cells, upstream_tooltip
 
 (
     COL_NAME,
@@ -91,6 +93,13 @@ class ModelTableModel(RowTableModel):
             return None
         info, col = self._rows[index.row()], index.column()
         state = self.state_of(info)
+        if isinstance(info, UpstreamModelInfo) and role in (
+            Qt.ItemDataRole.DisplayRole,
+            Qt.ItemDataRole.ToolTipRole,
+        ):  # a model served by another machine: its upstream's state, not a file's
+            if role == Qt.ItemDataRole.DisplayRole:
+                return upstream_cells(info)[HEADERS[col]]
+            return upstream_tooltip(info, HEADERS[col])
         if role == Qt.ItemDataRole.DisplayRole:
             return self._display(info, col, state)
         if role == Qt.ItemDataRole.ToolTipRole:
