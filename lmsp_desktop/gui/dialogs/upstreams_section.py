@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -74,10 +75,20 @@ class UpstreamsSection(QGroupBox):
         layout.addLayout(row)
         layout.addWidget(self.error)
         self.dialog: UpstreamDialog | None = None
-        self._timer = QTimer(self, interval=REFRESH_MS)
+        self._timer = QTimer(self, interval=REFRESH_MS)  # runs only while shown
         self._timer.timeout.connect(self.refresh)
-        self._timer.start()
         self.refresh()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        self.refresh()
+        self._timer.start()
+        super().showEvent(event)
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        # Stopped here, on the GUI thread: a timer still running when Python collects the
+        # dialog elsewhere would be stopped from another thread (a Qt warning).
+        self._timer.stop()
+        super().hideEvent(event)
 
     def refresh(self) -> None:
         statuses = self.core.upstream_statuses()
@@ -105,6 +116,8 @@ class UpstreamsSection(QGroupBox):
 
     def _ask(self) -> None:
         self.dialog = UpstreamDialog(self.core, self)
+        # Deleted on the GUI thread once closed (its line edits own blink timers).
+        self.dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.dialog.accepted.connect(self.refresh)
         self.dialog.open()
 

@@ -3,6 +3,9 @@ the Models page shows an upstream's models with its state, latency and model cou
 
 from __future__ import annotations
 
+import asyncio
+import gc
+
 from PySide6.QtWidgets import QLabel, QLineEdit
 
 from lmsp_desktop.core.models.registry import ModelRegistry
@@ -26,8 +29,7 @@ def texts(dialog: SettingsDialog) -> list[str]:
 
 
 async def test_settings_adds_and_removes_an_upstream_without_showing_its_key(qtbot, core, store):
-    dialog = SettingsDialog(core)
-    qtbot.addWidget(dialog)
+    dialog = SettingsDialog(core)  # closed and deleted below, on this thread
     dialog.show()
     assert dialog.upstreams.table.rowCount() == 0
     dialog.upstreams.add_button.click()
@@ -40,6 +42,7 @@ async def test_settings_adds_and_removes_an_upstream_without_showing_its_key(qtb
     add.name.setText("gpu")
     add.key.setText(SECRET)
     assert add.key.echoMode() == QLineEdit.EchoMode.Password
+    add.key.setFocus()
     await add.save()
     await until(lambda: dialog.upstreams.table.rowCount() == 1, what="the new row")
     [row] = await list_upstreams(store.db, with_keys=True)
@@ -51,6 +54,11 @@ async def test_settings_adds_and_removes_an_upstream_without_showing_its_key(qtb
     await dialog.upstreams.remove_selected()
     assert dialog.upstreams.table.rowCount() == 0
     assert await list_upstreams(store.db) == []
+    dialog.hide()
+    dialog.deleteLater()  # on this thread, not whenever Python collects it
+    del dialog, add
+    await asyncio.sleep(0.05)
+    gc.collect()  # Qt objects in reference cycles die here, not in a worker thread later
 
 
 async def test_models_page_shows_upstream_models_up_and_down(qtbot, core, store):
@@ -63,8 +71,7 @@ async def test_models_page_shows_upstream_models_up_and_down(qtbot, core, store)
     await add_upstream(store.db, "gpu", fake.url, None)
     await catalog.refresh()
     await catalog.probe_all()
-    page = ModelsPage(core)
-    qtbot.addWidget(page)
+    page = ModelsPage(core)  # deleted below, on this thread
     page.show()
     try:
         await page.load()
@@ -81,3 +88,8 @@ async def test_models_page_shows_upstream_models_up_and_down(qtbot, core, store)
         assert "does not answer" in model.index(0, COL_STATUS).data(3)  # ToolTipRole
     finally:
         await catalog.close()
+        page.hide()
+        page.deleteLater()
+        del page
+        await asyncio.sleep(0.05)
+        gc.collect()
