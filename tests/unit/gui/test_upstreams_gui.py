@@ -44,7 +44,8 @@ async def test_settings_adds_and_removes_an_upstream_without_showing_its_key(qtb
     assert add.key.echoMode() == QLineEdit.EchoMode.Password
     add.key.setFocus()
     await add.save()
-    await until(lambda: dialog.upstreams.table.rowCount() == 1, what="the new row")
+    table = dialog.upstreams.table
+    await until(lambda: table.rowCount() == 1, what="the new row")
     [row] = await list_upstreams(store.db, with_keys=True)
     assert (row.name, row.base_url, row.api_key) == ("gpu", "http://gpu-box:8000/v1", SECRET)
     shown = texts(dialog)  # the add dialog is its child: its fields are in there too
@@ -56,7 +57,7 @@ async def test_settings_adds_and_removes_an_upstream_without_showing_its_key(qtb
     assert await list_upstreams(store.db) == []
     dialog.hide()
     dialog.deleteLater()  # on this thread, not whenever Python collects it
-    del dialog, add
+    del dialog, add, table
     await asyncio.sleep(0.05)
     gc.collect()  # Qt objects in reference cycles die here, not in a worker thread later
 
