@@ -45,7 +45,7 @@ async def test_settings_adds_and_removes_an_upstream_without_showing_its_key(qtb
     add.key.setFocus()
     await add.save()
     table = dialog.upstreams.table
-    await until(lambda: table.rowCount() == 1, what="the new row")
+    await until(lambda t=table: t.rowCount() == 1, what="the new row")
     [row] = await list_upstreams(store.db, with_keys=True)
     assert (row.name, row.base_url, row.api_key) == ("gpu", "http://gpu-box:8000/v1", SECRET)
     shown = texts(dialog)  # the add dialog is its child: its fields are in there too
