@@ -28,6 +28,7 @@ from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 from lmsp_desktop.core.tool_output import CallingOutput
+from lmsp_desktop.core.tools.grammars import max_calls
 from lmsp_desktop.core.tools.plan import plan_output
 
 log = logging.getLogger(__name__)
@@ -272,7 +273,11 @@ class Runner:
             tools=plan.tools,
         )
         state: dict[str, Any] = {"input_tokens": row["input_tokens"], "seed": seed}
-        calls = CallingOutput(self.tasks, task_id, snapshot.get("text", "")) if not opens else None
+        calls = None
+        if not opens:
+            calls = CallingOutput(
+                self.tasks, task_id, snapshot.get("text", ""), max_calls(request_json)
+            )
 
         async def sink(pieces: list[TokenPiece]) -> bool:
             tokens.extend(p.token_id for p in pieces)

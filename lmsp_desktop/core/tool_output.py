@@ -10,18 +10,28 @@ from __future__ import annotations
 from typing import Any
 
 from lmsp_desktop.core.storage.tasks import TaskStore
-from lmsp_desktop.core.tools.parser import ToolCallParser
+from lmsp_desktop.core.tools.parser import Event, TextDelta, ToolCallParser
 
 
 class CallingOutput:
     """Feeds one task's text deltas through a ToolCallParser into TaskStore.append_output."""
 
-    def __init__(self, tasks: TaskStore, task_id: str, resumed_text: str = "") -> None:
+    def __init__(
+        self, tasks: TaskStore, task_id: str, resumed_text: str = "", limit: int | None = None
+    ) -> None:
         self.tasks = tasks
         self.task_id = task_id
         self.text = resumed_text
+        # Calls past `limit` (parallel_tool_calls false, max_tool_calls) are dropped: without
+        # a grammar (auto with non-strict tools) nothing else stops the model making them.
+        self.limit = limit
         self.parser = ToolCallParser()
         self.parser.feed(resumed_text)  # replay: these events were persisted by the first run
+
+    def _kept(self, events: list[Event]) -> list[Event]:
+        if self.limit is None:
+            return events
+        return [e for e in events if isinstance(e, TextDelta) or e.index < self.limit]
 
     async def write(
         self, deltas: list[str], *, output_tokens: int, input_tokens: int, snapshot: dict[str, Any]
@@ -31,7 +41,7 @@ class CallingOutput:
         self.text += joined
         return await self.tasks.append_output(
             self.task_id,
-            self.parser.feed(joined),
+            self._kept(self.parser.feed(joined)),
             output_tokens=output_tokens,
             input_tokens=input_tokens,
             snapshot={**snapshot, "text": self.text},
@@ -40,7 +50,7 @@ class CallingOutput:
     async def close(self, finish_reason: str, *, output_tokens: int, input_tokens: int) -> bool:
         """Flush at the end of the output: held text, a call whose block never closed
         (complete if the model ended its turn, else incomplete)."""
-        events = self.parser.finish()
+        events = self._kept(self.parser.finish())
         if not events:
             return True
         return await self.tasks.append_output(

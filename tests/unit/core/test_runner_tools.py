@@ -128,3 +128,15 @@ async def _interrupt_and_resume(where: Path, cut: int) -> None:
     finally:
         await runner.stop()
         await store.close()
+
+
+async def test_calls_past_the_limit_are_dropped_without_a_grammar(store: Store) -> None:
+    runner = Runner(store.tasks, Paths(), FakeEngine((*SCRIPT, "\n", *SCRIPT[4:])))
+    await runner.start()
+    try:
+        task_id = await submit(store)  # parallel_tool_calls defaults to false
+        await until(lambda: finished(store, task_id))
+        response = await store.tasks.response_object(task_id)
+        assert summary(response) == EXPECTED  # the second, repeated call is not kept
+    finally:
+        await runner.stop()
