@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import sys
 from typing import Any
 
 from lmsp_desktop.core.errors import invalid
@@ -81,24 +82,39 @@ def read_key(var: str | None) -> str | None:
 async def run_upstream(action: str, args: argparse.Namespace, store: Store) -> int:
     db = store.db
     if action == "upstream.add":
+        key = read_key(args.api_key_env)
         row = await add_upstream(
             db,
             args.name,
             args.url,
-            read_key(args.api_key_env),
+            key,
             max_concurrency=args.max_concurrency,
             timeout_s=args.timeout,
             replace=args.replace,
         )
         where = {
             "keyring": "its API key is in the OS keyring",
-            "database": "its API key is in the database (no OS keyring here; the file is 0600)",
+            "database": "its API key is in the 0600 database: there is no OS keyring here",
             "none": "no API key",
         }[row.key_store]
         print(
             f"Added upstream {row.name} at {row.base_url} ({where}); its models appear as "
             f"{row.name}/<model>. A running service picks it up within seconds."
         )
+        client = UpstreamClient(row.name, row.base_url, key, LIST_PROBE_TIMEOUT_S)
+        try:
+            probe = await client.probe()
+        finally:
+            await client.close()
+        if probe.reachable:
+            names = ", ".join(f"{row.name}/{m['id']}" for m in probe.models) or "none"
+            print(f"It answers ({probe.latency_ms:.0f} ms); its models: {names}.")
+        else:
+            print(
+                f"Warning: it does not answer now ({probe.error}). Tasks for its models are "
+                "retried, then fail with upstream_unavailable until it does.",
+                file=sys.stderr,
+            )
         return 0
     if action == "upstream.remove":
         await remove_upstream(db, args.name)

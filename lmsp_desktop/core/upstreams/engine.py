@@ -93,6 +93,18 @@ class UpstreamModel:
         return None
 
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
+        if (
+            request.tools
+            or request.grammar
+            or any(m.get("role") == "tool" or m.get("tool_calls") for m in request.messages)
+        ):
+            # Said plainly rather than ignored: the upstream would answer without them.
+            raise EngineError(
+                "unsupported_on_upstream",
+                f"Function tools and structured output (text.format, response_format) do not "
+                f"run on upstream models yet. Send this request to a local model, or to "
+                f"{self.upstream.name}'s own API directly.",
+            )
         state = _Progress(text=request.resume_text, tokens=len(request.resume_tokens))
         attempt = 0
         while True:

@@ -335,3 +335,26 @@ async def test_concurrency_limit_per_upstream(store: Store, env: dict[str, Any])
         await asyncio.sleep(0.01)
     assert [r["state"] for r in rows] == ["completed"] * 6
     assert running_max == 2
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"grammar": 'root ::= "{}"'},
+        {"tools": [{"name": "f", "description": "", "parameters": {}, "strict": False}]},
+    ],
+)
+async def test_tools_and_structured_output_are_refused_plainly(extra: dict[str, Any]) -> None:
+    from lmsp_desktop.core.engines.base import EngineError, GenerationRequest
+    from lmsp_desktop.core.upstreams.client import UpstreamClient
+    from lmsp_desktop.core.upstreams.engine import Upstream, UpstreamModel
+
+    model = UpstreamModel(Upstream(UpstreamClient("up", "http://127.0.0.1:9/v1", None, 1), 1), "m")
+
+    async def sink(pieces: Any) -> bool:
+        raise AssertionError("nothing may be generated")
+
+    request = GenerationRequest(messages=[{"role": "user", "content": "hi"}], **extra)
+    with pytest.raises(EngineError) as refused:
+        await model.generate(request, sink)
+    assert refused.value.code == "unsupported_on_upstream"
