@@ -32,6 +32,7 @@ import aiosqlite
 
 from lmsp_desktop.core.errors import LmspError, invalid, not_found
 from lmsp_desktop.core.ids import new_id, token_hash
+from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.scopes import SCOPES
 from lmsp_desktop.core.storage.clients import clean_name, insert_client
 
@@ -485,11 +486,7 @@ class PairingManager:
         }
 
     def _notify(self) -> None:
-        for listener in list(self.listeners):
-            try:
-                listener()
-            except Exception:  # a broken GUI callback must not fail a client's request
-                log.exception("pairing listener failed")
+        notify(self.listeners)  # a broken GUI callback must not fail a client's request
 
 
 async def _fetch(

@@ -23,6 +23,7 @@ from lmsp_desktop.core.engines.base import (
 )
 from lmsp_desktop.core.engines.prefix_cache import CachesPrefixes, PrefixStats
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.requests import chat_messages
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
@@ -410,5 +411,4 @@ class Runner:
                     await self._unload(lane)
 
     def _notify_load(self, model_id: str, state: str, progress: float) -> None:
-        for listener in list(self.load_listeners):
-            listener(model_id, state, progress)
+        notify(self.load_listeners, model_id, state, progress)

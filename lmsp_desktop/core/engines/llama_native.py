@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from lmsp_desktop.core.engines.base import ProgressSink
+
+log = logging.getLogger(__name__)
 
 
 def lowlevel() -> Any:
@@ -46,11 +49,15 @@ def load_model(path: Path, report: ProgressSink) -> Any:
     lc = lowlevel()
     _init_backend(lc)
 
+    broken: list[bool] = []  # the first failing report is logged, not the hundreds after
+
     def on_progress(value: float, _user_data: Any) -> bool:
         try:
             report(min(max(float(value), 0.0), 1.0))
-        except Exception:
-            pass  # progress is cosmetic: never abort a load over it
+        except Exception:  # progress is cosmetic: never abort a load over it, but say so once
+            if not broken:
+                broken.append(True)
+                log.exception("progress report of loading %s failed; loading goes on", path)
         return True
 
     callback = lc.llama_progress_callback(on_progress)

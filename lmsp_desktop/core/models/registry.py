@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.models import messages
 from lmsp_desktop.core.models.demo import DEMO_MODEL_ID, demo_model_path
 from lmsp_desktop.core.models.digests import CHUNK_SIZE, HashCancelled, sha256_file
@@ -384,11 +385,7 @@ class ModelRegistry:
             self._emit(ModelEvent("state", model_id, state))
 
     def _emit(self, event: ModelEvent) -> None:
-        for listener in list(self.listeners):
-            try:
-                listener(event)
-            except Exception:  # one broken listener must not stop a scan
-                log.exception("model event listener failed")
+        notify(self.listeners, event)  # one broken listener must not stop a scan
 
 
 class _Progress:

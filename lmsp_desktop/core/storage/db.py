@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from lmsp_desktop.core.errors import DatabaseLockedError, LmspError, StorageFullError
+from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS
 
 log = logging.getLogger(__name__)
@@ -271,11 +272,7 @@ class Database:
             self._after_commit()
 
     def _after_commit(self) -> None:
-        for callback in list(self.after_commit):
-            try:
-                callback()
-            except Exception:  # committed already; a broken hook must not look like a failure
-                log.exception("after-commit callback %r failed", callback)
+        notify(self.after_commit)  # committed already: a broken hook must not look like a failure
 
     # -- reading -------------------------------------------------------------------------
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.errors import LmspError, not_found
+from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.models.info import VERIFIED, ModelInfo
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.upstreams import UpstreamRow, list_upstreams, upstreams_version
@@ -262,8 +263,4 @@ class UpstreamCatalog:
             await upstream.client.close()
 
     def _notify(self) -> None:
-        for listener in list(self.listeners):
-            try:
-                listener()
-            except Exception:
-                log.exception("upstream listener failed")
+        notify(self.listeners)
