@@ -51,7 +51,10 @@ class Collector:
 async def model() -> AsyncIterator[LlamaModel]:
     path = demo_model_path()
     assert path is not None
-    loaded = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=4).load(Path(path))
+    # One context holding all four sequences: every test here exercises shared decodes.
+    loaded = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=4, contexts=1).load(
+        Path(path)
+    )
     try:
         yield loaded
     finally:
@@ -86,12 +89,12 @@ async def test_shared_decodes_give_each_sequence_its_solo_tokens(model: LlamaMod
             GenerationRequest(r.messages, r.max_output_tokens, r.temperature, r.top_p, r.seed)
             for r in requests
         ]
-        steps_before = model._require().steps
+        steps_before = model.steps
         await asyncio.gather(*(model.generate(r, s) for r, s in zip(fresh, sinks, strict=True)))
         together = [s.ids for s in sinks]
         assert together == alone
         # They really shared decodes: far fewer steps than tokens.
-        steps = model._require().steps - steps_before
+        steps = model.steps - steps_before
         assert steps < sum(len(t) for t in together)
 
 
@@ -202,3 +205,50 @@ async def test_resume_inside_a_shared_batch_is_exact(model: LlamaModel) -> None:
         )
         assert full.ids[:cut] + resumed.ids == full.ids
         assert resumed.pieces == full.pieces[cut:]
+
+
+async def test_resuming_a_run_that_filled_the_context_ends_there_too() -> None:
+    path = demo_model_path()
+    assert path is not None
+    small = await LlamaEngine(n_threads=THREADS, n_ctx=64, parallel=2).load(Path(path))
+    try:
+        full = Collector()
+        first = await small.generate(request(PROMPTS[0], max_output_tokens=None), full)
+        assert first.finish_reason == "context"
+        for cut in (len(full.ids) - 3, len(full.ids)):
+            resumed = Collector()
+            again = await small.generate(
+                request(PROMPTS[0], max_output_tokens=None, resume_tokens=full.ids[:cut]),
+                resumed,
+            )
+            assert again.finish_reason == "context"
+            assert full.ids[:cut] + resumed.ids == full.ids
+            assert again.output_tokens == first.output_tokens
+    finally:
+        await small.unload()
+
+
+async def test_two_contexts_share_the_weights_and_the_prefix_cache() -> None:
+    path = demo_model_path()
+    assert path is not None
+    model = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=4, contexts=2).load(
+        Path(path)
+    )
+    try:
+        assert model.parallel == 4 and len(model._contexts) == 2
+        alone = [await solo(model, request(p)) for p in PROMPTS]
+        sinks = [Collector() for _ in PROMPTS]
+        pairs = zip(PROMPTS, sinks, strict=True)
+        await asyncio.gather(*(model.generate(request(p), s) for p, s in pairs))
+        assert [s.ids for s in sinks] == alone
+        # Each context ran some of them: both decoded.
+        assert all(d.steps > 0 for d in model._all_decoders)
+        hits = model.prefix_stats.hits
+        system = {"role": "system", "content": "You are a careful assistant. " * 8}
+        first = Collector()
+        await model.generate(request([system, PROMPTS[0][0]]), first)
+        again = Collector()
+        await model.generate(request([system, PROMPTS[1][0]]), again)
+        assert model.prefix_stats.hits == hits + 1  # found in whichever context held it
+    finally:
+        await model.unload()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -56,11 +57,14 @@ class LlamaEngine:
         n_threads: int = DEFAULT_THREADS,
         n_batch: int = 512,
         parallel: int = DEFAULT_PARALLEL,
+        contexts: int | None = None,
     ) -> None:
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.n_batch = n_batch
         self.parallel = parallel
+        # How many contexts (decoding threads) share the weights; None: by the cores.
+        self.contexts = contexts
 
     async def load(self, path: Path, progress: ProgressSink | None = None) -> LlamaModel:
         loop = asyncio.get_running_loop()
@@ -99,34 +103,62 @@ class LlamaEngine:
             trained = int(lc.llama_model_n_ctx_train(weights))
             # Past its training context a model degrades: never ask for more.
             n_ctx = min(self.n_ctx, trained) if trained > 0 else self.n_ctx
-            n_seq = max(1, self.parallel)
-            ctx = native.open_context(
-                weights,
-                n_ctx_seq=n_ctx,
-                n_seq=n_seq,
-                n_threads=self.n_threads,
-                n_batch=max(self.n_batch, PREFILL_CHUNK * n_seq + n_seq),
+            layout = context_layout(
+                max(1, self.parallel), self.n_threads, os.cpu_count() or 1, self.contexts
             )
+            contexts: list[Any] = []
+            for n_seq in layout:
+                contexts.append(
+                    native.open_context(
+                        weights,
+                        n_ctx_seq=n_ctx,
+                        n_seq=n_seq,
+                        n_threads=self.n_threads,
+                        # What one step can hold: a prompt chunk and a token per sequence.
+                        n_batch=max(64, (PREFILL_CHUNK + 1) * n_seq + 2),
+                    )
+                )
         except Exception as exc:
+            for ctx in contexts:
+                lc.llama_free(ctx)
             lc.llama_model_free(weights)
             raise EngineError(
                 "model_load_failed",
                 f"llama.cpp could not create a context for {path.name} ({exc}); lower the "
                 "concurrent requests per model or the context length.",
             ) from exc
-        return LlamaModel(weights, ctx, path=path, n_ctx=n_ctx, n_seq=n_seq)
+        return LlamaModel(weights, list(zip(contexts, layout, strict=True)), path=path, n_ctx=n_ctx)
+
+
+def context_layout(
+    parallel: int, threads: int, cores: int, contexts: int | None = None
+) -> list[int]:
+    """How many sequences each context (each with its own decoding thread) holds.
+
+    On this CPU a decode costs about the same per sequence whether sequences share it or
+    not (bench/engine_choice.py), so concurrent requests gain only from more cores: as many
+    contexts as the cores hold `threads`-thread decoders (today's lanes used that many
+    cores too), each batching its share of the sequences. One context where the threads
+    already take the cores. Two threads in one context under load ran 5x slower than two
+    single-thread contexts (measured), which is why the cores are split this way."""
+    count = contexts or max(1, min(parallel, cores // max(1, threads)))
+    count = min(count, parallel)
+    base, extra = divmod(parallel, count)
+    return [base + (1 if i < extra else 0) for i in range(count)]
 
 
 class LlamaModel:
-    """A loaded llama.cpp model serving up to `parallel` generations at once."""
+    """A loaded llama.cpp model serving up to `parallel` generations at once: one copy of the
+    weights, one or more contexts over it, each decoding its sequences in its own thread."""
 
-    def __init__(self, weights: Any, ctx: Any, *, path: Path, n_ctx: int, n_seq: int) -> None:
+    def __init__(
+        self, weights: Any, contexts: list[tuple[Any, int]], *, path: Path, n_ctx: int
+    ) -> None:
         self._lc = native.lowlevel()
         self._weights: Any = weights
-        self._ctx: Any = ctx
         self.path = path
         self.context_length = n_ctx
-        self.parallel = n_seq
+        self.parallel = sum(n_seq for _ctx, n_seq in contexts)
         self._vocab = self._lc.llama_model_get_vocab(weights)
         self._n_vocab = int(self._lc.llama_vocab_n_tokens(self._vocab))
         self._pieces: dict[int, bytes] = {}
@@ -138,35 +170,47 @@ class LlamaModel:
             eos_token=self._token_text(int(self._lc.llama_vocab_eos(self._vocab))),
         )
         probe = self.tokenize_prompt(PROBE_TEXT * 4)[: PREFILL_CHUNK + 1]
-        exact = probe_exactness(ctx, self._vocab, n_seq, probe)
-        self._decoder: BatchDecoder | None = BatchDecoder(
-            ctx,
-            self._vocab,
-            n_seq=n_seq,
-            n_ctx_seq=n_ctx,
-            token_bytes=self.token_bytes,
-            exact=exact,
-        )
-        self._stats = self._decoder.cache.stats
+        first_ctx, first_n_seq = contexts[0]
+        exact = probe_exactness(first_ctx, self._vocab, first_n_seq, probe)
+        self._contexts = [ctx for ctx, _n in contexts]
+        self._decoders: list[BatchDecoder] | None = [
+            BatchDecoder(
+                ctx,
+                self._vocab,
+                n_seq=n_seq,
+                n_ctx_seq=n_ctx,
+                token_bytes=self.token_bytes,
+                exact=exact,
+            )
+            for ctx, n_seq in contexts
+        ]
+        self._all_decoders = list(self._decoders)
+        self._last_job: Job | None = None
         self._unloading = asyncio.Lock()
 
     @property
     def exact_batching(self) -> bool:
         """Whether sequences share decodes and cached prefixes (the load-time probe passed)."""
-        return self._decoder is not None and self._decoder.exact
+        return self._all_decoders[0].exact
 
     @property
     def prefix_stats(self) -> PrefixStats:
         """Prefix cache lookups, hits and tokens reused since the model was loaded."""
-        return self._stats
+        total = PrefixStats()
+        for decoder in self._all_decoders:
+            total.add(decoder.cache.stats)
+        return total
+
+    @property
+    def steps(self) -> int:
+        """llama_decode steps so far, all contexts together."""
+        return sum(decoder.steps for decoder in self._all_decoders)
 
     @property
     def sampled_tokens(self) -> int:
         """Tokens sampled by the most recently started generation (end-of-turn included):
         lets tests check that a stop request ends it within one token."""
-        decoder = self._decoder
-        job = decoder.last_job if decoder is not None else None
-        return job.sampled if job is not None else 0
+        return self._last_job.sampled if self._last_job is not None else 0
 
     # --- prompt -------------------------------------------------------------------------
 
@@ -202,16 +246,33 @@ class LlamaModel:
 
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
         check_request(request)
-        decoder = self._require()
+        self._require()
         seed = request.seed if request.seed is not None else new_seed()
         prompt = await asyncio.to_thread(self._prompt_tokens, request)
+        decoder = self._choose(prompt + list(request.resume_tokens))
 
         def start(channel: TokenChannel) -> concurrent.futures.Future[LoopOutcome]:
             done: concurrent.futures.Future[LoopOutcome] = concurrent.futures.Future()
-            decoder.submit(Job(request, channel, seed, prompt, done))
+            job = Job(request, channel, seed, prompt, done)
+            decoder.submit(job)
+            self._last_job = job
             return done
 
         return await pump_started(request, sink, start)
+
+    def _choose(self, tokens: list[int]) -> BatchDecoder:
+        """The context with room whose idle sequence holds the longest useful prefix of
+        `tokens`, else the least busy one."""
+        decoders = self._require()
+        if len(decoders) == 1:
+            return decoders[0]
+        match, _busy, index = max(
+            (d.cache.idle_match(tokens) if d.active < d.n_seq else 0, -d.active, -i)
+            for i, d in enumerate(decoders)
+        )
+        if match > 0:
+            return decoders[-index]
+        return min(decoders, key=lambda d: d.active)
 
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         prompt = self.tokenize_prompt(self.render_prompt(request.messages, request.tools))
@@ -223,19 +284,21 @@ class LlamaModel:
             )
         return prompt
 
-    def _require(self) -> BatchDecoder:
-        if self._decoder is None:
+    def _require(self) -> list[BatchDecoder]:
+        if self._decoders is None:
             raise EngineError("model_unloaded", "The model was unloaded; submit the request again.")
-        return self._decoder
+        return self._decoders
 
     async def unload(self) -> None:
         """Free the model once every running generation has ended."""
         async with self._unloading:
-            decoder, self._decoder = self._decoder, None
-            if decoder is not None:
-                await asyncio.to_thread(self._close, decoder)
+            decoders, self._decoders = self._decoders, None
+            if decoders is not None:
+                await asyncio.to_thread(self._close, decoders)
 
-    def _close(self, decoder: BatchDecoder) -> None:
-        decoder.close()
-        self._lc.llama_free(self._ctx)
+    def _close(self, decoders: list[BatchDecoder]) -> None:
+        for decoder in decoders:
+            decoder.close()
+        for ctx in self._contexts:
+            self._lc.llama_free(ctx)
         self._lc.llama_model_free(self._weights)

@@ -28,7 +28,12 @@ import numpy.typing as npt
 
 from lmsp_desktop.core.engines.base import EngineError, FinishReason, GenerationRequest, TokenPiece
 from lmsp_desktop.core.engines.grammar import GrammarConstraint, advance, open_constraint, pick
-from lmsp_desktop.core.engines.llama_native import TokenBatch, logits_row, lowlevel
+from lmsp_desktop.core.engines.llama_native import (
+    GilHoldingCalls,
+    TokenBatch,
+    logits_row,
+    lowlevel,
+)
 from lmsp_desktop.core.engines.prefix_cache import CachedSequence, PrefixCache
 from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, emit_all
 from lmsp_desktop.core.engines.sampling import Utf8Stream, sample_token
@@ -81,6 +86,8 @@ class BatchDecoder:
         exact: bool,
     ) -> None:
         self._lc = lowlevel()
+        self._calls = GilHoldingCalls()
+        self._eog: dict[int, bool] = {}
         self._ctx = ctx
         self._vocab = vocab
         self._n_vocab = int(self._lc.llama_vocab_n_tokens(vocab))
@@ -146,14 +153,20 @@ class BatchDecoder:
             for job in cancelled:
                 self._complete(job, job.finish("cancelled"))
             for job in arrivals:
-                self._admit(job)
+                try:
+                    self._admit(job)
+                except Exception as exc:  # a bug or a native failure: fail this job only
+                    log.exception("admitting a generation failed")
+                    if job in self._running:
+                        self._end(job, error=_engine_error(exc), keep_cache=False)
+                    elif not job.done.done():
+                        self._complete(job, error=_engine_error(exc))
             try:
                 self._step()
             except Exception as exc:  # a native failure: fail what was running, keep serving
                 log.exception("batched decode failed")
-                error = EngineError("engine_error", f"llama.cpp failed during generation ({exc}).")
                 for job in list(self._running):
-                    self._end(job, error=error, keep_cache=False)
+                    self._end(job, error=_engine_error(exc), keep_cache=False)
 
     def _admit(self, job: Job) -> None:
         request = job.request
@@ -175,6 +188,10 @@ class BatchDecoder:
         for token in request.resume_tokens:
             job.text.prime(self._token_bytes(token))
         wanted = job.prompt + list(request.resume_tokens)
+        if len(wanted) > self.n_ctx_seq:
+            # The earlier run filled the context: it ended there, and so does this one.
+            self._complete(job, job.finish("context"))
+            return
         claimed = self.cache.claim(wanted, reuse=self.exact)
         assert claimed is not None  # admission is limited to free sequences
         sequence, keep = claimed
@@ -254,7 +271,7 @@ class BatchDecoder:
             job.next_token = None
         emitted: list[tuple[TokenChannel, TokenPiece]] = []
         for job, index in rows:
-            self._sample(job, logits_row(self._ctx, index, self._n_vocab), emitted)
+            self._sample(job, self._calls.logits_row(self._ctx, index, self._n_vocab), emitted)
         if emitted:
             emit_all(emitted[0][0].loop, emitted)
 
@@ -281,7 +298,7 @@ class BatchDecoder:
             self._end(job, error=exc)
             return
         job.sampled += 1
-        if self._lc.llama_vocab_is_eog(self._vocab, token):
+        if self._is_eog(token):
             self._end(job, job.finish("stop"))
             return
         advance(job.grammar, token)
@@ -294,6 +311,12 @@ class BatchDecoder:
             self._end(job, job.finish("context"), emitted)
         else:
             job.next_token = token
+
+    def _is_eog(self, token: int) -> bool:
+        known = self._eog.get(token)
+        if known is None:
+            known = self._eog[token] = self._calls.is_eog(self._vocab, token)
+        return known
 
     def _end(
         self,
@@ -331,6 +354,10 @@ class BatchDecoder:
             assert outcome is not None
             job.done.set_result(outcome)
         job.channel.close()
+
+
+def _engine_error(exc: Exception) -> EngineError:
+    return EngineError("engine_error", f"llama.cpp failed during generation ({exc}).")
 
 
 def probe_exactness(ctx: Any, vocab: Any, n_seq: int, tokens: list[int]) -> bool:

@@ -30,6 +30,9 @@ class CachedSequence:
 
 @dataclass
 class PrefixStats:
+    """Counters of one cache; a hit is a prompt that reused at least MIN_USEFUL_PREFIX
+    tokens (a shared chat-template opening alone is not one), tokens_reused counts all."""
+
     lookups: int = 0
     hits: int = 0
     tokens_reused: int = 0
@@ -72,6 +75,15 @@ class PrefixCache:
         with self._lock:
             return sum(not s.busy for s in self.sequences)
 
+    def idle_match(self, tokens: list[int]) -> int:
+        """The longest useful prefix of `tokens` an idle sequence holds (0 if none)."""
+        with self._lock:
+            best = max(
+                (common_prefix(s.tokens, tokens) for s in self.sequences if not s.busy),
+                default=0,
+            )
+        return best if best >= MIN_USEFUL_PREFIX else 0
+
     def claim(self, tokens: list[int], *, reuse: bool) -> tuple[CachedSequence, int] | None:
         """An idle sequence for `tokens` and how many leading tokens its cache already holds
         (never all of them: the last one is evaluated again for its logits); None when every
@@ -96,9 +108,9 @@ class PrefixCache:
             chosen.busy = True
             chosen.last_used = self._clock
             del chosen.tokens[keep:]
-            if keep:
+            if keep >= MIN_USEFUL_PREFIX:
                 self.stats.hits += 1
-                self.stats.tokens_reused += keep
+            self.stats.tokens_reused += keep
             self.stats.tokens_evaluated += len(tokens) - keep
             return chosen, keep
 

@@ -121,7 +121,7 @@ def _prefix_cache_lines(ctx: ServiceContext) -> list[str]:
     stats = ctx.runner.prefix_cache_stats() if ctx.runner else PrefixStats()
     figures = [
         ("lookups", "Prompts looked up in the prompt-prefix cache.", stats.lookups),
-        ("hits", "Prompts that started like a cached sequence.", stats.hits),
+        ("hits", "Prompts that reused 16+ cached tokens.", stats.hits),
         ("tokens_reused", "Prompt tokens taken from the cache.", stats.tokens_reused),
         ("tokens_evaluated", "Prompt tokens evaluated (not cached).", stats.tokens_evaluated),
     ]

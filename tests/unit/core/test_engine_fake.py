@@ -197,3 +197,14 @@ async def test_a_cancelled_caller_waits_for_the_worker_to_stop() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert model.workers_running == 0  # the thread ended before generate() returned
+
+
+def test_contexts_split_the_cores_between_single_thread_decoders() -> None:
+    from lmsp_desktop.core.engines.llama import context_layout
+
+    assert context_layout(4, 1, 2) == [2, 2]  # 2 cores, 1 thread each: two contexts
+    assert context_layout(4, 1, 1) == [4]
+    assert context_layout(4, 7, 8) == [4]  # the threads take the cores: one context
+    assert context_layout(3, 1, 8) == [1, 1, 1]
+    assert context_layout(5, 1, 2) == [3, 2]
+    assert context_layout(4, 1, 2, contexts=1) == [4]
