@@ -19,6 +19,7 @@ import aiohttp
 
 log = logging.getLogger(__name__)
 MESSAGE_LIMIT = 300  # characters of an upstream's error body kept in a task's error
+PROBE_TIMEOUT_S = 10.0  # a model list is small: a silent upstream is shown down soon
 
 
 class UpstreamFault(Exception):
@@ -128,7 +129,7 @@ class UpstreamClient:
     async def _get_json(self, url: str) -> Any:
         try:
             async with self._client().get(
-                url, timeout=_timeout(self.timeout_s, total=self.timeout_s * 2)
+                url, timeout=_timeout(limit := min(self.timeout_s, PROBE_TIMEOUT_S), total=limit)
             ) as response:
                 body = await response.read()
                 if response.status != 200:
