@@ -95,8 +95,8 @@ class ModelRegistry:
         return local + (self.upstreams.infos() if self.upstreams is not None else [])
 
     async def get(self, model_id: str) -> ModelInfo:
-        if self.upstreams is not None and self.upstreams.owns(model_id):
-            info: ModelInfo = self.upstreams.info(model_id)
+        if self.upstreams is not None and isinstance(model_id, str) and "/" in model_id:
+            info: ModelInfo = self.upstreams.info(model_id)  # 404 naming what is missing
             return info
         check_model_id(model_id)
         row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))

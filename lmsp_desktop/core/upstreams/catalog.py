@@ -18,7 +18,12 @@ from lmsp_desktop.core.errors import LmspError, not_found
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.models.info import VERIFIED, ModelInfo
 from lmsp_desktop.core.storage.db import Database
-from lmsp_desktop.core.storage.upstreams import UpstreamRow, list_upstreams, upstreams_version
+from lmsp_desktop.core.storage.upstreams import (
+    NAME_RE,
+    UpstreamRow,
+    list_upstreams,
+    upstreams_version,
+)
 from lmsp_desktop.core.upstreams.client import Probe, UpstreamClient
 from lmsp_desktop.core.upstreams.engine import Upstream, UpstreamEngine
 
@@ -128,6 +133,15 @@ class UpstreamCatalog:
 
     def info(self, model_id: str) -> UpstreamModelInfo:
         name, _, remote = model_id.partition("/")
+        if name not in self._rows:
+            # Only a well-formed name is echoed back (the id is the client's input).
+            named = f" named {name}" if NAME_RE.fullmatch(name) else " of that name"
+            raise not_found(
+                f"There is no such model: no upstream{named} is registered. GET /v1/models "
+                "lists the models; `lmsp-desktop upstream list` the upstreams.",
+                code="model_not_found",
+                param="model",
+            )
         probe = self._probes.get(name)
         if probe is not None:
             for model in probe.models:

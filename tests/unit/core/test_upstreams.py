@@ -358,3 +358,30 @@ async def test_tools_and_structured_output_are_refused_plainly(extra: dict[str, 
     with pytest.raises(EngineError) as refused:
         await model.generate(request, sink)
     assert refused.value.code == "unsupported_on_upstream"
+
+
+async def test_an_unknown_upstream_or_model_is_404_model_not_found(store: Store) -> None:
+    from lmsp_desktop.core.models.registry import ModelRegistry
+
+    fake = FakeUpstream([], models=("m1",))
+    await fake.start()
+    registry = ModelRegistry(store.db, [], include_demo=False)
+    registry.upstreams = catalog = UpstreamCatalog(store.db)
+    await add_upstream(store.db, "up", fake.url, None)
+    await catalog.refresh()
+    await catalog.probe_all()
+    try:
+        assert (await registry.get("up/m1")).id == "up/m1"
+        assert [m.id for m in await registry.list()] == ["up/m1"]
+        for missing, words in [("up/m2", "no model 'm2'"), ("gone/m1", "no upstream named gone")]:
+            with pytest.raises(LmspError) as caught:
+                await registry.get(missing)
+            assert (caught.value.status, caught.value.code, caught.value.param) == (
+                404,
+                "model_not_found",
+                "model",
+            )
+            assert words in caught.value.message
+    finally:
+        await catalog.close()
+        await fake.stop()
