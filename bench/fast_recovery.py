@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+from bench.aio_transaction import transaction
 from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.states import RECOVERY_TABLE, UNFINISHED, RestartPolicy, TaskState
 from lmsp_desktop.core.storage.events import close_item_events as _close_item_events
@@ -68,7 +69,7 @@ async def recover_batched(store: TaskStore, boot: int) -> RecoveryReport:
     states = sorted(map(str, UNFINISHED))
     marks = ",".join("?" * len(states))
     while True:
-        async with store.db.transaction() as conn:
+        async with transaction(store.db) as conn:
             # Read under the write lock: nothing can change these rows before the update.
             rows = await conn.execute_fetchall(
                 JOINED + f" WHERE t.state IN ({marks}) AND t.recovered_boot IS NOT ? "
@@ -143,7 +144,7 @@ async def recover_batched(store: TaskStore, boot: int) -> RecoveryReport:
             )
     report = RecoveryReport(started, time.time(), items)
     if items:
-        async with store.db.transaction() as conn:
+        async with transaction(store.db) as conn:
             await conn.execute(
                 "INSERT INTO recovery_reports (started_at, finished_at, items) VALUES (?,?,?)",
                 (report.started_at, report.finished_at, json.dumps([i.__dict__ for i in items])),

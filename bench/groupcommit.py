@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench.aio_transaction import transaction
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.events import response_of
@@ -106,7 +107,7 @@ class GroupCommitTaskStore(TaskStore):
         now = int(time.time())
         ids = [s.id for s in specs]
         marks = ",".join("?" * len(ids))
-        async with self.db.transaction() as conn:
+        async with transaction(self.db) as conn:
             # Queue positions: those queued before this group, plus the rank inside it.
             counts = await conn.execute_fetchall(
                 "SELECT model, COUNT(*) FROM tasks WHERE state='queued' GROUP BY model"
@@ -153,7 +154,7 @@ class GroupCommitTaskStore(TaskStore):
         ids = sorted({item[0] for item in items})
         marks = ",".join("?" * len(ids))
         now = time.time()
-        async with self.db.transaction() as conn:
+        async with transaction(self.db) as conn:
             found = await conn.execute_fetchall(
                 "SELECT t.id, t.state, t.last_seq, t.model, r.item_id FROM tasks t "
                 f"JOIN responses r ON r.id = t.id WHERE t.id IN ({marks})",

@@ -28,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiosqlite
-
 from lmsp_desktop.core.errors import LmspError, invalid, not_found
 from lmsp_desktop.core.ids import new_id, token_hash
 from lmsp_desktop.core.listeners import notify
@@ -164,12 +162,11 @@ class PairingManager:
         secret = secrets.token_urlsafe(32)  # 256 bits
         pairing_id = new_id("pair")
         now = self.clock()
-        async with self.db.transaction() as conn:
-            await conn.execute(
-                "DELETE FROM pairings WHERE expires_at < ?", (int(now - PURGE_AFTER_S),)
-            )
-            code = await self._unused_code(conn, now)
-            await conn.execute(
+
+        def work(conn: sqlite3.Connection) -> str:
+            conn.execute("DELETE FROM pairings WHERE expires_at < ?", (int(now - PURGE_AFTER_S),))
+            code = self._unused_code(conn, now)
+            conn.execute(
                 "INSERT INTO pairings (id, kind, client_name, address, scopes, user_code,"
                 " secret_hash, state, created_at, expires_at, interval_s)"
                 " VALUES (?, 'device', ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
@@ -185,6 +182,9 @@ class PairingManager:
                     self.interval,
                 ),
             )
+            return code
+
+        code = await self.db.run(work)
         self._notify()
         answer: dict[str, Any] = {
             "pairing_id": pairing_id,
@@ -204,15 +204,15 @@ class PairingManager:
         """The token once approved; otherwise a 400 with an RFC 8628 error code."""
         self.limiter.check(address)
         now = self.clock()
-        async with self.db.transaction() as conn:
-            row = await _fetch(
-                conn, "SELECT * FROM pairings WHERE id=? AND kind='device'", (pairing_id,)
-            )
-            outcome = await self._poll_locked(conn, row, secret, now)
-        return self._finish(outcome, address)
 
-    async def _poll_locked(
-        self, conn: aiosqlite.Connection, row: sqlite3.Row | None, secret: str, now: float
+        def work(conn: sqlite3.Connection) -> _Outcome:
+            row = _fetch(conn, "SELECT * FROM pairings WHERE id=? AND kind='device'", (pairing_id,))
+            return self._poll_locked(conn, row, secret, now)
+
+        return self._finish(await self.db.run(work), address)
+
+    def _poll_locked(
+        self, conn: sqlite3.Connection, row: sqlite3.Row | None, secret: str, now: float
     ) -> _Outcome:
         again = "Start pairing again with POST /v1/pairing."
         if row is None:
@@ -226,7 +226,7 @@ class PairingManager:
         if not hmac.compare_digest(str(row["secret_hash"]), token_hash(str(secret))):
             failures = row["failures"] + 1
             dead = failures >= MAX_FAILURES
-            await conn.execute(
+            conn.execute(
                 "UPDATE pairings SET failures=?, state=CASE WHEN ? THEN 'dead' ELSE state END"
                 " WHERE id=?",
                 (failures, dead, row["id"]),
@@ -252,23 +252,21 @@ class PairingManager:
         if state in ("denied", "dead"):
             return _refuse("access_denied", "The service's owner denied this pairing request.")
         if state == "approved":
-            cursor = await conn.execute(
+            cursor = conn.execute(
                 "UPDATE pairings SET state='issued' WHERE id=? AND state='approved'", (row["id"],)
             )
             if cursor.rowcount != 1:  # pragma: no cover - we hold the write lock
                 raise RuntimeError("pairing changed under the write lock")
             granted = frozenset(_scopes(row["granted_scopes"]))
-            client, token = await insert_client(conn, row["client_name"], granted)
-            await conn.execute(
-                "UPDATE pairings SET client_id=? WHERE id=?", (client["id"], row["id"])
-            )
+            client, token = insert_client(conn, row["client_name"], granted)
+            conn.execute("UPDATE pairings SET client_id=? WHERE id=?", (client["id"], row["id"]))
             return _Outcome(result=_token_answer(client, token), changed=True)
         # pending or ignored: RFC 8628 3.5 polling rules
         interval = int(row["interval_s"])
         last = row["last_poll_at"]
         if last is not None and now - last < interval:
             interval += SLOW_DOWN_STEP_S
-            await conn.execute(
+            conn.execute(
                 "UPDATE pairings SET interval_s=?, last_poll_at=? WHERE id=?",
                 (interval, now, row["id"]),
             )
@@ -277,7 +275,7 @@ class PairingManager:
                 f"Polled too fast. Wait {interval} seconds between polls from now on.",
                 interval=interval,
             )
-        await conn.execute("UPDATE pairings SET last_poll_at=? WHERE id=?", (now, row["id"]))
+        conn.execute("UPDATE pairings SET last_poll_at=? WHERE id=?", (now, row["id"]))
         return _refuse(
             "authorization_pending",
             "Waiting for the owner to approve this request in LMSP Desktop (or with "
@@ -292,37 +290,40 @@ class PairingManager:
         name = clean_name(client_name, "client_name")
         normalized = normalize_code(code)
         now = self.clock()
-        async with self.db.transaction() as conn:
+
+        def work(conn: sqlite3.Connection) -> _Outcome:
             row = None
             if normalized is not None:
-                row = await _fetch(
+                row = _fetch(
                     conn,
                     "SELECT * FROM pairings WHERE kind='claim' AND user_code=? AND"
                     " state='pending' AND expires_at>? ORDER BY created_at DESC LIMIT 1",
                     (normalized, now),
                 )
             if row is None:
-                outcome = await self._wrong_claim(conn, now)
+                outcome = self._wrong_claim(conn, now)
             else:
-                await conn.execute(
+                conn.execute(
                     "UPDATE pairings SET state='issued', client_name=?, address=? WHERE id=?",
                     (name, address, row["id"]),
                 )
-                client, token = await insert_client(conn, name, frozenset(_scopes(row["scopes"])))
-                await conn.execute(
+                client, token = insert_client(conn, name, frozenset(_scopes(row["scopes"])))
+                conn.execute(
                     "UPDATE pairings SET client_id=? WHERE id=?", (client["id"], row["id"])
                 )
                 outcome = _Outcome(result=_token_answer(client, token), changed=True)
-        return self._finish(outcome, address)
+            return outcome
 
-    async def _wrong_claim(self, conn: aiosqlite.Connection, now: float) -> _Outcome:
+        return self._finish(await self.db.run(work), address)
+
+    def _wrong_claim(self, conn: sqlite3.Connection, now: float) -> _Outcome:
         # A wrong code cannot be tied to one claim code, so it counts against all live ones.
-        await conn.execute(
+        conn.execute(
             "UPDATE pairings SET failures=failures+1 WHERE kind='claim' AND state='pending'"
             " AND expires_at>?",
             (now,),
         )
-        cursor = await conn.execute(
+        cursor = conn.execute(
             "UPDATE pairings SET state='dead' WHERE kind='claim' AND state='pending'"
             " AND failures>=?",
             (MAX_FAILURES,),
@@ -361,8 +362,9 @@ class PairingManager:
         self, code_or_id: str, scopes: frozenset[str] | None = None
     ) -> dict[str, Any]:
         """Approve a request, granting all it asked for or fewer scopes (never more)."""
-        async with self.db.transaction() as conn:
-            row = await self._find_live(conn, code_or_id)
+
+        def work(conn: sqlite3.Connection) -> sqlite3.Row | None:
+            row = self._find_live(conn, code_or_id)
             requested = frozenset(_scopes(row["scopes"]))
             granted = requested if scopes is None else self._valid_scopes(scopes, "scopes")
             if not granted <= requested:
@@ -373,11 +375,13 @@ class PairingManager:
                     "scopes",
                     code="invalid_scope",
                 )
-            await conn.execute(
+            conn.execute(
                 "UPDATE pairings SET state='approved', granted_scopes=? WHERE id=?",
                 (json.dumps(sorted(granted)), row["id"]),
             )
-            updated = await _fetch(conn, "SELECT * FROM pairings WHERE id=?", (row["id"],))
+            return _fetch(conn, "SELECT * FROM pairings WHERE id=?", (row["id"],))
+
+        updated = await self.db.run(work)
         self._notify()
         assert updated is not None
         return self._request_dict(updated)
@@ -391,9 +395,11 @@ class PairingManager:
         await self._set_state(code_or_id, "ignored")
 
     async def _set_state(self, code_or_id: str, state: str) -> None:
-        async with self.db.transaction() as conn:
-            row = await self._find_live(conn, code_or_id)
-            await conn.execute("UPDATE pairings SET state=? WHERE id=?", (state, row["id"]))
+        def work(conn: sqlite3.Connection) -> None:
+            row = self._find_live(conn, code_or_id)
+            conn.execute("UPDATE pairings SET state=? WHERE id=?", (state, row["id"]))
+
+        await self.db.run(work)
         self._notify()
 
     async def create_claim_code(
@@ -403,13 +409,17 @@ class PairingManager:
         granted = self._valid_scopes(scopes, "scopes")
         now = self.clock()
         pairing_id = new_id("pair")
-        async with self.db.transaction() as conn:
-            code = await self._unused_code(conn, now)
-            await conn.execute(
+
+        def work(conn: sqlite3.Connection) -> str:
+            code = self._unused_code(conn, now)
+            conn.execute(
                 "INSERT INTO pairings (id, kind, scopes, user_code, state, created_at,"
                 " expires_at, interval_s) VALUES (?, 'claim', ?, ?, 'pending', ?, ?, 0)",
                 (pairing_id, json.dumps(sorted(granted)), code, int(now), int(now) + expires_in),
             )
+            return code
+
+        code = await self.db.run(work)
         return {
             "pairing_id": pairing_id,
             "code": format_code(code),
@@ -419,18 +429,18 @@ class PairingManager:
         }
 
     # -- helpers ------------------------------------------------------------------------
-    async def _find_live(self, conn: aiosqlite.Connection, code_or_id: str) -> sqlite3.Row:
+    def _find_live(self, conn: sqlite3.Connection, code_or_id: str) -> sqlite3.Row:
         """A device request still waiting for an answer, by its id or its user code."""
         now = self.clock()
         live = "kind='device' AND state IN ('pending', 'ignored') AND expires_at>? AND failures<?"
         text = str(code_or_id).strip()
         row = None
         if text.startswith("pair_"):
-            row = await _fetch(
+            row = _fetch(
                 conn, f"SELECT * FROM pairings WHERE id=? AND {live}", (text, now, MAX_FAILURES)
             )
         elif (code := normalize_code(text)) is not None:
-            row = await _fetch(
+            row = _fetch(
                 conn,
                 f"SELECT * FROM pairings WHERE user_code=? AND {live}"
                 " ORDER BY created_at DESC LIMIT 1",
@@ -445,11 +455,11 @@ class PairingManager:
             )
         return row
 
-    async def _unused_code(self, conn: aiosqlite.Connection, now: float) -> str:
+    def _unused_code(self, conn: sqlite3.Connection, now: float) -> str:
         placeholders = ", ".join("?" for _ in LIVE_STATES)
         while True:
             code = new_user_code()
-            clash = await _fetch(
+            clash = _fetch(
                 conn,
                 f"SELECT 1 FROM pairings WHERE user_code=? AND expires_at>? AND state IN"
                 f" ({placeholders})",
@@ -489,11 +499,9 @@ class PairingManager:
         notify(self.listeners)  # a broken GUI callback must not fail a client's request
 
 
-async def _fetch(
-    conn: aiosqlite.Connection, sql: str, params: tuple[Any, ...]
-) -> sqlite3.Row | None:
-    cursor = await conn.execute(sql, params)
-    return await cursor.fetchone()
+def _fetch(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(sql, params).fetchone()
+    return row
 
 
 def _token_answer(client: dict[str, Any], token: str) -> dict[str, Any]:

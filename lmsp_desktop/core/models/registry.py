@@ -7,6 +7,7 @@ import builtins
 import dataclasses
 import json
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -211,23 +212,26 @@ class ModelRegistry:
             if row["state"] != MISSING:
                 updates.append((MISSING, row["size_bytes"], row["mtime_ns"], row["id"]))
         if inserts or updates or repoints:
-            async with self.db.transaction() as conn:
-                await conn.executemany(
+
+            def work(conn: sqlite3.Connection) -> None:
+                conn.executemany(
                     "UPDATE models SET path = ?, size_bytes = ?, mtime_ns = ?, digest = NULL,"
                     " state = ?, verified_at = NULL, architecture = ?, parameters = ?,"
                     " quantization = ?, context_length = ?, meta = ? WHERE id = ?",
                     repoints,
                 )
-                await conn.executemany(
+                conn.executemany(
                     "INSERT INTO models (id, path, size_bytes, mtime_ns, digest, state,"
                     " verified_at, architecture, parameters, quantization, context_length,"
                     " meta, created_at) VALUES (?, ?, ?, ?, NULL, ?, NULL, ?, ?, ?, ?, ?, ?)",
                     inserts,
                 )
-                await conn.executemany(
+                conn.executemany(
                     "UPDATE models SET state = ?, size_bytes = ?, mtime_ns = ? WHERE id = ?",
                     updates,
                 )
+
+            await self.db.run(work)
         for values in inserts:
             self._emit(ModelEvent("state", values[0], UNVERIFIED))
         for values in repoints:
@@ -343,8 +347,9 @@ class ModelRegistry:
                 header = await asyncio.to_thread(_read_meta, Path(row["path"]))
                 meta = header[1]
             meta.pop("observed_digest", None)
-            async with self.db.transaction() as conn:
-                await conn.execute(
+
+            def verified(conn: sqlite3.Connection) -> None:
+                conn.execute(
                     "UPDATE models SET digest = ?, state = ?, verified_at = ?, size_bytes = ?,"
                     " mtime_ns = ?, meta = ? WHERE id = ?",
                     (
@@ -358,30 +363,35 @@ class ModelRegistry:
                     ),
                 )
                 if header is not None:
-                    await conn.execute(
+                    conn.execute(
                         "UPDATE models SET architecture = ?, parameters = ?, quantization = ?,"
                         " context_length = ? WHERE id = ?",
                         (*header[0], model_id),
                     )
+
+            await self.db.run(verified)
             self._emit(ModelEvent("state", model_id, VERIFIED))
             return
         meta["observed_digest"] = digest
-        async with self.db.transaction() as conn:
-            await conn.execute(
+        await self.db.run(
+            lambda conn: conn.execute(
                 "UPDATE models SET state = ?, meta = ? WHERE id = ?",
                 (CHANGED, json.dumps(meta), model_id),
-            )
+            ).close()
+        )
         self._emit(ModelEvent("state", model_id, CHANGED))
 
     # -- helpers -------------------------------------------------------------------------
     async def _set_state(self, model_id: str, state: str) -> None:
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "UPDATE models SET state = ? WHERE id = ? AND state != ?",
-                (state, model_id, state),
+        changed = await self.db.run(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE models SET state = ? WHERE id = ? AND state != ?",
+                    (state, model_id, state),
+                ).rowcount
             )
-            changed = cursor.rowcount > 0
-        if changed:
+        )
+        if changed > 0:
             self._emit(ModelEvent("state", model_id, state))
 
     def _emit(self, event: ModelEvent) -> None:

@@ -7,8 +7,6 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
-import aiosqlite
-
 from lmsp_desktop.core.errors import invalid, not_found
 from lmsp_desktop.core.ids import new_id, new_token, token_display_prefix, token_hash
 
@@ -46,14 +44,14 @@ def client_dict(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-async def insert_client(
-    conn: aiosqlite.Connection, name: str, scopes: frozenset[str]
+def insert_client(
+    conn: sqlite3.Connection, name: str, scopes: frozenset[str]
 ) -> tuple[dict[str, Any], str]:
     """Create a client inside the caller's transaction (pairing issues its token atomically)."""
     token = new_token()
     client_id = new_id("client")
     created_at = int(time.time())
-    await conn.execute(
+    conn.execute(
         "INSERT INTO clients (id, name, token_hash, token_prefix, scopes, created_at)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         (
@@ -87,8 +85,7 @@ async def create_client(
     name = clean_name(name, "name")
     if not scopes:
         raise invalid("Give the client at least one scope.", "scopes", code="invalid_scope")
-    async with db.transaction() as conn:
-        return await insert_client(conn, name, scopes)
+    return await db.run(lambda conn: insert_client(conn, name, scopes))
 
 
 async def get_client(db: Database, client_id: str) -> dict[str, Any]:
@@ -109,13 +106,12 @@ async def list_clients(db: Database, *, include_revoked: bool = True) -> list[di
 
 async def revoke_client(db: Database, client_id: str) -> dict[str, Any]:
     """Revoke a client's token; the next request with it is refused (nothing is cached)."""
-    async with db.transaction() as conn:
-        cursor = await conn.execute(
-            "UPDATE clients SET revoked_at=COALESCE(revoked_at, ?) WHERE id=?",
-            (int(time.time()), client_id),
-        )
-        if cursor.rowcount == 0:
-            raise _unknown(client_id)
+    await _update_one(
+        db,
+        client_id,
+        "UPDATE clients SET revoked_at=COALESCE(revoked_at, ?) WHERE id=?",
+        (int(time.time()), client_id),
+    )
     return await get_client(db, client_id)
 
 
@@ -127,22 +123,33 @@ async def set_scopes(db: Database, client_id: str, scopes: frozenset[str]) -> di
             "scopes",
             code="invalid_scope",
         )
-    async with db.transaction() as conn:
-        cursor = await conn.execute(
-            "UPDATE clients SET scopes=? WHERE id=?", (json.dumps(sorted(scopes)), client_id)
-        )
-        if cursor.rowcount == 0:
-            raise _unknown(client_id)
+    await _update_one(
+        db,
+        client_id,
+        "UPDATE clients SET scopes=? WHERE id=?",
+        (json.dumps(sorted(scopes)), client_id),
+    )
     return await get_client(db, client_id)
 
 
 async def touch_client(db: Database, client_id: str, at: int, addr: str | None) -> None:
     """Record when and from where a client was last seen."""
-    async with db.transaction() as conn:
-        await conn.execute(
+    await db.run(
+        lambda conn: conn.execute(
             "UPDATE clients SET last_seen_at=?, last_seen_addr=? WHERE id=?",
             (at, addr, client_id),
-        )
+        ).close()
+    )
+
+
+async def _update_one(db: Database, client_id: str, sql: str, params: tuple[Any, ...]) -> None:
+    """Run an UPDATE of one client; 404 when there is no such client."""
+
+    def work(conn: sqlite3.Connection) -> int:
+        return conn.execute(sql, params).rowcount
+
+    if await db.run(work) == 0:
+        raise _unknown(client_id)
 
 
 def _unknown(client_id: str) -> Exception:

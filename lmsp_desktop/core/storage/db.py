@@ -1,8 +1,9 @@
 """One SQLite database: a single writer connection under a lock, and a reader connection.
 
-Every write goes through `transaction()`, which holds an asyncio lock from `BEGIN IMMEDIATE`
-to `COMMIT`/`ROLLBACK`, because coroutines sharing one aiosqlite connection would otherwise
-end up inside each other's transactions.
+Every write goes through `run(work)`: a plain function of the writer's sqlite3 connection,
+run in the writer's thread inside a transaction (shared with the other units queued at that
+moment, each in its own savepoint), under an asyncio lock, so no two writes ever interleave.
+Reads go through `fetchall`/`fetchone` on the reader connection.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -194,34 +194,11 @@ class Database:
         self._reader = self._writer = None
 
     # -- writing -------------------------------------------------------------------------
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """`BEGIN IMMEDIATE … COMMIT` on the writer, under the writer lock."""
-        conn = self._writer
-        if conn is None:
-            raise RuntimeError("database is not open")
-        async with self._lock:
-            try:
-                await conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise translate(exc, self.path) from exc
-            try:
-                yield conn
-                await conn.execute("COMMIT")
-            except BaseException as exc:
-                # After SQLITE_FULL or an I/O error SQLite may already have rolled back.
-                if conn.in_transaction:
-                    try:
-                        await conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        log.warning("rollback failed after %r", exc)
-                if isinstance(exc, sqlite3.Error):
-                    raise translate(exc, self.path) from exc
-                raise
-        self._after_commit()
-
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Group commit: run `work` in the writer's thread inside a transaction it shares with
+        """The one way to write (Datasette's `execute_write_fn` shape): `work` gets the
+        writer's sqlite3 connection and runs synchronously in the writer's thread.
+
+        Group commit: `work` runs inside a transaction it shares with
         every other unit of work queued at that moment, and return once that transaction has
         committed (one fsync for the whole group).
 

@@ -105,18 +105,19 @@ async def complete_key(db: Database, claim: IdempotencyClaim, status: int, body:
 
 async def release_key(db: Database, claim: IdempotencyClaim) -> None:
     """Forget a key whose request did not produce an answer to replay."""
-    async with db.transaction() as conn:
-        await conn.execute(
+    await db.run(
+        lambda conn: conn.execute(
             "DELETE FROM idempotency_keys WHERE client_id=? AND key=? AND state='in_flight'",
             (claim.client_id, claim.key),
-        )
+        ).close()
+    )
 
 
 async def release_in_flight(db: Database) -> int:
     """At startup: keys left in flight by a dead process are released, never stuck at 409."""
-    async with db.transaction() as conn:
-        cursor = await conn.execute("DELETE FROM idempotency_keys WHERE state='in_flight'")
-        return cursor.rowcount
+    return await db.run(
+        lambda conn: conn.execute("DELETE FROM idempotency_keys WHERE state='in_flight'").rowcount
+    )
 
 
 async def purge_expired(db: Database, batch: int = 500, *, now: float | None = None) -> int:
@@ -124,13 +125,15 @@ async def purge_expired(db: Database, batch: int = 500, *, now: float | None = N
     cutoff = int(time.time() if now is None else now)
     total = 0
     while True:
-        async with db.transaction() as conn:
-            cursor = await conn.execute(
-                "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM "
-                "idempotency_keys WHERE expires_at<=? LIMIT ?)",
-                (cutoff, batch),
+        count = await db.run(
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM "
+                    "idempotency_keys WHERE expires_at<=? LIMIT ?)",
+                    (cutoff, batch),
+                ).rowcount
             )
-            count = cursor.rowcount
+        )
         total += count
         if count < batch:
             return total

@@ -76,15 +76,17 @@ class RecoveryReport:
 
 async def next_boot(store: TaskStore) -> int:
     """Count this startup; recovery marks what it handled with this number."""
-    async with store.db.transaction() as conn:
-        cursor = await conn.execute("SELECT value FROM service_config WHERE key='boot_count'")
-        row = await cursor.fetchone()
-        boot = (json.loads(row[0]) if row else 0) + 1
-        await conn.execute(
+
+    def work(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM service_config WHERE key='boot_count'").fetchone()
+        boot = int(json.loads(row[0]) if row else 0) + 1
+        conn.execute(
             "INSERT OR REPLACE INTO service_config (key, value) VALUES ('boot_count', ?)",
             (json.dumps(boot),),
         )
-    return boot
+        return boot
+
+    return await store.db.run(work)
 
 
 async def recover(store: TaskStore, boot: int) -> RecoveryReport:
@@ -105,11 +107,12 @@ async def recover(store: TaskStore, boot: int) -> RecoveryReport:
             changes.append(change)
     report = RecoveryReport(started, time.time(), items)
     if items:
-        async with store.db.transaction() as conn:
-            await conn.execute(
+        await store.db.run(
+            lambda conn: conn.execute(
                 "INSERT INTO recovery_reports (started_at, finished_at, items) VALUES (?,?,?)",
                 (report.started_at, report.finished_at, json.dumps(report.as_json()["items"])),
-            )
+            ).close()
+        )
     store.publish(changes)
     return report
 

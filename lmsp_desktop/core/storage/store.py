@@ -38,11 +38,12 @@ class Store:
         return json.loads(row["value"]) if row else default
 
     async def set_config(self, key: str, value: Any) -> None:
-        async with self.db.transaction() as conn:
-            await conn.execute(
+        await self.db.run(
+            lambda conn: conn.execute(
                 "INSERT OR REPLACE INTO service_config (key, value) VALUES (?, ?)",
                 (key, json.dumps(value)),
-            )
+            ).close()
+        )
 
     async def settings(self) -> Settings:
         return Settings.from_json(await self.get_config("settings", {}))

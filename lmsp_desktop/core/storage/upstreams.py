@@ -117,19 +117,20 @@ async def add_upstream(
     elif existing is not None:
         keys.delete_key(name)
     now = time.time()
-    async with db.transaction() as conn:
-        await conn.execute(
+    await db.run(
+        lambda conn: conn.execute(
             "INSERT OR REPLACE INTO upstreams (name, base_url, key_store, api_key,"
             " max_concurrency, timeout_s, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?)",
             (name, base_url, key_store, stored_key, max_concurrency, timeout_s, int(now), now),
-        )
+        ).close()
+    )
     return UpstreamRow(name, base_url, key_store, max_concurrency, timeout_s, int(now), now)
 
 
 async def remove_upstream(db: Database, name: str) -> None:
-    async with db.transaction() as conn:
-        cursor = await conn.execute("DELETE FROM upstreams WHERE name=?", (name,))
-        removed = cursor.rowcount
+    removed = await db.run(
+        lambda conn: conn.execute("DELETE FROM upstreams WHERE name=?", (name,)).rowcount
+    )
     if not removed:
         raise not_found(
             f"There is no upstream named {name}. `lmsp-desktop upstream list` shows them.",

@@ -36,8 +36,11 @@ async def test_old_finished_tasks_are_purged_with_events_and_responses(store: St
     later = time.time() + 8 * DAY
     young = await drive(store.tasks, TaskState.COMPLETED)
     # The young task finished "just now" from the point of view of the purge below.
-    async with store.db.transaction() as conn:
-        await conn.execute("UPDATE tasks SET finished_at=? WHERE id=?", (later - DAY, young))
+    await store.db.run(
+        lambda conn: conn.execute(
+            "UPDATE tasks SET finished_at=? WHERE id=?", (later - DAY, young)
+        ).close()
+    )
     purged = await purge_finished(store.db, 7, now=later)
     assert purged == len(old)
     for task_id in old:
@@ -57,9 +60,12 @@ async def test_nothing_is_purged_within_the_period(store: Store) -> None:
 
 async def test_unfinished_tasks_are_never_purged_at_any_age(store: Store) -> None:
     keep = [await drive(store.tasks, s) for s in UNFINISHED]
-    async with store.db.transaction() as conn:
-        # Ancient, and even carrying a stray finish time: still unfinished, still kept.
-        await conn.execute("UPDATE tasks SET created_at=0, started_at=0, finished_at=0")
+    # Ancient, and even carrying a stray finish time: still unfinished, still kept.
+    await store.db.run(
+        lambda conn: conn.execute(
+            "UPDATE tasks SET created_at=0, started_at=0, finished_at=0"
+        ).close()
+    )
     gone = await drive(store.tasks, TaskState.COMPLETED)
     purged = await purge_finished(store.db, 0.001, now=time.time() + 3650 * DAY)
     assert purged == 1
@@ -139,16 +145,19 @@ async def test_idempotency_keys_expire_on_their_own_clock(store: Store) -> None:
 
 async def test_expired_keys_are_purged_in_batches(store: Store) -> None:
     now = int(time.time())
-    async with store.db.transaction() as conn:
-        await conn.executemany(
+
+    def keys(conn: sqlite3.Connection) -> None:
+        conn.executemany(
             "INSERT INTO idempotency_keys (client_id, key, request_digest, state, created_at,"
             " expires_at) VALUES ('c', ?, 'd', 'done', ?, ?)",
             [(f"k{i}", now - 10, now - 1) for i in range(1234)],
         )
-        await conn.execute(
+        conn.execute(
             "INSERT INTO idempotency_keys (client_id, key, request_digest, state, created_at,"
             " expires_at) VALUES ('c', 'live', 'd', 'done', ?, ?)",
             (now, now + 3600),
         )
+
+    await store.db.run(keys)
     assert await purge_expired(store.db, batch=500) == 1234
     assert count(store, "idempotency_keys") == 1

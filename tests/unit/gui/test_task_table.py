@@ -26,18 +26,20 @@ async def test_model_passes_qtmodeltester(qtmodeltester, store, core):
 
 
 async def test_lazy_loading_pages_through_5000_tasks(store, core):
-    async with store.db.transaction() as conn:
+    def insert(conn):
         for i in range(5000):
             rid = f"resp_{i:06d}"
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO responses (id, created_at, model, request) VALUES (?,?,?,?)",
                 (rid, 1_700_000_000 + i, "m", '{"temperature":1,"top_p":1}'),
             )
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO tasks (id, model, state, on_restart, mode, created_at, last_seq)"
                 " VALUES (?, 'm', 'completed', 'fail', 'background', ?, 3)",
                 (rid, 1_700_000_000 + i),
             )
+
+    await store.db.run(insert)
     model = TaskTableModel(core, page_size=200)
     await model.reload()
     assert model.rowCount() == 200
