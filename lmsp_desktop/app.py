@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.context_window import TokenCounter, effective_context
 from lmsp_desktop.core.creation import create_task
 from lmsp_desktop.core.engines.base import Engine
 from lmsp_desktop.core.follow import EventFollower
@@ -131,7 +132,9 @@ class Core:
             idle_unload_s=self.settings.idle_unload_s,
             parallel_per_model=self.settings.parallel_per_model,
             remote=self.upstreams,
+            context_of=self._context_of,
         )
+        self.tokens = TokenCounter()
         self.context = ServiceContext(
             store=self.store,
             settings=self.settings,
@@ -142,8 +145,14 @@ class Core:
             recovery_report=self.recovery_report,
             upstreams=self.upstreams,
             started_at=time.time(),
+            tokens=self.tokens,
         )
         return self.recovery_report
+
+    async def _context_of(self, model_id: str) -> int:
+        """The context a model is loaded with: its trained length, capped by the settings."""
+        info = await self.registry.get(model_id)
+        return effective_context(info.context_length, self.settings.max_context)
 
     async def scan_models(self) -> None:
         await self.registry.scan()
@@ -183,6 +192,7 @@ class Core:
         live.retention_days = settings.retention_days
         live.default_on_restart = settings.default_on_restart
         live.max_loaded_models = settings.max_loaded_models
+        live.max_context = settings.max_context  # models loaded from now on
         live.idle_unload_s = settings.idle_unload_s
         live.allowed_origins = list(settings.allowed_origins)
         self.runner.max_loaded_models = settings.max_loaded_models
@@ -374,6 +384,8 @@ class Core:
             await self.runner.stop()
         if hasattr(self, "upstreams"):
             await self.upstreams.close()
+        if hasattr(self, "tokens"):
+            self.tokens.close()
         if hasattr(self, "registry"):
             await self.registry.close()
         await self.store.close()

@@ -48,6 +48,8 @@ class Settings:
     # llama.cpp threads; 0 means one less than the cores, leaving one for the service and GUI
     # (on 2 busy cores two spinning llama.cpp threads ran 10-20x slower than one).
     engine_threads: int = 0
+    # Caps every model's context (tokens); 0 runs each model with its trained context.
+    max_context: int = 0
 
     def threads(self) -> int:
         return self.engine_threads or max(1, (os.cpu_count() or 2) - 1)
@@ -61,6 +63,8 @@ class Settings:
             raise invalid("on_restart must be fail, retry or resume.", "default_on_restart")
         if self.max_loaded_models < 1:
             raise invalid("At least one model must be allowed to stay loaded.", "max_loaded_models")
+        if self.max_context < 0:
+            raise invalid("The context cap must be 0 (none) or a number of tokens.", "max_context")
         if self.parallel_per_model < 1:
             raise invalid("Concurrent requests per model must be at least 1.", "parallel_per_model")
         return self

@@ -12,7 +12,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lmsp_desktop.core.chat_render import new_chat_id
+from lmsp_desktop.core.context_window import admit
+from lmsp_desktop.core.conversation import resolve
 from lmsp_desktop.core.errors import PausedError, ShuttingDownError
+from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, request_digest, validate_key
 from lmsp_desktop.core.storage.tasks import CreateResult, NewTask
@@ -61,6 +65,12 @@ def mode_of(request: dict[str, Any]) -> str:
     return "stream" if request.get("stream") else "sync"
 
 
+def new_task_id(request: dict[str, Any]) -> str:
+    """A response and its task share one id (`resp_…`); a chat completion's is `chatcmpl-…`,
+    as OpenAI's are."""
+    return new_chat_id() if request.get("api") == "chat.completions" else new_id("resp")
+
+
 def refuse_new_work(ctx: ServiceContext) -> None:
     """503 while shutting down or paused by the owner (drain: accepted tasks still finish)."""
     if ctx.shutting_down:
@@ -89,7 +99,12 @@ async def create_task(
     if callable(body):
         body = await body()
     request = parse(body, ctx.settings.default_on_restart)
-    await ctx.registry.get(request["model"])  # 404 model_not_found before anything is stored
+    # The earlier turns (previous_response_id, item_reference) from the caller's own stored
+    # responses; then the model (404 before anything is stored) and the context it runs
+    # with (400 context_length_exceeded, or the oldest turns dropped with truncation auto).
+    await resolve(ctx.store.tasks, request, client_id)
+    info = await ctx.registry.get(request["model"])
+    await admit(ctx.tokens, info, request, ctx.settings.max_context)
     mode = mode_of(request)
     claim = None
     if idempotency is not None:
@@ -106,6 +121,7 @@ async def create_task(
             on_restart=request["on_restart"],
             mode=mode,
             client_id=client_id,
+            id=new_task_id(request),
         ),
         claim,
     )

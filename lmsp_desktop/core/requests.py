@@ -1,201 +1,195 @@
-"""Validation of `POST /v1/responses` bodies into a NewTask: every error names its field."""
+"""The Responses normaliser: `POST /v1/responses` bodies into the shared request dict.
+
+Every error names its field. Input items are kept as the client sent them (`input_items`);
+`item_reference` items and `previous_response_id` need the store and are resolved after
+parsing by core.conversation, which then fills `messages` (what the model sees).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lmsp_desktop.core.errors import LmspError, invalid
-from lmsp_desktop.core.states import RestartPolicy
+from lmsp_desktop.core import request_fields as fields
+from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.request_fields import (
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+    content_text,
+    unsupported,
+)
 from lmsp_desktop.core.tool_fields import parse_tool_fields
 
-# Sampling defaults when a request leaves them out (llama.cpp's own defaults); the response
-# reports the values actually used.
-DEFAULT_TEMPERATURE = 0.8
-DEFAULT_TOP_P = 0.95
+__all__ = [
+    "DEFAULT_TEMPERATURE",
+    "DEFAULT_TOP_P",
+    "chat_messages",
+    "items_to_messages",
+    "parse_create",
+    "parse_input_items",
+]
+
 ROLES = ("user", "assistant", "system", "developer")
-TEXT_PARTS = ("input_text", "output_text", "text")
+ITEM_TYPES = ("message", "item_reference", "function_call", "function_call_output")
 
 
-def unsupported(message: str, param: str) -> LmspError:
-    return LmspError(message, code="unsupported_parameter", param=param, status=400)
-
-
-def parse_messages(value: Any) -> list[dict[str, Any]]:
-    """`input` as a string, or a list of messages / Open Responses message items, with tool
-    turns: `function_call` items (consecutive ones become one assistant turn with
-    `tool_calls`) and `function_call_output` items (a `tool` message)."""
+def parse_input_items(value: Any) -> list[dict[str, Any]]:
+    """`input` as Open Responses items: a string is one user message; messages get their
+    content as a list of text parts; `item_reference`s are left for the resolver."""
     if isinstance(value, str):
-        return [{"role": "user", "content": value}]
+        return [_message_item("user", value, None)]
     if not isinstance(value, list) or not value:
         raise invalid("`input` must be a string or a non-empty list of messages.", "input")
-    messages: list[dict[str, Any]] = []
+    items = []
     for i, item in enumerate(value):
         where = f"input[{i}]"
         if not isinstance(item, dict):
             raise invalid(f"{where} must be an object with `role` and `content`.", where)
         kind = item.get("type", "message")
-        if kind in ("function_call", "function_call_output"):
-            _tool_turn(messages, item, where)
-            continue
-        if kind != "message":
+        if kind not in ITEM_TYPES:
             raise unsupported(
-                f"{where} has type {kind!r}; this service accepts message, function_call and "
-                "function_call_output items.",
+                f"{where} has type {kind!r}; this service accepts message, item_reference, "
+                "function_call and function_call_output items.",
                 f"{where}.type",
             )
-        role = item.get("role")
-        if role not in ROLES:
-            raise invalid(f"{where}.role must be one of {', '.join(ROLES)}.", f"{where}.role")
-        messages.append({"role": role, "content": _content_text(item.get("content"), where)})
-    return messages
+        items.append(_parse_item(kind, item, where))
+    return items
 
 
-def _tool_turn(messages: list[dict[str, Any]], item: dict[str, Any], where: str) -> None:
-    call_id = item.get("call_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise invalid(f"{where}.call_id must name the function call.", f"{where}.call_id")
-    if item["type"] == "function_call_output":
+def _parse_item(kind: str, item: dict[str, Any], where: str) -> dict[str, Any]:
+    item_id = item.get("id") if isinstance(item.get("id"), str) else None
+    if kind == "item_reference":
+        if not item_id:
+            raise invalid(f"{where}.id must be the id of a stored item.", f"{where}.id")
+        return {"type": "item_reference", "id": item_id}
+    if kind == "function_call":
+        parsed = {
+            "type": "function_call",
+            "call_id": _string(item, "call_id", where),
+            "name": _string(item, "name", where),
+            "arguments": _string(item, "arguments", where, allow_empty=True),
+        }
+        return {**parsed, "id": item_id} if item_id else parsed
+    if kind == "function_call_output":
         output = item.get("output")
-        text = output if isinstance(output, str) else _content_text(output, f"{where}.output")
-        messages.append({"role": "tool", "call_id": call_id, "content": text})
-        return
-    name, arguments = item.get("name"), item.get("arguments")
-    if not isinstance(name, str) or not name:
-        raise invalid(f"{where}.name must be the function's name.", f"{where}.name")
-    if not isinstance(arguments, str):
-        raise invalid(f"{where}.arguments must be a JSON string.", f"{where}.arguments")
-    call = {"call_id": call_id, "name": name, "arguments": arguments}
-    last = messages[-1] if messages else None
-    if last is not None and last["role"] == "assistant" and "tool_calls" in last:
-        last["tool_calls"].append(call)
-    else:
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        text = output if isinstance(output, str) else content_text(output, where)
+        parsed = {
+            "type": "function_call_output",
+            "call_id": _string(item, "call_id", where),
+            "output": text,
+        }
+        return {**parsed, "id": item_id} if item_id else parsed
+    role = item.get("role")
+    if role not in ROLES:
+        raise invalid(f"{where}.role must be one of {', '.join(ROLES)}.", f"{where}.role")
+    return _message_item(role, content_text(item.get("content"), where), item_id)
 
 
-def _content_text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise invalid(
-            f"{where}.content must be a string or a list of text parts.", f"{where}.content"
-        )
-    texts = []
-    for j, part in enumerate(content):
-        at = f"{where}.content[{j}]"
-        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise invalid(f"{at} must be an object with a `type`.", at)
-        if part["type"] not in TEXT_PARTS:
-            raise unsupported(
-                f"{at} is {part['type']!r}, but the models here read text only. "
-                "Send the content as input_text.",
-                f"{at}.type",
-            )
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise invalid(f"{at}.text must be a string.", f"{at}.text")
-        texts.append(text)
-    return "".join(texts)
-
-
-def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise invalid(f"`{name}` must be a number from {lo} to {hi}.", name)
-    return float(value)
-
-
-def _optional_int(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # JSON has one number type: 16.0 is the whole number 16
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise invalid(f"`{name}` must be a whole number from {lo} to {hi}.", name)
+def _string(item: dict[str, Any], name: str, where: str, *, allow_empty: bool = False) -> str:
+    value = item.get(name)
+    if not isinstance(value, str) or (not value and not allow_empty):
+        raise invalid(f"{where}.{name} must be a string.", f"{where}.{name}")
     return value
 
 
-def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise invalid(f"`{name}` must be true or false.", name)
-    return value
+def _message_item(role: str, text: str, item_id: str | None) -> dict[str, Any]:
+    part = (
+        {"type": "output_text", "text": text, "annotations": []}
+        if role == "assistant"
+        else {"type": "input_text", "text": text}
+    )
+    item: dict[str, Any] = {"type": "message", "role": role, "content": [part]}
+    if item_id:
+        item["id"] = item_id
+    return item
 
 
-def _refuse_unsupported_output(body: dict[str, Any]) -> None:
-    """Output features the models here cannot honour: a 400 naming the field rather than an
-    answer that silently ignores what was asked for."""
-    top_logprobs = body.get("top_logprobs")
-    if top_logprobs not in (None, 0):
-        raise unsupported(
-            "This service does not return log probabilities; leave `top_logprobs` out.",
-            "top_logprobs",
-        )
+def items_to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Resolved items as the chat messages the model sees (tool turns as TEAM.md shapes them:
+    consecutive function calls become one assistant turn with `tool_calls`)."""
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        kind = item["type"]
+        if kind == "message":
+            text = "".join(p.get("text", "") for p in item["content"])
+            messages.append({"role": item["role"], "content": text})
+        elif kind == "function_call":
+            call = {k: item[k] for k in ("call_id", "name", "arguments")}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "call_id": item["call_id"], "content": item["output"]})
+        else:  # an unresolved item_reference: a bug in the caller's order of steps
+            raise ValueError(f"unresolved input item {item!r}")
+    return messages
 
 
 def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
     """The normalised request settings kept with the response (unknown fields are ignored)."""
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.", None, "invalid_json")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise invalid("`model` is required: the id of a model from GET /v1/models.", "model")
+    model = fields.model(body)
     if "input" not in body:
         raise invalid("`input` is required: a string or a list of messages.", "input")
-    messages = parse_messages(body["input"])
+    items = parse_input_items(body["input"])
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise invalid("`instructions` must be a string.", "instructions")
-    _refuse_unsupported_output(body)
     tool_settings = parse_tool_fields(body, "responses")
-    if body.get("previous_response_id") is not None:
+    top_logprobs = body.get("top_logprobs")
+    if top_logprobs not in (None, 0):
         raise unsupported(
-            "`previous_response_id` is not supported; send the conversation in `input`.",
-            "previous_response_id",
+            "This service does not return log probabilities; leave `top_logprobs` out.",
+            "top_logprobs",
         )
-    metadata = body.get("metadata")
-    if metadata is None:
-        metadata = {}
-    if (
-        not isinstance(metadata, dict)
-        or len(metadata) > 16
-        or not all(
-            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
-            for k, v in metadata.items()
+    previous = body.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not previous):
+        raise invalid(
+            "`previous_response_id` must be the id of a stored response.", "previous_response_id"
         )
-    ):
-        raise invalid("`metadata` must map up to 16 short strings to strings.", "metadata")
-    on_restart = body.get("on_restart", default_on_restart)
-    if not isinstance(on_restart, str) or on_restart not in {p.value for p in RestartPolicy}:
-        raise invalid("`on_restart` must be fail, retry or resume.", "on_restart")
+    if body.get("conversation") is not None:
+        raise unsupported(
+            "Conversations objects are not supported; chain turns with "
+            "`previous_response_id` instead.",
+            "conversation",
+        )
     truncation = body.get("truncation", "disabled")
+    if truncation is None:
+        truncation = "disabled"
     if truncation not in ("auto", "disabled"):
         raise invalid("`truncation` must be auto or disabled.", "truncation")
+    # The new input alone; core.conversation.resolve puts the earlier turns and referenced
+    # items in before the task is created.
+    own = [item for item in items if item["type"] != "item_reference"]
     return {
+        "api": "responses",
         "model": model,
-        "messages": messages,
+        "messages": items_to_messages(own),
+        "input_items": items,
+        "previous_response_id": previous,
         "instructions": instructions,
-        "temperature": _number(body, "temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
-        "top_p": _number(body, "top_p", DEFAULT_TOP_P, 0.0, 1.0),
-        "presence_penalty": _number(body, "presence_penalty", 0.0, -2.0, 2.0),
-        "frequency_penalty": _number(body, "frequency_penalty", 0.0, -2.0, 2.0),
-        "max_output_tokens": _optional_int(body, "max_output_tokens", 1, 1_000_000),
-        "seed": _optional_int(body, "seed", -(2**63), 2**63 - 1),
-        "stream": _flag(body, "stream", False),
-        "background": _flag(body, "background", False),
-        "store": _flag(body, "store", True),
-        "metadata": metadata,
+        "temperature": fields.number(body, "temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
+        "top_p": fields.number(body, "top_p", DEFAULT_TOP_P, 0.0, 1.0),
+        "presence_penalty": fields.number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        "frequency_penalty": fields.number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        "max_output_tokens": fields.optional_int(body, "max_output_tokens", 1, 1_000_000),
+        "seed": fields.optional_int(body, "seed", -(2**63), 2**63 - 1),
+        "stream": fields.flag(body, "stream", False),
+        "background": fields.flag(body, "background", False),
+        "store": fields.flag(body, "store", True),
+        "metadata": fields.metadata(body),
         "truncation": truncation,
-        "on_restart": on_restart,
+        "on_restart": fields.on_restart(body, default_on_restart),
+        "user": fields.optional_str(body, "user"),
+        "stop": [],
+        **fields.echoed(body),
         **tool_settings,
     }
 
 
-def chat_messages(request: dict[str, Any]) -> list[dict[str, str]]:
+def chat_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
     """The messages the model sees: `instructions` first as a system message."""
     messages = list(request["messages"])
     if request.get("instructions"):

@@ -36,11 +36,19 @@ def item_status(state: TaskState) -> str:
     return "in_progress"
 
 
-def task_object(row: RowLike, queue_position: int | None = None) -> dict[str, Any]:
-    """The LMSP task object (LMSP_API.md `GET /v1/tasks/{id}`). `dropped_tools` names the
-    tool types the request sent that the service cannot run (not offered to the model)."""
+def task_object(
+    row: RowLike, queue_position: int | None = None, request: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The LMSP task object (LMSP_API.md `GET /v1/tasks/{id}`).
+
+    `api` says which API created it; `stored` is false for a `store: false` request, whose
+    response cannot be retrieved or continued (its task stays visible until retention);
+    `dropped_tools` names the tool types the request sent that the service cannot run (not
+    offered to the model).
+    """
     error = json.loads(row["error"]) if row["error"] else None
-    dropped = json.loads(row["request"]).get("dropped_tools") if "request" in row.keys() else None  # noqa: SIM118
+    if request is None:
+        request = json.loads(row["request"])
     return {
         "id": row["id"],
         "object": "task",
@@ -57,7 +65,9 @@ def task_object(row: RowLike, queue_position: int | None = None) -> dict[str, An
         "last_sequence_number": row["last_seq"],
         "output_tokens": row["output_tokens"],
         "error": error,
-        "dropped_tools": dropped or [],
+        "dropped_tools": request.get("dropped_tools") or [],
+        "api": request.get("api") or "responses",
+        "stored": request.get("store") in (None, True, 1),
     }
 
 
@@ -148,7 +158,7 @@ def build_response(row: RowLike, queue_position: int | None = None) -> dict[str,
             {"reason": row["incomplete_reason"]} if row["incomplete_reason"] else None
         ),
         "model": row["model"],
-        "previous_response_id": None,
+        "previous_response_id": request.get("previous_response_id"),
         "instructions": request.get("instructions"),
         "output": output,
         "error": {"code": error["code"], "message": error["message"]} if error else None,
@@ -162,7 +172,7 @@ def build_response(row: RowLike, queue_position: int | None = None) -> dict[str,
         "frequency_penalty": request.get("frequency_penalty", 0.0),
         "top_logprobs": 0,
         "temperature": request["temperature"],
-        "reasoning": None,
+        "reasoning": _reasoning(request.get("reasoning")),
         "usage": usage,
         "max_output_tokens": request.get("max_output_tokens"),
         "max_tool_calls": request.get("max_tool_calls"),
@@ -170,8 +180,17 @@ def build_response(row: RowLike, queue_position: int | None = None) -> dict[str,
         "background": bool(request.get("background", False)),
         "service_tier": "default",
         "metadata": request.get("metadata") or {},
-        "safety_identifier": None,
-        "prompt_cache_key": None,
+        "safety_identifier": request.get("safety_identifier"),
+        "prompt_cache_key": request.get("prompt_cache_key"),
+        "include": request.get("include") or [],
+        "user": request.get("user"),
         "output_text": row["output_text"],
-        "task": task_object(row, queue_position),
+        "task": task_object(row, queue_position, request),
     }
+
+
+def _reasoning(value: Any) -> dict[str, Any] | None:
+    """The reasoning settings as sent, in the shape the schema requires (effort, summary)."""
+    if not isinstance(value, dict):
+        return None
+    return {"effort": value.get("effort"), "summary": value.get("summary")}

@@ -9,7 +9,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,6 +18,7 @@ from lmsp_desktop.core.engines.base import (
     Engine,
     EngineError,
     GenerationRequest,
+    GenerationResult,
     LoadedModel,
     TokenPiece,
 )
@@ -26,6 +27,7 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.requests import chat_messages
 from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.stops import StopScanner
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 from lmsp_desktop.core.tool_output import CallingOutput
@@ -48,6 +50,10 @@ class RemoteEngines(Protocol):
     def engine_for(self, model_id: str) -> Engine | None: ...
 
     def parallel_for(self, model_id: str) -> int: ...
+
+
+# The context length to load a model with (its trained length capped by the settings).
+ContextOf = Callable[[str], Awaitable[int | None]]
 
 
 @dataclass
@@ -83,8 +89,10 @@ class Runner:
         idle_unload_s: float = 600.0,
         parallel_per_model: int = 1,
         remote: RemoteEngines | None = None,
+        context_of: ContextOf | None = None,
     ) -> None:
         self.tasks = tasks
+        self.context_of = context_of
         self.models = models
         self.engine = engine
         self.max_loaded_models = max_loaded_models
@@ -279,13 +287,29 @@ class Runner:
             calls = CallingOutput(
                 self.tasks, task_id, snapshot.get("text", ""), max_calls(request_json)
             )
+        # Stop sequences: text that may begin one is held back (and kept in the snapshot).
+        stops = StopScanner(request_json.get("stop") or [], snapshot.get("held", ""))
+        stopped = False
 
         async def sink(pieces: list[TokenPiece]) -> bool:
+            nonlocal stopped
             tokens.extend(p.token_id for p in pieces)
             deltas = [p.text for p in pieces if p.text]
+            if deltas and stops.stops:
+                released, stopped = stops.feed("".join(deltas))
+                deltas = [released] if released else []
+                if stopped:  # persist the text before the stop sequence, then end
+                    if deltas:
+                        await persist(deltas)
+                    return False
             if not deltas:
                 return not request.cancel.is_set()
+            return await persist(deltas)
+
+        async def persist(deltas: list[str]) -> bool:
             snap: dict[str, Any] = {"tokens": tokens, "seed": state["seed"]}
+            if stops.held:
+                snap["held"] = stops.held
             if calls is not None:
                 return await calls.write(
                     deltas,
@@ -314,6 +338,15 @@ class Runner:
             return
         finally:
             self._active.pop(task_id, None)
+        if stopped and not request.cancel.is_set():
+            result = GenerationResult("stop", result.input_tokens, result.output_tokens)
+        elif (
+            result.finish_reason != "cancelled"
+            and stops.held
+            and not await persist([stops.flush()])
+        ):
+            await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
+            return
         if result.finish_reason == "cancelled":
             if self._stopping:
                 return  # a shutdown, not a cancel: recovery applies the task's policy
@@ -358,8 +391,14 @@ class Runner:
             self._slots[lane] = slot
             self._notify_load(model_id, "loading", 0.0)
             try:
+                # A local model runs with its trained context capped by the settings.
+                context = None
+                if remote is None and self.context_of is not None:
+                    context = await self.context_of(model_id)
                 loaded = await (remote or self.engine).load(
-                    path, lambda p: self._notify_load(model_id, "loading", p)
+                    path,
+                    lambda p: self._notify_load(model_id, "loading", p),
+                    context_length=context,
                 )
             except BaseException as exc:
                 del self._slots[lane]

@@ -46,12 +46,12 @@ _names = itertools.count(1)
 class LiveCore:
     """A `Core(data_dir, port=0)` with the real demo model, on a loop in a daemon thread."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, model_dirs: list[Path] | None = None) -> None:
         self.data_dir = data_dir
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="live-core")
         self._thread.start()
-        self.core = Core(data_dir, port=0)
+        self.core = Core(data_dir, port=0, model_dirs=model_dirs)
         self._stopping: concurrent.futures.Future[None] | None = None
         self.url = self.call(self.core.start(), timeout=120)
         self.call(self._one_task_per_model())
@@ -125,6 +125,26 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture(scope="module")
+def broken_live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
+    """A second live service whose model folder holds `broken.gguf`: a file that is not a
+    model, registered and verified like any other, that fails when a task loads it."""
+    folder = tmp_path_factory.mktemp("broken-models")
+    (folder / "broken.gguf").write_bytes(b"GGUF" + b"\x00" * 60 + b"not a model" * 100)
+    running = LiveCore(tmp_path_factory.mktemp("broken-core"), model_dirs=[folder])
+    deadline = time.monotonic() + 60
+    while running.call(running.core.registry.get(BROKEN)).state != "verified":
+        assert time.monotonic() < deadline, "broken.gguf was never verified"
+        time.sleep(0.05)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+BROKEN = "broken"
 
 
 @pytest.fixture

@@ -26,10 +26,12 @@ from lmsp_desktop.core.engines.base import LoadedModel  # noqa: E402
 from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel  # noqa: E402
 from lmsp_desktop.core.models.demo import demo_model_path  # noqa: E402
 from tests.integration.service_fixtures import (  # noqa: E402
+    BROKEN,
     LONG,
     MODEL,
     Client,
     LiveCore,
+    auth,
     body,
     cancel,
     create_background,
@@ -175,6 +177,11 @@ def check_stream(events: list[dict[str, Any]], *, gapless: bool = True) -> None:
     if gapless:
         assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
     items = [e for e in events if "item_id" in e or "item" in e]
+    for event in events:
+        if event["type"] == "response.output_item.added":
+            # Announced empty: the part arrives with response.content_part.added (an SDK
+            # building the item from events would otherwise hold two parts).
+            assert event["item"]["content"] == [], event
     if items:
         first = items[0]
         item_id = first.get("item_id", first.get("item", {}).get("id"))
@@ -470,20 +477,58 @@ async def test_replayed_stream_via_starting_after(
         assert events[-1]["type"] in ("response.completed", "response.incomplete")
 
 
-async def test_failed_response(http: aiohttp.ClientSession, user: Client) -> None:
-    """A prompt longer than the model's context fails cleanly: response.failed, valid."""
-    async with http.get(f"/v1/models/{MODEL}", headers=user.headers) as r:
-        context = (await r.json())["context_length"]
-    too_long = "word " * (context + 100)
-    async with http.post(
-        "/v1/responses", json=body(input=too_long, stream=True), headers=user.headers
-    ) as r:
+async def test_echoed_fields_chains_and_input_items_stay_valid(
+    http: aiohttp.ClientSession, user: Client
+) -> None:
+    echo = {
+        "prompt_cache_key": "cache-1",
+        "safety_identifier": "user-42",
+        "parallel_tool_calls": False,
+        "max_tool_calls": 3,
+        "reasoning": {"effort": "low"},
+        "include": ["message.output_text.logprobs"],
+        "truncation": "auto",
+    }
+    first = await create(http, user, **echo)
+    check_response(first)
+    for key in ("prompt_cache_key", "safety_identifier", "parallel_tool_calls"):
+        assert first[key] == echo[key], key
+    assert first["max_tool_calls"] == 3 and first["truncation"] == "auto"
+    assert first["reasoning"] == {"effort": "low", "summary": None}
+    second = await create(http, user, input="And again.", previous_response_id=first["id"])
+    check_response(second)
+    assert second["previous_response_id"] == first["id"]
+    assert isinstance(second["parallel_tool_calls"], bool)  # not sent: the value used
+    async with http.get(f"/v1/responses/{second['id']}/input_items", headers=user.headers) as r:
+        listed = await r.json()
+    for item in listed["data"]:
+        validate(item, "Message")
+    # A chat completion's task logs the same Open Responses events.
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+    async with http.post("/v1/chat/completions", json=chat, headers=user.headers) as r:
+        completion = await r.json()
+    events = await events_of(http, user.headers, completion["id"])
+    check_stream([e for e in events if e["type"] not in LMSP_EVENTS], gapless=False)
+
+
+async def test_failed_response(broken_live: LiveCore) -> None:
+    """A model file that llama.cpp cannot load fails its task cleanly: response.failed,
+    valid. (An over-long input no longer fails a task: it is refused before one exists.)"""
+    headers = auth(broken_live.token("responses:read", "responses:write"))
+    async with (
+        aiohttp.ClientSession(base_url=broken_live.url) as http,
+        http.post(
+            "/v1/responses",
+            json={"model": BROKEN, "input": "Hi", "stream": True},
+            headers=headers,
+        ) as r,
+    ):
         events = [e.data for e in parse_sse(await r.read())]
-    check_stream(events)
+    check_stream(events, gapless=False)  # response.loading (LMSP's own) is left out
     assert events[-1]["type"] == "response.failed"
     failed = events[-1]["response"]
-    assert failed["status"] == "failed" and failed["error"]["code"]
-    assert "context" in failed["error"]["message"]
+    assert failed["status"] == "failed" and failed["error"]["code"] == "model_load_failed"
+    assert "broken.gguf" in failed["error"]["message"]
 
 
 def test_streams_of_retried_and_resumed_responses_stay_valid(tmp_path: Path) -> None:

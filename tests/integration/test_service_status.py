@@ -138,7 +138,6 @@ async def test_bad_fields_are_400_naming_the_field(
             "input[0].content[1].type",
         ),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
-        ({"previous_response_id": "resp_123"}, "previous_response_id"),
         (
             {
                 "text": {
@@ -149,6 +148,8 @@ async def test_bad_fields_are_400_naming_the_field(
         ),
         ({"top_logprobs": 5}, "top_logprobs"),
         ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
+        ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
+        ({"tool_choice": "required"}, "tools"),  # required, but no tools sent
     ],
 )
 async def test_unsupported_features_are_400_naming_the_field(
@@ -371,9 +372,12 @@ def test_shutting_down_refuses_new_work_with_503_and_ends_waiting_requests(
             waiting = asyncio.create_task(
                 http.post("/v1/responses", json=body(**LONG), headers=auth(token))
             )
-            await asyncio.sleep(0.2)
-            async with http.get("/v1/tasks", headers=auth(token)) as r:
-                task_id = (await r.json())["data"][0]["id"]
+            tasks: list[dict[str, object]] = []
+            while not tasks:  # created once the request is admitted (its tokens counted)
+                await asyncio.sleep(0.05)
+                async with http.get("/v1/tasks", headers=auth(token)) as r:
+                    tasks = (await r.json())["data"]
+            task_id = str(tasks[0]["id"])
             await wait_state(http, auth(token), task_id, ("running",))
             other.core.context.shutting_down = True  # what Core.stop() does first
             async with http.post("/v1/responses", json=body(), headers=auth(token)) as r:

@@ -83,7 +83,16 @@ class LoadedModel(Protocol):
 class Engine(Protocol):
     """Loads model files into LoadedModels."""
 
-    async def load(self, path: Path, progress: ProgressSink | None = None) -> LoadedModel: ...
+    async def load(
+        self,
+        path: Path,
+        progress: ProgressSink | None = None,
+        *,
+        context_length: int | None = None,
+    ) -> LoadedModel:
+        """Load a model file; `context_length` is the context to run it with (None: the
+        engine's default)."""
+        ...
 
 
 class EngineError(Exception):

@@ -66,9 +66,17 @@ class FakeEngine:
         self.max_concurrent_loads = 0
         self.models: list[FakeModel] = []
         self.requests: list[GenerationRequest] = []
+        self.loaded_context_lengths: list[int | None] = []
 
-    async def load(self, path: Path, progress: ProgressSink | None = None) -> FakeModel:
+    async def load(
+        self,
+        path: Path,
+        progress: ProgressSink | None = None,
+        *,
+        context_length: int | None = None,
+    ) -> FakeModel:
         self.load_count += 1
+        self.loaded_context_lengths.append(context_length)
         self.loads_in_progress += 1
         self.max_concurrent_loads = max(self.max_concurrent_loads, self.loads_in_progress)
         try:

@@ -66,8 +66,17 @@ class LlamaEngine:
         # How many contexts (decoding threads) share the weights; None: by the cores.
         self.contexts = contexts
 
-    async def load(self, path: Path, progress: ProgressSink | None = None) -> LlamaModel:
+    async def load(
+        self,
+        path: Path,
+        progress: ProgressSink | None = None,
+        *,
+        context_length: int | None = None,
+    ) -> LlamaModel:
+        """`context_length`: each sequence's context (the runner passes the model's trained
+        length capped by the settings); `n_ctx` when not given."""
         loop = asyncio.get_running_loop()
+        n_ctx = context_length or self.n_ctx
 
         last = [0.0]
 
@@ -79,12 +88,12 @@ class LlamaEngine:
 
         if progress is not None:
             progress(0.0)
-        model = await asyncio.to_thread(self._load_sync, Path(path), report)
+        model = await asyncio.to_thread(self._load_sync, Path(path), report, n_ctx)
         if progress is not None:
             progress(1.0)
         return model
 
-    def _load_sync(self, path: Path, report: ProgressSink) -> LlamaModel:
+    def _load_sync(self, path: Path, report: ProgressSink, wanted_ctx: int) -> LlamaModel:
         if not path.is_file():
             raise EngineError(
                 "model_file_missing",
@@ -102,7 +111,7 @@ class LlamaEngine:
         try:
             trained = int(lc.llama_model_n_ctx_train(weights))
             # Past its training context a model degrades: never ask for more.
-            n_ctx = min(self.n_ctx, trained) if trained > 0 else self.n_ctx
+            n_ctx = min(wanted_ctx, trained) if trained > 0 else wanted_ctx
             layout = context_layout(
                 max(1, self.parallel), self.n_threads, os.cpu_count() or 1, self.contexts
             )

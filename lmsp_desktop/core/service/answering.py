@@ -132,13 +132,17 @@ async def holding_key(ctx: ServiceContext, claim: IdempotencyClaim | None) -> As
 
 
 async def settle_key(
-    ctx: ServiceContext, claim: IdempotencyClaim | None, answer: dict[str, Any] | None
+    ctx: ServiceContext,
+    claim: IdempotencyClaim | None,
+    answer: dict[str, Any] | None,
+    status: int = 200,
 ) -> None:
-    """After answering: store the final `answer` (status 200) to replay, or release the key
-    when there is nothing final to replay (client gone, or shutdown)."""
+    """After answering: store the final `answer` (and its status: an error body for a task
+    that failed) to replay, or release the key when there is nothing final to replay (client
+    gone, or shutdown)."""
     if claim is None:
         return
     if answer is not None:
-        await complete_key(ctx.store.db, claim, 200, answer)
+        await complete_key(ctx.store.db, claim, status, answer)
     else:
         await release_key(ctx.store.db, claim)

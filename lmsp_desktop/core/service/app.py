@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from lmsp_desktop.core.service import (
+    routes_chat,
     routes_clients,
     routes_models,
     routes_pairing,
@@ -25,6 +26,7 @@ def build_app(ctx: ServiceContext) -> web.Application:
         routes_system,
         routes_models,
         routes_responses,
+        routes_chat,
         routes_tasks,
         routes_pairing,
         routes_clients,

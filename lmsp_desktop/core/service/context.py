@@ -14,6 +14,7 @@ from lmsp_desktop.core.auth import Principal
 
 if TYPE_CHECKING:
     from lmsp_desktop.core.config import Settings
+    from lmsp_desktop.core.context_window import TokenCounter
     from lmsp_desktop.core.follow import EventFollower
     from lmsp_desktop.core.models.registry import ModelRegistry
     from lmsp_desktop.core.pairing import PairingManager
@@ -34,6 +35,8 @@ class ServiceContext:
     runner: Runner | None = None  # without one, every model shows as unloaded
     pairing: PairingManager | None = None  # made on first use when not given
     upstreams: UpstreamCatalog | None = None  # other services whose models run here
+    # Counts prompt tokens at create time (a request that cannot fit is refused with 400).
+    tokens: TokenCounter | None = None
     # This startup's own recovery report (possibly with no items), for /v1/recovery/last.
     recovery_report: RecoveryReport | None = None
     started_at: float = 0.0

@@ -124,9 +124,22 @@ TEXT_FIELD = {
         "format": {
             "type": ["object", "null"],
             "required": ["type"],
-            "properties": {"type": {"enum": ["text", "json_object", "json_schema"]}},
+            # json_schema also takes `name` and a `schema` the grammar can enforce (not
+            # every schema can be: those are refused naming the keyword).
+            "properties": {"type": {"enum": ["text", "json_object"]}},
         }
     },
+}
+ITEM_REFERENCE = {
+    "type": "object",
+    "required": ["type", "id"],
+    "properties": {"type": {"const": "item_reference"}, "id": NAME},
+}
+METADATA = {
+    "type": ["object", "null"],
+    "maxProperties": 16,
+    "propertyNames": {"maxLength": 64},
+    "additionalProperties": {"type": "string", "maxLength": 512},
 }
 CREATE_BODY = {
     "type": "object",
@@ -138,11 +151,21 @@ CREATE_BODY = {
                 {"type": "string"},
                 {
                     "type": "array",
-                    "items": {"anyOf": [MESSAGE, FUNCTION_CALL_ITEM, FUNCTION_CALL_OUTPUT_ITEM]},
+                    "items": {
+                        "anyOf": [
+                            MESSAGE,
+                            ITEM_REFERENCE,
+                            FUNCTION_CALL_ITEM,
+                            FUNCTION_CALL_OUTPUT_ITEM,
+                        ]
+                    },
                     "minItems": 1,
                 },
             ]
         },
+        "previous_response_id": {"type": ["string", "null"], "minLength": 1},
+        "prompt_cache_key": {"type": ["string", "null"], "maxLength": 1024},
+        "safety_identifier": {"type": ["string", "null"], "maxLength": 1024},
         "instructions": {"type": ["string", "null"]},
         "max_output_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000},
         "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
@@ -151,27 +174,95 @@ CREATE_BODY = {
         "stream": {"type": ["boolean", "null"]},
         "background": {"type": ["boolean", "null"]},
         "store": {"type": ["boolean", "null"]},
-        "metadata": {
-            "type": ["object", "null"],
-            "maxProperties": 16,
-            "propertyNames": {"maxLength": 64},
-            "additionalProperties": {"type": "string", "maxLength": 512},
-        },
+        "metadata": METADATA,
         "presence_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
         "frequency_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
         "truncation": {"enum": ["auto", "disabled"]},
         "tools": {"type": ["array", "null"], "items": TOOL},
-        "tool_choice": {
-            "oneOf": [
-                {"enum": ["none", "auto", "required", None]},
-                {"type": "object", "required": ["type"], "properties": TYPED},
-            ]
-        },
+        # `required` and the object forms need matching tools in the same body, which a
+        # schema cannot say: the document lists the forms valid on their own.
+        "tool_choice": {"enum": ["none", "auto", None]},
         "parallel_tool_calls": {"type": ["boolean", "null"]},
         "max_tool_calls": {"type": ["integer", "null"], "minimum": 0, "maximum": 128},
         "text": TEXT_FIELD,
         "on_restart": {"enum": ["fail", "retry", "resume"]},
     },
+}
+CHAT_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": ["system", "developer", "user", "assistant"]},
+        "content": MESSAGE["properties"]["content"],  # type: ignore[index]
+    },
+}
+TOOL_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content", "tool_call_id"],
+    "properties": {
+        "role": {"const": "tool"},
+        "content": {"type": "string"},
+        "tool_call_id": NAME,
+    },
+}
+CHAT_TOOL = {
+    "type": "object",
+    "required": ["type", "function"],
+    "properties": {
+        "type": {"const": "function"},
+        "function": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+                "description": {"type": "string"},
+            },
+        },
+    },
+}
+CHAT_BODY = {
+    "type": "object",
+    "required": ["model", "messages"],
+    "properties": {
+        "model": {"type": "string", "minLength": 1},
+        "messages": {
+            "type": "array",
+            "items": {"anyOf": [CHAT_MESSAGE, TOOL_MESSAGE]},
+            "minItems": 1,
+        },
+        "max_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000},
+        "max_completion_tokens": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": 1_000_000,
+        },
+        "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+        "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+        "seed": {"type": ["integer", "null"], "minimum": -(2**63), "maximum": 2**63 - 1},
+        "stop": {
+            "oneOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4},
+                {"type": "null"},
+            ]
+        },
+        "presence_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
+        "frequency_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
+        "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 1},
+        "stream": {"type": ["boolean", "null"]},
+        "store": {"type": ["boolean", "null"]},
+        "user": {"type": ["string", "null"], "maxLength": 512},
+        "metadata": METADATA,
+        "tools": {"type": ["array", "null"], "items": CHAT_TOOL},
+        "parallel_tool_calls": {"type": ["boolean", "null"]},
+        "on_restart": {"enum": ["fail", "retry", "resume"]},
+    },
+}
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
 }
 
 
@@ -227,20 +318,13 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     {
                         "200": _json(OBJ, "finished response (or an SSE stream)"),
                         "202": _json(OBJ, "accepted background response"),
-                        **_errors(400, 401, 403, 404, 409, 413, 422, 503),
+                        **_errors(400, 401, 403, 404, 409, 413, 422, 500, 503),
                     },
                     requestBody={
                         "required": True,
                         "content": {"application/json": {"schema": CREATE_BODY}},
                     },
-                    parameters=[
-                        {
-                            "name": "Idempotency-Key",
-                            "in": "header",
-                            "required": False,
-                            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-                        }
-                    ],
+                    parameters=[IDEMPOTENCY_KEY],
                 )
             },
             "/v1/responses/{id}": {
@@ -264,6 +348,60 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     {"200": _json(OBJ, "deleted"), **_errors(401, 403, 404, 409)},
                     parameters=[ID],
                 ),
+            },
+            "/v1/responses/{id}/input_items": {
+                "get": _op(
+                    "A stored response's input items",
+                    read,
+                    {"200": _json(LIST, "input items"), **_errors(400, 401, 403, 404)},
+                    parameters=[
+                        ID,
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+                        },
+                        {"name": "after", "in": "query", "schema": {"type": "string"}},
+                        {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"]}},
+                    ],
+                )
+            },
+            "/v1/chat/completions": {
+                "post": _op(
+                    "Create a chat completion (a task like any other)",
+                    write,
+                    {
+                        "200": _json(OBJ, "chat.completion (or chat.completion.chunk SSE lines)"),
+                        **_errors(400, 401, 403, 404, 409, 413, 422, 500, 503),
+                    },
+                    requestBody={
+                        "required": True,
+                        "content": {"application/json": {"schema": CHAT_BODY}},
+                    },
+                    parameters=[IDEMPOTENCY_KEY],
+                )
+            },
+            "/v1/chat/completions/{id}": {
+                "get": _op(
+                    "Retrieve a stored chat completion",
+                    read,
+                    {"200": _json(OBJ, "chat.completion"), **_errors(401, 403, 404)},
+                    parameters=[ID],
+                ),
+                "delete": _op(
+                    "Delete a finished chat completion and its task",
+                    write,
+                    {"200": _json(OBJ, "deleted"), **_errors(401, 403, 404, 409)},
+                    parameters=[ID],
+                ),
+            },
+            "/v1/tasks/{id}/cancel": {
+                "post": _op(
+                    "Cancel a task, whichever API created it",
+                    write,
+                    {"200": _json(OBJ, "task"), **_errors(401, 403, 404, 409)},
+                    parameters=[ID],
+                )
             },
             "/v1/responses/{id}/cancel": {
                 "post": _op(

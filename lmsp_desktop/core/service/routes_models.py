@@ -7,6 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.context_window import effective_context
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.scopes import MODELS_READ
 from lmsp_desktop.core.service.bodies import list_body
@@ -16,7 +17,11 @@ routes = web.RouteTableDef()
 
 
 def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
-    return info.as_api(ctx.runner.loaded_state(info.id) if ctx.runner else "unloaded")
+    item = info.as_api(ctx.runner.loaded_state(info.id) if ctx.runner else "unloaded")
+    if item.get("owned_by") == "local":
+        # The length a local model really runs with: trained, capped by the settings.
+        item["context_length"] = effective_context(info.context_length, ctx.settings.max_context)
+    return item
 
 
 @routes.get("/v1/models")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
 
 from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.conversation import stored_response
 from lmsp_desktop.core.creation import IdempotencyInput, create_task
+from lmsp_desktop.core.errors import invalid, not_found
 from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.answering import (
@@ -21,6 +24,7 @@ from lmsp_desktop.core.service.answering import (
 )
 from lmsp_desktop.core.service.bodies import query_flag, query_int, read_json
 from lmsp_desktop.core.service.context import ServiceContext, requires
+from lmsp_desktop.core.service.failures import NO_RETRY, task_failure
 from lmsp_desktop.core.states import LMSP_ONLY_EVENTS, EventType
 
 routes = web.RouteTableDef()
@@ -76,7 +80,15 @@ async def create_response(
             if gone:  # a stream's client that goes away cancels its task (LMSP_API.md)
                 await cancel_quietly(ctx, task_id, "its stream's client went away")
         else:
-            response = web.json_response(await wait_for_final(request, ctx, task_id))
+            final = await wait_for_final(request, ctx, task_id)
+            failure = task_failure(final, when_output=False)
+            if failure is not None:  # failed before any output: an HTTP error, as OpenAI
+                response = web.json_response(
+                    failure.body(), status=failure.status, headers=NO_RETRY
+                )
+                await settle_key(ctx, created.claim, failure.body(), failure.status)
+                return response
+            response = web.json_response(final)
     if created.claim is not None:
         await settle_key(ctx, created.claim, await finished_object(ctx, task_id))
     return response
@@ -88,7 +100,8 @@ async def retrieve_response(
     request: web.Request, ctx: ServiceContext, principal: Principal
 ) -> web.StreamResponse:
     task_id = request.match_info["id"]
-    row = await ctx.store.tasks.get(task_id, principal.owner_filter())
+    # A `store: false` response is not kept for retrieval (its task still is, for the app).
+    row = await stored_response(ctx.store.tasks, task_id, principal.owner_filter())
     if query_flag(request, "stream"):
         after = query_int(request, "starting_after", 0, 0, 2**62)
         response, _ = await stream_events(request, ctx, task_id, after, responses_view)
@@ -101,7 +114,9 @@ async def retrieve_response(
 async def cancel_response(
     request: web.Request, ctx: ServiceContext, principal: Principal
 ) -> web.Response:
-    row = await ctx.store.tasks.cancel(request.match_info["id"], principal.owner_filter())
+    task_id = request.match_info["id"]
+    await _a_response(ctx, task_id, principal)
+    row = await ctx.store.tasks.cancel(task_id, principal.owner_filter())
     return web.json_response(build_response(row))
 
 
@@ -111,5 +126,55 @@ async def delete_response(
     request: web.Request, ctx: ServiceContext, principal: Principal
 ) -> web.Response:
     task_id = request.match_info["id"]
+    await _a_response(ctx, task_id, principal)
     await ctx.store.tasks.delete(task_id, principal.owner_filter())
     return web.json_response({"id": task_id, "object": "response", "deleted": True})
+
+
+async def _a_response(ctx: ServiceContext, task_id: str, principal: Principal) -> None:
+    """The Responses routes know responses only: a chat completion's id answers 404 here
+    (as at OpenAI); its task is cancelled at POST /v1/tasks/{id}/cancel."""
+    row = await ctx.store.tasks.get(task_id, principal.owner_filter())
+    if json.loads(row["request"]).get("api", "responses") != "responses":
+        raise not_found(f"No response with id {task_id!r}.", "response_not_found")
+
+
+@routes.get("/v1/responses/{id}/input_items")
+@requires(RESPONSES_READ)
+async def list_input_items(
+    request: web.Request, ctx: ServiceContext, principal: Principal
+) -> web.Response:
+    """A stored response's input items, paged by item id (`after`), `order` asc or desc
+    (desc by default, as OpenAI)."""
+    row = await stored_response(ctx.store.tasks, request.match_info["id"], principal.owner_filter())
+    items = [_listed(item) for item in json.loads(row["request"]).get("input_items") or []]
+    order = request.query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid("`order` must be asc or desc.", "order")
+    if order == "desc":
+        items.reverse()
+    after = request.query.get("after")
+    if after:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise not_found(
+                f"No input item {after!r} in this response to page after.",
+                "item_not_found",
+                "after",
+            )
+        items = items[ids.index(after) + 1 :]
+    limit = query_int(request, "limit", 20, 1, 100)
+    page = items[:limit]
+    return web.json_response(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
+    )
+
+
+def _listed(item: dict[str, Any]) -> dict[str, Any]:
+    return {**item, "status": "completed"} if item["type"] == "message" else item

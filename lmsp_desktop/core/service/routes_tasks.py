@@ -7,7 +7,7 @@ from aiohttp import web
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.responses import task_object
-from lmsp_desktop.core.scopes import RESPONSES_READ
+from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.service.bodies import list_body, query_int
 from lmsp_desktop.core.service.context import ServiceContext, requires
@@ -73,3 +73,14 @@ async def task_events(
     limit = query_int(request, "limit", 100, 1, 1000)
     events = await ctx.store.tasks.events(task_id, after, limit + 1)
     return web.json_response(list_body(events[:limit], len(events) > limit))
+
+
+@routes.post("/v1/tasks/{id}/cancel")
+@requires(RESPONSES_WRITE)
+async def cancel_task(
+    request: web.Request, ctx: ServiceContext, principal: Principal
+) -> web.Response:
+    """Cancel any task, whichever API created it (a chat completion has no response id to
+    cancel at /v1/responses/{id}/cancel): the same transition, answering the task object."""
+    row = await ctx.store.tasks.cancel(request.match_info["id"], principal.owner_filter())
+    return web.json_response(task_object(row))

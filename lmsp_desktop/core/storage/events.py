@@ -98,9 +98,11 @@ def message_opened(item_id: str) -> list[dict[str, Any]]:
     """The events that open the output message at index 0 (responses without tools)."""
     return [
         {
+            # Announced empty: its part arrives with response.content_part.added (an SDK
+            # building the item from events would otherwise hold two parts).
             "type": EventType.OUTPUT_ITEM_ADDED,
             "output_index": 0,
-            "item": message_item(item_id, "", "in_progress"),
+            "item": {**message_item(item_id, "", "in_progress"), "content": []},
         },
         {
             "type": EventType.CONTENT_PART_ADDED,

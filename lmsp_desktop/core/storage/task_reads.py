@@ -40,7 +40,9 @@ LISTED = f"""
 SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_restart, t.mode,
        t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
        r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
-       json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')))
+       json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')),
+                   'api', json_extract(r.request, '$.api'),
+                   'store', json_extract(r.request, '$.store'))
          AS request
 FROM tasks t JOIN responses r ON r.id = t.id LEFT JOIN clients c ON c.id = t.client_id
 """
@@ -207,6 +209,23 @@ class TaskReads:
         where.insert(0, f"t.id IN ({','.join('?' for _ in ids)})")
         sql = f"{LISTED}{_clause(where)} ORDER BY t.n DESC"
         return await self.db.fetchall(sql, (*ids, *params))
+
+    async def holding_item(self, item_id: str, client_id: str | None) -> list[Row]:
+        """The caller's tasks that may hold an input or output item with this id (for
+        `item_reference`): the response whose message item it is, else those whose stored
+        request or final response mention it (the caller checks the exact match)."""
+        owner, params = ("", ()) if client_id is None else (" AND t.client_id=?", (client_id,))
+        rows = await self.db.fetchall(JOINED + " WHERE r.item_id=?" + owner, (item_id, *params))
+        if rows:
+            return rows
+        pattern = f'%"{escape_like(item_id)}"%'
+        return await self.db.fetchall(
+            JOINED
+            + " WHERE (r.request LIKE ? ESCAPE '\\' OR r.final LIKE ? ESCAPE '\\')"
+            + owner
+            + " ORDER BY t.n DESC LIMIT 50",
+            (pattern, pattern, *params),
+        )
 
     async def unfinished(self, states: Sequence[TaskState]) -> list[Row]:
         marks = ",".join("?" for _ in states)

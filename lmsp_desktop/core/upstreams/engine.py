@@ -72,7 +72,13 @@ class UpstreamEngine:
         self.upstream = upstream
         self.remote_model = remote_model
 
-    async def load(self, path: Path, progress: ProgressSink | None = None) -> UpstreamModel:
+    async def load(
+        self,
+        path: Path,
+        progress: ProgressSink | None = None,
+        *,
+        context_length: int | None = None,  # the upstream decides its own context
+    ) -> UpstreamModel:
         if progress is not None:
             progress(1.0)
         return UpstreamModel(self.upstream, self.remote_model)

@@ -199,5 +199,7 @@ def test_task_object_fields() -> None:
         "output_tokens": 4,
         "error": None,
         "dropped_tools": [],
+        "api": "responses",
+        "stored": True,
     }
     assert task_object(row("queued"), 3)["queue_position"] == 3

@@ -1,0 +1,174 @@
+"""The context a model runs with, and fitting a request into it before its task exists.
+
+A model runs with its trained context length unless the `max_context` setting caps it; the
+same number is reported by `/v1/models` and given to the engine. A request's prompt is
+counted with the model's own tokenizer and chat template (a vocab-only llama.cpp load,
+cached per model file, run off the event loop): an input that does not fit answers 400
+`context_length_exceeded` before any task is created, or with `truncation: "auto"` loses its
+oldest turns (never a system or developer message) until it fits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.requests import chat_messages
+
+log = logging.getLogger(__name__)
+
+# Used when a model file does not say how long a context it was trained with.
+FALLBACK_CONTEXT = 4096
+CACHED_VOCABS = 4
+KEPT_ROLES = ("system", "developer")
+
+
+def effective_context(trained: int | None, cap: int) -> int:
+    """The context length a model really runs with: its trained length, capped by the
+    setting (0: no cap)."""
+    length = trained if trained and trained > 0 else FALLBACK_CONTEXT
+    return min(length, cap) if cap > 0 else length
+
+
+class _Vocab:
+    """A model's tokenizer and chat template, loaded without its weights."""
+
+    def __init__(self, path: Path, template: str | None) -> None:
+        from lmsp_desktop.core.engines.llama_chat import ChatRenderer
+
+        internals: Any = importlib.import_module("llama_cpp._internals")
+        lowlevel: Any = importlib.import_module("llama_cpp.llama_cpp")
+        params = lowlevel.llama_model_default_params()
+        params.vocab_only = True
+        self._model = internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+        self._add_bos = bool(self._model.add_bos_token())
+        self._renderer = ChatRenderer(
+            template,
+            bos_token=self._text(self._model.token_bos()),
+            eos_token=self._text(self._model.token_eos()),
+        )
+        self._lock = threading.Lock()
+
+    def _text(self, token: int) -> str:
+        return "" if token < 0 else str(self._model.token_get_text(token))
+
+    def count(self, messages: list[dict[str, Any]]) -> int:
+        """Prompt tokens exactly as the llama engine tokenizes them (BOS not doubled)."""
+        prompt = self._renderer.render(messages)
+        bos = self._renderer.bos_token
+        add_bos = self._add_bos and not (bos and prompt.startswith(bos))
+        with self._lock:
+            # A lone surrogate escape has no UTF-8 form: counted as the engine will see it
+            # replaced (the run then fails or answers; admission must not crash).
+            raw = prompt.encode("utf-8", "replace")
+            return len(self._model.tokenize(raw, add_bos, True))
+
+    def close(self) -> None:
+        self._model.close()
+
+
+class TokenCounter:
+    """Counts prompts per model file; tokenizers stay loaded for the last few models."""
+
+    def __init__(self, cached: int = CACHED_VOCABS) -> None:
+        self._cached = cached
+        self._vocabs: OrderedDict[tuple[str, int], _Vocab | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _vocab(self, path: Path, mtime_ns: int, template: str | None) -> _Vocab | None:
+        key = (str(path), mtime_ns)
+        with self._lock:
+            if key in self._vocabs:
+                self._vocabs.move_to_end(key)
+                return self._vocabs[key]
+            try:
+                vocab: _Vocab | None = _Vocab(path, template)
+            except Exception as exc:  # not a model llama.cpp can read: the run reports it
+                log.info("cannot count tokens for %s (%s)", path, exc)
+                vocab = None
+            self._vocabs[key] = vocab
+            while len(self._vocabs) > self._cached:
+                _, old = self._vocabs.popitem(last=False)
+                if old is not None:
+                    old.close()
+            return vocab
+
+    def fit_sync(self, info: Any, request: dict[str, Any], limit: int) -> int | None:
+        """Count the prompt and, if it does not fit, truncate (truncation auto) or refuse.
+        Returns the prompt's token count, or None when the model cannot be read here."""
+        vocab = self._vocab(Path(info.path), int(info.mtime_ns), info.chat_template)
+        if vocab is None:
+            return None
+
+        def counted(messages: list[dict[str, Any]]) -> int:
+            return vocab.count(chat_messages({**request, "messages": messages}))
+
+        messages = list(request["messages"])
+        count = counted(messages)
+        truncate = request.get("truncation") == "auto"
+        while truncate and count >= limit:
+            shorter = drop_oldest_turn(messages)
+            if shorter is None:
+                break
+            messages = shorter
+            count = counted(messages)
+        if count >= limit:
+            param = "messages" if request.get("api") == "chat.completions" else "input"
+            raise context_exceeded(count, limit, truncate, param)
+        request["messages"] = messages
+        return count
+
+    async def fit(self, info: Any, request: dict[str, Any], limit: int) -> int | None:
+        return await asyncio.to_thread(self.fit_sync, info, request, limit)
+
+    def close(self) -> None:
+        with self._lock:
+            for vocab in self._vocabs.values():
+                if vocab is not None:
+                    vocab.close()
+            self._vocabs.clear()
+
+
+def drop_oldest_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Without the oldest turn (from the first non-system message to the next user message);
+    None when only system/developer messages and the last turn are left."""
+    turn = [i for i, m in enumerate(messages) if m.get("role") not in KEPT_ROLES]
+    if not turn:
+        return None
+    start = turn[0]
+    end = next((i for i in turn[1:] if messages[i].get("role") == "user"), None)
+    if end is None:
+        return None  # the last turn is what is being answered: it stays
+    return [
+        m for i, m in enumerate(messages) if not start <= i < end or m.get("role") in KEPT_ROLES
+    ]
+
+
+def context_exceeded(count: int, limit: int, truncated: bool, param: str) -> LmspError:
+    how = (
+        "even with only the system messages and the last turn left"
+        if truncated
+        else 'send `truncation: "auto"` to drop the oldest turns, or shorten the input'
+    )
+    return LmspError(
+        f"The input is {count} tokens long, but this model's context holds {limit} "
+        f"(input and output together); {how}.",
+        code="context_length_exceeded",
+        param=param,
+        status=400,
+    )
+
+
+async def admit(counter: TokenCounter | None, info: Any, request: dict[str, Any], cap: int) -> None:
+    """Before a task is created: the request fits the model's context (maybe truncated), or
+    400 context_length_exceeded. Models without a local GGUF file are left to their engine."""
+    path = getattr(info, "path", None)
+    if counter is None or path is None or Path(path).suffix.lower() != ".gguf":
+        return
+    await counter.fit(info, request, effective_context(info.context_length, cap))

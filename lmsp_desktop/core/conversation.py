@@ -1,0 +1,111 @@
+"""Conversation state from the store: `previous_response_id` and `item_reference` input items
+resolved before a task is created, so a chain survives restarts.
+
+A response continues only from the caller's own stored responses: another client's id, a
+`store: false` response and a chat completion all answer 404, as unknown ids do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lmsp_desktop.core.errors import LmspError, not_found
+from lmsp_desktop.core.ids import new_id
+from lmsp_desktop.core.requests import items_to_messages
+from lmsp_desktop.core.responses import build_response
+from lmsp_desktop.core.states import TERMINAL, TaskState
+from lmsp_desktop.core.storage.tasks import TaskStore
+
+ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+
+
+def is_stored_response(request: dict[str, Any]) -> bool:
+    """Only stored responses (not chat completions, not `store: false`) can be retrieved,
+    continued, referenced or listed."""
+    return request.get("api", "responses") == "responses" and bool(request.get("store", True))
+
+
+async def stored_response(
+    tasks: TaskStore, response_id: str, client_id: str | None, param: str | None = None
+) -> Any:
+    """The row of one of the caller's stored responses; 404 for anything else."""
+    try:
+        row = await tasks.get(response_id, client_id)
+    except LmspError as exc:
+        exc.param = param
+        raise
+    if not is_stored_response(json.loads(row["request"])):
+        raise not_found(f"No response with id {response_id!r}.", "response_not_found", param)
+    return row
+
+
+async def resolve(tasks: TaskStore, request: dict[str, Any], client_id: str | None) -> None:
+    """Fill `messages` (what the model sees) from the previous response, the resolved input
+    items and the new input; give input items without an id their own id."""
+    if request.get("api", "responses") != "responses" or request.get("input_items") is None:
+        return
+    items = [
+        await _referenced(tasks, item["id"], client_id, f"input[{i}]")
+        if item["type"] == "item_reference"
+        else item
+        for i, item in enumerate(request["input_items"])
+    ]
+    request["input_items"] = [
+        item if item.get("id") else {**item, "id": new_id(ITEM_PREFIX[item["type"]])}
+        for item in items
+    ]
+    history: list[dict[str, Any]] = []
+    previous_id = request.get("previous_response_id")
+    if previous_id:
+        history = await previous_messages(tasks, previous_id, client_id)
+    request["messages"] = history + items_to_messages(request["input_items"])
+
+
+async def previous_messages(
+    tasks: TaskStore, previous_id: str, client_id: str | None
+) -> list[dict[str, Any]]:
+    """The earlier conversation: the previous response's messages (its own chain included),
+    then its output."""
+    row = await stored_response(tasks, previous_id, client_id, "previous_response_id")
+    if TaskState(row["state"]) not in TERMINAL:
+        raise LmspError(
+            f"Response {previous_id} is still {row['state']}; continue from it once it has "
+            "finished.",
+            code="previous_response_not_finished",
+            param="previous_response_id",
+            status=409,
+            type="conflict_error",
+        )
+    earlier = json.loads(row["request"]).get("messages") or []
+    output = build_response(row)["output"]
+    return [*earlier, *items_to_messages([_as_input(item) for item in output])]
+
+
+def _as_input(item: dict[str, Any]) -> dict[str, Any]:
+    """An output item as it is fed back as input."""
+    if item["type"] == "message":
+        parts = [p for p in item["content"] if "text" in p]
+        return {**item, "content": parts}
+    return item
+
+
+async def _referenced(
+    tasks: TaskStore, item_id: str, client_id: str | None, where: str
+) -> dict[str, Any]:
+    """A stored item of the caller's own stored responses, input or output, by its id."""
+    for row in await tasks.holding_item(item_id, client_id):
+        request = json.loads(row["request"])
+        if not is_stored_response(request):
+            continue
+        for item in build_response(row)["output"]:
+            if item.get("id") == item_id:
+                clean = _as_input(item)
+                clean.pop("status", None)
+                return clean
+        for item in request.get("input_items") or []:
+            if item.get("id") == item_id:
+                return dict(item)
+    raise not_found(
+        f"No stored item with id {item_id!r} in your responses.", "item_not_found", f"{where}.id"
+    )

@@ -1,0 +1,48 @@
+"""How a task that failed (or was cancelled) answers a client that waited for it: an HTTP
+error with the reason, as OpenAI answers, instead of a 200 carrying a failed body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmsp_desktop.core.errors import LmspError
+
+# A task's error code → the HTTP status that says who can fix it.
+STATUS_OF_CODE = {
+    "context_length_exceeded": 400,
+    "invalid_input": 400,
+    "chat_template_error": 400,
+    "model_not_found": 404,
+    "model_unverified": 409,
+    "model_changed": 409,
+    "cancelled": 409,
+    "upstream_unavailable": 502,
+    "server_restarted": 503,
+}
+# The openai SDKs retry 409 and 5xx answers unless told not to: the failure is recorded in
+# the task, and repeating the same request would mostly fail the same way.
+NO_RETRY = {"x-should-retry": "false"}
+
+
+def task_failure(response: dict[str, Any], *, when_output: bool) -> LmspError | None:
+    """The error a waiting client gets for this finished response, or None when the answer
+    is the response itself. `when_output`: fail even when some output was generated (Chat
+    Completions has no way to say "failed" in a 200 body)."""
+    state = response["task"]["state"]
+    if state == "failed":
+        if response["output_text"] and not when_output:
+            return None
+        error = response["error"] or {}
+        code = error.get("code") or "generation_failed"
+        message = f"{error.get('message') or 'The generation failed.'} (task {response['id']})"
+    elif state == "cancelled" and when_output:
+        code = "cancelled"
+        message = (
+            f"The request was cancelled before it finished (task {response['id']}); its "
+            f"partial output is in GET /v1/tasks/{response['id']}/events."
+        )
+    else:
+        return None
+    status = STATUS_OF_CODE.get(code, 500)
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return LmspError(message, code=code, status=status, type=kind)

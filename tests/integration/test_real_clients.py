@@ -1,0 +1,243 @@
+"""Real clients, unchanged, against the real service and demo model: the official `openai`
+SDK over Chat Completions and Responses (conversation state across a restart, input items,
+context limits, the stream snapshot), and openai-agents over both APIs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from openai import AsyncOpenAI, OpenAI
+
+pytest.register_assert_rewrite("tests.integration.service_fixtures")
+
+from tests.integration.serve_process import ServeProcess, create_token  # noqa: E402
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore  # noqa: E402
+
+pytest_plugins = ["tests.integration.service_fixtures"]
+
+FRANCE = "What is the capital of France? One word."
+# About 2 tokens per repetition through the demo model's tokenizer and chat template.
+FILLER = "hello world "
+# A third turn the demo model answers without looping at temperature 0.
+THIRD = "What is the capital of France?"
+
+
+@pytest.fixture
+def sdk(live: LiveCore) -> Iterator[OpenAI]:
+    client = OpenAI(
+        base_url=live.url + "/v1", api_key=live.token(*USER_SCOPES), max_retries=0, timeout=300
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+# -- Chat Completions ------------------------------------------------------------------------
+def test_chat_completions_create(sdk: OpenAI) -> None:
+    completion = sdk.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": FRANCE},
+        ],
+        max_tokens=24,
+        temperature=0,
+    )
+    assert completion.id.startswith("chatcmpl-") and completion.object == "chat.completion"
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop" and choice.message.role == "assistant"
+    assert "Paris" in (choice.message.content or "")
+    assert completion.usage is not None and completion.usage.completion_tokens >= 1
+    # Every chat completion is a task the app shows.
+    task = sdk.get(f"/tasks/{completion.id}", cast_to=object)
+    assert isinstance(task, dict) and task["state"] == "completed"
+
+
+def test_chat_completions_stream_with_usage(sdk: OpenAI) -> None:
+    stream = sdk.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": FRANCE}],
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Paris" in text
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "stop" and set(finishes[:-1]) == {None}
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage is not None
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    again = sdk.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": FRANCE}], max_tokens=24, temperature=0
+    )
+    assert again.choices[0].message.content == text  # the same answer, plain or streamed
+
+
+# -- Responses: conversation state, input items, context, the stream snapshot ---------------
+def test_input_items_list(sdk: OpenAI) -> None:
+    response = sdk.responses.create(
+        model=MODEL,
+        input=[
+            {"role": "user", "content": "My name is Ada."},
+            {"role": "assistant", "content": "Hello Ada!"},
+            {"role": "user", "content": "What is my name?"},
+        ],
+        max_output_tokens=8,
+        temperature=0,
+    )
+    items = list(sdk.responses.input_items.list(response.id, order="asc"))
+    assert [i.role for i in items] == ["user", "assistant", "user"]  # type: ignore[union-attr]
+    assert items[0].content[0].text == "My name is Ada."  # type: ignore[union-attr]
+    newest_first = list(sdk.responses.input_items.list(response.id, limit=1))
+    assert [i.id for i in newest_first] == [i.id for i in reversed(items)]  # paged by one
+
+
+def test_a_long_input_fits_and_a_too_long_one_is_refused(sdk: OpenAI) -> None:
+    model = sdk.models.retrieve(MODEL)
+    assert model.context_length == 8192  # type: ignore[attr-defined]
+    fits = sdk.responses.create(
+        model=MODEL, input=FILLER * 3000, max_output_tokens=4, temperature=0
+    )
+    assert fits.status in ("completed", "incomplete")
+    assert fits.usage is not None and 5_900 <= fits.usage.input_tokens < 8192
+    before = sdk.get("/tasks", cast_to=object)
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.responses.create(model=MODEL, input=FILLER * 5000, max_output_tokens=4)
+    error = refused.value.body
+    assert isinstance(error, dict) and error["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError):
+        sdk.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": FILLER * 5000}], stream=True
+        )
+    assert sdk.get("/tasks", cast_to=object) == before  # refused before any task existed
+
+
+def test_stream_snapshot_equals_the_final_response(sdk: OpenAI) -> None:
+    with sdk.responses.stream(
+        model=MODEL, input=FRANCE, max_output_tokens=24, temperature=0
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+        # The SDK's own accumulation of the events (what its stream helpers hand out).
+        snapshot = stream._state._ResponseStreamState__current_snapshot  # type: ignore[attr-defined]
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert deltas[-1].snapshot == final.output_text and "Paris" in final.output_text
+    # One item with one part: output_item.added carries no part of its own.
+    assert [len(item.content) for item in snapshot.output] == [1]
+    # The snapshot equals the final response, but for the item's status: the SDK keeps the
+    # status an item was announced with (in_progress), whatever the server.
+    seen = [item.model_dump(exclude={"status"}) for item in snapshot.output]
+    assert seen == [item.model_dump(exclude={"status"}) for item in final.output]
+
+
+def test_previous_response_id_across_a_restart(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    token = create_token(data_dir, "responses:read,responses:write")
+    first_service = ServeProcess(data_dir)
+    url = first_service.start(timeout=120)
+    try:
+        client = OpenAI(base_url=url + "/v1", api_key=token, max_retries=0, timeout=120)
+        first = client.responses.create(
+            model=MODEL, input="My name is Ada.", max_output_tokens=16, temperature=0
+        )
+    finally:
+        first_service.terminate()
+    second_service = ServeProcess(data_dir)
+    url = second_service.start(timeout=120)
+    try:
+        client = OpenAI(base_url=url + "/v1", api_key=token, max_retries=0, timeout=120)
+        second = client.responses.create(
+            model=MODEL,
+            input="What is my name? Answer with the name only.",
+            previous_response_id=first.id,
+            max_output_tokens=16,
+            temperature=0,
+        )
+        assert second.previous_response_id == first.id
+        assert "Ada" in second.output_text
+        # The chain is really there: the same question without it does not know the name.
+        alone = client.responses.create(
+            model=MODEL,
+            input="What is my name? Answer with the name only.",
+            max_output_tokens=16,
+            temperature=0,
+        )
+        assert "Ada" not in alone.output_text
+    finally:
+        second_service.terminate()
+
+
+# -- openai-agents -----------------------------------------------------------------------------
+def _agent(model: Any) -> Any:
+    from agents import Agent, ModelSettings
+
+    return Agent(
+        name="Assistant",
+        instructions="You are a helpful assistant. Answer briefly.",
+        model=model,
+        model_settings=ModelSettings(temperature=0, max_tokens=160),  # ends its turn
+    )
+
+
+def _seen_by_model(live: LiveCore, token: str) -> list[list[dict[str, Any]]]:
+    """The messages each of this client's tasks gave the model, oldest task first."""
+    from tests.integration.serve_process import call
+
+    status, page = call(live.url + "/v1/tasks?limit=100", token)
+    assert status == 200, page
+    rows = [live.call(live.core.store.tasks.get(t["id"])) for t in reversed(page["data"])]
+    return [json.loads(row["request"])["messages"] for row in rows]
+
+
+def test_openai_agents_over_chat_completions_multi_turn(live: LiveCore) -> None:
+    from agents import OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    token = live.token(*USER_SCOPES)
+    client = AsyncOpenAI(base_url=live.url + "/v1", api_key=token)
+    agent = _agent(OpenAIChatCompletionsModel(model=MODEL, openai_client=client))
+    first = Runner.run_sync(agent, "My name is Ada. Say hello to me.")
+    assert first.final_output
+    turn = [*first.to_input_list(), {"role": "user", "content": "What is my name?"}]
+    second = Runner.run_sync(agent, turn)
+    assert second.final_output
+    one, two = _seen_by_model(live, token)
+    assert one[0]["role"] == "system" and one[-1]["content"] == "My name is Ada. Say hello to me."
+    # The second turn carries the first: question, answer, then the new question.
+    assert [m["content"] for m in two[1:]] == [
+        "My name is Ada. Say hello to me.",
+        first.final_output,
+        "What is my name?",
+    ]
+
+
+def test_openai_agents_over_responses_multi_turn(live: LiveCore) -> None:
+    from agents import OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    token = live.token(*USER_SCOPES)
+    client = AsyncOpenAI(base_url=live.url + "/v1", api_key=token)
+    agent = _agent(OpenAIResponsesModel(model=MODEL, openai_client=client))
+    first = Runner.run_sync(agent, "My name is Ada. Say hello to me.")
+    assert first.final_output
+    # Chained by id: the service puts the stored turn first.
+    second = Runner.run_sync(agent, "What is my name?", previous_response_id=first.last_response_id)
+    assert second.final_output
+    # Chained by the client sending the history back as items.
+    third = Runner.run_sync(agent, [*second.to_input_list(), {"role": "user", "content": THIRD}])
+    assert third.final_output
+    _, two, three = _seen_by_model(live, token)
+    expected = ["My name is Ada. Say hello to me.", first.final_output, "What is my name?"]
+    assert [m["content"] for m in two] == expected
+    # (that run's own input and output: the client chose not to chain by id this time)
+    assert [m["content"] for m in three] == ["What is my name?", second.final_output, THIRD]

@@ -1,0 +1,80 @@
+"""Fitting a request into a model's context: the length used, truncation of oldest turns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.context_window import (
+    FALLBACK_CONTEXT,
+    TokenCounter,
+    drop_oldest_turn,
+    effective_context,
+)
+from lmsp_desktop.core.errors import LmspError
+
+
+def test_the_trained_length_capped_by_the_setting() -> None:
+    assert effective_context(8192, 0) == 8192
+    assert effective_context(8192, 2048) == 2048
+    assert effective_context(2048, 8192) == 2048
+    assert effective_context(None, 0) == FALLBACK_CONTEXT
+
+
+def test_oldest_turns_go_first_never_the_system_message() -> None:
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "u2"},
+        {"role": "assistant", "content": "", "tool_calls": []},
+        {"role": "tool", "call_id": "c", "content": "t"},
+        {"role": "developer", "content": "d"},
+        {"role": "user", "content": "u3"},
+    ]
+    once = drop_oldest_turn(messages)
+    assert once is not None and [m["content"] for m in once] == ["s", "u2", "", "t", "d", "u3"]
+    twice = drop_oldest_turn(once)
+    assert twice is not None and [m["content"] for m in twice] == ["s", "d", "u3"]
+    assert drop_oldest_turn(twice) is None  # the turn being answered stays
+
+
+class CharVocab:
+    """One token per character: enough to check the fitting rules."""
+
+    def count(self, messages: list[dict[str, Any]]) -> int:
+        return sum(len(m["content"]) for m in messages)
+
+
+class Info:
+    path = "m.gguf"
+    mtime_ns = 1
+    chat_template = None
+
+
+def fit(request: dict[str, Any], limit: int) -> int | None:
+    counter = TokenCounter()
+    counter._vocabs[("m.gguf", 1)] = CharVocab()  # type: ignore[assignment]
+    return counter.fit_sync(Info(), request, limit)
+
+
+def test_too_long_is_refused_unless_truncation_is_auto() -> None:
+    turns = [{"role": "user", "content": "x" * 40}, {"role": "assistant", "content": "y" * 40}]
+    request = {
+        "api": "responses",
+        "instructions": "sys",
+        "messages": [*turns, {"role": "user", "content": "last"}],
+        "truncation": "disabled",
+    }
+    with pytest.raises(LmspError) as caught:
+        fit(request, 50)
+    assert (caught.value.status, caught.value.code) == (400, "context_length_exceeded")
+    assert caught.value.param == "input" and "87 tokens" in caught.value.message
+    assert fit({**request, "truncation": "auto"}, 50) == 7  # "sys" + "last"
+    auto = {**request, "truncation": "auto"}
+    fit(auto, 50)
+    assert auto["messages"] == [{"role": "user", "content": "last"}]
+    assert fit(request, 100) == 87
+    with pytest.raises(LmspError):  # even the last turn alone is too long
+        fit({**request, "truncation": "auto"}, 5)
