@@ -1,4 +1,4 @@
-"""Continuous batching: one thread decodes every running generation of a model together.
+"""Continuous batching: one thread decodes every running generation of a context together.
 
 Each step puts one token of every generating sequence, plus at most one prompt chunk of
 some sequences still reading their prompt, into one llama_decode; new generations join
@@ -117,11 +117,6 @@ class BatchDecoder:
                     "model_unloaded", "The model was unloaded; submit the request again."
                 )
             self._waiting.append(job)
-            self._wake.notify()
-
-    def wake(self) -> None:
-        """A cancel was requested: let a sleeping thread notice (it checks every step)."""
-        with self._wake:
             self._wake.notify()
 
     def close(self) -> None:
