@@ -35,7 +35,8 @@ def kv_bytes_per_sequence(path: Path) -> int:
     heads = int(values[f"{arch}.attention.head_count"])
     kv_heads = int(values.get(f"{arch}.attention.head_count_kv", heads))
     head_dim = int(values[f"{arch}.embedding_length"]) // heads
-    context = min(DEFAULT_CONTEXT, int(meta.context_length or DEFAULT_CONTEXT))
+    # The service runs a model with its trained context (no max_context cap by default).
+    context = int(meta.context_length or DEFAULT_CONTEXT)
     return 2 * layers * kv_heads * head_dim * 2 * context
 
 
