@@ -180,3 +180,62 @@ def test_kill_and_resume_under_a_grammar_gives_the_same_output(
         for i in response["output"]
     )  # the log never repeats nor skips output
     assert server.terminate() == 0
+
+
+def test_a_chat_completion_resumes_after_a_kill_to_the_same_text(tmp_path: Path) -> None:
+    """A chat completion is a task like any other: killed while its client waits, it resumes
+    by its policy and its stored completion is what an uninterrupted run answers."""
+    import threading
+
+    data_dir = tmp_path / "data"
+    server = ServeProcess(data_dir)
+    url = server.start()
+    token = create_token(data_dir)
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+    }
+    status, reference = call(f"{url}/v1/chat/completions", token, "POST", body)
+    assert status == 200, reference
+    expected = reference["choices"][0]["message"]["content"]
+
+    # The client waits on its own thread; the kill cuts its connection.
+    waiting = threading.Thread(
+        target=lambda: _quietly(
+            lambda: call(
+                f"{url}/v1/chat/completions", token, "POST", {**body, "on_restart": "resume"}
+            )
+        ),
+        daemon=True,
+    )
+    waiting.start()
+    deadline = time.monotonic() + 60
+    while True:
+        status, page = call(f"{url}/v1/tasks?limit=1", token)
+        if page["data"] and page["data"][0]["id"] != reference["id"]:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    task_id = page["data"][0]["id"]
+    assert task_id.startswith("chatcmpl-")
+    task = wait_task(url, token, task_id, lambda t: t["output_tokens"] >= 9 or finished(t))
+    assert not finished(task), "the generation ended before the kill"
+    server.kill()
+    waiting.join(10)
+    url = server.start()
+    wait_task(url, token, task_id, finished)
+    status, completion = call(f"{url}/v1/chat/completions/{task_id}", token)
+    assert status == 200, completion
+    assert completion["choices"][0]["message"]["content"] == expected
+    status, page = call(f"{url}/v1/tasks/{task_id}/events?limit=1000", token)
+    assert [e["type"] for e in page["data"]].count("response.resumed") == 1
+    assert server.terminate() == 0
+
+
+def _quietly(action) -> None:  # type: ignore[no-untyped-def]
+    try:
+        action()
+    except OSError:  # the connection dies with the killed service
+        pass

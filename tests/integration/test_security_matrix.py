@@ -138,6 +138,15 @@ def owned_task(svc: Service) -> str:
     return task_id
 
 
+@pytest.fixture(scope="module")
+def owned_chat(svc: Service) -> str:
+    """A finished chat completion of the `owner` client."""
+    answer = svc.request("POST", "/v1/chat/completions", svc.tokens["owner"], CHAT)
+    assert answer.status == 200, answer.body
+    completion_id: str = answer.json()["id"]
+    return completion_id
+
+
 # -- every endpoint × every caller ---------------------------------------------------------------
 # (method, path template, scope needed or None for public, status when allowed)
 ENDPOINTS = [
@@ -152,6 +161,11 @@ ENDPOINTS = [
     ("GET", "/v1/tasks", "responses:read", 200),
     ("GET", "/v1/tasks/{task}", "responses:read", 200),
     ("GET", "/v1/tasks/{task}/events", "responses:read", 200),
+    ("GET", "/v1/responses/{task}/input_items", "responses:read", 200),
+    ("POST", "/v1/tasks/{task}/cancel", "responses:write", 409),  # it has finished
+    ("POST", "/v1/chat/completions", "responses:write", 200),
+    ("GET", "/v1/chat/completions/{chat}", "responses:read", 200),
+    ("DELETE", "/v1/chat/completions/chatcmpl-000000000000000000000000", "responses:write", 404),
     ("GET", "/v1/clients", "admin", 200),
     ("DELETE", "/v1/clients/client_000000000000000000000000", "admin", 404),
     ("GET", "/v1/recovery/last", "admin", 0),  # 0: 200 with a report, 404 without
@@ -173,6 +187,13 @@ CREATE = {
     "temperature": 0,
     "background": True,
 }
+CHAT = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "Hi."}],
+    "max_tokens": 1,
+    "temperature": 0,
+}
+BODIES = {"/v1/responses": CREATE, "/v1/chat/completions": CHAT}
 
 
 def _authorization(svc: Service, caller: str) -> str | None:
@@ -192,18 +213,18 @@ def _expected(caller: str, scope: str | None, allowed: int, path: str) -> int:
     held = {"owner": {"responses:read", "responses:write"}}.get(caller, {caller})
     if "admin" not in held and scope not in held:
         return 403
-    if "{task}" in path and caller not in ("owner", "admin"):
+    if ("{task}" in path or "{chat}" in path) and caller not in ("owner", "admin"):
         return 404  # another client's task
     return allowed
 
 
 def test_every_endpoint_answers_every_caller_as_the_scopes_say(
-    svc: Service, owned_task: str
+    svc: Service, owned_task: str, owned_chat: str
 ) -> None:
     wrong: list[str] = []
     checked = 0
     for method, template, scope, allowed in ENDPOINTS:
-        path = template.replace("{task}", owned_task)
+        path = template.replace("{task}", owned_task).replace("{chat}", owned_chat)
         if allowed == 0:
             allowed = svc.request(method, path, svc.tokens["admin"]).status
             assert allowed in (200, 404)
@@ -211,7 +232,7 @@ def test_every_endpoint_answers_every_caller_as_the_scopes_say(
             answer = svc.request(
                 method,
                 path,
-                body=CREATE if method == "POST" and path == "/v1/responses" else None,
+                body=BODIES.get(path) if method == "POST" else None,
                 authorization=_authorization(svc, caller),
             )
             checked += 1
@@ -229,20 +250,27 @@ def test_every_endpoint_answers_every_caller_as_the_scopes_say(
     assert checked == len(ENDPOINTS) * len(CALLERS)
 
 
-def test_another_clients_task_is_404_and_never_listed(svc: Service, owned_task: str) -> None:
+def test_another_clients_task_is_404_and_never_listed(
+    svc: Service, owned_task: str, owned_chat: str
+) -> None:
     other = svc.tokens["responses:read"]
     for path in (
         f"/v1/responses/{owned_task}",
         f"/v1/tasks/{owned_task}",
         f"/v1/tasks/{owned_task}/events",
         f"/v1/responses/{owned_task}?stream=true",
+        f"/v1/responses/{owned_task}/input_items",
+        f"/v1/chat/completions/{owned_chat}",
+        f"/v1/tasks/{owned_chat}",
     ):
         answer = svc.request("GET", path, other)
         assert answer.status == 404, (path, answer.body)
-        assert owned_task in answer.json()["error"]["message"]
+        assert owned_task in answer.json()["error"]["message"] or owned_chat in path
     for method, path in (
         ("POST", f"/v1/responses/{owned_task}/cancel"),
         ("DELETE", f"/v1/responses/{owned_task}"),
+        ("POST", f"/v1/tasks/{owned_task}/cancel"),
+        ("DELETE", f"/v1/chat/completions/{owned_chat}"),
     ):
         assert svc.request(method, path, svc.tokens["responses:write"]).status == 404
     listed = svc.request("GET", "/v1/tasks?limit=100", other).json()["data"]
@@ -287,6 +315,8 @@ def test_a_foreign_origin_is_refused_on_writes_and_streams(svc: Service, owned_t
     for origin in ("https://evil.example", "null", f"http://127.0.0.1:{svc.port + 1}"):
         requests = [
             ("POST", "/v1/responses", CREATE, {}),
+            ("POST", "/v1/chat/completions", {**CHAT, "stream": True}, {}),
+            ("POST", f"/v1/tasks/{owned_task}/cancel", None, {}),
             ("POST", f"/v1/responses/{owned_task}/cancel", None, {}),
             ("DELETE", f"/v1/responses/{owned_task}", None, {}),
             ("GET", f"/v1/responses/{owned_task}?stream=true", None, {}),
