@@ -85,6 +85,29 @@ def test_responses_tool_round_trip(sdk: OpenAI) -> None:
     assert answer.output_text and answer.output[0].type == "message"
 
 
+def test_responses_tool_round_trip_through_previous_response_id(sdk: OpenAI) -> None:
+    first = sdk.responses.create(
+        model=MODEL,
+        input=QUESTION,
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+        **SETTINGS,
+    )
+    call = next(item for item in first.output if item.type == "function_call")
+    answer = sdk.responses.create(
+        model=MODEL,
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "22 C, sunny"}],
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="none",
+        **SETTINGS,
+    )
+    assert answer.previous_response_id == first.id
+    assert answer.output_text and answer.output[0].type == "message"
+    items = sdk.responses.input_items.list(answer.id, order="asc").data
+    assert [i.type for i in items] == ["function_call_output"]
+
+
 def test_responses_tool_call_streamed(sdk: OpenAI) -> None:
     names, deltas, done = [], [], []
     with sdk.responses.stream(
@@ -117,11 +140,13 @@ def test_responses_parse_with_a_pydantic_model(sdk: OpenAI) -> None:
     assert parsed.output_parsed.city
 
 
-def test_openai_agents_tool_and_output_type(live: LiveCore) -> None:
+@pytest.mark.parametrize("api", ["responses", "chat.completions"])
+def test_openai_agents_tool_and_output_type(live: LiveCore, api: str) -> None:
     from agents import (
         Agent,
         AgentHooks,
         ModelSettings,
+        OpenAIChatCompletionsModel,
         OpenAIResponsesModel,
         RunConfig,
         Runner,
@@ -155,7 +180,11 @@ def test_openai_agents_tool_and_output_type(live: LiveCore) -> None:
         instructions="Use the get_weather tool, then answer.",
         tools=[get_weather],
         output_type=Weather,
-        model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+        model=(
+            OpenAIResponsesModel(model=MODEL, openai_client=client)
+            if api == "responses"
+            else OpenAIChatCompletionsModel(model=MODEL, openai_client=client)
+        ),
         model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=120),
         reset_tool_choice=False,
         hooks=AnswerAfterTheTool(),
@@ -165,3 +194,79 @@ def test_openai_agents_tool_and_output_type(live: LiveCore) -> None:
     )
     assert len(seen) == 1 and seen[0]  # the tool ran once, with the arguments the model gave
     assert isinstance(result.final_output, Weather) and result.final_output.city
+
+
+# -- Chat Completions --------------------------------------------------------------------------
+CHAT_WEATHER = {
+    "type": "function",
+    "function": {k: v for k, v in WEATHER.items() if k != "type"},
+}
+CHAT_SETTINGS: dict[str, Any] = {"temperature": 0, "max_tokens": 60}
+
+
+def test_chat_tool_round_trip(sdk: OpenAI) -> None:
+    question = {"role": "user", "content": QUESTION}
+    first = sdk.chat.completions.create(
+        model=MODEL,
+        messages=[question],  # type: ignore[list-item]
+        tools=[CHAT_WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+        **CHAT_SETTINGS,
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls or []
+    assert len(calls) == 1 and calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+    assert set(json.loads(calls[0].function.arguments)) == {"city"}  # type: ignore[union-attr]
+    answer = sdk.chat.completions.create(
+        model=MODEL,
+        messages=[
+            question,  # type: ignore[list-item]
+            choice.message.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"role": "tool", "tool_call_id": calls[0].id, "content": "22 C, sunny"},
+        ],
+        tools=[CHAT_WEATHER],  # type: ignore[list-item]
+        **CHAT_SETTINGS,
+    )
+    assert answer.choices[0].message.content
+    assert answer.choices[0].finish_reason in ("stop", "length")
+
+
+def test_chat_tool_call_streamed(sdk: OpenAI) -> None:
+    stream = sdk.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": QUESTION}],
+        tools=[CHAT_WEATHER],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        stream=True,
+        **CHAT_SETTINGS,
+    )
+    names, pieces, reasons, ids = [], [], [], []
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        for call in choice.delta.tool_calls or []:
+            assert call.index == 0
+            if call.id:
+                ids.append(call.id)
+            if call.function and call.function.name:
+                names.append(call.function.name)
+            if call.function and call.function.arguments:
+                pieces.append(call.function.arguments)
+        if choice.finish_reason:
+            reasons.append(choice.finish_reason)
+    assert names == ["get_weather"] and len(ids) == 1
+    assert len(pieces) > 1 and json.loads("".join(pieces))["city"]
+    assert reasons == ["tool_calls"]
+
+
+def test_chat_completions_parse_with_a_pydantic_model(sdk: OpenAI) -> None:
+    completion = sdk.chat.completions.parse(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Plan a three-day trip to Rome."}],
+        response_format=Trip,
+        **CHAT_SETTINGS,
+    )
+    parsed = completion.choices[0].message.parsed
+    assert isinstance(parsed, Trip) and parsed.city
