@@ -87,16 +87,17 @@ def _items_output(items: list[dict[str, Any]], text: str, state: TaskState) -> l
         status = entry["status"]
         if status == "in_progress" and state in TERMINAL:
             status = "incomplete"
-        output.append(
-            {
-                "type": "function_call",
-                "id": entry["id"],
-                "call_id": entry["call_id"],
-                "name": entry["name"],
-                "arguments": entry["arguments"],
-                "status": status,
-            }
-        )
+        item = {
+            "type": "function_call",
+            "id": entry["id"],
+            "call_id": entry["call_id"],
+            "name": entry["name"],
+            "arguments": entry["arguments"],
+            "status": status,
+        }
+        if entry.get("namespace"):
+            item["namespace"] = entry["namespace"]
+        output.append(item)
     return output
 
 

@@ -285,7 +285,11 @@ class Runner:
         calls = None
         if not opens:
             calls = CallingOutput(
-                self.tasks, task_id, snapshot.get("text", ""), max_calls(request_json)
+                self.tasks,
+                task_id,
+                snapshot.get("text", ""),
+                max_calls(request_json),
+                {t["name"]: t["namespace"] for t in plan.tools or [] if t.get("namespace")},
             )
         # Stop sequences: text that may begin one is held back (and kept in the snapshot).
         stops = StopScanner(request_json.get("stop") or [], snapshot.get("held", ""))

@@ -10,14 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 from lmsp_desktop.core.storage.tasks import TaskStore
-from lmsp_desktop.core.tools.parser import Event, TextDelta, ToolCallParser
+from lmsp_desktop.core.tools.parser import CallStarted, Event, TextDelta, ToolCallParser
 
 
 class CallingOutput:
     """Feeds one task's text deltas through a ToolCallParser into TaskStore.append_output."""
 
     def __init__(
-        self, tasks: TaskStore, task_id: str, resumed_text: str = "", limit: int | None = None
+        self,
+        tasks: TaskStore,
+        task_id: str,
+        resumed_text: str = "",
+        limit: int | None = None,
+        namespaces: dict[str, str] | None = None,
     ) -> None:
         self.tasks = tasks
         self.task_id = task_id
@@ -25,13 +30,19 @@ class CallingOutput:
         # Calls past `limit` (parallel_tool_calls false, max_tool_calls) are dropped: without
         # a grammar (auto with non-strict tools) nothing else stops the model making them.
         self.limit = limit
+        self.namespaces = namespaces or {}  # function name → the namespace it came in
         self.parser = ToolCallParser()
         self.parser.feed(resumed_text)  # replay: these events were persisted by the first run
 
     def _kept(self, events: list[Event]) -> list[Event]:
-        if self.limit is None:
-            return events
-        return [e for e in events if isinstance(e, TextDelta) or e.index < self.limit]
+        if self.limit is not None:
+            events = [e for e in events if isinstance(e, TextDelta) or e.index < self.limit]
+        return [
+            CallStarted(e.index, e.name, self.namespaces.get(e.name))
+            if isinstance(e, CallStarted)
+            else e
+            for e in events
+        ]
 
     async def write(
         self, deltas: list[str], *, output_tokens: int, input_tokens: int, snapshot: dict[str, Any]

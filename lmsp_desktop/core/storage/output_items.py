@@ -33,8 +33,9 @@ def load_items(raw: str | None) -> ItemList | None:
 
 
 def function_call_item(entry: Mapping[str, Any], status: str | None = None) -> dict[str, Any]:
-    """The Open Responses `function_call` item (status from the entry unless given)."""
-    return {
+    """The Open Responses `function_call` item (status from the entry unless given); a
+    function offered in a `namespace` names it, as OpenAI's items do."""
+    item = {
         "type": "function_call",
         "id": entry["id"],
         "call_id": entry["call_id"],
@@ -42,6 +43,9 @@ def function_call_item(entry: Mapping[str, Any], status: str | None = None) -> d
         "arguments": entry["arguments"],
         "status": status or entry["status"],
     }
+    if entry.get("namespace"):
+        item["namespace"] = entry["namespace"]
+    return item
 
 
 def _message_opened(item_id: str, index: int) -> list[dict[str, Any]]:
@@ -125,6 +129,8 @@ def apply_events(
                 "arguments": "",
                 "status": "in_progress",
             }
+            if event.namespace:
+                entry["namespace"] = event.namespace
             change.items.append(entry)
             out.append(
                 {

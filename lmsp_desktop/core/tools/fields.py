@@ -82,10 +82,14 @@ def _tools(value: Any, api: str) -> tuple[list[dict[str, Any]], list[str]]:
             members = tool.get("tools", tool.get("functions"))
             if not isinstance(members, list):
                 raise invalid(f"{where}.tools must be a list of function tools.", f"{where}.tools")
+            namespace = tool.get("name")
             for j, member in enumerate(members):
                 at = f"{where}.tools[{j}]"
                 if isinstance(member, dict) and member.get("type", "function") == "function":
-                    tools.append(_function(member, at, api))
+                    offered = _function(member, at, api)
+                    if isinstance(namespace, str) and namespace:
+                        offered["namespace"] = namespace
+                    tools.append(offered)
                 else:
                     dropped.append(_tool_label(member))
         elif api == CHAT:

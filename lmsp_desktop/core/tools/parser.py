@@ -32,6 +32,8 @@ class TextDelta:
 class CallStarted:
     index: int  # 0-based among this output's calls
     name: str
+    # The `namespace` the called function was offered in (set by the caller, not parsed).
+    namespace: str | None = None
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,10 @@ WEATHER = {
 }
 
 
-async def submit(store: Store, **body: Any) -> str:
+async def submit(store: Store, tools: list[Any] | None = None, **body: Any) -> str:
     request = parse_create({"model": "m", "input": "Weather in Paris?", **body}, "fail")
-    request.update(parse_tool_fields({"tools": [WEATHER], "tool_choice": "auto"}, "responses"))
+    offered = {"tools": tools or [WEATHER], "tool_choice": "auto"}
+    request.update(parse_tool_fields(offered, "responses"))
     result = await store.tasks.create(
         NewTask(model="m", request=request, on_restart=request["on_restart"])
     )
@@ -138,5 +139,22 @@ async def test_calls_past_the_limit_are_dropped_without_a_grammar(store: Store) 
         await until(lambda: finished(store, task_id))
         response = await store.tasks.response_object(task_id)
         assert summary(response) == EXPECTED  # the second, repeated call is not kept
+    finally:
+        await runner.stop()
+
+
+async def test_a_call_of_a_namespaced_function_names_its_namespace(store: Store) -> None:
+    runner = Runner(store.tasks, Paths(), FakeEngine(SCRIPT))
+    await runner.start()
+    try:
+        namespace = {"type": "namespace", "name": "weather_mcp", "tools": [WEATHER]}
+        task_id = await submit(store, tools=[namespace])
+        await until(lambda: finished(store, task_id))
+        response = await store.tasks.response_object(task_id)
+        call = response["output"][1]
+        assert (call["name"], call["namespace"]) == ("get_weather", "weather_mcp")
+        events = await store.tasks.events(task_id)
+        added = [e for e in events if e["type"] == "response.output_item.added"]
+        assert added[1]["item"]["namespace"] == "weather_mcp"
     finally:
         await runner.stop()

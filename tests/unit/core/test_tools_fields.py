@@ -55,6 +55,7 @@ def test_codex_like_tools_keep_functions_and_note_the_rest() -> None:
     }
     fields = parse_tool_fields(body, "responses")
     assert [t["name"] for t in fields["tools"]] == ["shell", "get_weather"]
+    assert fields["tools"][1]["namespace"] == "mcp" and "namespace" not in fields["tools"][0]
     assert fields["dropped_tools"] == [
         "web_search",
         "mcp:github",
