@@ -8,7 +8,7 @@ from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.responses import task_object
 from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
-from lmsp_desktop.core.service import sse
+from lmsp_desktop.core.service.answering import stream_events
 from lmsp_desktop.core.service.bodies import list_body, query_int
 from lmsp_desktop.core.service.context import ServiceContext, requires
 from lmsp_desktop.core.states import STATE_NAMES
@@ -63,12 +63,7 @@ async def task_events(
             if not last_event_id.isdigit():
                 raise invalid("Last-Event-ID must be a sequence number.", "Last-Event-ID")
             after = int(last_event_id)
-        response = await sse.open_stream(request)
-        async for event in ctx.follower.follow(task_id, after):
-            try:
-                await sse.send(response, event)
-            except (ConnectionResetError, RuntimeError):
-                break
+        response, _ = await stream_events(request, ctx, task_id, after)
         return response
     limit = query_int(request, "limit", 100, 1, 1000)
     events = await ctx.store.tasks.events(task_id, after, limit + 1)

@@ -158,23 +158,17 @@ def _cell_move(
 ) -> tuple[str, Transition]:
     """One cell of table 11.3 as one move of many tasks, and the event it writes."""
     ids, frm = tuple(task_ids), (before,)
-    if after == TaskState.FAILED:
+    if after in (TaskState.FAILED, TaskState.CANCELLED):  # ended, its open items closed
+        failed = after == TaskState.FAILED
+        event = EventType.FAILED if failed else EventType.CANCELLED
         error = json.dumps({"code": ERROR_CODE, "message": ERROR_MESSAGE})
-        return EventType.FAILED, Transition(
+        return event, Transition(
             ids,
             frm,
             after,
-            closing_with(EventType.FAILED),
+            closing_with(event),
             {"recovered_boot": boot, "finished_at": now, "snapshot": None},
-            {"error": error},
-        )
-    if after == TaskState.CANCELLED:
-        return EventType.CANCELLED, Transition(
-            ids,
-            frm,
-            after,
-            closing_with(EventType.CANCELLED),
-            {"recovered_boot": boot, "finished_at": now, "snapshot": None},
+            {"error": error} if failed else {},
         )
     if after == TaskState.QUEUED:
         return EventType.QUEUED, requeued(ids, before, recovered_boot=boot)
