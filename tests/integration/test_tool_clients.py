@@ -270,3 +270,70 @@ def test_chat_completions_parse_with_a_pydantic_model(sdk: OpenAI) -> None:
     )
     parsed = completion.choices[0].message.parsed
     assert isinstance(parsed, Trip) and parsed.city
+
+
+def test_a_codex_like_first_request_is_served(sdk: OpenAI) -> None:
+    """Codex sends hosted tools, a namespace and loose function schemas on every request."""
+    shell = {
+        "type": "function",
+        "name": "shell",
+        "description": "Runs a shell command",
+        "strict": False,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "array", "items": {"type": "string"}},
+                "timeout_ms": {"type": "number", "minimum": 0},  # fine: not strict
+            },
+            "required": ["command"],
+        },
+    }
+    tools = [
+        shell,
+        {"type": "web_search"},
+        {"type": "custom", "name": "apply_patch", "format": {"type": "grammar"}},
+        {"type": "namespace", "name": "mcp__docs", "tools": [{**WEATHER, "strict": False}]},
+        {"type": "mcp", "server_label": "github", "server_url": "https://example.com/mcp"},
+    ]
+    response = sdk.responses.create(
+        model=MODEL,
+        instructions="You are a coding agent.",
+        input="List the files.",
+        tools=tools,  # type: ignore[arg-type]
+        tool_choice="auto",
+        parallel_tool_calls=False,
+        stream=False,
+        **SETTINGS,
+    )
+    assert response.status in ("completed", "incomplete")
+    assert [t.name for t in response.tools] == ["shell", "get_weather"]  # type: ignore[union-attr]
+    assert response.model_extra and response.model_extra["task"]["dropped_tools"] == [
+        "web_search",
+        "custom:apply_patch",
+        "mcp:github",
+    ]
+
+
+def test_unenforceable_schemas_are_refused_naming_the_keyword(sdk: OpenAI) -> None:
+    import openai
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+    with pytest.raises(openai.BadRequestError) as chat:
+        sdk.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "A number?"}],
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": schema, "strict": True},
+            },
+            **CHAT_SETTINGS,
+        )
+    assert chat.value.param == "response_format.json_schema.schema.properties.n.minimum"
+    with pytest.raises(openai.BadRequestError) as responses:
+        sdk.responses.create(
+            model=MODEL,
+            input="A number?",
+            tools=[{**WEATHER, "parameters": schema}],  # type: ignore[list-item]
+            **SETTINGS,
+        )
+    assert responses.value.param == "tools[0].parameters.properties.n.minimum"
