@@ -37,6 +37,7 @@ BENCHES = {
     "B11": "bench.b11_turns",
     "B12": "bench.b12_grammar",
     "B13": "bench.b13_upstream",
+    "B14": "bench.b14_chat_stream",
 }
 
 
