@@ -68,6 +68,12 @@ class SettingsDialog(QDialog):
         self.idle = QSpinBox(
             minimum=0, maximum=86400, value=int(settings.idle_unload_s), suffix=" s"
         )
+        # 0 runs each model with the context it was trained for.
+        self.max_context = QSpinBox(
+            minimum=0, maximum=1_048_576, singleStep=1024, value=settings.max_context
+        )
+        self.max_context.setSpecialValueText("as trained")
+        self.max_context.setSuffix(" tokens")
         self.warning = QLabel()
         self.warning.setWordWrap(True)
         form = QFormLayout()
@@ -78,6 +84,7 @@ class SettingsDialog(QDialog):
         form.addRow("Default on_restart", self.on_restart)
         form.addRow("Models kept loaded", self.max_loaded)
         form.addRow("Unload idle models after", self.idle)
+        form.addRow("Max context", self.max_context)
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #e04848")
@@ -124,6 +131,7 @@ class SettingsDialog(QDialog):
             default_on_restart=self.on_restart.currentText(),
             max_loaded_models=self.max_loaded.value(),
             idle_unload_s=float(self.idle.value()),
+            max_context=self.max_context.value(),
         )
 
     async def save(self) -> None:
