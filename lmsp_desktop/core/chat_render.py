@@ -36,11 +36,13 @@ def chat_usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
 
 
 def finish_reason(response: Mapping[str, Any]) -> str:
-    """`tool_calls` when the output ends in function calls, `length` when cut short, else
-    `stop`."""
-    if any(item.get("type") == "function_call" for item in response.get("output", [])):
+    """`length` when cut short (also in the middle of a call's arguments, as OpenAI says),
+    `tool_calls` when the output has function calls, else `stop`."""
+    state = TaskState(response["task"]["state"])
+    calls = any(item.get("type") == "function_call" for item in response.get("output", []))
+    if calls and state == TaskState.COMPLETED:
         return "tool_calls"
-    return _FINISH.get(TaskState(response["task"]["state"]), "stop")
+    return _FINISH.get(state, "stop")
 
 
 def tool_calls_of(response: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -28,3 +28,13 @@ def test_calls_open_with_their_name_then_stream_arguments() -> None:
     message = {"type": "response.output_item.added", "item": {"type": "message", "id": "m"}}
     assert deltas.delta(message) is None
     assert deltas.delta({"type": "response.output_text.delta", "delta": "hi"}) is None
+
+
+def test_finish_reason_of_a_call_cut_short_is_length() -> None:
+    from lmsp_desktop.core.chat_render import finish_reason
+
+    call = {"type": "function_call", "status": "completed"}
+    assert finish_reason({"output": [call], "task": {"state": "completed"}}) == "tool_calls"
+    cut = {**call, "status": "incomplete"}
+    assert finish_reason({"output": [cut], "task": {"state": "incomplete"}}) == "length"
+    assert finish_reason({"output": [], "task": {"state": "completed"}}) == "stop"
