@@ -213,10 +213,16 @@ class Runner:
     async def _next_task(self, model: str) -> Any:
         """A resumed running task first (it was started before), else the oldest queued; one
         that no other lane has claimed. The claim is taken before any await."""
-        ids = await self.tasks.next_runnable(model, len(self._claimed) + 1)
-        free = [task_id for task_id in ids if task_id not in self._claimed]
-        if not free:
-            return None
+        while True:
+            limit = len(self._claimed) + 1
+            ids = await self.tasks.next_runnable(model, limit)
+            free = [task_id for task_id in ids if task_id not in self._claimed]
+            if free:
+                break
+            if len(ids) < limit:
+                return None
+            # Other lanes claimed these while this one awaited the query (lanes start
+            # together after a restart, with nothing new to wake them later): look further.
         self._claimed.add(free[0])
         try:
             return await self.tasks.get(free[0])

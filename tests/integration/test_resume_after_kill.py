@@ -3,6 +3,7 @@ on_restart=resume to byte-identical output (real demo model, temperature 0 and a
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -84,6 +85,48 @@ def test_kill_and_resume_gives_byte_identical_output(
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == expected  # the log never repeats nor skips text
     assert [e["sequence_number"] for e in events] == list(range(1, len(events) + 1))
+    assert server.terminate() == 0
+
+
+def test_resume_is_exact_while_other_tasks_share_the_decodes(tmp_path: Path) -> None:
+    """The reference runs alone; the killed task runs and resumes next to three other
+    generating tasks (4 concurrent requests per model by default, so every context of the
+    model batches it with a neighbour), and still ends byte-identical."""
+    data_dir = tmp_path / "data"
+    server = ServeProcess(data_dir)
+    url = server.start()
+    token = create_token(data_dir)
+    body = {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS, "seed": 77}
+    body["temperature"] = 0.7
+    expected = reference_text(url, token, body)
+    background = {"background": True, "on_restart": "resume"}
+    status, created = call(f"{url}/v1/responses", token, "POST", {**body, **background})
+    assert status == 202, created
+    task_id = created["id"]
+    neighbours = []
+    for topic in ("volcanoes", "the moon", "bread"):
+        other = {"model": MODEL, "input": f"Write a long essay about {topic}.", **background}
+        status, made = call(f"{url}/v1/responses", token, "POST", {**other, "temperature": 0})
+        assert status == 202, made
+        neighbours.append(made["id"])
+    kills = 0
+    for cut in (6, 30):
+        task = wait_task(
+            url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t)
+        )
+        if finished(task):
+            break
+        server.kill()
+        kills += 1
+        url = server.start()
+    assert kills == 2, "the generation ended before the kills could happen"
+    wait_task(url, token, task_id, finished)
+    status, response = call(f"{url}/v1/responses/{task_id}", token)
+    assert response["output_text"] == expected
+    for other_id in neighbours:  # they really were generating alongside
+        status, other = call(f"{url}/v1/tasks/{other_id}", token)
+        assert other["output_tokens"] > 0, json.dumps(other)
+        call(f"{url}/v1/responses/{other_id}/cancel", token, "POST", {})
     assert server.terminate() == 0
 
 

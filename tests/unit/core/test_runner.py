@@ -290,3 +290,30 @@ async def test_idle_seconds_left_counts_down_once_a_loaded_model_is_idle(store: 
         assert left is not None and 500 < left <= 600
     finally:
         await runner.stop()
+
+
+async def test_lanes_starting_together_after_a_restart_each_take_a_resumed_task(
+    store: Store,
+) -> None:
+    """After a restart the lanes start at once with nothing new to wake them later: each
+    must still find its own resumed task, not give up because another lane claimed the one
+    they all saw first."""
+    ids = [await submit(store) for _ in range(3)]
+    for task_id in ids:
+        assert await store.tasks.mark_running(task_id)  # as recovery leaves resumed tasks
+    engine = FakeEngine()
+    engine.gate = threading.Semaphore(0)
+    runner = Runner(store.tasks, Paths(), engine, parallel_per_model=3)
+    await runner.start()
+    try:
+
+        async def all_generating() -> bool:
+            return len(engine.requests) == 3
+
+        await until(all_generating)
+        assert {r.seed for r in engine.requests} and engine.models[0].generating == 3
+        engine.gate.release(1000)
+        for task_id in ids:
+            await until(lambda t=task_id: finished(store, t))
+    finally:
+        await runner.stop()
