@@ -124,9 +124,13 @@ class BenchServer:
 
     def spawn(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        err = (self.data_dir.parent / f"{self.data_dir.name}-server.err").open("w")
         self.spawned_at = time.time()
-        self.proc = subprocess.Popen(
+        # The child keeps its own copy of the log's descriptor; ours is closed at once.
+        with (self.data_dir.parent / f"{self.data_dir.name}-server.err").open("w") as err:
+            self.proc = self._popen(err)
+
+    def _popen(self, err: Any) -> subprocess.Popen[str]:
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -172,14 +176,17 @@ class BenchServer:
         return path.read_text() if path.exists() else ""
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
     def __enter__(self) -> BenchServer:
         return self

@@ -43,8 +43,24 @@ class ServeProcess:
         self.stderr_path = data_dir.parent / f"serve-{data_dir.name}.err"
 
     def start(self, timeout: float = 60.0) -> str:
-        err = self.stderr_path.open("a")
-        self.proc = subprocess.Popen(
+        # The child keeps its own copy of the log's descriptor; ours is closed at once.
+        with self.stderr_path.open("a") as err:
+            self.proc = self._spawn(err)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                self._reap()
+                raise AssertionError(f"serve exited: {self.stderr_path.read_text()[-2000:]}")
+            found = LISTENING.match(line.strip())
+            if found:
+                self.url = found.group(1)
+                return self.url
+        raise AssertionError("serve did not start in time")
+
+    def _spawn(self, err: Any) -> subprocess.Popen[str]:
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -61,27 +77,25 @@ class ServeProcess:
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"serve exited: {self.stderr_path.read_text()[-2000:]}")
-            found = LISTENING.match(line.strip())
-            if found:
-                self.url = found.group(1)
-                return self.url
-        raise AssertionError("serve did not start in time")
+
+    def _reap(self, timeout: float = 10.0) -> int:
+        """Wait for the process to end and close our end of its stdout pipe."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
 
     def kill(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        self._reap()
 
     def terminate(self, timeout: float = 15.0) -> int:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
+        return self._reap(timeout)
 
     def stderr(self) -> str:
         return self.stderr_path.read_text()

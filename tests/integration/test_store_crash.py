@@ -65,6 +65,8 @@ class Writer:
         self.proc.wait(timeout=30)
         self.reader.join(timeout=30)
         self.stderr.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def check_acknowledged(db_path: Path, acked: dict[str, tuple[str, int]]) -> None:
