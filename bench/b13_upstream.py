@@ -59,9 +59,11 @@ class Upstream:
             "--host", "127.0.0.1", "--port", str(self.port), "--model_alias", ALIAS,
             "--n_threads", "1", "--interrupt_requests", "False",
         ]  # fmt: skip
-        self.proc = subprocess.Popen(  # noqa: ASYNC220  (started once, returns at once)
-            args, stdout=self.log.open("wb"), stderr=subprocess.STDOUT
-        )
+        # The child keeps its own copy of the log's descriptor; ours is closed at once.
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(  # noqa: ASYNC220  (started once, returns at once)
+                args, stdout=log, stderr=subprocess.STDOUT
+            )
         async with aiohttp.ClientSession() as session:
             for _ in range(600):
                 try:
@@ -171,12 +173,14 @@ class Paced:
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def start(self) -> None:
-        self.proc = subprocess.Popen(  # noqa: ASYNC220  (started once, returns at once)
-            [sys.executable, "-m", "bench.paced_upstream", *self.args],
-            stdout=self.log.open("wb"),
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+        # The child keeps its own copy of the log's descriptor; ours is closed at once.
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(  # noqa: ASYNC220  (started once, returns at once)
+                [sys.executable, "-m", "bench.paced_upstream", *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
         async with aiohttp.ClientSession() as session:
             for _ in range(300):
                 try:

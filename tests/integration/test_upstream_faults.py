@@ -29,9 +29,12 @@ class ThreadedFake:
         self.url = asyncio.run_coroutine_threadsafe(self.fake.start(), self.loop).result(10)
 
     def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+        try:
+            asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()  # else its self-pipe sockets leak (a ResourceWarning)
 
 
 @pytest.fixture

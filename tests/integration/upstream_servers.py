@@ -49,10 +49,14 @@ class LlamaServer:
         ]  # fmt: skip
         if self.api_key:
             args += ["--api_key", self.api_key]
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-        )
+        # The child keeps its own copy of the log's descriptor; ours is closed at once.
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
