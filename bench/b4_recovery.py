@@ -43,6 +43,7 @@ def startup(data_dir: Path, models: Path) -> tuple[float, float, int]:
             with urllib.request.urlopen(request, timeout=30) as resp:
                 items = len(json.loads(resp.read())["items"])
         except urllib.error.HTTPError as exc:
+            exc.close()  # it holds the open response: close it, or its socket leaks
             if exc.code != 404:  # 404: no recovery report (nothing was left unfinished)
                 raise
             items = 0

@@ -123,4 +123,5 @@ def call(
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+        with exc:  # the error holds the open response: close it, or its socket leaks
+            return exc.code, json.loads(exc.read() or b"null")

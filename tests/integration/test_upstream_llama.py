@@ -246,8 +246,9 @@ def test_the_key_is_never_shown(service: Any, upstream: LlamaServer) -> None:
     server, _token = service
     # The key is really needed: the upstream refuses a request without it.
     request = urllib.request.Request(upstream.url + "/models")
-    with pytest.raises(urllib.error.HTTPError):
+    with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
+    refused.value.close()  # the error holds the open response: close it, or its socket leaks
     for args in (["upstream", "list"], ["upstream", "list", "--json"]):
         done = lmsp(server.data_dir, *args)
         assert done.returncode == 0 and "gpu" in done.stdout, done.stderr
