@@ -199,18 +199,20 @@ def _seen_by_model(live: LiveCore, token: str) -> list[list[dict[str, Any]]]:
     return [json.loads(row["request"])["messages"] for row in rows]
 
 
-def test_openai_agents_over_chat_completions_multi_turn(live: LiveCore) -> None:
+# The turns run on the test's one loop (Runner.run, not run_sync): an AsyncOpenAI client
+# carried from one run_sync loop into the next schedules its generators on a closed loop.
+async def test_openai_agents_over_chat_completions_multi_turn(live: LiveCore) -> None:
     from agents import OpenAIChatCompletionsModel, Runner, set_tracing_disabled
 
     set_tracing_disabled(True)
     token = live.token(*USER_SCOPES)
-    client = AsyncOpenAI(base_url=live.url + "/v1", api_key=token)
-    agent = _agent(OpenAIChatCompletionsModel(model=MODEL, openai_client=client))
-    first = Runner.run_sync(agent, "My name is Ada. Say hello to me.")
-    assert first.final_output
-    turn = [*first.to_input_list(), {"role": "user", "content": "What is my name?"}]
-    second = Runner.run_sync(agent, turn)
-    assert second.final_output
+    async with AsyncOpenAI(base_url=live.url + "/v1", api_key=token) as client:
+        agent = _agent(OpenAIChatCompletionsModel(model=MODEL, openai_client=client))
+        first = await Runner.run(agent, "My name is Ada. Say hello to me.")
+        assert first.final_output
+        turn = [*first.to_input_list(), {"role": "user", "content": "What is my name?"}]
+        second = await Runner.run(agent, turn)
+        assert second.final_output
     one, two = _seen_by_model(live, token)
     assert one[0]["role"] == "system" and one[-1]["content"] == "My name is Ada. Say hello to me."
     # The second turn carries the first: question, answer, then the new question.
@@ -221,21 +223,25 @@ def test_openai_agents_over_chat_completions_multi_turn(live: LiveCore) -> None:
     ]
 
 
-def test_openai_agents_over_responses_multi_turn(live: LiveCore) -> None:
+async def test_openai_agents_over_responses_multi_turn(live: LiveCore) -> None:
     from agents import OpenAIResponsesModel, Runner, set_tracing_disabled
 
     set_tracing_disabled(True)
     token = live.token(*USER_SCOPES)
-    client = AsyncOpenAI(base_url=live.url + "/v1", api_key=token)
-    agent = _agent(OpenAIResponsesModel(model=MODEL, openai_client=client))
-    first = Runner.run_sync(agent, "My name is Ada. Say hello to me.")
-    assert first.final_output
-    # Chained by id: the service puts the stored turn first.
-    second = Runner.run_sync(agent, "What is my name?", previous_response_id=first.last_response_id)
-    assert second.final_output
-    # Chained by the client sending the history back as items.
-    third = Runner.run_sync(agent, [*second.to_input_list(), {"role": "user", "content": THIRD}])
-    assert third.final_output
+    async with AsyncOpenAI(base_url=live.url + "/v1", api_key=token) as client:
+        agent = _agent(OpenAIResponsesModel(model=MODEL, openai_client=client))
+        first = await Runner.run(agent, "My name is Ada. Say hello to me.")
+        assert first.final_output
+        # Chained by id: the service puts the stored turn first.
+        second = await Runner.run(
+            agent, "What is my name?", previous_response_id=first.last_response_id
+        )
+        assert second.final_output
+        # Chained by the client sending the history back as items.
+        third = await Runner.run(
+            agent, [*second.to_input_list(), {"role": "user", "content": THIRD}]
+        )
+        assert third.final_output
     _, two, three = _seen_by_model(live, token)
     expected = ["My name is Ada. Say hello to me.", first.final_output, "What is my name?"]
     assert [m["content"] for m in two] == expected
