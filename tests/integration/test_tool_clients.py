@@ -140,8 +140,10 @@ def test_responses_parse_with_a_pydantic_model(sdk: OpenAI) -> None:
     assert parsed.output_parsed.city
 
 
+# On the test's one loop (Runner.run, not run_sync), with the client closed at the end: a
+# run_sync loop per test left httpx's auth generator to be scheduled on a closed loop.
 @pytest.mark.parametrize("api", ["responses", "chat.completions"])
-def test_openai_agents_tool_and_output_type(live: LiveCore, api: str) -> None:
+async def test_openai_agents_tool_and_output_type(live: LiveCore, api: str) -> None:
     from agents import (
         Agent,
         AgentHooks,
@@ -189,9 +191,12 @@ def test_openai_agents_tool_and_output_type(live: LiveCore, api: str) -> None:
         reset_tool_choice=False,
         hooks=AnswerAfterTheTool(),
     )
-    result = Runner.run_sync(
-        agent, QUESTION, max_turns=4, run_config=RunConfig(tracing_disabled=True)
-    )
+    try:
+        result = await Runner.run(
+            agent, QUESTION, max_turns=4, run_config=RunConfig(tracing_disabled=True)
+        )
+    finally:
+        await client.close()
     assert len(seen) == 1 and seen[0]  # the tool ran once, with the arguments the model gave
     assert isinstance(result.final_output, Weather) and result.final_output.city
 
