@@ -25,6 +25,7 @@ from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.service.context import ServiceContext
 from lmsp_desktop.core.service.host import ServiceHost
+from lmsp_desktop.core.states import UNFINISHED
 from lmsp_desktop.core.storage import clients as client_store
 from lmsp_desktop.core.storage import upstreams as upstream_store
 from lmsp_desktop.core.storage.idempotency import purge_expired, release_in_flight
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
     from lmsp_desktop.gui.core_api import CoreListener
 
 log = logging.getLogger(__name__)
+# service_config keys: a clean stop leaves a note for the next start's recovery report.
+QUIT_NOTE = "clean_quit"
+RECOVERY_AFTER_QUIT = "recovery_after_quit"
 RETENTION_EVERY_S = 3600.0
 LOGGED_ITEMS = 50  # recovery report lines written to the log (10k lines would slow startup)
 
@@ -102,8 +106,17 @@ class Core:
             stored.port = self._flag_port
         stored.model_dirs = [*stored.model_dirs, *map(str, self._flag_dirs)]
         self.settings = stored.validate()
+        # A note from a clean stop; cleared now, so a crash during this run is not read as one.
+        quit_note = await self.store.get_config(QUIT_NOTE)
+        if quit_note is not None:
+            await self.store.set_config(QUIT_NOTE, None)
         boot = await next_boot(self.store.tasks)
         self.recovery_report = await recover(self.store.tasks, boot)
+        if self.recovery_report.items and isinstance(quit_note, dict):
+            unfinished = int(quit_note.get("unfinished", 0))
+            self.recovery_report.quit_with_unfinished = unfinished
+            after_quit = {"started_at": int(self.recovery_report.started_at), "n": unfinished}
+            await self.store.set_config(RECOVERY_AFTER_QUIT, after_quit)
         released = await release_in_flight(self.store.db)
         if released:
             log.info("released %d idempotency keys left in flight", released)
@@ -279,7 +292,11 @@ class Core:
         if stored is None:
             return None
         items = [RecoveryItem(**item) for item in stored["items"]]
-        return RecoveryReport(stored["started_at"], stored["finished_at"], items)
+        report = RecoveryReport(stored["started_at"], stored["finished_at"], items)
+        after_quit = await self.store.get_config(RECOVERY_AFTER_QUIT)
+        if isinstance(after_quit, dict) and after_quit.get("started_at") == report.started_at:
+            report.quit_with_unfinished = int(after_quit["n"])
+        return report
 
     async def save_settings(self, settings: Settings) -> None:
         """Store what the user set and apply it now (folders changed: rescan them)."""
@@ -388,11 +405,24 @@ class Core:
             self.tokens.close()
         if hasattr(self, "registry"):
             await self.registry.close()
+        if hasattr(self, "runner"):
+            await self._leave_quit_note()
         await self.store.close()
         if self.url:  # only the instance that announced itself removes its service.json
             with contextlib.suppress(FileNotFoundError):
                 self._service_json().unlink()
         self._lock.release()
+
+    async def _leave_quit_note(self) -> None:
+        """Tell the next start that this stop was on purpose, and how much was unfinished."""
+        try:
+            counts = await self.store.tasks.counts()
+            unfinished = sum(counts.get(str(s), 0) for s in UNFINISHED)
+            await self.store.set_config(
+                QUIT_NOTE, {"at": int(time.time()), "unfinished": unfinished}
+            )
+        except Exception:  # the database may be the reason we stop; recovery still works
+            log.exception("could not record the clean stop; the next start calls it unclean")
 
     def _service_json(self) -> Path:
         return self.data_dir / "service.json"
@@ -409,7 +439,7 @@ class Core:
             log.info("recovery: nothing to recover")
             return
         log.warning(
-            "recovery: %d tasks after an unclean shutdown: %s", len(report.items), report.summary()
+            "recovery: %d tasks %s: %s", len(report.items), report.cause(), report.summary()
         )
         shown = report.items[:LOGGED_ITEMS]
         if len(report.items) > len(shown):

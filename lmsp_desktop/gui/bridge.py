@@ -14,6 +14,7 @@ very many changes it asks for a reload instead of patching row by row.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
@@ -26,6 +27,12 @@ from lmsp_desktop.gui.core_api import CoreApi
 DELTAS = ("response.output_text.delta",)
 HIDDEN_INTERVAL_MS = 2000  # how often the tray hears "counts moved" while the window is hidden
 MAX_HIDDEN_CHANGES = 500  # more tasks changed while hidden than this: reload, do not patch
+
+
+def _forget(core: CoreApi, bridge: CoreBridge, *_: object) -> None:
+    if bridge._subscribed:
+        bridge._subscribed = False
+        core.unsubscribe(bridge)
 
 
 def progress_of(event: ModelEvent) -> tuple[str, float] | None:
@@ -83,6 +90,9 @@ class CoreBridge(QObject):
         self._kick.connect(self._start_timer)
         self._subscribed = True
         core.subscribe(self)
+        # Deleted with its window without close() (a test harness, a crash in a dialog):
+        # stop listening, else the core keeps calling into a dead object.
+        self.destroyed.connect(functools.partial(_forget, core, self))
 
     def close(self) -> None:
         """Stop listening (the window is going away; the core may live on)."""

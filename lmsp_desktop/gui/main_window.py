@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from pathlib import Path
@@ -32,13 +33,17 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop import __version__
 from lmsp_desktop.core.config import Settings, database_path
+from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import VERIFIED
+from lmsp_desktop.core.states import CANCELLABLE
 from lmsp_desktop.core.storage.recovery import RecoveryReport
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.data import TaskFilter
 from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
 from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog
+from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
 from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
 from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
 from lmsp_desktop.gui.format import STATE_COLOURS, app_icon, dot_icon
@@ -48,6 +53,7 @@ from lmsp_desktop.gui.pages.tasks_page import TasksPage
 from lmsp_desktop.gui.status import StatusBar
 
 ACTIVE = ("queued", "loading", "running", "cancelling")
+CANCEL_WAIT_S = 10.0  # how long "Cancel them and quit" waits for the runner to confirm
 BUSY = ("loading", "running", "cancelling")
 
 
@@ -92,6 +98,8 @@ class MainWindow(QMainWindow):
         self._rate_timer.timeout.connect(self.sample_rate)
         self._rate_timer.start()
         self._pending = 0
+        self._waiting: QuitDialog | None = None  # the quit dialog while waiting for tasks
+        self._paused_before_wait = False
         self._counts_timer = QTimer(self, singleShot=True, interval=500)
         self._counts_timer.timeout.connect(lambda: aio.spawn(self.refresh_counts(), self))
         self.set_url(core.url)
@@ -104,7 +112,8 @@ class MainWindow(QMainWindow):
         settings = QAction("Settings…", self, shortcut=QKeySequence("Ctrl+,"))
         settings.triggered.connect(self.open_settings)
         quit_action = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
-        quit_action.triggered.connect(self.quit)
+        quit_action.triggered.connect(self.request_quit)
+        self.quit_action = quit_action
         file_menu.addAction(settings)
         file_menu.addSeparator()
         file_menu.addAction(quit_action)
@@ -150,7 +159,7 @@ class MainWindow(QMainWindow):
         self.pause_action.setCheckable(True)
         self.pause_action.toggled.connect(self.set_paused)
         menu.addSeparator()
-        menu.addAction("Quit", self.quit)
+        menu.addAction("Quit", self.request_quit)
         tray.setContextMenu(menu)
         tray.activated.connect(lambda *_: self.showNormal())
         tray.show()
@@ -159,6 +168,8 @@ class MainWindow(QMainWindow):
     def set_paused(self, paused: bool) -> None:
         """Drain: the service answers 503 to new work while accepted tasks finish."""
         self.core.pause(paused)
+        if self.tray is not None and self.pause_action.isChecked() != paused:
+            self.pause_action.setChecked(paused)
         if self.tray is not None:
             self.tray.setIcon(app_icon("tray-paused" if paused else "tray"))
 
@@ -178,6 +189,12 @@ class MainWindow(QMainWindow):
     async def refresh_counts(self) -> None:
         self._counts = await self.core.task_counts()
         self.status.set_counts(self._counts)
+        if self._waiting is not None:
+            left = sum(self._counts.get(s, 0) for s in ACTIVE)
+            self._waiting.set_left(left)
+            if left == 0:
+                self._waiting.accept()
+                self.quit()
         self.status.set_database(database_path(Path(self.core.data_dir)))
         self._update_nav()
 
@@ -310,22 +327,86 @@ class MainWindow(QMainWindow):
         self.bridge.set_active(active)
 
     # -- closing -----------------------------------------------------------------------------
+    def request_quit(self) -> None:
+        """Quit (Ctrl+Q, the tray's Quit, closing without a tray): ask first when tasks are
+        unfinished, since quitting leaves them to their restart policy."""
+        if isinstance(self.dialog, QuitDialog) and self.dialog.isVisible():
+            self.dialog.raise_()
+            return
+        aio.spawn(self._ask_quit(), self)
+
+    async def _ask_quit(self) -> None:
+        rows = await self.core.task_page(TaskFilter(states=ACTIVE), 0, 100_000, "id", False)
+        if not rows:
+            self.quit()
+            return
+        if self.isHidden():
+            self.showNormal()  # the question needs a window (asked from the tray)
+        dialog = QuitDialog(rows, self)
+        dialog.chosen.connect(self._quit_chosen)
+        self._open(dialog)
+
+    def _quit_chosen(self, choice: str) -> None:
+        if choice == "now":
+            self.quit()
+        elif choice == "cancel":
+            aio.spawn(self._cancel_all_then_quit(), self)
+        elif choice == "wait":
+            self._waiting = self.dialog
+            self._paused_before_wait = self.core.paused
+            self.set_paused(True)
+            aio.spawn(self.refresh_counts(), self)
+        elif self._waiting is not None:  # keep running after all: take new work again
+            self._waiting = None
+            self.set_paused(self._paused_before_wait)
+
+    async def _cancel_all_then_quit(self) -> None:
+        """Refuse new work, cancel every unfinished task, wait (briefly) for the runner to
+        confirm, then quit."""
+        self.set_paused(True)
+        filter_active = TaskFilter(states=ACTIVE)
+        for row in await self.core.task_page(filter_active, 0, 100_000, "id", False):
+            if row.state in CANCELLABLE:
+                with contextlib.suppress(LmspError):  # it finished meanwhile
+                    await self.core.cancel(row.id)
+        self.status.showMessage("Cancelling unfinished tasks…")
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while time.monotonic() < deadline:
+            if not await self.core.task_page(filter_active, 0, 1, "id", False):
+                break
+            await asyncio.sleep(0.1)
+        self.quit()
+
     def quit(self) -> None:
+        """Quit now, without asking (also on SIGTERM)."""
         self.quitting = True
         self._save()
         self.quit_requested.emit()
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if self.tray is not None and not self.quitting:
-            self.hide()  # keeps serving; Quit from the tray or Ctrl+Q ends it
-            event.ignore()
+        if self.quitting:
+            self._save()
+            self.bridge.close()
+            event.accept()
             return
-        self._save()
-        self.bridge.close()
-        event.accept()
-        if not self.quitting:
-            self.quitting = True
-            self.quit_requested.emit()
+        event.ignore()
+        if self.tray is not None:
+            self.hide()  # keeps serving; Quit from the tray or Ctrl+Q ends it
+            self._tell_once_about_tray()
+        else:
+            self.request_quit()
+
+    def _tell_once_about_tray(self) -> None:
+        if self.tray is None or self.qsettings.value("tray/told", False, type=bool):
+            return
+        self.tray.showMessage(
+            "LMSP Desktop keeps serving",
+            "The window is closed but the service keeps running here in the tray. "
+            "Choose Quit in this icon's menu to stop it.",
+            QSystemTrayIcon.MessageIcon.Information,
+            8000,
+        )
+        self.qsettings.setValue("tray/told", True)
 
     def _save(self) -> None:
         self.qsettings.setValue("geometry", self.saveGeometry())

@@ -29,6 +29,8 @@ def _qasync_loop() -> asyncio.AbstractEventLoop:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
+    # As `lmsp-desktop` runs it: closing or hiding windows never quits the loop by itself.
+    app.setQuitOnLastWindowClosed(False)
     loop: asyncio.AbstractEventLoop = qasync.QEventLoop(app)
     return loop
 
@@ -61,6 +63,7 @@ async def until(predicate: Callable[[], Any], limit: float = 20.0, what: Any = "
 @pytest.fixture
 async def gui_app(qtbot: Any, tmp_path: Path) -> AsyncIterator[tuple[Any, Any]]:
     """A real Core (port 0, real demo model) started as `lmsp-desktop` does, and its window."""
+    import shiboken6
     from PySide6.QtCore import QSettings
 
     from lmsp_desktop.app import Core
@@ -79,6 +82,8 @@ async def gui_app(qtbot: Any, tmp_path: Path) -> AsyncIterator[tuple[Any, Any]]:
         await window.load()
         yield core, window
     finally:
-        window.bridge.close()
-        window.hide()
+        window.quitting = True  # the teardown closes the window: no question asked then
+        if shiboken6.isValid(window.bridge):
+            window.bridge.close()
+            window.hide()
         await core.stop()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import shiboken6
 from PySide6.QtCore import QSettings
 
 from lmsp_desktop.app import Core
@@ -50,8 +51,9 @@ async def open_app(
         yield core, window
     finally:
         window.quitting = True  # teardown closes the window: no question asked then
-        window.bridge.close()
-        window.hide()
+        if shiboken6.isValid(window.bridge):
+            window.bridge.close()
+            window.hide()
         await core.stop()
 
 

@@ -50,6 +50,16 @@ class RecoveryReport:
     started_at: float
     finished_at: float
     items: list[RecoveryItem]
+    # Set when the previous run was quit on purpose with this many tasks unfinished (their
+    # restart policies apply all the same); None after a crash or a kill.
+    quit_with_unfinished: int | None = None
+
+    def cause(self) -> str:
+        """What left the tasks behind, as the end of a sentence."""
+        if self.quit_with_unfinished is not None:
+            n = self.quit_with_unfinished
+            return f"after you quit with {n} task{'' if n == 1 else 's'} unfinished"
+        return "after an unclean shutdown"
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -80,7 +80,7 @@ class RecoveryDialog(QDialog):
         count = len(self.report.items)
         self.setWindowTitle("Recovery report")
         title = QLabel(
-            f"<h3>Recovered {count} task{'s' if count != 1 else ''} after an unclean shutdown</h3>"
+            f"<h3>Recovered {count} task{'s' if count != 1 else ''} {self.report.cause()}</h3>"
         )
         self.summary = QLabel(self.report.summary() or "Nothing needed recovery.")
         when = QLabel(

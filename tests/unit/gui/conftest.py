@@ -19,6 +19,8 @@ from tests.support.gui_core import FakeCore
 
 def _qasync_loop() -> asyncio.AbstractEventLoop:
     app = QApplication.instance() or QApplication([])
+    # As `lmsp-desktop` runs it: closing or hiding windows never quits the loop by itself.
+    app.setQuitOnLastWindowClosed(False)
     return qasync.QEventLoop(app)
 
 

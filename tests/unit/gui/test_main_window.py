@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import shiboken6
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QSystemTrayIcon
@@ -26,7 +27,9 @@ async def window(qtbot, core, tmp_path):
     await win.load()
     win.show()
     yield win
-    win.bridge.close()
+    win.quitting = True  # the teardown closes the window: no question asked then
+    if shiboken6.isValid(win.bridge):
+        win.bridge.close()
 
 
 async def test_navigation_counters_status_bar_and_empty_state(window, store):

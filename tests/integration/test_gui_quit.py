@@ -1,0 +1,122 @@
+"""Quitting is a decision, not an accident (issue 16, defect 2): with tasks unfinished, Quit
+asks (wait / quit now / cancel them), and the next start's report says what really happened.
+A real core (store, runner, HTTP service) with a scripted engine that keeps tasks running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from PySide6.QtCore import Qt
+
+from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
+from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
+from tests.integration.conftest import until
+from tests.integration.gui_windows import (
+    MODEL,
+    client_token,
+    open_app,
+    post_background,
+    slow_engine,
+)
+
+
+def quit_log(window: Any) -> list[bool]:
+    quits: list[bool] = []
+    window.quit_requested.connect(lambda: quits.append(True))
+    return quits
+
+
+async def two_unfinished(core: Any, window: Any) -> tuple[str, str]:
+    token = await client_token(core)
+    running = await post_background(core, token, on_restart="retry")
+    queued = await post_background(core, token, on_restart="fail")
+    rows = window.tasks.model
+    await until(lambda: rows.row_of(queued) is not None, what="both rows")
+    await until(lambda: rows.task(running).state == "running", what="the first one running")
+    return running, queued
+
+
+async def test_quit_now_asks_first_and_the_next_start_says_you_quit(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        await two_unfinished(core, window)
+        quits = quit_log(window)
+        window.quit_action.trigger()  # Ctrl+Q
+        await until(lambda: isinstance(window.dialog, QuitDialog), what="the quit question")
+        dialog = window.dialog
+        assert quits == [] and window.isVisible()
+        assert "2 tasks unfinished" in dialog.title.text()
+        assert "1 will be marked failed and 1 will start over" in dialog.body.text()
+        qtbot.mouseClick(dialog.now_button, Qt.MouseButton.LeftButton)
+        assert quits == [True]
+
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        report = window.dialog
+        assert isinstance(report, RecoveryDialog)
+        title = report.findChildren(type(report.summary))[0].text()
+        assert "Recovered 2 tasks after you quit with 2 tasks unfinished" in title
+        assert "unclean" not in title
+        await window.open_last_report()  # Help ▸ Last recovery report says the same
+        assert "after you quit with 2 tasks unfinished" in window.dialog.report.cause()
+
+
+async def test_closing_without_a_tray_asks_and_keep_running_keeps_serving(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        await two_unfinished(core, window)
+        quits = quit_log(window)
+        assert window.tray is None
+        window.close()
+        await until(lambda: isinstance(window.dialog, QuitDialog), what="the quit question")
+        assert window.isVisible() and quits == []
+        qtbot.mouseClick(window.dialog.keep_button, Qt.MouseButton.LeftButton)
+        assert quits == [] and not core.paused
+
+
+async def test_cancel_them_and_quit_leaves_nothing_to_recover(qtbot: Any, tmp_path: Path) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        running, queued = await two_unfinished(core, window)
+        quits = quit_log(window)
+        window.quit_action.trigger()
+        await until(lambda: isinstance(window.dialog, QuitDialog), what="the quit question")
+        qtbot.mouseClick(window.dialog.cancel_button, Qt.MouseButton.LeftButton)
+        await until(lambda: quits == [True], what="quit after cancelling")
+        for task_id in (running, queued):
+            assert (await core.task(task_id))["state"] == "cancelled"
+
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        assert window.dialog is None  # no recovery report: nothing was left unfinished
+
+
+async def test_wait_for_them_refuses_new_work_and_quits_when_they_end(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine(tokens=60, delay=0.02)) as (
+        core,
+        window,
+    ):
+        running, queued = await two_unfinished(core, window)
+        quits = quit_log(window)
+        window.quit_action.trigger()
+        await until(lambda: isinstance(window.dialog, QuitDialog), what="the quit question")
+        dialog = window.dialog
+        qtbot.mouseClick(dialog.wait_button, Qt.MouseButton.LeftButton)
+        assert core.paused and dialog.isVisible() and quits == []
+        token = await client_token(core, "late-client")
+        async with (
+            aiohttp.ClientSession(core.url) as http,
+            http.post(
+                "/v1/responses",
+                json={"model": MODEL, "input": "hi", "background": True},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as answer,
+        ):
+            assert answer.status == 503
+        await until(lambda: "left" in dialog.progress.text(), what="a progress line")
+        await until(lambda: quits == [True], what="quit once both ended")
+        for task_id in (running, queued):
+            assert (await core.task(task_id))["state"] == "completed"
