@@ -121,6 +121,29 @@ def test_a_long_input_fits_and_a_too_long_one_is_refused(sdk: OpenAI) -> None:
     assert sdk.get("/tasks", cast_to=object) == before  # refused before any task existed
 
 
+def test_truncation_auto_drops_the_oldest_turns_to_fit(sdk: OpenAI, live: LiveCore) -> None:
+    old_turns: list[Any] = []
+    for i in range(4):  # the oldest turn alone is longer than 8,192 tokens
+        old_turns += [
+            {"role": "user", "content": f"Turn {i}. " + (FILLER * 4200 if i == 0 else "Hi.")},
+            {"role": "assistant", "content": "Noted."},
+        ]
+    last = {"role": "user", "content": FRANCE}
+    turns = [{"role": "developer", "content": "Answer briefly."}, *old_turns, last]
+    with pytest.raises(openai.BadRequestError):
+        sdk.responses.create(model=MODEL, input=turns, max_output_tokens=4)
+    fitted = sdk.responses.create(
+        model=MODEL, input=turns, max_output_tokens=4, temperature=0, truncation="auto"
+    )
+    assert fitted.truncation == "auto" and fitted.usage is not None
+    assert fitted.usage.input_tokens < 8192
+    seen = json.loads(live.call(live.core.store.tasks.get(fitted.id))["request"])["messages"]
+    # The developer message and the last turn stay; whole turns went from the oldest on.
+    assert seen[0]["content"] == "Answer briefly." and seen[-1] == last
+    kept = [m["content"].split(".")[0] for m in seen[1:-1] if m["role"] == "user"]
+    assert kept == ["Turn 1", "Turn 2", "Turn 3"]
+
+
 def test_stream_snapshot_equals_the_final_response(sdk: OpenAI) -> None:
     with sdk.responses.stream(
         model=MODEL, input=FRANCE, max_output_tokens=24, temperature=0
