@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -75,6 +76,9 @@ class Core:
         self._flag_host, self._flag_port = host, port
         self._engine = engine
         self._include_demo = include_demo
+        # What the user set (stored) and what this run uses: the stored settings with the
+        # command line's one-off flags on top. Only the first is ever written back.
+        self.stored_settings = Settings()
         self.settings = Settings()
         self.recovery_report: RecoveryReport | None = None
         self.registry: ModelRegistry
@@ -99,13 +103,8 @@ class Core:
         except BaseException:
             self._lock.release()
             raise
-        stored = await self.store.settings()
-        if self._flag_host is not None:
-            stored.host = self._flag_host
-        if self._flag_port is not None:
-            stored.port = self._flag_port
-        stored.model_dirs = [*stored.model_dirs, *map(str, self._flag_dirs)]
-        self.settings = stored.validate()
+        self.stored_settings = (await self.store.settings()).validate()
+        self.settings = self._with_flags(self.stored_settings)
         # A note from a clean stop; cleared now, so a crash during this run is not read as one.
         quit_note = await self.store.get_config(QUIT_NOTE)
         if quit_note is not None:
@@ -196,6 +195,29 @@ class Core:
             body["on_restart"] = on_restart
         created = await create_task(self.context, body, client_id=None)
         return created.task_id
+
+    def _with_flags(self, stored: Settings) -> Settings:
+        """The settings this run uses: `stored` with the command line's flags on top."""
+        flag_dirs = [str(d) for d in self._flag_dirs if str(d) not in stored.model_dirs]
+        return dataclasses.replace(
+            stored,
+            host=stored.host if self._flag_host is None else self._flag_host,
+            port=stored.port if self._flag_port is None else self._flag_port,
+            model_dirs=[*stored.model_dirs, *flag_dirs],
+        ).validate()
+
+    @property
+    def command_line(self) -> dict[str, str]:
+        """Settings this run takes from command-line flags (name → the flag as given); they
+        apply to this run only and are never saved."""
+        flags: dict[str, str] = {}
+        if self._flag_host is not None:
+            flags["host"] = f"--host {self._flag_host}"
+        if self._flag_port is not None:
+            flags["port"] = f"--port {self._flag_port}"
+        if self._flag_dirs:
+            flags["model_dirs"] = " ".join(f"--models-dir {d}" for d in self._flag_dirs)
+        return flags
 
     def apply_settings(self, settings: Settings) -> bool:
         """Settings saved in the dialog take effect now, without losing tasks: retention, the
@@ -299,9 +321,11 @@ class Core:
         return report
 
     async def save_settings(self, settings: Settings) -> None:
-        """Store what the user set and apply it now (folders changed: rescan them)."""
+        """Store what the user set (never the command line's flags) and apply it now, with
+        the flags still on top for this run (folders changed: rescan them)."""
         await self.store.save_settings(settings)
-        if self.apply_settings(settings):
+        self.stored_settings = settings
+        if self.apply_settings(self._with_flags(settings)):
             self._spawn(self.scan_models())
 
     async def models(self) -> list[ModelInfo]:
@@ -330,7 +354,18 @@ class Core:
         return self.runner.idle_seconds_left(model_id)
 
     async def add_model_folder(self, folder: Path) -> None:
+        """Scan a folder now and keep it: a model folder in the stored settings from now on."""
         await self.registry.add_folder(folder)
+        resolved = str(Path(folder).expanduser().resolve())
+        known = {str(Path(d).expanduser().resolve()) for d in self.stored_settings.model_dirs}
+        if resolved not in known:
+            stored = dataclasses.replace(
+                self.stored_settings, model_dirs=[*self.stored_settings.model_dirs, resolved]
+            )
+            await self.store.save_settings(stored)
+            self.stored_settings = stored
+            if resolved not in self.settings.model_dirs:
+                self.settings.model_dirs.append(resolved)
 
     async def rescan_models(self) -> None:
         await self.registry.scan()

@@ -41,7 +41,19 @@ class CoreApi(Protocol):
     def url(self) -> str: ...
 
     @property
-    def settings(self) -> Settings: ...
+    def settings(self) -> Settings:
+        """What this run uses (the stored settings with command-line flags on top)."""
+        ...
+
+    @property
+    def stored_settings(self) -> Settings:
+        """What the user set: what Settings shows and saves."""
+        ...
+
+    @property
+    def command_line(self) -> dict[str, str]:
+        """Settings this run takes from command-line flags (name → flag); never saved."""
+        ...
 
     @property
     def paused(self) -> bool: ...

@@ -59,6 +59,8 @@ class FakeCore:
     loaded: dict[str, str] = field(default_factory=dict)
     idle_left: dict[str, float] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
+    stored_settings: Settings = field(default_factory=Settings)
+    command_line: dict[str, str] = field(default_factory=dict)
     url: str = "http://127.0.0.1:5677"
     paused: bool = False
     submitted: list[str] = field(default_factory=list)
@@ -146,7 +148,7 @@ class FakeCore:
     # -- settings ----------------------------------------------------------------------
     async def save_settings(self, settings: Settings) -> None:
         await self.store.save_settings(settings)
-        self.settings = settings
+        self.stored_settings = self.settings = settings
 
     # -- models ------------------------------------------------------------------------
     async def models(self) -> list[ModelInfo]:

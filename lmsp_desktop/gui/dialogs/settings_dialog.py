@@ -40,7 +40,9 @@ class SettingsDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.core = core
-        self.original = settings = core.settings
+        # The stored settings, not this run's: one-off command-line flags are never saved.
+        self.original = settings = core.stored_settings
+        flags = core.command_line
         self.host = QLineEdit(settings.host)
         self.host.textChanged.connect(self._warn)
         self.port = QSpinBox(minimum=0, maximum=65535, value=settings.port)
@@ -80,6 +82,14 @@ class SettingsDialog(QDialog):
         form.addRow("Bind address", self.host)
         form.addRow("Port", self.port)
         form.addRow("Model folders", folder_row)
+        self.flag_note = QLabel(
+            "This run uses "
+            + ", ".join(flags.values())
+            + " from the command line, for this run only; what you save here applies when "
+            "LMSP Desktop starts without those flags."
+        )
+        self.flag_note.setWordWrap(True)
+        self.flag_note.setVisible(bool(flags))
         form.addRow("Keep finished tasks", self.retention)
         form.addRow("Default on_restart", self.on_restart)
         form.addRow("Models kept loaded", self.max_loaded)
@@ -97,6 +107,7 @@ class SettingsDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addWidget(self.flag_note)
         self.upstreams = UpstreamsSection(core, self)  # applies at once, not on Save
         layout.addWidget(self.upstreams)
         layout.addWidget(self.warning)

@@ -160,10 +160,11 @@ class ModelsPage(QWidget):
         dialog.setFileMode(QFileDialog.FileMode.Directory)
         dialog.setOption(QFileDialog.Option.ShowDirsOnly)
         dialog.fileSelected.connect(lambda path: aio.spawn(self.add_folder(Path(path)), self))
+        self.folder_dialog = dialog
         dialog.open()  # never exec() on the service's loop
 
     async def add_folder(self, folder: Path) -> None:
-        """Register a folder and scan it (the Settings dialog keeps the list)."""
+        """Scan a folder and keep it as a model folder (it shows in Settings from now on)."""
         self.add_button.setEnabled(False)
         try:
             await self.core.add_model_folder(folder)
