@@ -70,7 +70,7 @@ async def rescan(work: Path, count: int) -> dict[str, float]:
     await again.scan()
     elapsed = time.perf_counter() - start
     rchar = read_bytes_of_process() - rchar
-    verified = len([m for m in await again.list() if m.state == "verified"])
+    verified = len([m for m in await again.list_models() if m.state == "verified"])
     await first.close()
     await again.close()
     await db.close()

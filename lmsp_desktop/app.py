@@ -329,7 +329,7 @@ class Core:
             self._spawn(self.scan_models())
 
     async def models(self) -> list[ModelInfo]:
-        return await self.registry.list()
+        return await self.registry.list_models()
 
     def upstream_statuses(self) -> list[dict[str, Any]]:
         """Each upstream as `upstream list --json` shows it (never its key)."""

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.states import UNFINISHED, TaskState
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.task_reads import TaskFilter as TaskFilter
 from lmsp_desktop.core.storage.task_reads import TaskReads
 
-ACTIVE = (TaskState.QUEUED, TaskState.LOADING, TaskState.RUNNING, TaskState.CANCELLING)
+ACTIVE = tuple(state for state in TaskState if state in UNFINISHED)  # the core's set
 STATE_FILTERS: dict[str, tuple[str, ...]] = {
     "All": (),
     "Active": tuple(ACTIVE),

@@ -43,7 +43,7 @@ async def test_demo_model_is_registered_verified_by_reference(
 ) -> None:
     reg = ModelRegistry(store.db, [])
     await reg.scan()
-    [model] = await reg.list()
+    [model] = await reg.list_models()
     assert model.id == DEMO_MODEL_ID == "smollm2-135m-instruct"
     assert model.state == "verified"
     assert model.digest == sha256sum
@@ -70,7 +70,7 @@ async def test_restart_does_not_rehash_the_demo_model(store: Store) -> None:
 async def test_demo_model_can_be_left_out(store: Store) -> None:
     reg = ModelRegistry(store.db, [], include_demo=False)
     await reg.scan()
-    assert await reg.list() == []
+    assert await reg.list_models() == []
 
 
 async def test_demo_also_in_a_model_folder_is_listed_once(
@@ -81,7 +81,7 @@ async def test_demo_also_in_a_model_folder_is_listed_once(
     (folder / demo.name).symlink_to(demo)
     reg = ModelRegistry(store.db, [folder])
     await reg.scan()
-    assert [m.id for m in await reg.list()] == [DEMO_MODEL_ID]
+    assert [m.id for m in await reg.list_models()] == [DEMO_MODEL_ID]
 
 
 def test_header_reader_matches_the_gguf_package(demo: Path, reference: dict[str, Any]) -> None:

@@ -30,7 +30,7 @@ async def test_saved_settings_apply_to_the_running_core(tmp_path: Path) -> None:
         await core.store.save_settings(wanted)
         assert core.apply_settings(wanted) is True  # the folders changed: a rescan is due
         await core.scan_models()
-        found = await core.registry.list()
+        found = await core.registry.list_models()
         assert len(found) == 1  # the folder added in the settings was scanned
         assert core.runner.max_loaded_models == 3 and core.runner.idle_unload_s == 42.0
         assert core.settings.retention_days == 2.0

@@ -153,7 +153,7 @@ class FakeCore:
     # -- models ------------------------------------------------------------------------
     async def models(self) -> list[ModelInfo]:
         if self.registry is not None:
-            return await self.registry.list()
+            return await self.registry.list_models()
         return list(self.models_list)
 
     def model_loaded_state(self, model_id: str) -> str:

@@ -90,7 +90,8 @@ class ModelRegistry:
         self.upstreams: Any = None
 
     # -- reading -------------------------------------------------------------------------
-    async def list(self) -> list[ModelInfo]:
+    async def list_models(self) -> list[ModelInfo]:
+        """Every model: the local files, then the upstreams' models."""
         rows = await self.db.fetchall("SELECT * FROM models ORDER BY id")
         local = [ModelInfo.from_row(r, hashing=r["id"] in self._hashing) for r in rows]
         return local + (self.upstreams.infos() if self.upstreams is not None else [])

@@ -27,7 +27,7 @@ def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
 @routes.get("/v1/models")
 @requires(MODELS_READ)
 async def list_models(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
-    models = [_model_api(ctx, info) for info in await ctx.registry.list()]
+    models = [_model_api(ctx, info) for info in await ctx.registry.list_models()]
     return web.json_response(list_body(models, False))
 
 

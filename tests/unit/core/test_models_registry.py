@@ -62,7 +62,7 @@ async def test_scan_registers_files_with_digest_and_header(store: Store, folder:
     path = write_gguf(folder / "Tiny-Chat.Q8_0.gguf", context_length=4096, file_type=7)
     reg = registry(store, folder)
     await reg.scan()
-    [model] = await reg.list()
+    [model] = await reg.list_models()
     assert model.id == "tiny-chat.q8_0"
     assert model.state == "verified"
     assert model.digest == sha256(path)
@@ -89,7 +89,7 @@ async def test_unchanged_rescan_reads_zero_bytes(store: Store, folder: Path) -> 
     again = registry(store, folder)
     await again.scan()
     assert again.bytes_hashed == 0
-    assert {m.state for m in await again.list()} == {"verified"}
+    assert {m.state for m in await again.list_models()} == {"verified"}
 
 
 async def test_new_file_is_hashed_alone(store: Store, folder: Path) -> None:
@@ -100,7 +100,7 @@ async def test_new_file_is_hashed_alone(store: Store, folder: Path) -> None:
     b = write_gguf(folder / "b.gguf", payload=b"b")
     await reg.scan()
     assert reg.bytes_hashed - before == b.stat().st_size
-    assert [m.id for m in await reg.list()] == ["a", "b"]
+    assert [m.id for m in await reg.list_models()] == ["a", "b"]
 
 
 async def test_touched_file_is_changed_refused_and_verified_again(
@@ -292,7 +292,7 @@ async def test_same_name_in_two_folders_gets_two_ids(store: Store, base: Path) -
     write_gguf(two / "model.gguf", payload=b"2")
     reg = registry(store, one, two)
     await reg.scan()
-    models = {m.id: str(m.path) for m in await reg.list()}
+    models = {m.id: str(m.path) for m in await reg.list_models()}
     assert models == {
         "model": str(one / "Model.gguf"),
         "model-2": str(two / "model.gguf"),
@@ -309,7 +309,7 @@ async def test_only_runnable_gguf_files_are_listed(store: Store, folder: Path) -
     write_gguf(folder / "publisher" / "nested.gguf")
     reg = registry(store, folder)
     await reg.scan()
-    assert [m.id for m in await reg.list()] == ["big-00001-of-00002", "nested"]
+    assert [m.id for m in await reg.list_models()] == ["big-00001-of-00002", "nested"]
 
 
 async def test_a_gguf_that_is_not_one_is_listed_with_the_reason(store: Store, folder: Path) -> None:
@@ -394,10 +394,12 @@ async def test_demo_model_keeps_its_id_when_its_package_moves(
     monkeypatch.setattr(registry_module, "demo_model_path", lambda: demo)
     reg = ModelRegistry(store.db, [])
     await reg.scan()
-    assert [(m.id, m.state) for m in await reg.list()] == [("smollm2-135m-instruct", "verified")]
+    assert [(m.id, m.state) for m in await reg.list_models()] == [
+        ("smollm2-135m-instruct", "verified")
+    ]
     moved = demo.rename(new_venv / demo.name)
     monkeypatch.setattr(registry_module, "demo_model_path", lambda: moved)
     await reg.scan()
-    [model] = await reg.list()
+    [model] = await reg.list_models()
     assert (model.id, model.path, model.state) == ("smollm2-135m-instruct", moved, "verified")
     assert await reg.path_for_run("smollm2-135m-instruct") == moved

@@ -372,7 +372,7 @@ async def test_an_unknown_upstream_or_model_is_404_model_not_found(store: Store)
     await catalog.probe_all()
     try:
         assert (await registry.get("up/m1")).id == "up/m1"
-        assert [m.id for m in await registry.list()] == ["up/m1"]
+        assert [m.id for m in await registry.list_models()] == ["up/m1"]
         for missing, words in [("up/m2", "no model 'm2'"), ("gone/m1", "no upstream named gone")]:
             with pytest.raises(LmspError) as caught:
                 await registry.get(missing)

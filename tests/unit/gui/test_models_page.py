@@ -110,7 +110,7 @@ async def test_folder_column_and_idle_countdown_of_a_loaded_model(core, store, q
     await registry.scan()
     # A model that finished its last task a minute ago (idle unload after 10 minutes).
     core.registry = registry
-    model_id = (await registry.list())[0].id
+    model_id = (await registry.list_models())[0].id
     core.loaded[model_id] = "loaded"
     core.idle_left[model_id] = 540.0
     page = ModelsPage(core)
