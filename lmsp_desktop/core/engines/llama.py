@@ -33,6 +33,7 @@ from lmsp_desktop.core.engines.llama_batch import (
     PREFILL_CHUNK,
     BatchDecoder,
     Job,
+    Verdict,
     probe_exactness,
 )
 from lmsp_desktop.core.engines.llama_chat import ChatRenderer
@@ -178,9 +179,13 @@ class LlamaModel:
             bos_token=self._token_text(int(self._lc.llama_vocab_bos(self._vocab))),
             eos_token=self._token_text(int(self._lc.llama_vocab_eos(self._vocab))),
         )
-        probe = self.tokenize_prompt(PROBE_TEXT * 4)[: PREFILL_CHUNK + 1]
+        probe_tokens = self.tokenize_prompt(PROBE_TEXT * 4)[: PREFILL_CHUNK + 1]
         first_ctx, first_n_seq = contexts[0]
-        exact = probe_exactness(first_ctx, self._vocab, first_n_seq, probe)
+        self._verdict = Verdict()
+
+        def probe() -> bool:
+            return probe_exactness(first_ctx, self._vocab, first_n_seq, probe_tokens)
+
         self._contexts = [ctx for ctx, _n in contexts]
         self._decoders: list[BatchDecoder] | None = [
             BatchDecoder(
@@ -189,9 +194,10 @@ class LlamaModel:
                 n_seq=n_seq,
                 n_ctx_seq=n_ctx,
                 token_bytes=self.token_bytes,
-                exact=exact,
+                verdict=self._verdict,
+                probe=probe if index == 0 else None,
             )
-            for ctx, n_seq in contexts
+            for index, (ctx, n_seq) in enumerate(contexts)
         ]
         self._all_decoders = list(self._decoders)
         self._last_job: Job | None = None
@@ -199,8 +205,9 @@ class LlamaModel:
 
     @property
     def exact_batching(self) -> bool:
-        """Whether sequences share decodes and cached prefixes (the load-time probe passed)."""
-        return self._all_decoders[0].exact
+        """Whether sequences share decodes and cached prefixes (the exactness probe, run by
+        the first context's thread before it serves, passed); waits for the probe."""
+        return self._verdict.wait()
 
     @property
     def prefix_stats(self) -> PrefixStats:

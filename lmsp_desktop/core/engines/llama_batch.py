@@ -49,6 +49,22 @@ PREFILL_CHUNK = 32
 PREFILL_BUDGET = PREFILL_CHUNK
 
 
+class Verdict:
+    """The exactness probe's answer, set once by the thread that runs it."""
+
+    def __init__(self) -> None:
+        self._known = threading.Event()
+        self._exact = False
+
+    def set(self, exact: bool) -> None:
+        self._exact = exact
+        self._known.set()
+
+    def wait(self) -> bool:
+        self._known.wait()
+        return self._exact
+
+
 @dataclass
 class Job:
     """One generation inside the batching thread."""
@@ -83,7 +99,8 @@ class BatchDecoder:
         n_seq: int,
         n_ctx_seq: int,
         token_bytes: Callable[[int], bytes],
-        exact: bool,
+        verdict: Verdict,
+        probe: Callable[[], bool] | None = None,
     ) -> None:
         self._lc = lowlevel()
         self._calls = GilHoldingCalls()
@@ -96,8 +113,11 @@ class BatchDecoder:
         self.n_ctx_seq = n_ctx_seq
         self._token_bytes = token_bytes
         # Whether sequences may share a decode and reuse cached prefixes without changing
-        # their numerics (probe_exactness).
-        self.exact = exact
+        # their numerics: probe_exactness, run by one decoder's thread before it serves (so
+        # the load itself stays short), shared by all through `verdict`.
+        self.verdict = verdict
+        self._probe = probe
+        self.exact = False
         self.cache = PrefixCache(n_seq)
         self._batch = TokenBatch(max(PREFILL_CHUNK * n_seq, n_seq) + n_seq)
         self._waiting: deque[Job] = deque()
@@ -133,6 +153,13 @@ class BatchDecoder:
 
     # -- the batching thread --------------------------------------------------------------
     def _loop(self) -> None:
+        if self._probe is not None:
+            try:
+                self.verdict.set(self._probe())
+            except Exception:
+                log.exception("the exactness probe failed; decoding sequences one at a time")
+                self.verdict.set(False)
+        self.exact = self.verdict.wait()
         while True:
             with self._wake:
                 while not self._waiting and not self._running and not self._closing:
