@@ -29,15 +29,24 @@ from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.models.client_table import COL_SCOPES, ClientTableModel
 
+ARM_DELAY_MS = 1200  # a card that moved under the cursor cannot be answered this soon
+ADMIN_WARNING = (
+    "admin lets the client manage every client's tasks, other clients and tokens, and the "
+    "service's settings. Grant it only to a tool you fully trust."
+)
+
 
 class PairingCard(QFrame):
     """One waiting request: who asks, the code to compare, the scopes, the answer buttons."""
 
     answered = Signal(str, dict, list)  # action, request, granted scopes
 
-    def __init__(self, request: dict[str, Any], parent: QWidget | None = None) -> None:
+    def __init__(
+        self, request: dict[str, Any], parent: QWidget | None = None, *, armed: bool = True
+    ) -> None:
         super().__init__(parent)
         self.request = request
+        self.armed = armed
         self.setFrameShape(QFrame.Shape.StyledPanel)
         title = QLabel(
             f"<b>{request['client_name']}</b> wants to pair"
@@ -55,11 +64,19 @@ class PairingCard(QFrame):
         scope_row.addWidget(QLabel("Grant:"))
         for scope in request["scopes"]:
             box = QCheckBox(scope)
-            box.setChecked(True)
+            # admin is never granted by default: the owner must tick it on purpose.
+            box.setChecked(scope != "admin")
+            if scope == "admin":
+                box.setStyleSheet("QCheckBox { color: #e04848; font-weight: bold; }")
+                box.setToolTip(ADMIN_WARNING)
             box.toggled.connect(self._update)
             self.scopes[scope] = box
             scope_row.addWidget(box)
         scope_row.addStretch()
+        self.admin_note = QLabel(f"⚠ {ADMIN_WARNING}")
+        self.admin_note.setWordWrap(True)
+        self.admin_note.setStyleSheet("color: #e04848")
+        self.admin_note.setVisible("admin" in request["scopes"])
         self.countdown = QLabel()
         self.approve = QPushButton("Approve")
         self.approve.setDefault(True)
@@ -78,14 +95,24 @@ class PairingCard(QFrame):
         layout.addWidget(self.code)
         layout.addWidget(hint)
         layout.addLayout(scope_row)
+        layout.addWidget(self.admin_note)
         layout.addLayout(buttons)
+        if not armed:  # it took the place of a card just answered: no double-click through
+            QTimer.singleShot(ARM_DELAY_MS, self._arm)
         self.tick()
+
+    def _arm(self) -> None:
+        self.armed = True
+        self._update()
 
     def granted(self) -> list[str]:
         return [s for s, box in self.scopes.items() if box.isChecked()]
 
     def _update(self) -> None:
-        self.approve.setEnabled(bool(self.granted()) and self.seconds_left() > 0)
+        live = self.armed and self.seconds_left() > 0
+        self.approve.setEnabled(live and bool(self.granted()))
+        self.deny.setEnabled(live)
+        self.ignore.setEnabled(live)
 
     def seconds_left(self) -> int:
         return max(0, int(self.request["expires_at"] - time.time()))
@@ -138,6 +165,7 @@ class ClientsPage(QWidget):
         super().__init__(parent)
         self.core = core
         self.cards: list[PairingCard] = []
+        self._answered_at = -1e9
         self.dialog: QDialog | QMessageBox | None = None
         self.pending_title = QLabel("<b>Pairing requests</b>")
         self.cards_box = QVBoxLayout()
@@ -165,7 +193,11 @@ class ClientsPage(QWidget):
         self.model.modelReset.connect(self._update)
         self.model.modelReset.connect(self.table.resizeColumnsToContents)
         self.empty = QLabel("No clients yet. Approve a pairing request, or choose Pair a client….")
+        self.notice = QLabel()
+        self.notice.setWordWrap(True)
+        self.notice.hide()
         layout = QVBoxLayout(self)
+        layout.addWidget(self.notice)
         layout.addWidget(self.pending_title)
         layout.addLayout(self.cards_box)
         layout.addLayout(bar)
@@ -197,8 +229,10 @@ class ClientsPage(QWidget):
             card.setParent(None)
             card.deleteLater()
         self.cards = []
+        # Right after an answer the next card moves up under the cursor: arm it later.
+        armed = time.monotonic() - self._answered_at > ARM_DELAY_MS / 1000
         for request in requests:
-            card = PairingCard(request, self)
+            card = PairingCard(request, self, armed=armed)
             card.answered.connect(lambda a, r, s: aio.spawn(self.answer(a, r, s), self))
             self.cards.append(card)
             self.cards_box.addWidget(card)
@@ -206,9 +240,16 @@ class ClientsPage(QWidget):
         self.pending_changed.emit(len(self.cards))
 
     async def answer(self, action: str, request: dict[str, Any], scopes: list[str]) -> None:
+        self._answered_at = time.monotonic()
         try:
             if action == "approve":
                 await self.core.approve_pairing(request["pairing_id"], frozenset(scopes))
+                self.notice.setText(
+                    f"Approved {request['client_name']} ({', '.join(scopes)}). It receives "
+                    "its token the next time it asks, within a few seconds, and then appears "
+                    "under Paired clients."
+                )
+                self.notice.show()
             elif action == "deny":
                 await self.core.deny_pairing(request["pairing_id"])
             else:
