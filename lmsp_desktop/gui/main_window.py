@@ -161,9 +161,20 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addAction("Quit", self.request_quit)
         tray.setContextMenu(menu)
-        tray.activated.connect(lambda *_: self.showNormal())
+        tray.activated.connect(self.tray_activated)
         tray.show()
         return tray
+
+    def tray_activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:
+        """A left click or double click shows the window; a right click only opens the menu
+        (where Pause new work and Quit are)."""
+        if reason in (
+            QSystemTrayIcon.ActivationReason.Trigger,
+            QSystemTrayIcon.ActivationReason.DoubleClick,
+        ):
+            self.showNormal()
+            self.raise_()
+            self.activateWindow()
 
     def set_paused(self, paused: bool) -> None:
         """Drain: the service answers 503 to new work while accepted tasks finish."""

@@ -33,11 +33,13 @@ from lmsp_desktop.gui.models.task_table import COL_ID, COL_MODEL, TaskTableModel
 from lmsp_desktop.gui.pages.task_details import TaskDetails
 
 
-def curl_example(url: str) -> str:
+def curl_example(url: str, model: str = "smollm2-135m-instruct") -> str:
+    """A command that works as pasted into a POSIX shell with LMSP_TOKEN set: the header is
+    in double quotes so that the shell expands the token."""
     return (
-        f"curl {url}/v1/responses -H 'Authorization: Bearer $LMSP_TOKEN' "
+        f'curl {url}/v1/responses -H "Authorization: Bearer $LMSP_TOKEN" '
         "-H 'Content-Type: application/json' "
-        '-d \'{"model": "smollm2-135m-instruct", "input": "Write a haiku about tea", '
+        f'-d \'{{"model": "{model}", "input": "Write a haiku about tea", '
         '"background": true}\''
     )
 
@@ -143,6 +145,8 @@ class TasksPage(QWidget):
             button = QPushButton(text)
             button.clicked.connect(slot)
             buttons.addWidget(button)
+            if slot == self.copy_curl:
+                self.curl_button = button
         buttons.addStretch()
         layout = QVBoxLayout(box)
         layout.addStretch()
@@ -301,3 +305,6 @@ class TasksPage(QWidget):
 
     def copy_curl(self) -> None:
         QGuiApplication.clipboard().setText(curl_example(self.url))
+        self.curl_button.setText("Copied ✓ (set LMSP_TOKEN first)")
+        button = self.curl_button  # the timer dies with the button (context object)
+        QTimer.singleShot(2500, button, lambda: button.setText("Copy a curl example"))
