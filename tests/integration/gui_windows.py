@@ -10,6 +10,7 @@ FakeEngine instead (the store, runner, registry and HTTP service stay real).
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,9 @@ def slow_engine(tokens: int = 4000, delay: float = 0.02) -> FakeEngine:
 async def open_app(
     qtbot: Any, data_dir: Path, *, ini: Path | None = None, **core_args: Any
 ) -> AsyncIterator[tuple[Core, MainWindow]]:
+    # Free earlier windows' Python cycles here, on the Qt thread: collected later by chance in
+    # a worker thread (the engine's, the store's) Qt warns that timers die in the wrong thread.
+    gc.collect()
     core_args.setdefault("port", 0)
     core = Core(data_dir, **core_args)
     report = await core.open()
