@@ -373,8 +373,8 @@ class Core:
     async def verify_model(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
         return await self.registry.verify(model_id, accept_new=accept_new)
 
-    async def pending_pairings(self) -> list[dict[str, Any]]:
-        return await self.pairing.pending()
+    async def pending_pairings(self, *, include_ignored: bool = False) -> list[dict[str, Any]]:
+        return await self.pairing.pending(include_ignored=include_ignored)
 
     async def approve_pairing(self, pairing_id: str, scopes: frozenset[str]) -> None:
         await self.pairing.approve(pairing_id, scopes)

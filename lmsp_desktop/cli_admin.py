@@ -126,7 +126,7 @@ async def _dispatch(action: str, args: argparse.Namespace, store: Store) -> int:
         return 0
     manager = PairingManager(db)
     if action == "pairing.list":
-        pending = await manager.pending()
+        pending = await manager.pending(include_ignored=True)
         if args.json:
             print(json.dumps(pending, indent=2))
         else:
@@ -185,13 +185,15 @@ def _print_pending(rows: list[dict[str, Any]]) -> None:
         return
     now = time.time()
     _table(
-        ["CODE", "CLIENT", "ADDRESS", "SCOPES", "EXPIRES IN"],
+        ["CODE", "CLIENT", "ADDRESS", "SCOPES", "STATE", "EXPIRES IN"],
         [
             [
                 p["user_code"],
                 p["client_name"],
                 p["address"] or "-",
                 ",".join(p["scopes"]),
+                # ignored: the client still polls; it hears access_denied once this expires
+                p["state"],
                 f"{max(0, int(p['expires_at'] - now))} s",
             ]
             for p in rows

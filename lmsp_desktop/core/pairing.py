@@ -246,6 +246,10 @@ class PairingManager:
                 "invalid_grant", f"This pairing's token was already handed out once. {again}"
             )
         if now >= row["expires_at"]:
+            if state == "ignored":  # the owner saw it and let it lapse: do not ask again
+                return _refuse(
+                    "access_denied", "The service's owner did not approve this pairing request."
+                )
             return _refuse(
                 "expired_token", f"This pairing request expired before it was approved. {again}"
             )
@@ -349,10 +353,12 @@ class PairingManager:
         return outcome.result
 
     # -- the owner's side ---------------------------------------------------------------
-    async def pending(self) -> list[dict[str, Any]]:
-        """Device requests waiting for an answer, oldest first (ignored ones left out)."""
+    async def pending(self, *, include_ignored: bool = False) -> list[dict[str, Any]]:
+        """Device requests waiting for an answer, oldest first. Ignored ones (whose clients
+        keep polling until they expire) only with `include_ignored`."""
+        states = "('pending', 'ignored')" if include_ignored else "('pending')"
         rows = await self.db.fetchall(
-            "SELECT * FROM pairings WHERE kind='device' AND state='pending' AND expires_at>?"
+            f"SELECT * FROM pairings WHERE kind='device' AND state IN {states} AND expires_at>?"
             " AND failures<? ORDER BY created_at, rowid",
             (self.clock(), MAX_FAILURES),
         )

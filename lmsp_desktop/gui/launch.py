@@ -12,7 +12,7 @@ from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.format import app_icon
 
 log = logging.getLogger(__name__)
@@ -33,13 +33,27 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
     from lmsp_desktop.gui.main_window import MainWindow, wait_closed
 
     core = Core(args.data_dir, model_dirs=args.models_dir, host=args.host, port=args.port)
+    scan: asyncio.Future[None] | None = None
     try:
         report = await core.open()
         scan = asyncio.ensure_future(core.scan_models())  # hashing runs while serving
         await core.start_service()
-    except LmspError as exc:
-        await core.stop()
-        await ask(QMessageBox(QMessageBox.Icon.Critical, "LMSP Desktop", exc.message))
+    except Exception as exc:  # port in use, a locked or damaged database, a bug
+        # Say why in a dialog (never a window that just vanishes), after a quiet cleanup.
+        if scan is not None:
+            scan.cancel()
+            await asyncio.gather(scan, return_exceptions=True)
+        try:
+            await core.stop()
+        except Exception:
+            log.exception("cleanup after a failed start failed")
+        box = QMessageBox(
+            QMessageBox.Icon.Critical,
+            "LMSP Desktop could not start",
+            aio.error_text(exc),
+            QMessageBox.StandardButton.Ok,
+        )
+        await ask(box)
         return 1
     window = MainWindow(core, qsettings)
     loop = asyncio.get_running_loop()

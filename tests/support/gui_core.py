@@ -182,8 +182,8 @@ class FakeCore:
         return info
 
     # -- pairing and clients -----------------------------------------------------------
-    async def pending_pairings(self) -> list[dict[str, Any]]:
-        return await self.pairing.pending()
+    async def pending_pairings(self, *, include_ignored: bool = False) -> list[dict[str, Any]]:
+        return await self.pairing.pending(include_ignored=include_ignored)
 
     async def approve_pairing(self, pairing_id: str, scopes: frozenset[str]) -> None:
         await self.pairing.approve(pairing_id, scopes)

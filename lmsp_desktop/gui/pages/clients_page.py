@@ -193,12 +193,16 @@ class ClientsPage(QWidget):
         self.model.modelReset.connect(self._update)
         self.model.modelReset.connect(self.table.resizeColumnsToContents)
         self.empty = QLabel("No clients yet. Approve a pairing request, or choose Pair a client….")
+        self.ignored_note = QLabel()
+        self.ignored_note.setWordWrap(True)
+        self.ignored_note.hide()
         self.notice = QLabel()
         self.notice.setWordWrap(True)
         self.notice.hide()
         layout = QVBoxLayout(self)
         layout.addWidget(self.notice)
         layout.addWidget(self.pending_title)
+        layout.addWidget(self.ignored_note)
         layout.addLayout(self.cards_box)
         layout.addLayout(bar)
         layout.addWidget(self.table)
@@ -224,7 +228,15 @@ class ClientsPage(QWidget):
         aio.spawn(self.load(), self)
 
     async def reload_pending(self) -> None:
-        requests = await self.core.pending_pairings()
+        every = await self.core.pending_pairings(include_ignored=True)
+        requests = [r for r in every if r["state"] == "pending"]
+        ignored = [r for r in every if r["state"] == "ignored"]
+        self.ignored_note.setText(
+            f"{len(ignored)} ignored request{'s' if len(ignored) != 1 else ''} "
+            f"({', '.join(r['client_name'] for r in ignored)}) still polling; "
+            "refused (access_denied) when it expires."
+        )
+        self.ignored_note.setVisible(bool(ignored))
         for card in self.cards:
             card.setParent(None)
             card.deleteLater()

@@ -161,7 +161,8 @@ async def test_ignored_requests_are_hidden_but_the_client_keeps_waiting(
     assert error.code == "authorization_pending"
     clock.now += 300
     error = await error_of(manager.poll(started["pairing_id"], started["pairing_secret"]))
-    assert error.code == "expired_token"
+    assert error.code == "access_denied"  # refused, not "expired" (which invites a retry)
+    assert [r["state"] for r in await manager.pending(include_ignored=True)] == []  # expired
 
 
 async def test_five_wrong_secrets_kill_the_pairing(manager: PairingManager) -> None:
