@@ -74,7 +74,7 @@ class MainWindow(QMainWindow):
         self.clients = ClientsPage(core)
         self.nav = QListWidget()
         self.nav.addItems(["Tasks", "Models", "Clients"])
-        self.nav.setFixedWidth(190)
+        self.nav.setFixedWidth(150)  # names and counters; the pages need the room
         self.nav.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.pages = QStackedWidget()
         for page in (self.tasks, self.models, self.clients):
@@ -310,9 +310,20 @@ class MainWindow(QMainWindow):
         return Path(self.core.data_dir) / "logs"
 
     def open_log_folder(self) -> bool:
+        """Open the log folder in the file manager; without one, say where it is."""
         folder = self.log_folder()
         folder.mkdir(parents=True, exist_ok=True)
-        return bool(QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))))
+        if QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            return True
+        box = QMessageBox(
+            QMessageBox.Icon.Information,
+            "Log folder",
+            f"No file manager could open it. The logs are in:\n{folder}",
+            parent=self,
+        )
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._open(box)
+        return False
 
     def _show_in_tasks(self, task_id: str) -> None:
         self.nav.setCurrentRow(0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
@@ -42,6 +43,11 @@ class StatusBar(QStatusBar):
         self.addWidget(self.url_label)
         self.addWidget(self.warning)
         self.addWidget(self.counts_label, 1)
+        self.message = QLabel()
+        self.message.setStyleSheet("color: palette(highlight)")
+        self._message_timer = QTimer(self, singleShot=True)
+        self._message_timer.timeout.connect(self.clearMessage)
+        self.addWidget(self.message)
         self.addPermanentWidget(self.rate)
         self.addPermanentWidget(self.db_label)
         self.url = ""
@@ -56,8 +62,23 @@ class StatusBar(QStatusBar):
         self.warning.setVisible(bool(url) and not is_loopback(host))
 
     def copy_url(self, *_: object) -> None:
-        QGuiApplication.clipboard().setText(self.url)
-        self.showMessage("Service URL copied", 2000)
+        """Copy the base URL clients need (with /v1, as OpenAI SDKs and chat apps want it)."""
+        QGuiApplication.clipboard().setText(f"{self.url}/v1")
+        self.showMessage(f"Copied {self.url}/v1", 2500)
+
+    # Temporary messages go to their own label, so they never hide the URL and the counts
+    # (QStatusBar's own message replaces every normal widget while it shows).
+    def showMessage(self, text: str, timeout: int | None = 0) -> None:
+        self.message.setText(text)
+        self._message_timer.stop()
+        if timeout:
+            self._message_timer.start(timeout)
+
+    def currentMessage(self) -> str:
+        return self.message.text()
+
+    def clearMessage(self) -> None:
+        self.message.clear()
 
     def set_database(self, path: Path) -> None:
         size = sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())

@@ -192,7 +192,7 @@ class ClientsPage(QWidget):
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
         self.model.modelReset.connect(self._update)
         self.model.modelReset.connect(self.table.resizeColumnsToContents)
-        self.empty = QLabel("No clients yet. Approve a pairing request, or choose Pair a client….")
+        self.empty = QLabel("No clients yet. Approve a pairing request, or choose Pair a client…")
         self.ignored_note = QLabel()
         self.ignored_note.setWordWrap(True)
         self.ignored_note.hide()

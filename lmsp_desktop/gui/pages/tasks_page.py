@@ -29,7 +29,7 @@ from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.data import STATE_FILTERS, TaskFilter
-from lmsp_desktop.gui.models.task_table import COL_ID, COL_MODEL, TaskTableModel
+from lmsp_desktop.gui.models.task_table import COL_CREATED, COL_MODEL, TaskTableModel
 from lmsp_desktop.gui.pages.task_details import TaskDetails
 
 
@@ -71,6 +71,7 @@ class TasksPage(QWidget):
         self.chips.idClicked.connect(lambda _: self._filter_later(0))
         self.search = QLineEdit(placeholderText="Filter by id, model or client  (Ctrl+F)")
         self.search.setClearButtonEnabled(True)
+        self.search.setMinimumWidth(200)  # never squeezed to "Fi…"
         self.search.textChanged.connect(lambda _: self._filter_later(250))
         self._filter_timer = QTimer(self, singleShot=True)
         self._filter_timer.timeout.connect(self._apply_filter)
@@ -92,7 +93,8 @@ class TasksPage(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
-        header.setSortIndicator(COL_ID, Qt.SortOrder.DescendingOrder)
+        # Newest first is creation order: the arrow sits on Created, where it means that.
+        header.setSortIndicator(COL_CREATED, Qt.SortOrder.DescendingOrder)
         header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Stretch)
         self.table.setSortingEnabled(True)
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)

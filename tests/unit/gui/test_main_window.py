@@ -45,7 +45,9 @@ async def test_navigation_counters_status_bar_and_empty_state(window, store):
     await until(lambda: window.nav.item(0).text() == "Tasks   2", what="active counter")
     assert window.status.counts_label.text() == "1 running · 1 queued"
     window.status.copy_url()
-    assert QGuiApplication.clipboard().text() == "http://127.0.0.1:5677"
+    assert QGuiApplication.clipboard().text() == "http://127.0.0.1:5677/v1"
+    assert window.status.currentMessage() == "Copied http://127.0.0.1:5677/v1"
+    assert window.status.url_label.isVisible()  # the message never hides the URL
     assert QSystemTrayIcon.isSystemTrayAvailable() is False and window.tray is None
 
 
