@@ -29,7 +29,7 @@ from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.data import STATE_FILTERS, TaskFilter
-from lmsp_desktop.gui.models.task_table import COL_CREATED, COL_MODEL, TaskTableModel
+from lmsp_desktop.gui.models.task_table import COL_CREATED, COL_ID, COL_MODEL, TaskTableModel
 from lmsp_desktop.gui.pages.task_details import TaskDetails
 
 
@@ -95,7 +95,11 @@ class TasksPage(QWidget):
         header = self.table.horizontalHeader()
         # Newest first is creation order: the arrow sits on Created, where it means that.
         header.setSortIndicator(COL_CREATED, Qt.SortOrder.DescendingOrder)
+        # Short columns fit their content; Model and Id share what is left (900 px works).
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(COL_ID, QHeaderView.ResizeMode.Stretch)
+        header.setMinimumSectionSize(40)
         self.table.setSortingEnabled(True)
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         self.table.selectionModel().currentRowChanged.connect(self._selection_changed)
