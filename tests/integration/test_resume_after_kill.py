@@ -95,7 +95,14 @@ def test_resume_is_exact_while_other_tasks_share_the_decodes(tmp_path: Path) -> 
     data_dir = tmp_path / "data"
     server = ServeProcess(data_dir)
     url = server.start()
-    token = create_token(data_dir)
+    try:
+        _resume_among_neighbours(server, url, create_token(data_dir))
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.kill()  # never leave a server generating after a failure
+
+
+def _resume_among_neighbours(server: ServeProcess, url: str, token: str) -> None:
     body = {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS, "seed": 77}
     body["temperature"] = 0.7
     expected = reference_text(url, token, body)
@@ -106,7 +113,8 @@ def test_resume_is_exact_while_other_tasks_share_the_decodes(tmp_path: Path) -> 
     neighbours = []
     for topic in ("volcanoes", "the moon", "bread"):
         other = {"model": MODEL, "input": f"Write a long essay about {topic}.", **background}
-        status, made = call(f"{url}/v1/responses", token, "POST", {**other, "temperature": 0})
+        other.update(temperature=0, max_output_tokens=600)
+        status, made = call(f"{url}/v1/responses", token, "POST", other)
         assert status == 202, made
         neighbours.append(made["id"])
     kills = 0
@@ -124,8 +132,8 @@ def test_resume_is_exact_while_other_tasks_share_the_decodes(tmp_path: Path) -> 
     status, response = call(f"{url}/v1/responses/{task_id}", token)
     assert response["output_text"] == expected
     for other_id in neighbours:  # they really were generating alongside
-        status, other = call(f"{url}/v1/tasks/{other_id}", token)
-        assert other["output_tokens"] > 0, json.dumps(other)
+        status, other_task = call(f"{url}/v1/tasks/{other_id}", token)
+        assert other_task["output_tokens"] > 0, json.dumps(other_task)
         call(f"{url}/v1/responses/{other_id}/cancel", token, "POST", {})
     assert server.terminate() == 0
 

@@ -44,6 +44,8 @@ from lmsp_desktop.core.engines.sampling import new_seed
 DEFAULT_CONTEXT = 4096
 DEFAULT_THREADS = 2
 DEFAULT_PARALLEL = 4  # concurrent requests per loaded model
+# A cached prefix this long is worth waiting in a busier context for (see _choose).
+LONG_PREFIX = 256
 PROBE_TEXT = "The lighthouse keeper climbed the stairs as the storm rolled in from the sea. "
 
 
@@ -277,18 +279,20 @@ class LlamaModel:
         return await pump_started(request, sink, start)
 
     def _choose(self, tokens: list[int]) -> BatchDecoder:
-        """The context with room whose idle sequence holds the longest useful prefix of
-        `tokens`, else the least busy one."""
+        """The least busy context (each is one core's worth of decoding), the one whose idle
+        sequence holds the longest prefix of `tokens` among equally busy ones; a context
+        holding a long prefix (a long conversation) wins even when busier, if it has room,
+        as evaluating that prefix again would cost more than the core it leaves idle."""
         decoders = self._require()
         if len(decoders) == 1:
             return decoders[0]
-        match, _busy, index = max(
-            (d.cache.idle_match(tokens) if d.active < d.n_seq else 0, -d.active, -i)
-            for i, d in enumerate(decoders)
-        )
-        if match > 0:
-            return decoders[-index]
-        return min(decoders, key=lambda d: d.active)
+
+        def score(index: int) -> tuple[bool, int, int, int]:
+            decoder = decoders[index]
+            match = decoder.cache.idle_match(tokens) if decoder.active < decoder.n_seq else 0
+            return (match >= LONG_PREFIX, -decoder.active, match, -index)
+
+        return decoders[max(range(len(decoders)), key=score)]
 
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         prompt = self.tokenize_prompt(self.render_prompt(request.messages, request.tools))
