@@ -74,7 +74,7 @@ class MainWindow(QMainWindow):
         self.clients = ClientsPage(core)
         self.nav = QListWidget()
         self.nav.addItems(["Tasks", "Models", "Clients"])
-        self.nav.setFixedWidth(150)  # names and counters; the pages need the room
+        self.nav.setFixedWidth(130)  # names and counters; the pages need the room
         self.nav.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.pages = QStackedWidget()
         for page in (self.tasks, self.models, self.clients):

@@ -29,6 +29,7 @@ from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.models.model_table import (
     COL_FOLDER,
+    COL_LOADED,
     COL_NAME,
     COL_STATUS,
     EXPLAIN,
@@ -134,9 +135,10 @@ class ModelsPage(QWidget):
 
     def fit_columns(self) -> None:
         self.table.resizeColumnsToContents()
+        # Name is never cut; Loaded keeps its countdown; the folder, last, takes what room is
+        # left (elided in the middle, full on hover) instead of pushing the others out.
         self.table.setColumnWidth(COL_NAME, max(self.table.columnWidth(COL_NAME), 160))
-        # The folder, last, takes what room is left (elided in the middle, full on hover):
-        # at its content width a deep folder would push the table into a side scroll.
+        self.table.setColumnWidth(COL_LOADED, max(self.table.columnWidth(COL_LOADED), 150))
         self.table.setColumnWidth(COL_FOLDER, 100)
 
     def selected_rows(self) -> list[int]:

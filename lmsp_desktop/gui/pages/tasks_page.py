@@ -66,12 +66,14 @@ class TasksPage(QWidget):
             chip.setCheckable(True)
             chip.setChecked(i == 0)
             chip.setProperty("chip", True)
+            # Compact, as wide as their word: the row fits a 900 px window with the search.
+            chip.setFixedWidth(chip.fontMetrics().horizontalAdvance(name) + 24)
             self.chips.addButton(chip, i)
             chip_row.addWidget(chip)
         self.chips.idClicked.connect(lambda _: self._filter_later(0))
         self.search = QLineEdit(placeholderText="Filter by id, model or client  (Ctrl+F)")
         self.search.setClearButtonEnabled(True)
-        self.search.setMinimumWidth(200)  # never squeezed to "Fi…"
+        self.search.setMinimumWidth(140)  # never squeezed to "Fi…"
         self.search.textChanged.connect(lambda _: self._filter_later(250))
         self._filter_timer = QTimer(self, singleShot=True)
         self._filter_timer.timeout.connect(self._apply_filter)
@@ -80,7 +82,7 @@ class TasksPage(QWidget):
         self.cancel_button.clicked.connect(lambda: self.cancel_tasks(self.selected_ids()))
         self.try_button = QPushButton("Try a prompt…")
         self.try_button.clicked.connect(self.try_prompt_requested)
-        chip_row.addSpacing(12)
+        chip_row.addSpacing(6)
         chip_row.addWidget(self.search, 1)
         chip_row.addWidget(self.cancel_button)
         chip_row.addWidget(self.try_button)
