@@ -388,6 +388,12 @@ class Core:
     async def create_claim_code(self, scopes: frozenset[str]) -> dict[str, Any]:
         return await self.pairing.create_claim_code(scopes)
 
+    async def end_claim_code(self, pairing_id: str) -> None:
+        await self.pairing.end_claim_code(pairing_id)
+
+    async def claim_code_status(self, pairing_id: str) -> dict[str, Any]:
+        return await self.pairing.claim_code_status(pairing_id)
+
     async def clients(self) -> list[dict[str, Any]]:
         return await client_store.list_clients(self.store.db, include_revoked=False)
 

@@ -434,6 +434,30 @@ class PairingManager:
             "scopes": sorted(granted),
         }
 
+    async def end_claim_code(self, pairing_id: str) -> None:
+        """End a one-time code now (the dialog showing it made a new one or closed)."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE pairings SET state='dead' WHERE id=? AND kind='claim' AND state='pending'",
+                (pairing_id,),
+            )
+
+        await self.db.run(work)
+
+    async def claim_code_status(self, pairing_id: str) -> dict[str, Any]:
+        """{state: pending|issued|dead|expired, client_name}: has the code been used, by whom."""
+        row = await self.db.fetchone(
+            "SELECT state, client_name, expires_at FROM pairings WHERE id=? AND kind='claim'",
+            (pairing_id,),
+        )
+        if row is None:
+            return {"state": "dead", "client_name": None}
+        state = row["state"]
+        if state == "pending" and row["expires_at"] <= self.clock():
+            state = "expired"
+        return {"state": state, "client_name": row["client_name"]}
+
     # -- helpers ------------------------------------------------------------------------
     def _find_live(self, conn: sqlite3.Connection, code_or_id: str) -> sqlite3.Row:
         """A device request still waiting for an answer, by its id or its user code."""

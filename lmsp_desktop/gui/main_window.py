@@ -272,7 +272,8 @@ class MainWindow(QMainWindow):
         self.tasks.show_task(task_id)
 
     def open_pair(self) -> None:
-        dialog = PairDialog(self.core, self.core.url, self)
+        dialog = PairDialog(self.core, self.core.url, self, host=self.core.settings.host)
+        self.bridge.pairing_changed.connect(dialog.on_pairing_changed)
         self._open(dialog)
         aio.spawn(dialog.new_code(), dialog)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import time
+from urllib.parse import urlsplit
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFont, QFontDatabase, QGuiApplication
@@ -22,14 +24,40 @@ from PySide6.QtWidgets import (
 from lmsp_desktop.core.auth import SCOPES
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.format import is_loopback
 from lmsp_desktop.gui.qr import QrWidget
 
 DEFAULT_SCOPES = ("models:read", "responses:read", "responses:write")
 
 
 def claim_link(url: str, code: str) -> str:
-    """What the QR code holds: the service URL and the code, in one scannable line."""
-    return f"{url}/v1/pairing/claim?code={code}"
+    """What the QR code holds: the service's base URL and the code, as text a phone shows
+    (a link would open a GET on the claim endpoint, which only takes POST)."""
+    return f"LMSP pairing\nURL: {url}/v1\nCode: {code}"
+
+
+def lan_address() -> str | None:
+    """This machine's address on its local network (no packet is sent), or None."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 1))
+            address = str(probe.getsockname()[0])
+    except OSError:
+        return None
+    return None if address.startswith("127.") else address
+
+
+def reachable_url(url: str, host: str) -> str | None:
+    """The service URL as other devices reach it: the bound address, or the LAN address
+    when bound to every interface; None while it listens on loopback only."""
+    if is_loopback(host):
+        return None
+    port = urlsplit(url).port
+    address = lan_address() if host in ("0.0.0.0", "::", "") else host
+    if address is None or port is None:
+        return None
+    shown = f"[{address}]" if ":" in address else address
+    return f"http://{shown}:{port}"
 
 
 def python_snippet(url: str, code: str) -> str:
@@ -47,12 +75,25 @@ def python_snippet(url: str, code: str) -> str:
 class PairDialog(QDialog):
     """Creates a one-time claim code and shows everything a client needs to use it."""
 
-    def __init__(self, core: CoreApi, url: str, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, core: CoreApi, url: str, parent: QWidget | None = None, *, host: str = "127.0.0.1"
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Pair a client")
         self.core = core
         self.url = url
         self.code = ""
+        self.pairing_id: str | None = None
+        self.used_by: str | None = None
+        self.remote_url = reachable_url(url, host)
+        self.network_note = QLabel(
+            "Other devices cannot reach this service: it listens on this computer only "
+            f"({host}). To pair a phone or another computer, set Bind address to 0.0.0.0 in "
+            "Settings and restart; this computer's own clients can use the code as shown."
+            if self.remote_url is None
+            else f"Other devices reach the service at {self.remote_url}."
+        )
+        self.network_note.setWordWrap(True)
         self.expires_at: float | None = None
         mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         self.code_label = QLabel("…")
@@ -67,9 +108,12 @@ class PairDialog(QDialog):
         self.qr = QrWidget()
         self.scope_boxes: dict[str, QCheckBox] = {}
         scopes_row = QHBoxLayout()
+        self._rescope = QTimer(self, singleShot=True, interval=400)
+        self._rescope.timeout.connect(lambda: aio.spawn(self.new_code(), self))
         for scope in SCOPES:
             box = QCheckBox(scope)
             box.setChecked(scope in DEFAULT_SCOPES)
+            box.toggled.connect(lambda _=False: self._rescope.start())  # a code per choice
             self.scope_boxes[scope] = box
             scopes_row.addWidget(box)
         self.new_button = QPushButton("New code")
@@ -90,6 +134,7 @@ class PairDialog(QDialog):
         info.addWidget(self.code_label)
         info.addWidget(self.expiry)
         info.addWidget(self.url_label)
+        info.addWidget(self.network_note)
         info.addWidget(
             QLabel(
                 "The client exchanges it for its own token at\n"
@@ -121,19 +166,58 @@ class PairDialog(QDialog):
         return [s for s, box in self.scope_boxes.items() if box.isChecked()]
 
     async def new_code(self) -> None:
+        """End the shown code (one-time means one) and show a new one for the ticked scopes."""
         self.new_button.setEnabled(False)
         try:
+            await self.end_code()
+            if not self.scopes():
+                self.code_label.setText("…")
+                self.expiry.setText("Tick at least one scope.")
+                return
             claim = await self.core.create_claim_code(frozenset(self.scopes()))
         finally:
             self.new_button.setEnabled(True)
+        self.pairing_id = str(claim["pairing_id"])
+        self.used_by = None
         self.code = str(claim["code"])
         self.expires_at = claim.get("expires_at")
         self.code_label.setText(self.code)
-        self.qr.set_text(claim_link(self.url, self.code))
-        self.snippet.setPlainText(python_snippet(self.url, self.code))
+        self.qr.set_text(claim_link(self.remote_url, self.code) if self.remote_url else "")
+        self.qr.setVisible(self.remote_url is not None)
+        self.snippet.setPlainText(python_snippet(self.remote_url or self.url, self.code))
         self._tick()
 
+    async def end_code(self) -> None:
+        if self.pairing_id is not None:
+            pairing_id, self.pairing_id, self.expires_at = self.pairing_id, None, None
+            await self.core.end_claim_code(pairing_id)
+
+    def on_pairing_changed(self) -> None:
+        aio.spawn(self.check_used(), self)
+
+    async def check_used(self) -> None:
+        """After pairing news: has a client claimed the shown code?"""
+        if self.pairing_id is None:
+            return
+        status = await self.core.claim_code_status(self.pairing_id)
+        if status["state"] == "issued":
+            self.used_by = str(status["client_name"])
+            self.pairing_id = self.expires_at = None
+            self._tick()
+
+    def done(self, result: int) -> None:
+        """Closing ends the code at once: it is not left valid behind a closed dialog."""
+        if self.pairing_id is not None:
+            aio.spawn(self.core.end_claim_code(self.pairing_id))
+            self.pairing_id = None
+        super().done(result)
+
     def _tick(self) -> None:
+        if self.used_by is not None:
+            self.expiry.setText(
+                f"Used by {self.used_by}. It is paired now; choose New code for another client."
+            )
+            return
         if self.expires_at is None:
             self.expiry.setText("")
             return

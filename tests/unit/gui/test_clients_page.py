@@ -84,8 +84,8 @@ async def test_pair_dialog_shows_a_code_that_a_client_can_claim(qtbot, core):
     await dialog.new_code()
     code = dialog.code_label.text()
     assert len(code) == 9 and code[4] == "-"
-    assert dialog.qr.text == f"http://127.0.0.1:5677/v1/pairing/claim?code={code}"
-    assert dialog.qr._matrix and len(dialog.qr._matrix) >= 21
+    assert dialog.qr.isHidden()  # loopback only: no other device could use it
+    assert "Other devices cannot reach" in dialog.network_note.text()
     assert 'base_url="http://127.0.0.1:5677/v1"' in dialog.snippet.toPlainText()
     assert code in dialog.snippet.toPlainText()
     assert dialog.expiry.text().startswith("Works once")
