@@ -32,7 +32,24 @@ from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import STATE_COLOURS, state_word
 from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
 
-CURSOR = "▌"  # shown after the text while the model is still generating
+CURSOR = "▌"
+
+
+def empty_output_reason(row: Any) -> str:
+    """What the Output tab says while a task has no text: why, not just "no output"."""
+    state = row["state"]
+    error = json.loads(row["error"]) if row["error"] else None
+    if state == TaskState.FAILED and error:
+        return f"No output: the task failed ({error['code']}). {error['message']}"
+    if state == TaskState.CANCELLED and row["started_at"] is None:
+        return "No output: cancelled while it waited in the queue, before it started."
+    if state == TaskState.CANCELLED:
+        return "No output: cancelled before the model wrote anything."
+    if state == TaskState.QUEUED:
+        return "Waiting in the queue; the output appears here as the model writes it."
+    if state == TaskState.LOADING:
+        return "Loading the model; the output appears here as the model writes it."
+    return "No output yet."  # shown after the text while the model is still generating
 
 
 def output_shown(row: Any) -> str:
@@ -162,6 +179,7 @@ class TaskDetails(QWidget):
         self._row = row
         self.state = row["state"]
         self._show_header(row)
+        self.output.setPlaceholderText(empty_output_reason(row))
         self._show_output(output_shown(row), row["state"] in (TaskState.RUNNING,))
         self._set_buttons()
         await self.events.follow(row["last_seq"])
@@ -182,8 +200,11 @@ class TaskDetails(QWidget):
         if row["restarts"]:
             parts.append(f"restarted {row['restarts']}×")
         text = " · ".join(parts)
-        if error:
-            text += f"<br>{error['code']}: {error['message']}"
+        if error:  # the code here, the sentence in the tooltip and the Output tab: the
+            # header keeps its height, so the tabs below never jump
+            parts[2] += f" ({html.escape(str(error['code']))})"
+            text = " · ".join(parts)
+        self.header.setToolTip(f"{error['code']}: {error['message']}" if error else "")
         dropped = json.loads(row["request"]).get("dropped_tools") or []
         if dropped:
             names = ", ".join(html.escape(name) for name in dropped)

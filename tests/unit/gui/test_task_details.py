@@ -91,3 +91,21 @@ async def test_function_calls_and_dropped_tools_are_shown(details, store):
     assert "not offered to the model" in details.header.text()
     assert "web_search, mcp:github" in details.header.text()
     assert details.output.toPlainText() == 'Checking.\n→ get_weather({"city": "Paris"})'
+
+
+async def test_an_empty_output_says_why(details, store):
+    queued = await make_task(store)
+    await details.show_task(queued)
+    assert "Waiting in the queue" in details.output.placeholderText()
+    await store.tasks.cancel(queued)
+    await details.refresh()
+    assert "cancelled while it waited in the queue" in details.output.placeholderText()
+    failed = await make_task(store)
+    await store.tasks.mark_running(failed)
+    await store.tasks.fail(failed, "engine_error", "The model file could not be read.")
+    await details.show_task(failed)
+    assert details.output.placeholderText() == (
+        "No output: the task failed (engine_error). The model file could not be read."
+    )
+    assert "<br>" not in details.header.text()  # one line: the tabs below do not move
+    assert "engine_error" in details.header.toolTip()
