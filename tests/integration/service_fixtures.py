@@ -15,6 +15,7 @@ import concurrent.futures
 import dataclasses
 import itertools
 import json
+import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -129,10 +130,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
 
 @pytest.fixture(scope="module")
 def broken_live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
-    """A second live service whose model folder holds `broken.gguf`: a file that is not a
-    model, registered and verified like any other, that fails when a task loads it."""
+    """A second live service whose model folder holds `broken.gguf`: a well-formed GGUF
+    header (so the registry's check passes and it is verified) over no usable model, which
+    llama.cpp refuses when a task loads it. (A file whose header is already wrong is listed as
+    "not a model" and never runs: tests/unit/gui/test_models_page.py.)"""
     folder = tmp_path_factory.mktemp("broken-models")
-    (folder / "broken.gguf").write_bytes(b"GGUF" + b"\x00" * 60 + b"not a model" * 100)
+    header = b"GGUF" + struct.pack("<IQQ", 3, 0, 0)  # version 3, no tensors, no key-values
+    (folder / "broken.gguf").write_bytes(header + b"not a model" * 100)
     running = LiveCore(tmp_path_factory.mktemp("broken-core"), model_dirs=[folder])
     deadline = time.monotonic() + 60
     while running.call(running.core.registry.get(BROKEN)).state != "verified":

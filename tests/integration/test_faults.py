@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import struct
 import subprocess
 import sys
 import threading
@@ -235,7 +236,9 @@ async def test_a_model_replaced_after_its_digest_is_not_run(tmp_path: Path) -> N
     models = tmp_path / "models"
     models.mkdir()
     model_file = models / "tiny.gguf"
-    model_file.write_bytes(b"GGUF" + os.urandom(4096))
+    # A GGUF v3 header with no tensors: a file the registry accepts as a model (FakeEngine).
+    header = b"GGUF" + struct.pack("<IQQ", 3, 0, 0)
+    model_file.write_bytes(header + os.urandom(4096))
     engine = FakeEngine()
     engine.gate = threading.Semaphore(0)
     from lmsp_desktop.app import Core
@@ -253,7 +256,7 @@ async def test_a_model_replaced_after_its_digest_is_not_run(tmp_path: Path) -> N
                 blocker = (await r.json())["id"]
             async with http.post("/v1/responses", json=body) as r:
                 queued = (await r.json())["id"]
-            model_file.write_bytes(b"GGUF" + os.urandom(8192))  # another file, same name
+            model_file.write_bytes(header + os.urandom(8192))  # another file, same name
             engine.gate.release(1000)
             await wait_terminal(http, blocker)
             task = await wait_terminal(http, queued)

@@ -216,6 +216,7 @@ def read_gguf_meta(path: Path) -> GGUFMeta:
                 values[key] = value
         parameters = 0
         weight_types: dict[int, int] = {}
+        data_end = 0  # bytes the tensor data needs after its (aligned) start
         for _ in range(tensor_count):
             cur.string()
             n_dims = cur.unpack("I")
@@ -225,10 +226,22 @@ def read_gguf_meta(path: Path) -> GGUFMeta:
             for _ in range(n_dims):
                 elements *= cur.unpack("Q")
             ttype = cur.unpack("I")
-            cur.unpack("Q")  # data offset
+            offset = cur.unpack("Q")
             parameters += elements
+            if ttype in GGML_QUANT_SIZES:
+                block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
+                data_end = max(data_end, offset + elements // block * size)
             if n_dims >= 2 and ttype in GGML_QUANT_SIZES:
                 weight_types[ttype] = weight_types.get(ttype, 0) + elements
+        # A copy cut short keeps a perfect header: check that the file holds every tensor.
+        alignment = values.get("general.alignment", 32)
+        alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
+        data_start = -(-cur.offset() // alignment) * alignment
+        if tensor_count and data_start + data_end > file_size:
+            raise GGUFError(
+                f"the file is truncated: its tensors need {data_start + data_end:,} bytes "
+                f"but it has {file_size:,}"
+            )
     return _summarise(path, version, tensor_count, values, parameters, weight_types)
 
 

@@ -15,6 +15,9 @@ HASHING = "hashing"
 VERIFIED = "verified"
 CHANGED = "changed"
 MISSING = "missing"
+# Not a GGUF file the engine can load (not GGUF at all, truncated, unreadable header): listed
+# with the reason (meta["error"]), never verified, never offered to run.
+INVALID = "invalid"
 
 API_LOADED_STATES = ("unloaded", "loading", "loaded")
 

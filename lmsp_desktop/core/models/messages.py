@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.models.info import CHANGED, MISSING, ModelInfo
+from lmsp_desktop.core.models.info import CHANGED, INVALID, MISSING, ModelInfo
 
 
 def _conflict(message: str, code: str) -> LmspError:
@@ -17,6 +17,16 @@ def not_runnable(info: ModelInfo) -> LmspError:
             f"The file of model {info.id} is no longer at {info.path}. Put it back and rescan "
             "the model folders, or choose another model.",
             "model_missing",
+        )
+    if info.state == INVALID:
+        reason = info.meta.get("error") or "it is not a GGUF model file"
+        return LmspError(
+            f"{info.path} is not a model this service can load: {reason}. Replace it with a "
+            "complete .gguf file, or choose another model.",
+            code="model_invalid",
+            param="model",
+            status=422,
+            type="invalid_request_error",
         )
     if info.state == CHANGED:
         return _conflict(

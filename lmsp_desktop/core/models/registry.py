@@ -30,6 +30,7 @@ from lmsp_desktop.core.models.ids import (
 )
 from lmsp_desktop.core.models.info import (
     CHANGED,
+    INVALID,
     MISSING,
     UNVERIFIED,
     VERIFIED,
@@ -206,6 +207,12 @@ class ModelRegistry:
                 # Back (or never confirmed) with the recorded size and mtime: hash and compare.
                 updates.append((UNVERIFIED, file.size_bytes, file.mtime_ns, row["id"]))
                 jobs.append(_HashJob(row["id"], from_scan=True))
+            elif state == INVALID and not same:
+                # Replaced (a finished download, a fixed copy): read its header again.
+                meta = await asyncio.to_thread(_read_meta, file.path)
+                values = _insert_values(row["id"], file, meta)
+                repoints.append((*values[1:-1], row["id"]))
+                jobs.append(_HashJob(row["id"], from_scan=True))
             elif state in (UNVERIFIED, MISSING):
                 updates.append((CHANGED, row["size_bytes"], row["mtime_ns"], row["id"]))
             # VERIFIED and same: nothing to read. CHANGED stays so until verified on purpose.
@@ -348,6 +355,8 @@ class ModelRegistry:
                 header = await asyncio.to_thread(_read_meta, Path(row["path"]))
                 meta = header[1]
             meta.pop("observed_digest", None)
+            # Hashed is not checked: a file whose header says it cannot load is never verified.
+            state, when = (INVALID, None) if meta.get("error") else (VERIFIED, now)
 
             def verified(conn: sqlite3.Connection) -> None:
                 conn.execute(
@@ -355,8 +364,8 @@ class ModelRegistry:
                     " mtime_ns = ?, meta = ? WHERE id = ?",
                     (
                         digest,
-                        VERIFIED,
-                        now,
+                        state,
+                        when,
                         after.st_size,
                         after.st_mtime_ns,
                         json.dumps(meta),
@@ -371,7 +380,7 @@ class ModelRegistry:
                     )
 
             await self.db.run(verified)
-            self._emit(ModelEvent("state", model_id, VERIFIED))
+            self._emit(ModelEvent("state", model_id, state))
             return
         meta["observed_digest"] = digest
         await self.db.run(

@@ -54,6 +54,7 @@ STATUS = {
     "unverified": ("not verified yet", "#8c8c8c"),
     "changed": ("⚠ changed", "#e0a100"),
     "missing": ("✗ missing", "#e04848"),
+    "invalid": ("✗ not a model", "#e04848"),
 }
 EXPLAIN = {
     "changed": "The file changed since it was verified, so it will not run. Choose Verify "
@@ -61,6 +62,8 @@ EXPLAIN = {
     "missing": "The file is no longer where it was found. Put it back or add the folder "
     "that now holds it, then Rescan.",
     "unverified": "The digest is being computed; the model runs once it is verified.",
+    "invalid": "This file is not a GGUF model the engine can load (see the Status tooltip "
+    "for why), so it is never offered to run. Replace it with a complete .gguf file.",
 }
 
 
@@ -112,6 +115,8 @@ class ModelTableModel(RowTableModel):
             if col == COL_STATUS:
                 if state == "verified" and info.verified_at:
                     return f"Digest verified {date_time(info.verified_at)}"
+                if state == "invalid":
+                    return f"Not a model: {info.meta.get('error', 'unreadable header')}"
                 return EXPLAIN.get(state)
         if role == Qt.ItemDataRole.DecorationRole and col == COL_LOADED:
             loaded = self._loaded.get(info.id, "unloaded")

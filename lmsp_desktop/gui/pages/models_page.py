@@ -152,7 +152,7 @@ class ModelsPage(QWidget):
             len(rows) == 1 and bool(self.model.index(rows[0], 0).data(ModelRole.DIGEST))
         )
         states = {self.model.index(r, 0).data(ModelRole.STATE) for r in rows}
-        notes = [EXPLAIN[s] for s in ("changed", "missing") if s in states]
+        notes = [EXPLAIN[s] for s in ("changed", "missing", "invalid") if s in states]
         self.explain.setText(" ".join(notes))
         self.explain.setVisible(bool(notes))
 

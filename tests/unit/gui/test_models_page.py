@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 
 import pytest
 from PySide6.QtGui import QGuiApplication
 
+from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import ModelEvent
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.gui.bridge import CoreBridge
@@ -22,12 +24,16 @@ from lmsp_desktop.gui.models.model_table import (
 from lmsp_desktop.gui.pages.models_page import ModelsPage
 from tests.unit.gui.conftest import until
 
+# A GGUF v3 header with no tensors and no key-values: the smallest file the registry accepts
+# as a model (the rest is random bytes to hash).
+GGUF_HEADER = b"GGUF" + struct.pack("<IQQ", 3, 0, 0)
+
 
 @pytest.fixture
 async def setup(qtbot, core, store, tmp_path):
     folder = tmp_path / "models"
     folder.mkdir()
-    blob = os.urandom(2 * 1024 * 1024)
+    blob = GGUF_HEADER + os.urandom(2 * 1024 * 1024)
     (folder / "tiny-model.Q4_0.gguf").write_bytes(blob)
     registry = ModelRegistry(store.db, [folder], include_demo=False, chunk_size=64 * 1024)
     core.registry = registry
@@ -70,7 +76,7 @@ async def test_changed_file_is_flagged_and_verify_offers_to_accept(setup):
     await registry.scan()
     await page.load()
     path = folder / "tiny-model.Q4_0.gguf"
-    path.write_bytes(blob[::-1] + b"x")
+    path.write_bytes(GGUF_HEADER + blob[len(GGUF_HEADER) :][::-1] + b"x")
     await page.rescan()
     await until(lambda: cell(page, COL_STATUS) == "⚠ changed")
     page.table.selectRow(0)
@@ -105,7 +111,7 @@ async def test_folder_column_and_idle_countdown_of_a_loaded_model(core, store, q
 
     folder = tmp_path / "models"
     folder.mkdir()
-    (folder / "tiny-model.Q4_0.gguf").write_bytes(os.urandom(64 * 1024))
+    (folder / "tiny-model.Q4_0.gguf").write_bytes(GGUF_HEADER + os.urandom(64 * 1024))
     registry = ModelRegistry(store.db, [folder], include_demo=False)
     await registry.scan()
     # A model that finished its last task a minute ago (idle unload after 10 minutes).
@@ -122,3 +128,30 @@ async def test_folder_column_and_idle_countdown_of_a_loaded_model(core, store, q
     del core.idle_left[model_id]  # generating: no countdown
     page.model.tick()
     assert cell(page, COL_LOADED) == "loaded"
+
+
+async def test_files_that_are_not_models_are_never_verified(core, store, qtbot, tmp_path):
+    from lmsp_desktop.core.models.demo import demo_model_path
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "broken.gguf").write_bytes(os.urandom(256 * 1024))
+    demo = demo_model_path()
+    assert demo is not None
+    with demo.open("rb") as src:  # a truncated copy: a perfect header, half the tensors
+        (folder / "half.gguf").write_bytes(src.read(demo.stat().st_size // 2))
+    registry = ModelRegistry(store.db, [folder], include_demo=False)
+    await registry.scan()
+    core.registry = registry
+    page = ModelsPage(core)
+    qtbot.addWidget(page)
+    await page.load()
+    for row in range(page.model.rowCount()):
+        assert page.model.index(row, COL_STATUS).data() == "✗ not a model"
+    tips = [page.model.index(r, COL_STATUS).data(3) for r in range(page.model.rowCount())]
+    assert any("truncated" in tip for tip in tips), tips
+    assert any("magic" in tip for tip in tips), tips
+    for info in await registry.list_models():
+        with pytest.raises(LmspError) as refused:
+            await registry.path_for_run(info.id)
+        assert refused.value.code == "model_invalid" and refused.value.status == 422
