@@ -397,6 +397,10 @@ class Core:
     async def clients(self) -> list[dict[str, Any]]:
         return await client_store.list_clients(self.store.db, include_revoked=False)
 
+    async def create_client_token(self, name: str, scopes: frozenset[str]) -> str:
+        _client, token = await client_store.create_client(self.store.db, name, scopes)
+        return token
+
     async def revoke_client(self, client_id: str) -> None:
         await client_store.revoke_client(self.store.db, client_id)
 

@@ -128,6 +128,10 @@ class CoreApi(Protocol):
 
     async def revoke_client(self, client_id: str) -> None: ...
 
+    async def create_client_token(self, name: str, scopes: frozenset[str]) -> str:
+        """A new client and its token (returned once, stored only as a hash)."""
+        ...
+
     async def set_client_scopes(self, client_id: str, scopes: frozenset[str]) -> None: ...
 
     # -- upstreams (servers that run tasks of models named NAME/<model>) -------------------

@@ -41,6 +41,7 @@ from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.data import TaskFilter
+from lmsp_desktop.gui.dialogs.connect_dialog import ConnectDialog
 from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
 from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog
 from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
@@ -147,6 +148,7 @@ class MainWindow(QMainWindow):
         self.tasks.try_prompt_requested.connect(lambda: aio.spawn(self.open_prompt(), self))
         self.tasks.pair_requested.connect(self.open_pair)
         self.clients.pair_requested.connect(self.open_pair)
+        self.clients.connect_requested.connect(self.open_connect)
 
     def _tray(self) -> QSystemTrayIcon:
         tray = QSystemTrayIcon(app_icon("tray"), self)
@@ -270,6 +272,11 @@ class MainWindow(QMainWindow):
     def _prompt_sent(self, task_id: str) -> None:
         self.nav.setCurrentRow(0)
         self.tasks.show_task(task_id)
+
+    def open_connect(self) -> None:
+        dialog = ConnectDialog(self.core, self.core.url, self)
+        dialog.created.connect(lambda _: aio.spawn(self.clients.load(), self))
+        self._open(dialog)
 
     def open_pair(self) -> None:
         dialog = PairDialog(self.core, self.core.url, self, host=self.core.settings.host)

@@ -159,6 +159,7 @@ class ClientsPage(QWidget):
     """Answers pairing requests and manages paired clients (revoke, scopes)."""
 
     pair_requested = Signal()
+    connect_requested = Signal()
     pending_changed = Signal(int)
 
     def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
@@ -171,6 +172,9 @@ class ClientsPage(QWidget):
         self.cards_box = QVBoxLayout()
         self.pair_button = QPushButton("Pair a client…")
         self.pair_button.clicked.connect(self.pair_requested)
+        self.connect_button = QPushButton("Connect a client…")
+        self.connect_button.setToolTip("Make a token here and copy a ready-to-paste snippet")
+        self.connect_button.clicked.connect(self.connect_requested)
         self.revoke_button = QPushButton("Revoke…")
         self.revoke_button.clicked.connect(self.confirm_revoke)
         self.scopes_button = QPushButton("Edit scopes…")
@@ -178,7 +182,12 @@ class ClientsPage(QWidget):
         bar = QHBoxLayout()
         bar.addWidget(QLabel("<b>Paired clients</b>"))
         bar.addStretch()
-        for button in (self.scopes_button, self.revoke_button, self.pair_button):
+        for button in (
+            self.scopes_button,
+            self.revoke_button,
+            self.pair_button,
+            self.connect_button,
+        ):
             bar.addWidget(button)
         self.model = ClientTableModel(core, parent=self)
         self.table = QTableView()

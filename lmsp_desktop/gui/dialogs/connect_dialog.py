@@ -1,0 +1,172 @@
+""" "Connect a client…": make a token here (shown once) and copy a snippet that works as pasted."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from lmsp_desktop.core.auth import SCOPES
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
+
+DEFAULT_SCOPES = ("models:read", "responses:read", "responses:write")
+MODEL = "smollm2-135m-instruct"
+
+
+def snippets(base: str, token: str, model: str = MODEL) -> dict[str, str]:
+    """Ready-to-paste snippets, by tab title. `base` is the service URL with /v1."""
+    return {
+        "curl": (
+            f"curl {base}/responses \\\n"
+            f'  -H "Authorization: Bearer {token}" \\\n'
+            '  -H "Content-Type: application/json" \\\n'
+            f'  -d \'{{"model": "{model}", "input": "Write a haiku about tea"}}\'\n'
+        ),
+        "Python (openai)": (
+            "from openai import OpenAI\n\n"
+            f'client = OpenAI(base_url="{base}", api_key="{token}")\n'
+            f'reply = client.responses.create(model="{model}", input="Write a haiku about tea")\n'
+            "print(reply.output_text)\n"
+        ),
+        "JavaScript (openai)": (
+            'import OpenAI from "openai";\n\n'
+            f'const client = new OpenAI({{ baseURL: "{base}", apiKey: "{token}" }});\n'
+            "const reply = await client.responses.create({\n"
+            f'  model: "{model}",\n  input: "Write a haiku about tea",\n}});\n'
+            "console.log(reply.output_text);\n"
+        ),
+        "Codex CLI": (
+            "# ~/.codex/config.toml\n"
+            f'model = "{model}"\n'
+            'model_provider = "lmsp"\n\n'
+            "[model_providers.lmsp]\n"
+            'name = "LMSP Desktop"\n'
+            f'base_url = "{base}"\n'
+            'env_key = "LMSP_TOKEN"\n'
+            'wire_api = "responses"\n\n'
+            f"# then, in the shell: export LMSP_TOKEN={token}\n"
+        ),
+        "LangChain": (
+            "from langchain_openai import ChatOpenAI\n\n"
+            f'llm = ChatOpenAI(base_url="{base}", api_key="{token}", model="{model}")\n'
+            'print(llm.invoke("Write a haiku about tea").content)\n'
+        ),
+        "Chat apps": (
+            "In a chat front end's OpenAI-compatible provider settings:\n\n"
+            f"Base URL: {base}\nAPI key:  {token}\nModel:    {model}\n"
+        ),
+    }
+
+
+class ConnectDialog(QDialog):
+    """Name a client, pick its scopes, Create: its token is shown once with snippets."""
+
+    created = Signal(str)  # the client's name
+
+    def __init__(self, core: CoreApi, base_url: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Connect a client")
+        self.core = core
+        self.base = f"{base_url}/v1"
+        self.token = ""
+        self.name = QLineEdit("my-app")
+        self.scope_boxes: dict[str, QCheckBox] = {}
+        scope_row = QHBoxLayout()
+        for scope in SCOPES:
+            box = QCheckBox(scope)
+            box.setChecked(scope in DEFAULT_SCOPES)
+            if scope == "admin":
+                box.setStyleSheet("QCheckBox { color: #e04848; }")
+                box.setToolTip("Manages every client's tasks, other clients and the settings")
+            self.scope_boxes[scope] = box
+            scope_row.addWidget(box)
+        self.create_button = QPushButton("Create token")
+        self.create_button.clicked.connect(lambda: aio.spawn(self.create_token(), self))
+        form = QFormLayout()
+        form.addRow("Client name", self.name)
+        form.addRow("Scopes", scope_row)
+        self.error = QLabel()
+        self.error.setStyleSheet("color: #e04848")
+        self.token_line = QLineEdit(readOnly=True)
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        self.token_line.setFont(mono)
+        self.token_line.setPlaceholderText("The token appears here, once.")
+        self.copy_token = QPushButton("Copy token")
+        self.copy_token.setEnabled(False)
+        self.copy_token.clicked.connect(lambda: self._copy(self.token, self.copy_token))
+        token_row = QHBoxLayout()
+        token_row.addWidget(self.token_line, 1)
+        token_row.addWidget(self.copy_token)
+        self.note = QLabel(f"Base URL for any OpenAI-compatible client: <b>{self.base}</b>")
+        self.tabs = QTabWidget()
+        self.views: dict[str, QPlainTextEdit] = {}
+        for title, text in snippets(self.base, "$LMSP_TOKEN").items():
+            view = QPlainTextEdit(text, readOnly=True)
+            view.setFont(mono)
+            view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+            self.views[title] = view
+            self.tabs.addTab(view, title)
+        self.copy_snippet = QPushButton("Copy snippet")
+        self.copy_snippet.clicked.connect(
+            lambda: self._copy(self.current_snippet(), self.copy_snippet)
+        )
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.addButton(self.copy_snippet, QDialogButtonBox.ButtonRole.ActionRole)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.create_button)
+        layout.addWidget(self.error)
+        layout.addLayout(token_row)
+        layout.addWidget(self.note)
+        layout.addWidget(self.tabs, 1)
+        layout.addWidget(buttons)
+        self.resize(720, 520)
+
+    def scopes(self) -> frozenset[str]:
+        return frozenset(s for s, box in self.scope_boxes.items() if box.isChecked())
+
+    def current_snippet(self) -> str:
+        return self.views[self.tabs.tabText(self.tabs.currentIndex())].toPlainText()
+
+    async def create_token(self) -> str | None:
+        self.create_button.setEnabled(False)
+        try:
+            token = await self.core.create_client_token(self.name.text(), self.scopes())
+        except LmspError as exc:
+            self.error.setText(exc.message)
+            self.create_button.setEnabled(True)
+            return None
+        self.token = token
+        self.error.setText("")
+        self.token_line.setText(token)
+        self.copy_token.setEnabled(True)
+        self.note.setText(
+            "Copy the token now: it is shown only this once (the service keeps only its hash). "
+            f"Base URL: <b>{self.base}</b>"
+        )
+        for title, text in snippets(self.base, token).items():
+            self.views[title].setPlainText(text)
+        self.created.emit(self.name.text())
+        return token
+
+    def _copy(self, text: str, button: QPushButton) -> None:
+        QGuiApplication.clipboard().setText(text)
+        label = button.text()
+        button.setText("Copied ✓")
+        QTimer.singleShot(1500, button, lambda: button.setText(label))
