@@ -6,6 +6,7 @@ import dataclasses
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -45,6 +46,10 @@ class SettingsDialog(QDialog):
         flags = core.command_line
         self.host = QLineEdit(settings.host)
         self.host.textChanged.connect(self._warn)
+        # Serving on the network is a visible choice, not an address to know by heart.
+        self.network = QCheckBox("Let other devices on my network use it (binds 0.0.0.0)")
+        self.network.setChecked(settings.host in ("0.0.0.0", "::"))
+        self.network.toggled.connect(lambda on: self.host.setText("0.0.0.0" if on else "127.0.0.1"))
         self.port = QSpinBox(minimum=0, maximum=65535, value=settings.port)
         self.folders = QListWidget()
         self.folders.addItems(settings.model_dirs)
@@ -79,6 +84,7 @@ class SettingsDialog(QDialog):
         self.warning = QLabel()
         self.warning.setWordWrap(True)
         form = QFormLayout()
+        form.addRow("Serve", self.network)
         form.addRow("Bind address", self.host)
         form.addRow("Port", self.port)
         form.addRow("Model folders", folder_row)
@@ -118,6 +124,9 @@ class SettingsDialog(QDialog):
 
     def _warn(self) -> None:
         host = self.host.text().strip()
+        self.network.blockSignals(True)
+        self.network.setChecked(host in ("0.0.0.0", "::"))
+        self.network.blockSignals(False)
         self.warning.setText(
             ""
             if is_loopback(host)

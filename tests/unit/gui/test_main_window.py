@@ -75,7 +75,9 @@ async def test_settings_dialog_saves_through_the_store(window, store):
     window.open_settings()
     dialog = window.dialog
     dialog.port.setValue(6001)
-    dialog.host.setText("0.0.0.0")
+    assert not dialog.network.isChecked() and not dialog.warning.isVisible()
+    dialog.network.setChecked(True)  # "Let other devices on my network use it"
+    assert dialog.host.text() == "0.0.0.0"
     assert dialog.warning.isVisible()
     dialog.retention.setValue(3)
     dialog.on_restart.setCurrentText("resume")
