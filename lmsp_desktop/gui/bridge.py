@@ -20,11 +20,11 @@ import threading
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from lmsp_desktop.core.models.info import ModelEvent
-from lmsp_desktop.core.states import TERMINAL
+from lmsp_desktop.core.states import TERMINAL, EventType
 from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui.core_api import CoreApi
 
-DELTAS = ("response.output_text.delta",)
+DELTAS = (EventType.OUTPUT_TEXT_DELTA.value,)
 HIDDEN_INTERVAL_MS = 2000  # how often the tray hears "counts moved" while the window is hidden
 MAX_HIDDEN_CHANGES = 500  # more tasks changed while hidden than this: reload, do not patch
 

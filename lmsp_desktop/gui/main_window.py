@@ -35,7 +35,7 @@ from lmsp_desktop import __version__
 from lmsp_desktop.core.config import Settings, database_path
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import VERIFIED
-from lmsp_desktop.core.states import CANCELLABLE
+from lmsp_desktop.core.states import CANCELLABLE, UNFINISHED, TaskState
 from lmsp_desktop.core.storage.recovery import RecoveryReport
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
@@ -53,9 +53,9 @@ from lmsp_desktop.gui.pages.models_page import ModelsPage
 from lmsp_desktop.gui.pages.tasks_page import TasksPage
 from lmsp_desktop.gui.status import StatusBar
 
-ACTIVE = ("queued", "loading", "running", "cancelling")
+ACTIVE = tuple(s.value for s in TaskState if s in UNFINISHED)
 CANCEL_WAIT_S = 10.0  # how long "Cancel them and quit" waits for the runner to confirm
-BUSY = ("loading", "running", "cancelling")
+BUSY = tuple(s.value for s in TaskState if s in UNFINISHED and s != TaskState.QUEUED)
 
 
 class MainWindow(QMainWindow):

@@ -19,12 +19,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from lmsp_desktop.core.auth import SCOPES
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.scopes import ADMIN, DEFAULT_SCOPES, SCOPES
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 
-DEFAULT_SCOPES = ("models:read", "responses:read", "responses:write")
 MODEL = "smollm2-135m-instruct"
 
 
@@ -90,7 +89,7 @@ class ConnectDialog(QDialog):
         for scope in SCOPES:
             box = QCheckBox(scope)
             box.setChecked(scope in DEFAULT_SCOPES)
-            if scope == "admin":
+            if scope == ADMIN:
                 box.setStyleSheet("QCheckBox { color: #e04848; }")
                 box.setToolTip("Manages every client's tasks, other clients and the settings")
             self.scope_boxes[scope] = box

@@ -21,13 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from lmsp_desktop.core.auth import SCOPES
+from lmsp_desktop.core.scopes import DEFAULT_SCOPES, SCOPES
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import is_loopback
 from lmsp_desktop.gui.qr import QrWidget
-
-DEFAULT_SCOPES = ("models:read", "responses:read", "responses:write")
 
 
 def claim_link(url: str, code: str) -> str:

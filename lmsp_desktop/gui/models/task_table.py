@@ -8,7 +8,7 @@ from typing import Any
 
 from PySide6.QtCore import QModelIndex, Qt
 
-from lmsp_desktop.core.states import CANCELLABLE, TaskState
+from lmsp_desktop.core.states import CANCELLABLE, EventType, TaskState
 from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
@@ -56,7 +56,7 @@ SORT_KEYS = {
     COL_TOKENS: "tokens",
     COL_LAST_SEQ: "last_seq",
 }
-DELTA_ONLY = ("response.output_text.delta",)
+DELTA_ONLY = (EventType.OUTPUT_TEXT_DELTA.value,)
 RIGHT_ALIGNED = {COL_DURATION, COL_TOKENS, COL_TPS, COL_LAST_SEQ}
 
 

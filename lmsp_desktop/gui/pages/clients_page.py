@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from lmsp_desktop.core.auth import SCOPES
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.scopes import ADMIN, SCOPES
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.models.client_table import COL_SCOPES, ClientTableModel
@@ -65,8 +65,8 @@ class PairingCard(QFrame):
         for scope in request["scopes"]:
             box = QCheckBox(scope)
             # admin is never granted by default: the owner must tick it on purpose.
-            box.setChecked(scope != "admin")
-            if scope == "admin":
+            box.setChecked(scope != ADMIN)
+            if scope == ADMIN:
                 box.setStyleSheet("QCheckBox { color: #e04848; font-weight: bold; }")
                 box.setToolTip(ADMIN_WARNING)
             box.toggled.connect(self._update)
@@ -76,7 +76,7 @@ class PairingCard(QFrame):
         self.admin_note = QLabel(f"⚠ {ADMIN_WARNING}")
         self.admin_note.setWordWrap(True)
         self.admin_note.setStyleSheet("color: #e04848")
-        self.admin_note.setVisible("admin" in request["scopes"])
+        self.admin_note.setVisible(ADMIN in request["scopes"])
         self.countdown = QLabel()
         self.approve = QPushButton("Approve")
         self.approve.setDefault(True)
