@@ -62,6 +62,67 @@ def output_shown(row: Any) -> str:
     return "\n".join([text, *lines] if text else lines) if lines else text
 
 
+_SAMPLING = (
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "max_output_tokens",
+    "seed",
+    "stop",
+)
+
+
+def request_shown(request: dict[str, Any]) -> str:
+    """What the Request tab shows: what the client sent (its input as sent, tools by name,
+    the output format and sampling settings), not the internal shape the task runs from."""
+    chat = request.get("api") == "chat.completions"
+    lines = [
+        "Chat Completions (POST /v1/chat/completions)"
+        if chat
+        else "Responses (POST /v1/responses)",
+    ]
+    if request.get("model"):
+        lines.append(f"Model: {request['model']}")
+    if request.get("previous_response_id"):
+        lines.append(f"Continues: {request['previous_response_id']}")
+    if request.get("instructions"):
+        lines += ["", "Instructions:", str(request["instructions"])]
+    sent = request.get("messages") if chat else request.get("input_items")
+    if sent is None:  # a task created before `input_items` was kept
+        sent = request.get("input", request.get("messages"))
+    lines += ["", "Messages:" if chat else "Input:", json.dumps(sent, indent=2, ensure_ascii=False)]
+    tools = [t.get("name", "?") for t in request.get("tools") or []]
+    if tools or request.get("dropped_tools"):
+        lines += ["", "Tools: " + (", ".join(tools) or "none")]
+        if request.get("tool_choice") not in (None, "auto"):
+            lines.append(f"Tool choice: {json.dumps(request['tool_choice'])}")
+        if request.get("dropped_tools"):
+            lines.append("Not offered (cannot run here): " + ", ".join(request["dropped_tools"]))
+    fmt = request.get("text_format") or {"type": "text"}
+    described = fmt.get("type", "text")
+    if fmt.get("name"):
+        described += f" ({fmt['name']})"
+    lines += ["", ("Response format: " if chat else "Text format: ") + described]
+    if fmt.get("schema") is not None:
+        lines.append(json.dumps(fmt["schema"], indent=2, ensure_ascii=False))
+    sampling = [
+        f"{name} {json.dumps(request[name])}"
+        for name in _SAMPLING
+        if request.get(name) not in (None, [])
+    ]
+    if sampling:
+        lines += ["", "Sampling: " + " · ".join(sampling)]
+    flags = [name for name in ("stream", "background") if request.get(name)]
+    flags.append("stored" if request.get("store", True) else "not stored")
+    lines.append("Delivery: " + ", ".join(flags))
+    if request.get("metadata"):
+        lines.append("Metadata: " + json.dumps(request["metadata"], ensure_ascii=False))
+    if request.get("on_restart"):
+        lines.append(f"If the service restarts: {request['on_restart']}")
+    return "\n".join(lines)
+
+
 class TaskDetails(QWidget):
     """Shows the selected task and follows it live; offers Copy id, Cancel and Export."""
 
@@ -163,7 +224,7 @@ class TaskDetails(QWidget):
             return
         await self.refresh()
         if self.task_id == task_id:
-            self.request.setPlainText(json.dumps(json.loads(self._row["request"]), indent=2))
+            self.request.setPlainText(request_shown(json.loads(self._row["request"])))
 
     async def refresh(self) -> None:
         """Re-read the shown task (its state, output and new events)."""

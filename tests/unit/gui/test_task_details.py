@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lmsp_desktop.gui.pages.task_details import TaskDetails
@@ -109,3 +111,50 @@ async def test_an_empty_output_says_why(details, store):
     )
     assert "<br>" not in details.header.text()  # one line: the tabs below do not move
     assert "engine_error" in details.header.toolTip()
+
+
+async def test_request_tab_shows_what_the_client_sent(details, store):
+    """Parsed by the core's own request parsers, stored by the real store: the Request tab
+    shows the input as sent, tool names, the format and sampling, not internal `messages`."""
+    from lmsp_desktop.core.chat_request import parse_chat
+    from lmsp_desktop.core.requests import parse_create
+    from lmsp_desktop.core.storage.tasks import NewTask
+
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    sent = [{"type": "message", "role": "user", "content": "Weather in Paris?"}]
+    responses = parse_create(
+        {
+            "model": "smollm2",
+            "input": sent,
+            "tools": [tool],
+            "temperature": 0.3,
+            "max_output_tokens": 50,
+            "text": {"format": {"type": "json_object"}},
+        },
+        "fail",
+    )
+    task_id = (await store.tasks.create(NewTask(model="smollm2", request=responses))).task_id
+    await details.show_task(task_id)
+    shown = details.request.toPlainText()
+    assert "Responses (POST /v1/responses)" in shown
+    assert json.dumps(responses["input_items"], indent=2) in shown
+    assert "Tools: get_weather" in shown
+    assert "Text format: json_object" in shown
+    assert "temperature 0.3" in shown and "max_output_tokens 50" in shown
+    assert '"messages"' not in shown and '"parameters"' not in shown
+
+    chat = parse_chat(
+        {
+            "model": "smollm2",
+            "messages": [{"role": "user", "content": "Hi"}],
+            "response_format": {"type": "json_object"},
+            "seed": 7,
+        },
+        "fail",
+    )
+    chat_id = (await store.tasks.create(NewTask(model="smollm2", request=chat))).task_id
+    await details.show_task(chat_id)
+    shown = details.request.toPlainText()
+    assert "Chat Completions (POST /v1/chat/completions)" in shown
+    assert '"content": "Hi"' in shown
+    assert "Response format: json_object" in shown and "seed 7" in shown

@@ -61,7 +61,7 @@ async def test_details_follow_output_and_events_live(page, store):
     await until(lambda: page.model.rowCount() == 1)
     page.table.selectRow(0)
     await until(lambda: page.details.task_id == task_id and page.details.events.rowCount() == 1)
-    assert '"input": "Hello"' in page.details.request.toPlainText()
+    assert 'Input:\n"Hello"' in page.details.request.toPlainText()
     await run_task(store, task_id, ["Once", " upon"], finish=False)
     await until(lambda: page.details.output.toPlainText() == "Once upon▌", what="live output")
     await store.tasks.append_deltas(
