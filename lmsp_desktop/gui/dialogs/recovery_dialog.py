@@ -25,7 +25,7 @@ from lmsp_desktop.gui.format import clock, short_id, state_icon
 from lmsp_desktop.gui.models.base import Index, RowTableModel
 
 COL_TASK, COL_MODEL, COL_CHANGE, COL_POLICY, COL_EVENT = range(5)
-HEADERS = ["Task", "Model", "State before → after", "Policy", "Event written"]
+HEADERS = ["Task", "Model", "State before → after", "Policy", "What happened"]
 TASK_ID = Qt.ItemDataRole.UserRole + 1
 
 
@@ -35,6 +35,19 @@ def as_report(report: RecoveryReport | dict[str, Any]) -> RecoveryReport:
         return report
     items = [RecoveryItem(**item) for item in report["items"]]
     return RecoveryReport(report["started_at"], report["finished_at"], items)
+
+
+def what_happened(item: RecoveryItem) -> str:
+    """The recovery of one task as a sentence (the event written is in the tooltip)."""
+    if item.event_type == "response.resumed":
+        return "Resumed where it stopped"
+    if item.state_after == "failed":
+        return "Failed: the service restarted"
+    if item.state_after == "cancelled":
+        return "Cancelled, as was asked before the restart"
+    if item.state_before == "queued":
+        return "Still waiting in the queue"
+    return "Will start again from the beginning"
 
 
 class RecoveryTableModel(RowTableModel):
@@ -56,12 +69,14 @@ class RecoveryTableModel(RowTableModel):
                 item.model,
                 f"{item.state_before} → {item.state_after}",
                 item.on_restart,
-                f"{item.event_type} #{item.sequence_number}",
+                what_happened(item),
             )[col]
         if role == Qt.ItemDataRole.DecorationRole and col == COL_CHANGE:
             return state_icon(item.state_after)
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_TASK:
             return item.task_id
+        if role == Qt.ItemDataRole.ToolTipRole and col == COL_EVENT:
+            return f"Event written: {item.event_type} (#{item.sequence_number})"
         if role == TASK_ID:
             return item.task_id
         return None
