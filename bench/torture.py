@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from tests.integration.serve_process import ServeProcess, create_token
-from tests.support_reliability.dbcheck import (
+from tests.support.dbcheck import (
     Snapshot,
     invariant_violations,
     recovery_violations,
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     print(figures.summary(), flush=True)
     failed = bool(figures.violations)
     if args.fuzz_examples:
-        from tests.support_reliability.fuzz import run_schemathesis
+        from tests.support.fuzz import run_schemathesis
 
         # Two documentation checks are held back until the service's owner fixes them (see
         # tests/integration/test_fuzz_openapi.py); --all-checks runs them too.

@@ -8,12 +8,13 @@ Qt is imported lazily so that the non-GUI tests here never load PySide6 through 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.polling import until  # noqa: F401  (the old import path, for branches in flight)
 
 HERE = Path(__file__).parent
 
@@ -49,15 +50,6 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     for item in items:
         if HERE in Path(item.path).parents and _is_gui(item):
             item.add_marker(pytest.mark.qt_log_ignore("propagateSizeHints"))
-
-
-async def until(predicate: Callable[[], Any], limit: float = 20.0, what: Any = "") -> None:
-    """Await (never qtbot.wait*) until `predicate()` is true, letting the Qt loop run."""
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what() if callable(what) else what or predicate}")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

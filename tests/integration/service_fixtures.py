@@ -28,6 +28,7 @@ import pytest
 
 from lmsp_desktop.app import Core
 from lmsp_desktop.core.storage.clients import create_client, revoke_client
+from tests.support.polling import until
 
 MODEL = "smollm2-135m-instruct"
 ALL_SCOPES = ("models:read", "responses:read", "responses:write", "admin")
@@ -260,15 +261,18 @@ async def wait_state(
     within: float = 90.0,
 ) -> dict[str, Any]:
     """Poll the task until it is in one of `states`."""
-    deadline = time.monotonic() + within
-    while True:
+    seen: list[str] = []
+
+    async def in_state() -> dict[str, Any] | None:
         async with http.get(f"/v1/tasks/{task_id}", headers=headers) as r:
             task: dict[str, Any] = await r.json()
             assert r.status == 200, task
-        if task["state"] in states:
-            return task
-        assert time.monotonic() < deadline, f"task {task_id} stuck in {task['state']}"
-        await asyncio.sleep(0.05)
+        seen.append(task["state"])
+        return task if task["state"] in states else None
+
+    return await until(
+        in_state, limit=within, interval=0.05, what=lambda: f"task {task_id} stuck in {seen[-1:]}"
+    )
 
 
 async def events_of(

@@ -14,7 +14,8 @@ from lmsp_desktop.app import Core
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.storage.clients import create_client
 from lmsp_desktop.core.storage.store import Store
-from tests.support_reliability.races import http_races, store_races
+from tests.support.lifecycle import started
+from tests.support.races import http_races, store_races
 
 STORE_RACES = 10_000
 HTTP_RACES = 600
@@ -38,12 +39,10 @@ async def test_ten_thousand_store_races_never_cancel_and_complete(data_dir: Path
 @pytest.fixture
 async def fake_core(tmp_path: Path) -> AsyncIterator[Core]:
     # Eight tokens, 2 ms each: completions land within a few tens of milliseconds.
-    core = Core(tmp_path / "data", port=0, engine=FakeEngine(token_delay=0.002))
-    await core.start()
-    try:
+    async with started(
+        Core(tmp_path / "data", port=0, engine=FakeEngine(token_delay=0.002))
+    ) as core:
         yield core
-    finally:
-        await core.stop()
 
 
 async def test_http_and_gui_cancels_around_completion(fake_core: Core) -> None:

@@ -13,7 +13,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,8 +21,10 @@ import aiohttp
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.storage.db import Database
 from tests.integration.serve_process import ServeProcess, call, create_token
-from tests.support_reliability.dbcheck import invariant_violations, take_snapshot
-from tests.support_reliability.fake_core import MODEL, running_core, session, token
+from tests.support.dbcheck import invariant_violations, take_snapshot
+from tests.support.fake_core import MODEL, running_core, session, token
+from tests.support.lifecycle import started
+from tests.support.polling import until
 
 TERMINAL = ("completed", "incomplete", "failed", "cancelled")
 
@@ -55,13 +56,13 @@ def counts(db_path: Path) -> tuple[int, int, int]:
 
 
 async def wait_terminal(http: aiohttp.ClientSession, task_id: str, within: float = 30) -> dict:  # type: ignore[type-arg]
-    deadline = time.monotonic() + within
-    while True:
+
+    async def terminal() -> dict | None:  # type: ignore[type-arg]
         async with http.get(f"/v1/tasks/{task_id}") as r:
             task = await r.json()
-        if task["state"] in TERMINAL or time.monotonic() > deadline:
-            return task  # type: ignore[no-any-return]
-        await asyncio.sleep(0.02)
+        return task if task["state"] in TERMINAL else None  # type: ignore[no-any-return]
+
+    return await until(terminal, limit=within, what=f"{task_id} to finish")
 
 
 # -- disk full ---------------------------------------------------------------------------------
@@ -243,38 +244,38 @@ async def test_a_model_replaced_after_its_digest_is_not_run(tmp_path: Path) -> N
     engine.gate = threading.Semaphore(0)
     from lmsp_desktop.app import Core
 
-    core = Core(tmp_path / "data", port=0, engine=engine, model_dirs=[models], include_demo=False)
-    await core.start()
-    try:
-        async with session(core, await token(core)) as http:
-            async with http.get("/v1/models/tiny") as r:
-                info = await r.json()
-                assert r.status == 200 and info["digest"].startswith("sha256:"), info
-            # A task queued behind a running one, and the file swapped meanwhile.
-            body = {"model": "tiny", "input": "x", "background": True}
-            async with http.post("/v1/responses", json=body) as r:
-                blocker = (await r.json())["id"]
-            async with http.post("/v1/responses", json=body) as r:
-                queued = (await r.json())["id"]
-            model_file.write_bytes(header + os.urandom(8192))  # another file, same name
-            engine.gate.release(1000)
-            await wait_terminal(http, blocker)
-            task = await wait_terminal(http, queued)
-            assert task["state"] == "failed", task
-            assert task["error"]["code"] == "model_changed", task
-            assert "changed since it was verified" in task["error"]["message"]
-            assert len(engine.requests) == 1, "the replaced file was run"
-            async with http.post("/v1/responses", json={**body, "background": False}) as r:
-                answer = await r.json()
-            # A sync request whose task failed answers the task's error (409 model_changed).
-            assert r.status == 409 or answer["status"] == "failed", answer
-            code = answer.get("error", {}).get("code")
-            assert code == "model_changed", json.dumps(answer)[:500]
-            assert len(engine.requests) == 1
-            async with http.get("/v1/models/tiny") as r:
-                assert (await r.json())["state"] == "changed"
-    finally:
-        await core.stop()
+    async with (
+        started(
+            Core(tmp_path / "data", port=0, engine=engine, model_dirs=[models], include_demo=False)
+        ) as core,
+        session(core, await token(core)) as http,
+    ):
+        async with http.get("/v1/models/tiny") as r:
+            info = await r.json()
+            assert r.status == 200 and info["digest"].startswith("sha256:"), info
+        # A task queued behind a running one, and the file swapped meanwhile.
+        body = {"model": "tiny", "input": "x", "background": True}
+        async with http.post("/v1/responses", json=body) as r:
+            blocker = (await r.json())["id"]
+        async with http.post("/v1/responses", json=body) as r:
+            queued = (await r.json())["id"]
+        model_file.write_bytes(header + os.urandom(8192))  # another file, same name
+        engine.gate.release(1000)
+        await wait_terminal(http, blocker)
+        task = await wait_terminal(http, queued)
+        assert task["state"] == "failed", task
+        assert task["error"]["code"] == "model_changed", task
+        assert "changed since it was verified" in task["error"]["message"]
+        assert len(engine.requests) == 1, "the replaced file was run"
+        async with http.post("/v1/responses", json={**body, "background": False}) as r:
+            answer = await r.json()
+        # A sync request whose task failed answers the task's error (409 model_changed).
+        assert r.status == 409 or answer["status"] == "failed", answer
+        code = answer.get("error", {}).get("code")
+        assert code == "model_changed", json.dumps(answer)[:500]
+        assert len(engine.requests) == 1
+        async with http.get("/v1/models/tiny") as r:
+            assert (await r.json())["state"] == "changed"
 
 
 # -- defects found (kept uncommitted until fixed; see the reliability report) ---------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support_reliability.fuzz import run_schemathesis
+from tests.support.fuzz import run_schemathesis
 
 EXAMPLES = 200  # per operation (`make torture ARGS=--fuzz-examples N` runs more)
 # Two checks still fail on documentation defects reported to the service's owner (see the
@@ -24,7 +24,7 @@ def test_schemathesis_all_checks_find_no_failure(tmp_path: Path) -> None:
 
 
 async def test_odd_but_well_formed_bodies_are_4xx_not_500(tmp_path: Path) -> None:
-    from tests.support_reliability.fake_core import MODEL, running_core, session, token
+    from tests.support.fake_core import MODEL, running_core, session, token
 
     async with running_core(tmp_path / "data") as core, session(core, await token(core)) as http:
         probes = [
@@ -51,7 +51,7 @@ def test_schemathesis_documentation_checks(tmp_path: Path) -> None:
 
 
 async def test_an_empty_integer_query_value_is_refused_as_the_schema_says(tmp_path: Path) -> None:
-    from tests.support_reliability.fake_core import running_core, session, token
+    from tests.support.fake_core import running_core, session, token
 
     async with (
         running_core(tmp_path / "data") as core,

@@ -9,7 +9,7 @@ import aiohttp
 from lmsp_desktop.core.states import TERMINAL
 from lmsp_desktop.core.storage.clients import create_client
 from lmsp_desktop.gui.models.task_table import COL_CLIENT, COL_STATE
-from tests.integration.conftest import until
+from tests.support.polling import until
 
 MODEL = "smollm2-135m-instruct"
 # Long enough to still be generating when the test clicks Cancel, yet bounded: the demo model

@@ -6,7 +6,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.integration.conftest import until
+from tests.support.polling import until
 
 
 async def test_pairing_request_card_approve_and_the_polled_token_works(

@@ -18,7 +18,7 @@ from lmsp_desktop.gui import launch
 from lmsp_desktop.gui.dialogs.recovery_dialog import TASK_ID, RecoveryDialog
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.models.task_table import COL_STATE
-from tests.integration.conftest import until
+from tests.support.polling import until
 
 MODEL = "smollm2-135m-instruct"
 # Table 11.3: (state before, policy) → (state after, event written).

@@ -12,8 +12,8 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtWidgets import QPushButton
 
 from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog
-from tests.integration.conftest import until
 from tests.integration.gui_windows import client_token, open_app, post_background, slow_engine
+from tests.support.polling import until
 
 
 async def state_of(core: Any, task_id: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from lmsp_desktop.core.engines.fake import FakeEngine
-from tests.support_reliability.fake_core import MODEL, running_core, session, token
+from tests.support.fake_core import MODEL, running_core, session, token
 
 STORM = 1000
 

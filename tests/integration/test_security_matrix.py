@@ -20,7 +20,7 @@ import pytest
 
 from lmsp_desktop.core.pairing import MAX_FAILURES
 from tests.integration.serve_process import ServeProcess, lmsp
-from tests.support_reliability.fake_core import running_core, token
+from tests.support.fake_core import running_core, token
 
 MODEL = "smollm2-135m-instruct"
 SCOPES = ("models:read", "responses:read", "responses:write", "admin")

@@ -8,12 +8,13 @@ from pathlib import Path
 from lmsp_desktop.app import Core
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
+from tests.support.lifecycle import started
 
 
 async def test_saved_settings_apply_to_the_running_core(tmp_path: Path) -> None:
-    core = Core(tmp_path / "data", port=0, engine=FakeEngine(), include_demo=False)
-    await core.start()
-    try:
+    async with started(
+        Core(tmp_path / "data", port=0, engine=FakeEngine(), include_demo=False)
+    ) as core:
         models = tmp_path / "models"
         models.mkdir()
         demo = demo_model_path()
@@ -37,5 +38,3 @@ async def test_saved_settings_apply_to_the_running_core(tmp_path: Path) -> None:
         # The default policy applies to the next request at once.
         submitted = await core.submit(found[0].id, "hello")
         assert (await core.store.tasks.get(submitted))["on_restart"] == "resume"
-    finally:
-        await core.stop()

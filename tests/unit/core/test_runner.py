@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +17,8 @@ from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.recovery import next_boot, recover
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask
+from tests.support.lifecycle import started
+from tests.support.polling import until
 
 
 class Paths:
@@ -40,15 +41,6 @@ async def submit(store: Store, model: str = "m", **body: object) -> str:
     return result.task_id
 
 
-async def until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    """Await a condition on the loop (never block it)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-
-
 async def state_of(store: Store, task_id: str) -> str:
     return (await store.tasks.get(task_id))["state"]  # type: ignore[no-any-return]
 
@@ -60,10 +52,8 @@ async def finished(store: Store, task_id: str) -> bool:
 @pytest.fixture
 async def running(store: Store) -> AsyncIterator[tuple[Store, FakeEngine, Runner]]:
     engine = FakeEngine(token_delay=0.005, load_delay=0.05)
-    runner = Runner(store.tasks, Paths(), engine)
-    await runner.start()
-    yield store, engine, runner
-    await runner.stop()
+    async with started(Runner(store.tasks, Paths(), engine)) as runner:
+        yield store, engine, runner
 
 
 async def test_a_task_runs_to_completion_with_the_engine_text(running) -> None:  # type: ignore[no-untyped-def]
@@ -112,9 +102,7 @@ async def test_max_output_tokens_ends_incomplete(running) -> None:  # type: igno
 async def test_cancel_during_generation_stops_within_one_token(store: Store) -> None:
     engine = FakeEngine()
     engine.gate = threading.Semaphore(0)
-    runner = Runner(store.tasks, Paths(), engine)
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), engine)):
         task_id = await submit(store)
         engine.gate.release(2)
         await until(lambda: _output_is(store, task_id, "".join(DEFAULT_TOKENS[:2])))
@@ -128,8 +116,6 @@ async def test_cancel_during_generation_stops_within_one_token(store: Store) -> 
         types = [e["type"] for e in await store.tasks.events(task_id)]
         assert types.count("response.cancelled") == 1
         assert "response.completed" not in types
-    finally:
-        await runner.stop()
 
 
 async def _output_is(store: Store, task_id: str, text: str) -> bool:
@@ -139,9 +125,7 @@ async def _output_is(store: Store, task_id: str, text: str) -> bool:
 async def test_cancel_while_queued_never_runs(store: Store) -> None:
     engine = FakeEngine()
     engine.gate = threading.Semaphore(0)
-    runner = Runner(store.tasks, Paths(), engine)
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), engine)):
         first = await submit(store)
         second = await submit(store)
         await store.tasks.cancel(second)
@@ -149,43 +133,31 @@ async def test_cancel_while_queued_never_runs(store: Store) -> None:
         await until(lambda: finished(store, first))
         assert await state_of(store, second) == "cancelled"
         assert len(engine.requests) == 1
-    finally:
-        await runner.stop()
 
 
 async def test_engine_error_fails_the_task_with_its_code(store: Store) -> None:
     engine = FakeEngine(fail_at=2, fail_error=EngineError("engine_crashed", "boom"))
-    runner = Runner(store.tasks, Paths(), engine)
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), engine)):
         task_id = await submit(store)
         await until(lambda: finished(store, task_id))
         row = await store.tasks.get(task_id)
         assert row["state"] == "failed"
         assert '"engine_crashed"' in row["error"]
-    finally:
-        await runner.stop()
 
 
 async def test_refused_model_fails_with_the_registry_code(store: Store) -> None:
     refusal = LmspError("changed on disk", code="model_changed", status=409)
-    runner = Runner(store.tasks, Paths({"m": refusal}), FakeEngine())
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths({"m": refusal}), FakeEngine())):
         task_id = await submit(store)
         await until(lambda: finished(store, task_id))
         row = await store.tasks.get(task_id)
         assert row["state"] == "failed"
         assert '"model_changed"' in row["error"]
-    finally:
-        await runner.stop()
 
 
 async def test_max_loaded_models_unloads_the_idle_one(store: Store) -> None:
     engine = FakeEngine()
-    runner = Runner(store.tasks, Paths(), engine, max_loaded_models=1)
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), engine, max_loaded_models=1)) as runner:
         a = await submit(store, "a")
         await until(lambda: finished(store, a))
         b = await submit(store, "b")
@@ -193,15 +165,11 @@ async def test_max_loaded_models_unloads_the_idle_one(store: Store) -> None:
         assert runner.loaded_state("a") == "unloaded"
         assert runner.loaded_state("b") == "loaded"
         assert engine.unload_count == 1
-    finally:
-        await runner.stop()
 
 
 async def test_idle_model_is_unloaded_after_its_ttl(store: Store) -> None:
     engine = FakeEngine()
-    runner = Runner(store.tasks, Paths(), engine, idle_unload_s=0.1)
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), engine, idle_unload_s=0.1)) as runner:
         task_id = await submit(store)
         await until(lambda: finished(store, task_id))
 
@@ -210,8 +178,6 @@ async def test_idle_model_is_unloaded_after_its_ttl(store: Store) -> None:
 
         await until(unloaded)
         assert engine.unload_count == 1
-    finally:
-        await runner.stop()
 
 
 async def test_resumed_task_continues_from_its_snapshot(data_dir: Path) -> None:
@@ -221,12 +187,11 @@ async def test_resumed_task_continues_from_its_snapshot(data_dir: Path) -> None:
     await store.open()
     engine = FakeEngine()
     engine.gate = threading.Semaphore(0)
-    runner = Runner(store.tasks, Paths(), engine)
-    await runner.start()
-    task_id = await submit(store, on_restart="resume")
-    engine.gate.release(3)
-    await until(lambda: _output_is(store, task_id, "".join(DEFAULT_TOKENS[:3])))
-    await runner.stop()  # a shutdown leaves the task running, like a crash
+    async with started(Runner(store.tasks, Paths(), engine)):
+        task_id = await submit(store, on_restart="resume")
+        engine.gate.release(3)
+        await until(lambda: _output_is(store, task_id, "".join(DEFAULT_TOKENS[:3])))
+    # Leaving the block stopped the runner: a shutdown leaves the task running, like a crash.
     await store.close()
 
     store = Store(data_dir)
@@ -234,22 +199,20 @@ async def test_resumed_task_continues_from_its_snapshot(data_dir: Path) -> None:
     report = await recover(store.tasks, await next_boot(store.tasks))
     assert [i.event_type for i in report.items] == ["response.resumed"]
     engine2 = FakeEngine()
-    runner = Runner(store.tasks, Paths(), engine2)
-    await runner.start()
     try:
-        await until(lambda: finished(store, task_id))
-        row = await store.tasks.get(task_id)
-        assert row["state"] == "completed"
-        assert row["output_text"] == "".join(DEFAULT_TOKENS)
-        assert engine2.requests[0].resume_tokens == [1000, 1001, 1002]
-        deltas = [
-            e["delta"]
-            for e in await store.tasks.events(task_id)
-            if e["type"] == "response.output_text.delta"
-        ]
-        assert "".join(deltas) == "".join(DEFAULT_TOKENS)  # nothing repeated or skipped
+        async with started(Runner(store.tasks, Paths(), engine2)):
+            await until(lambda: finished(store, task_id))
+            row = await store.tasks.get(task_id)
+            assert row["state"] == "completed"
+            assert row["output_text"] == "".join(DEFAULT_TOKENS)
+            assert engine2.requests[0].resume_tokens == [1000, 1001, 1002]
+            deltas = [
+                e["delta"]
+                for e in await store.tasks.events(task_id)
+                if e["type"] == "response.output_text.delta"
+            ]
+            assert "".join(deltas) == "".join(DEFAULT_TOKENS)  # nothing repeated or skipped
     finally:
-        await runner.stop()
         await store.close()
 
 
@@ -258,9 +221,9 @@ async def test_parallel_lanes_run_tasks_of_one_model_side_by_side(store: Store) 
     no task is ever run twice."""
     engine = FakeEngine()
     engine.gate = threading.Semaphore(0)
-    runner = Runner(store.tasks, Paths(), engine, max_loaded_models=2, parallel_per_model=2)
-    await runner.start()
-    try:
+    async with started(
+        Runner(store.tasks, Paths(), engine, max_loaded_models=2, parallel_per_model=2)
+    ):
         ids = [await submit(store) for _ in range(3)]
 
         async def two_running() -> bool:
@@ -275,21 +238,15 @@ async def test_parallel_lanes_run_tasks_of_one_model_side_by_side(store: Store) 
         assert engine.models[0].max_concurrent_generations == 2
         assert len(engine.requests) == 3  # each task generated exactly once
         assert all([(await store.tasks.get(t))["state"] == "completed" for t in ids])
-    finally:
-        await runner.stop()
 
 
 async def test_idle_seconds_left_counts_down_once_a_loaded_model_is_idle(store: Store) -> None:
-    runner = Runner(store.tasks, Paths(), FakeEngine(), idle_unload_s=600)
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), FakeEngine(), idle_unload_s=600)) as runner:
         assert runner.idle_seconds_left("m") is None  # not loaded
         task_id = await submit(store)
         await until(lambda: finished(store, task_id))
         left = runner.idle_seconds_left("m")
         assert left is not None and 500 < left <= 600
-    finally:
-        await runner.stop()
 
 
 async def test_lanes_starting_together_after_a_restart_each_take_a_resumed_task(
@@ -303,9 +260,7 @@ async def test_lanes_starting_together_after_a_restart_each_take_a_resumed_task(
         assert await store.tasks.mark_running(task_id)  # as recovery leaves resumed tasks
     engine = FakeEngine()
     engine.gate = threading.Semaphore(0)
-    runner = Runner(store.tasks, Paths(), engine, parallel_per_model=3)
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), engine, parallel_per_model=3)):
 
         async def all_generating() -> bool:
             return len(engine.requests) == 3
@@ -315,5 +270,3 @@ async def test_lanes_starting_together_after_a_restart_each_take_a_resumed_task(
         engine.gate.release(1000)
         for task_id in ids:
             await until(lambda t=task_id: finished(store, t))
-    finally:
-        await runner.stop()

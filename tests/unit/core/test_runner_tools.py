@@ -15,7 +15,9 @@ from lmsp_desktop.core.storage.recovery import next_boot, recover
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask
 from lmsp_desktop.core.tools.fields import parse_tool_fields
-from tests.unit.core.test_runner import Paths, finished, until
+from tests.support.lifecycle import started
+from tests.support.polling import until
+from tests.unit.core.test_runner import Paths, finished
 
 SCRIPT = (
     "Let", " me", " check", ".\n", "<tool", "_call>\n", '{"name": "get_weather", ',
@@ -56,9 +58,7 @@ EXPECTED = [
 
 async def test_auto_output_becomes_a_message_and_a_function_call(store: Store) -> None:
     engine = FakeEngine(SCRIPT, token_delay=0.02)  # small batches: arguments in several deltas
-    runner = Runner(store.tasks, Paths(), engine)
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), engine)):
         task_id = await submit(store)
         await until(lambda: finished(store, task_id))
         response = await store.tasks.response_object(task_id)
@@ -82,8 +82,6 @@ async def test_auto_output_becomes_a_message_and_a_function_call(store: Store) -
         assert all("<tool_call>" not in e.get("delta", "") for e in events)
         assert events[-1]["type"] == "response.completed"
         assert summary(events[-1]["response"]) == EXPECTED
-    finally:
-        await runner.stop()
 
 
 async def test_resume_in_the_middle_of_a_call_is_exact(data_dir: Path) -> None:
@@ -97,56 +95,47 @@ async def _interrupt_and_resume(where: Path, cut: int) -> None:
     await store.open()
     engine = FakeEngine(SCRIPT)
     engine.gate = threading.Semaphore(0)
-    runner = Runner(store.tasks, Paths(), engine)
-    await runner.start()
-    task_id = await submit(store, on_restart="resume")
-    engine.gate.release(cut)
+    async with started(Runner(store.tasks, Paths(), engine)):
+        task_id = await submit(store, on_restart="resume")
+        engine.gate.release(cut)
 
-    async def reached() -> bool:
-        return int((await store.tasks.get(task_id))["output_tokens"]) >= cut
+        async def reached() -> bool:
+            return int((await store.tasks.get(task_id))["output_tokens"]) >= cut
 
-    await until(reached)
-    await runner.stop()  # a shutdown leaves the task running, like a crash
+        await until(reached)
+    # Leaving the block stopped the runner: a shutdown leaves the task running, like a crash.
     await store.close()
 
     store = Store(where)
     await store.open()
     await recover(store.tasks, await next_boot(store.tasks))
-    runner = Runner(store.tasks, Paths(), FakeEngine(SCRIPT))
-    await runner.start()
     try:
-        await until(lambda: finished(store, task_id))
-        response = await store.tasks.response_object(task_id)
-        assert summary(response) == EXPECTED, f"cut at {cut}"
-        events = await store.tasks.events(task_id)
-        args = "".join(
-            e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
-        )
-        assert args == '{"city": "Paris"}', f"cut at {cut}"  # nothing repeated or skipped
-        added = [e for e in events if e["type"] == "response.output_item.added"]
-        assert len(added) == 2  # each item opened once
-        assert json.loads(response["output"][1]["arguments"]) == {"city": "Paris"}
+        async with started(Runner(store.tasks, Paths(), FakeEngine(SCRIPT))):
+            await until(lambda: finished(store, task_id))
+            response = await store.tasks.response_object(task_id)
+            assert summary(response) == EXPECTED, f"cut at {cut}"
+            events = await store.tasks.events(task_id)
+            args = "".join(
+                e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
+            )
+            assert args == '{"city": "Paris"}', f"cut at {cut}"  # nothing repeated or skipped
+            added = [e for e in events if e["type"] == "response.output_item.added"]
+            assert len(added) == 2  # each item opened once
+            assert json.loads(response["output"][1]["arguments"]) == {"city": "Paris"}
     finally:
-        await runner.stop()
         await store.close()
 
 
 async def test_calls_past_the_limit_are_dropped_without_a_grammar(store: Store) -> None:
-    runner = Runner(store.tasks, Paths(), FakeEngine((*SCRIPT, "\n", *SCRIPT[4:])))
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), FakeEngine((*SCRIPT, "\n", *SCRIPT[4:])))):
         task_id = await submit(store)  # parallel_tool_calls defaults to false
         await until(lambda: finished(store, task_id))
         response = await store.tasks.response_object(task_id)
         assert summary(response) == EXPECTED  # the second, repeated call is not kept
-    finally:
-        await runner.stop()
 
 
 async def test_a_call_of_a_namespaced_function_names_its_namespace(store: Store) -> None:
-    runner = Runner(store.tasks, Paths(), FakeEngine(SCRIPT))
-    await runner.start()
-    try:
+    async with started(Runner(store.tasks, Paths(), FakeEngine(SCRIPT))):
         namespace = {"type": "namespace", "name": "weather_mcp", "tools": [WEATHER]}
         task_id = await submit(store, tools=[namespace])
         await until(lambda: finished(store, task_id))
@@ -156,5 +145,3 @@ async def test_a_call_of_a_namespaced_function_names_its_namespace(store: Store)
         events = await store.tasks.events(task_id)
         added = [e for e in events if e["type"] == "response.output_item.added"]
         assert added[1]["item"]["namespace"] == "weather_mcp"
-    finally:
-        await runner.stop()

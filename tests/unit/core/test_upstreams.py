@@ -3,7 +3,6 @@ runner and store (faults, retries by policy, cancel)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from lmsp_desktop.core.upstreams import engine as upstream_engine
 from lmsp_desktop.core.upstreams import keys
 from lmsp_desktop.core.upstreams.catalog import UpstreamCatalog
 from tests.support.fake_upstream import Behaviour, FakeUpstream
+from tests.support.polling import until
 
 SECRET = "sk-very-secret-0123456789"
 
@@ -166,12 +166,12 @@ async def run_task(
     env["runner"] = await start(store, env["fake"], **kw)
     request = parse_create({"model": "up/m1", "input": "hi", "on_restart": policy}, "fail")
     created = await store.tasks.create(NewTask("up/m1", request, on_restart=request["on_restart"]))
-    for _ in range(6000):
+
+    async def finished_row() -> Any:
         row = await store.tasks.get(created.task_id)
-        if TaskState(row["state"]) in TERMINAL:
-            return row
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"task did not finish: {dict(row)}")
+        return row if TaskState(row["state"]) in TERMINAL else None
+
+    return await until(finished_row, limit=60, what="the task to finish")
 
 
 async def event_types(store: Store, task_id: str) -> list[str]:
@@ -269,16 +269,18 @@ async def test_cancel_closes_the_upstream_stream_at_once(store: Store, env: dict
     env["runner"] = await start(store, env["fake"], timeout_s=60)
     request = parse_create({"model": "up/m1", "input": "hi"}, "fail")
     created = await store.tasks.create(NewTask("up/m1", request))
-    for _ in range(6000):  # generous: a loaded CI machine is slow
-        if (await store.tasks.get(created.task_id))["output_tokens"] >= 3:
-            break
-        await asyncio.sleep(0.01)
+
+    async def three_tokens() -> bool:
+        return bool((await store.tasks.get(created.task_id))["output_tokens"] >= 3)
+
+    await until(three_tokens, limit=60, what="three tokens")
     await store.tasks.cancel(created.task_id)
-    for _ in range(6000):  # generous: a loaded CI machine is slow
+
+    async def cancelled_and_closed() -> Any:
         row = await store.tasks.get(created.task_id)
-        if row["state"] == "cancelled" and env["fake"].disconnects:
-            break
-        await asyncio.sleep(0.01)
+        return row if row["state"] == "cancelled" and env["fake"].disconnects else None
+
+    row = await until(cancelled_and_closed, limit=60, what="the cancel and the disconnect")
     assert row["state"] == "cancelled" and env["fake"].disconnects == 1
     assert row["output_tokens"] == 3
 
@@ -291,18 +293,20 @@ async def test_another_lmsp_is_spoken_to_over_responses_and_its_cancel_route(
     request = parse_create({"model": "up/m1", "input": "hi", "max_output_tokens": 9}, "fail")
     done = await store.tasks.create(NewTask("up/m1", request))
     stalled = await store.tasks.create(NewTask("up/m1", request))
-    for _ in range(6000):  # generous: a loaded CI machine is slow
-        first = await store.tasks.get(done.task_id)
-        if first["state"] == "completed":
-            break
-        await asyncio.sleep(0.01)
+
+    async def completed() -> Any:
+        row = await store.tasks.get(done.task_id)
+        return row if row["state"] == "completed" else None
+
+    first = await until(completed, limit=60, what="the first task to complete")
     assert first["output_text"] == "ab" and first["input_tokens"] == 7
     assert env["fake"].requests[0]["max_output_tokens"] == 9  # Responses' name for it
     await store.tasks.cancel(stalled.task_id)
-    for _ in range(6000):  # generous: a loaded CI machine is slow
-        if env["fake"].cancelled and env["fake"].disconnects:
-            break
-        await asyncio.sleep(0.01)
+    await until(
+        lambda: env["fake"].cancelled and env["fake"].disconnects,
+        limit=60,
+        what="the cancel route and the disconnect",
+    )
     assert env["fake"].cancelled == ["resp_remote1"] and env["fake"].disconnects == 1
 
 
@@ -328,11 +332,12 @@ async def test_concurrency_limit_per_upstream(store: Store, env: dict[str, Any])
     for _ in range(6):
         request = parse_create({"model": "up/m1", "input": "hi"}, "fail")
         ids.append((await store.tasks.create(NewTask("up/m1", request))).task_id)
-    for _ in range(6000):
+
+    async def all_finished() -> Any:
         rows = [await store.tasks.get(i) for i in ids]
-        if all(TaskState(r["state"]) in TERMINAL for r in rows):
-            break
-        await asyncio.sleep(0.01)
+        return rows if all(TaskState(r["state"]) in TERMINAL for r in rows) else None
+
+    rows = await until(all_finished, limit=60, what="all six tasks to finish")
     assert [r["state"] for r in rows] == ["completed"] * 6
     assert running_max == 2
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from PySide6.QtWidgets import QApplication
 from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.storage.store import Store
 from tests.support.gui_core import FakeCore
+from tests.support.polling import until  # noqa: F401  (the old import path, for branches in flight)
 
 
 def _qasync_loop() -> asyncio.AbstractEventLoop:
@@ -26,15 +25,6 @@ def _qasync_loop() -> asyncio.AbstractEventLoop:
 
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any]:
     return {"qasync": _qasync_loop}
-
-
-async def until(predicate: Callable[[], Any], limit: float = 5.0, what: str = "") -> None:
-    """Await (never qtbot.wait*) until `predicate()` is true, letting the Qt loop run."""
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what() if callable(what) else what or predicate}")
-        await asyncio.sleep(0.02)
 
 
 HERE = Path(__file__).parent

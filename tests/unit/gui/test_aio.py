@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.gui import aio
-from tests.unit.gui.conftest import until
+from tests.support.polling import until
 
 
 def boxes() -> list[QMessageBox]:

@@ -10,7 +10,7 @@ from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
 from lmsp_desktop.gui.models.client_table import COL_NAME, COL_SCOPES, ClientTableModel
 from lmsp_desktop.gui.pages.clients_page import ClientsPage
-from tests.unit.gui.conftest import until
+from tests.support.polling import until
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from lmsp_desktop.core.storage.recovery import last_report, next_boot, recover
 from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryTableModel
 from lmsp_desktop.gui.main_window import MainWindow
 from tests.support.gui_core import fake_model
-from tests.unit.gui.conftest import until
+from tests.support.polling import until
 from tests.unit.gui.helpers import make_task, run_task
 
 

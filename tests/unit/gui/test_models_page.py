@@ -22,7 +22,7 @@ from lmsp_desktop.gui.models.model_table import (
     Role,
 )
 from lmsp_desktop.gui.pages.models_page import ModelsPage
-from tests.unit.gui.conftest import until
+from tests.support.polling import until
 
 # A GGUF v3 header with no tensors and no key-values: the smallest file the registry accepts
 # as a model (the rest is random bytes to hash).

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lmsp_desktop.gui.pages.task_details import TaskDetails
-from tests.unit.gui.conftest import until
+from tests.support.polling import until
 from tests.unit.gui.helpers import make_task, run_task
 
 

@@ -8,7 +8,7 @@ from lmsp_desktop.gui.aio import spawn
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
 from lmsp_desktop.gui.models.task_table import COL_STATE, COL_TOKENS, Role, TaskTableModel
-from tests.unit.gui.conftest import until
+from tests.support.polling import until
 from tests.unit.gui.helpers import make_task, run_task
 
 

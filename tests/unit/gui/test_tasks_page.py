@@ -12,7 +12,7 @@ from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.models.task_table import COL_STATE
 from lmsp_desktop.gui.pages.tasks_page import TasksPage
-from tests.unit.gui.conftest import until
+from tests.support.polling import until
 from tests.unit.gui.helpers import FakeRunner, make_task, run_task
 
 TERMINAL_EVENTS = {

@@ -15,7 +15,7 @@ from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
 from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_NAME, COL_STATUS
 from lmsp_desktop.gui.pages.models_page import ModelsPage
 from tests.support.fake_upstream import FakeUpstream
-from tests.unit.gui.conftest import until
+from tests.support.polling import until
 
 SECRET = "sk-window-secret-4242"
 

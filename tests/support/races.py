@@ -22,6 +22,7 @@ from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.states import STATE_OF_EVENT
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask
+from tests.support.polling import until
 
 MODEL = "smollm2-135m-instruct"
 REQUEST = parse_create({"model": MODEL, "input": "race"}, "fail")
@@ -115,15 +116,13 @@ async def store_races(
 async def _wait_final(
     http: aiohttp.ClientSession, headers: dict[str, str], task_id: str
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while True:
+
+    async def final() -> dict[str, Any] | None:
         async with http.get(f"/v1/tasks/{task_id}", headers=headers) as r:
             task: dict[str, Any] = await r.json()
-        if task["state"] in ("completed", "incomplete", "failed", "cancelled"):
-            return task
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{task_id} stuck in {task['state']}")
-        await asyncio.sleep(0.005)
+        return task if task["state"] in ("completed", "incomplete", "failed", "cancelled") else None
+
+    return await until(final, limit=30, interval=0.005, what=f"{task_id} to finish")
 
 
 async def _events(http: aiohttp.ClientSession, headers: dict[str, str], task_id: str) -> list[str]:

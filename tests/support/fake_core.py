@@ -13,18 +13,17 @@ import aiohttp
 from lmsp_desktop.app import Core
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.storage.clients import create_client
+from tests.support.lifecycle import started
 
 MODEL = "smollm2-135m-instruct"
 
 
 @contextlib.asynccontextmanager
 async def running_core(data_dir: Path, engine: FakeEngine | None = None) -> AsyncIterator[Core]:
-    core = Core(data_dir, port=0, engine=engine or FakeEngine(token_delay=0.002))
-    await core.start()
-    try:
+    async with started(
+        Core(data_dir, port=0, engine=engine or FakeEngine(token_delay=0.002))
+    ) as core:
         yield core
-    finally:
-        await core.stop()
 
 
 async def token(core: Core, *scopes: str, name: str = "reliability") -> str:

@@ -1,1 +1,0 @@
-"""Shared helpers for the reliability and security proofs (crash loop, races, faults)."""
