@@ -1,16 +1,38 @@
-"""Shared fixtures: offscreen Qt, a fresh data directory, an open store."""
+"""Shared fixtures: offscreen Qt, the event loop of each test, a fresh data directory, an
+open store. Helpers live in tests/support (polling.until, lifecycle.started, ...)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from lmsp_desktop.core.storage.store import Store
+from tests.support.qt_loop import is_gui, qasync_loop
+
+
+def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any]:
+    """The one place that picks a test's loop: GUI tests run on the qasync loop (sharing
+    pytest-qt's QApplication), every other test on a plain asyncio loop, what pytest-asyncio
+    uses when no hook answers. Called while collecting, so the `gui` mark must be the
+    module's `pytestmark` or the test's own decorator, not one added later."""
+    if is_gui(item):
+        return {"qasync": qasync_loop}
+    return {"asyncio": asyncio.new_event_loop}
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    # A test that uses Qt's application through a fixture is a GUI test even if its module
+    # forgot the mark, so that `-m "not gui"` really runs the core alone (qutebrowser does so).
+    for item in items:
+        if is_gui(item) and item.get_closest_marker("gui") is None:
+            item.add_marker(pytest.mark.gui)
 
 
 @pytest.fixture

@@ -1,13 +1,9 @@
-"""Integration fixtures: the GUI tests (test_gui_*.py) run on a qasync loop with a real window.
-
-Only modules named test_gui_* get the qasync loop (sharing pytest-qt's QApplication); every
-other async test in this folder keeps a plain asyncio loop, as it had before this file.
-Qt is imported lazily so that the non-GUI tests here never load PySide6 through this file.
-"""
+"""Integration fixtures: a real Core and its real window for the GUI tests (marked `gui`, so
+they run on tests/conftest.py's qasync loop). Qt is imported lazily so that the non-GUI tests
+here never load PySide6 through this file."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,41 +11,6 @@ from typing import Any
 import pytest
 
 from tests.support.polling import until  # noqa: F401  (the old import path, for branches in flight)
-
-HERE = Path(__file__).parent
-
-
-def _is_gui(item: Any) -> bool:
-    module = getattr(item, "module", None)
-    name = getattr(module, "__name__", "") or ""
-    return name.rsplit(".", 1)[-1].startswith("test_gui_")
-
-
-def _qasync_loop() -> asyncio.AbstractEventLoop:
-    import qasync
-    from PySide6.QtWidgets import QApplication
-
-    app = QApplication.instance() or QApplication([])
-    # As `lmsp-desktop` runs it: closing or hiding windows never quits the loop by itself.
-    app.setQuitOnLastWindowClosed(False)
-    loop: asyncio.AbstractEventLoop = qasync.QEventLoop(app)
-    return loop
-
-
-def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any]:
-    # The hook must answer for every item below this folder; asyncio.new_event_loop is what
-    # pytest-asyncio's runner uses when no hook exists, so the other tests are unchanged.
-    if _is_gui(item):
-        return {"qasync": _qasync_loop}
-    return {"asyncio": asyncio.new_event_loop}
-
-
-def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    # The offscreen platform warns on every shown window that it cannot propagate size
-    # hints; that says nothing about our code, every other Qt warning still fails a test.
-    for item in items:
-        if HERE in Path(item.path).parents and _is_gui(item):
-            item.add_marker(pytest.mark.qt_log_ignore("propagateSizeHints"))
 
 
 @pytest.fixture

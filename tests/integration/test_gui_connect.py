@@ -15,8 +15,10 @@ from PySide6.QtGui import QGuiApplication
 
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.gui.dialogs.connect_dialog import ConnectDialog
-from tests.integration.conftest import until
 from tests.integration.gui_windows import open_app
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl command")

@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+import pytest
 
 from lmsp_desktop.core.states import TERMINAL
 from lmsp_desktop.core.storage.clients import create_client
 from lmsp_desktop.gui.models.task_table import COL_CLIENT, COL_STATE
 from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 MODEL = "smollm2-135m-instruct"
 # Long enough to still be generating when the test clicks Cancel, yet bounded: the demo model

@@ -14,8 +14,10 @@ from PySide6.QtCore import Qt
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog, reachable_url
-from tests.integration.conftest import until
 from tests.integration.gui_windows import open_app
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 async def claim(core: Any, code: str, name: str = "phone") -> dict[str, Any]:

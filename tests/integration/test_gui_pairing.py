@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 async def test_pairing_request_card_approve_and_the_polled_token_works(

@@ -7,11 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PySide6.QtCore import Qt
 
 from lmsp_desktop.core.engines.fake import FakeEngine
-from tests.integration.conftest import until
 from tests.integration.gui_windows import open_app
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 async def test_a_double_click_on_approve_does_not_approve_the_next_card(

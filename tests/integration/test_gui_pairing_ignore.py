@@ -13,8 +13,10 @@ from PySide6.QtCore import Qt
 
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.errors import LmspError
-from tests.integration.conftest import until
 from tests.integration.gui_windows import open_app
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 async def test_ignored_request_is_refused_once_it_expires_and_stays_listed(

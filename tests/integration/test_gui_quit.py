@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from PySide6.QtCore import Qt
 
 from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
 from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
-from tests.integration.conftest import until
 from tests.integration.gui_windows import (
     MODEL,
     client_token,
@@ -20,6 +20,9 @@ from tests.integration.gui_windows import (
     post_background,
     slow_engine,
 )
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 def quit_log(window: Any) -> list[bool]:

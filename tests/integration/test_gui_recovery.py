@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
@@ -19,6 +20,8 @@ from lmsp_desktop.gui.dialogs.recovery_dialog import TASK_ID, RecoveryDialog
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.models.task_table import COL_STATE
 from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 MODEL = "smollm2-135m-instruct"
 # Table 11.3: (state before, policy) → (state after, event written).

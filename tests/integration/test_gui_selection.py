@@ -8,12 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtWidgets import QPushButton
 
 from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog
 from tests.integration.gui_windows import client_token, open_app, post_background, slow_engine
 from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 async def state_of(core: Any, task_id: str) -> str:

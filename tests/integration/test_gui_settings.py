@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
@@ -16,8 +17,10 @@ from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
 from lmsp_desktop.gui.models.model_table import Role
-from tests.integration.conftest import until
 from tests.integration.gui_windows import open_app
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 EXTRA = "tiny-chat.q4_1"  # the id the registry gives tiny-chat.Q4_1.gguf
 

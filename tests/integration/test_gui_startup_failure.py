@@ -9,11 +9,14 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from lmsp_desktop.gui import launch
-from tests.integration.conftest import until
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 def shown_box() -> QMessageBox | None:

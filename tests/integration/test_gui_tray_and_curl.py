@@ -15,8 +15,10 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QSystemTrayIcon
 
 from lmsp_desktop.core.engines.fake import FakeEngine
-from tests.integration.conftest import until
 from tests.integration.gui_windows import client_token, open_app
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl command")

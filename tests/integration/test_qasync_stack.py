@@ -7,6 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.gui
+
 SCRIPT = textwrap.dedent(
     """
     import asyncio, os, sys

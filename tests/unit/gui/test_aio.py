@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.gui import aio
 from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 
 def boxes() -> list[QMessageBox]:

@@ -12,6 +12,8 @@ from lmsp_desktop.gui.models.client_table import COL_NAME, COL_SCOPES, ClientTab
 from lmsp_desktop.gui.pages.clients_page import ClientsPage
 from tests.support.polling import until
 
+pytestmark = pytest.mark.gui
+
 
 @pytest.fixture
 async def page(qtbot, core):

@@ -18,6 +18,8 @@ from tests.support.gui_core import fake_model
 from tests.support.polling import until
 from tests.unit.gui.helpers import make_task, run_task
 
+pytestmark = pytest.mark.gui
+
 
 @pytest.fixture
 async def window(qtbot, core, tmp_path):

@@ -24,6 +24,8 @@ from lmsp_desktop.gui.models.model_table import (
 from lmsp_desktop.gui.pages.models_page import ModelsPage
 from tests.support.polling import until
 
+pytestmark = pytest.mark.gui
+
 # A GGUF v3 header with no tensors and no key-values: the smallest file the registry accepts
 # as a model (the rest is random bytes to hash).
 GGUF_HEADER = b"GGUF" + struct.pack("<IQQ", 3, 0, 0)

@@ -10,6 +10,8 @@ from lmsp_desktop.gui.pages.task_details import TaskDetails
 from tests.support.polling import until
 from tests.unit.gui.helpers import make_task, run_task
 
+pytestmark = pytest.mark.gui
+
 
 @pytest.fixture
 async def details(qtbot, core):

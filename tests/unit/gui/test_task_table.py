@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.gui import data
 from lmsp_desktop.gui.aio import spawn
@@ -10,6 +12,8 @@ from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
 from lmsp_desktop.gui.models.task_table import COL_STATE, COL_TOKENS, Role, TaskTableModel
 from tests.support.polling import until
 from tests.unit.gui.helpers import make_task, run_task
+
+pytestmark = pytest.mark.gui
 
 
 async def test_model_passes_qtmodeltester(qtmodeltester, store, core):

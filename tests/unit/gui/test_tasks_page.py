@@ -15,6 +15,8 @@ from lmsp_desktop.gui.pages.tasks_page import TasksPage
 from tests.support.polling import until
 from tests.unit.gui.helpers import FakeRunner, make_task, run_task
 
+pytestmark = pytest.mark.gui
+
 TERMINAL_EVENTS = {
     "response.completed",
     "response.failed",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
+import pytest
 from PySide6.QtWidgets import QLabel, QLineEdit
 
 from lmsp_desktop.core.models.registry import ModelRegistry
@@ -16,6 +17,8 @@ from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_NAME, COL_STATUS
 from lmsp_desktop.gui.pages.models_page import ModelsPage
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
 
 SECRET = "sk-window-secret-4242"
 
