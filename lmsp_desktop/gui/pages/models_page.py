@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
@@ -59,6 +60,18 @@ class ProgressDelegate(QStyledItemDelegate):
         bar.textVisible = True
         style = QApplication.style()
         style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter)
+
+
+def verify_outcome(info: ModelInfo) -> str:
+    """The status line after verifying one model: that it is verified, or why not."""
+    if info.state == "verified":
+        return f"{info.id} verified: its digest matches the file."
+    if info.state == "changed":
+        return f"{info.id} failed verification: the file no longer matches its digest."
+    if info.state == "missing":
+        return f"{info.id} failed verification: the file is missing."
+    reason = info.meta.get("error") or "the file is not a usable model"
+    return f"{info.id} failed verification: {reason}"
 
 
 class ModelsPage(QWidget):
@@ -106,10 +119,15 @@ class ModelsPage(QWidget):
         self.explain = QLabel()
         self.explain.setWordWrap(True)
         self.explain.hide()
+        # What the last action did ("Verifying NAME…", then its outcome): a click always
+        # shows a response, even when the row's state does not change.
+        self.status = QLabel()
+        self.status.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.table)
         layout.addWidget(self.explain)
+        layout.addWidget(self.status)
         self._clock = QTimer(self, interval=5000)  # idle countdowns of loaded models
         self._clock.timeout.connect(self.model.tick)
         self._clock.start()
@@ -185,7 +203,13 @@ class ModelsPage(QWidget):
         self.verify_button.setEnabled(False)
         try:
             for model_id in ids:
-                info = await self.core.verify_model(model_id)
+                self.status.setText(f"Verifying {model_id}…")
+                try:
+                    info = await self.core.verify_model(model_id)
+                except LmspError as exc:
+                    self.status.setText(f"{model_id} could not be verified: {exc.message}")
+                    continue
+                self.status.setText(verify_outcome(info))
                 if info.state == "changed":
                     self._offer_accept(info)
         finally:

@@ -157,3 +157,30 @@ async def test_files_that_are_not_models_are_never_verified(core, store, qtbot, 
         with pytest.raises(LmspError) as refused:
             await registry.path_for_run(info.id)
         assert refused.value.code == "model_invalid" and refused.value.status == 422
+
+
+async def test_verify_selected_says_what_it_is_doing_and_the_outcome(setup):
+    """Over the real registry: a click on Verify selected shows "Verifying NAME…", then that
+    it is verified, or why not."""
+    page, registry, folder, blob, progress = setup  # noqa: RUF059
+    await registry.scan()
+    await page.load()
+    await until(lambda: cell(page, COL_STATUS).startswith("✓ verified"))
+    name = page.model.model_id(0)
+    shown: list[str] = []
+    set_text = page.status.setText
+    page.status.setText = lambda text: (shown.append(text), set_text(text))  # type: ignore[method-assign]
+    page.table.selectRow(0)
+    page.verify_button.click()
+    await until(lambda: len(shown) >= 2, what=lambda: str(shown))
+    assert shown[0] == f"Verifying {name}…"
+    assert page.status.text() == f"{name} verified: its digest matches the file."
+    assert page.status.isVisible()
+
+    (folder / "tiny-model.Q4_0.gguf").write_bytes(GGUF_HEADER + b"y" * len(blob))
+    page.verify_button.click()
+    await until(lambda: "failed" in page.status.text(), what=page.status.text)
+    assert page.status.text() == (
+        f"{name} failed verification: the file no longer matches its digest."
+    )
+    page.accept_box.close()
