@@ -87,6 +87,8 @@ class ModelTableModel(RowTableModel):
         self._progress: dict[str, float] = {}
         self._progress_at: dict[str, float] = {}
         self._loaded: dict[str, str] = {}
+        # The engine's message of the last failed load per model, until it loads.
+        self._load_errors: dict[str, str] = {}
 
     def state_of(self, info: ModelInfo) -> str:
         return "hashing" if info.id in self._progress else str(info.state)
@@ -108,6 +110,8 @@ class ModelTableModel(RowTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             if col in (COL_NAME, COL_FOLDER):
                 return str(info.path)
+            if col == COL_LOADED and info.id in self._load_errors:
+                return self._load_errors[info.id]
             if col == COL_LOADED and self._loaded.get(info.id) == "loaded":
                 return "Loaded models are unloaded after the idle time set in Settings."
             if col == COL_DIGEST:
@@ -162,6 +166,8 @@ class ModelTableModel(RowTableModel):
                 word += f" {date_time(info.verified_at)[:10]}"  # the time is in the tooltip
             return word
         loaded = self._loaded.get(info.id, "unloaded")
+        if loaded == "unloaded" and info.id in self._load_errors:
+            return "✗ failed to load"
         if loaded != "loaded":
             return "" if loaded == "unloaded" else loaded
         left = self.core.model_idle_seconds_left(info.id)
@@ -206,9 +212,16 @@ class ModelTableModel(RowTableModel):
     def set_loaded(self, states: dict[str, str]) -> None:
         """The runner loaded or unloaded models (model id → unloaded, loading or loaded)."""
         for model_id, state in states.items():
+            if state == "loaded" and self._load_errors.pop(model_id, None) is not None:
+                self._changed(model_id, COL_LOADED)
             if self._loaded.get(model_id) != state:
                 self._loaded[model_id] = state
                 self._changed(model_id, COL_LOADED)
+
+    def set_load_failed(self, model_id: str, message: str) -> None:
+        """A task could not load `model_id`: its row says so until the model loads."""
+        self._load_errors[model_id] = message
+        self._changed(model_id, COL_LOADED)
 
     def tick(self) -> None:
         """The idle countdown of loaded models moves with the clock."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, QUrl
@@ -25,6 +26,8 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
@@ -138,6 +141,23 @@ class ModelsPage(QWidget):
         self.model.modelReset.connect(self.fit_columns)
         bridge.model_progress.connect(self.model.set_progress)
         bridge.loaded_changed.connect(self.model.set_loaded)
+        bridge.tasks_changed.connect(self.on_task_changes)
+
+    def on_task_changes(self, changes: dict[str, TaskChange]) -> None:
+        """A task that failed to load its model marks the model's row with the reason."""
+        failed = [c for c in changes.values() if c.state == TaskState.FAILED]
+        if failed:
+            aio.spawn(self._mark_failed_loads(failed), self)
+
+    async def _mark_failed_loads(self, failed: list[TaskChange]) -> None:
+        for change in failed:
+            try:
+                row = await self.core.task(change.task_id)
+            except LmspError:  # deleted meanwhile
+                continue
+            error = json.loads(row["error"]) if row["error"] else None
+            if error and error.get("code") == "model_load_failed":
+                self.model.set_load_failed(change.model, error["message"])
 
     def set_active(self, active: bool) -> None:
         """The idle countdowns move only while the window is shown."""

@@ -184,3 +184,25 @@ async def test_verify_selected_says_what_it_is_doing_and_the_outcome(setup):
         f"{name} failed verification: the file no longer matches its digest."
     )
     page.accept_box.close()
+
+
+async def test_a_failed_load_marks_the_row_until_the_model_loads(setup, store):
+    """A task fails with the engine's model_load_failed (real store, real bridge): the row
+    says so with the engine's message as tooltip; a later load clears it."""
+    from lmsp_desktop.core.storage.tasks import NewTask
+
+    page, registry, folder, blob, progress = setup  # noqa: RUF059
+    await registry.scan()
+    await page.load()
+    model_id = page.model.model_id(0)
+    request = {"input": "Hi", "temperature": 0.7, "top_p": 0.95}
+    task_id = (await store.tasks.create(NewTask(model=model_id, request=request))).task_id
+    await store.tasks.mark_loading(task_id)
+    await store.tasks.fail(task_id, "model_load_failed", "llama_model_load: tensor data is short")
+    shown = lambda: cell(page, COL_LOADED)  # noqa: E731
+    await until(lambda: shown() == "✗ failed to load", what=shown)
+    assert page.model.index(0, COL_LOADED).data(3) == "llama_model_load: tensor data is short"
+    page.core.announce_loaded(model_id, "loaded")
+    await until(lambda: shown().startswith("loaded"), what=shown)
+    page.core.announce_loaded(model_id, "unloaded")
+    await until(lambda: shown() == "", what=shown)
