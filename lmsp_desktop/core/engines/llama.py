@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import threading
 from pathlib import Path
@@ -41,6 +42,7 @@ from lmsp_desktop.core.engines.prefix_cache import PrefixStats
 from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, check_request, pump_started
 from lmsp_desktop.core.engines.sampling import new_seed
 
+log = logging.getLogger(__name__)
 DEFAULT_CONTEXT = 4096
 DEFAULT_THREADS = 2
 DEFAULT_PARALLEL = 4  # concurrent requests per loaded model
@@ -91,7 +93,19 @@ class LlamaEngine:
 
         if progress is not None:
             progress(0.0)
-        model = await asyncio.to_thread(self._load_sync, Path(path), report, n_ctx)
+        loading = asyncio.ensure_future(
+            asyncio.to_thread(self._load_sync, Path(path), report, n_ctx)
+        )
+        try:
+            model = await asyncio.shield(loading)
+        except asyncio.CancelledError:
+            # A cancelled wait (the service stopping) does not stop the loading thread: free
+            # what it makes, so no llama.cpp thread outlives the shutdown (a crash at exit).
+            try:
+                await (await asyncio.shield(loading)).unload()
+            except Exception:
+                log.warning("a model load cut short by shutdown ended badly", exc_info=True)
+            raise
         if progress is not None:
             progress(1.0)
         return model
