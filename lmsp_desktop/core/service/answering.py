@@ -16,8 +16,12 @@ from typing import Any
 
 from aiohttp import web
 
+from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.creation import Created, IdempotencyInput, Parser, create_task
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
+from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.service import sse
+from lmsp_desktop.core.service.bodies import read_json
 from lmsp_desktop.core.service.context import ServiceContext
 from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, complete_key, release_key
@@ -27,6 +31,23 @@ log = logging.getLogger(__name__)
 # An event as a route shows it to its clients, or None to leave it out of the stream.
 EventView = Callable[[dict[str, Any]], dict[str, Any] | None]
 DISCONNECT_POLL_S = 0.25
+
+
+async def create_from_request(
+    request: web.Request, ctx: ServiceContext, caller: Principal, parse: Parser = parse_create
+) -> Created:
+    """Create the task an HTTP create route is asked for, through the one creation path: the
+    body is read only once the service takes work, and an Idempotency-Key header (when sent)
+    is claimed against this method, path and body."""
+    key = request.headers.get("Idempotency-Key")
+    idempotency = IdempotencyInput(key, request.method, request.path) if key is not None else None
+    return await create_task(
+        ctx,
+        lambda: read_json(request),
+        client_id=caller.client_id,
+        parse=parse,
+        idempotency=idempotency,
+    )
 
 
 def shown_as_is(event: dict[str, Any]) -> dict[str, Any] | None:

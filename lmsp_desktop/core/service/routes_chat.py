@@ -17,17 +17,16 @@ from aiohttp import web
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.chat_render import ChunkRenderer, completion_object
 from lmsp_desktop.core.chat_request import CHAT_API, parse_chat
-from lmsp_desktop.core.creation import IdempotencyInput, create_task
 from lmsp_desktop.core.errors import ShuttingDownError, not_found
 from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.answering import (
     cancel_on_disconnect,
     cancel_quietly,
+    create_from_request,
     holding_key,
     settle_key,
 )
-from lmsp_desktop.core.service.bodies import read_json
 from lmsp_desktop.core.service.context import ServiceContext, requires
 from lmsp_desktop.core.service.failures import NO_RETRY, task_failure
 from lmsp_desktop.core.states import TERMINAL, TaskState
@@ -40,14 +39,7 @@ routes = web.RouteTableDef()
 async def create_chat_completion(
     request: web.Request, ctx: ServiceContext, caller: Principal
 ) -> web.StreamResponse:
-    key = request.headers.get("Idempotency-Key")
-    created = await create_task(
-        ctx,
-        lambda: read_json(request),
-        client_id=caller.client_id,
-        parse=parse_chat,
-        idempotency=IdempotencyInput(key, "POST", request.path) if key is not None else None,
-    )
+    created = await create_from_request(request, ctx, caller, parse_chat)
     if created.replayed:
         result = created.result
         return web.json_response(

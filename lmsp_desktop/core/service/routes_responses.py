@@ -9,20 +9,20 @@ from aiohttp import web
 
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.conversation import stored_response
-from lmsp_desktop.core.creation import IdempotencyInput, create_task
 from lmsp_desktop.core.errors import invalid, not_found
 from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.answering import (
     cancel_on_disconnect,
     cancel_quietly,
+    create_from_request,
     finished_object,
     holding_key,
     settle_key,
     stream_events,
     wait_for_final,
 )
-from lmsp_desktop.core.service.bodies import query_flag, query_int, read_json
+from lmsp_desktop.core.service.bodies import query_flag, query_int
 from lmsp_desktop.core.service.context import ServiceContext, requires
 from lmsp_desktop.core.service.failures import NO_RETRY, task_failure
 from lmsp_desktop.core.states import LMSP_ONLY_EVENTS, EventType
@@ -54,13 +54,7 @@ def responses_view(event: dict[str, Any]) -> dict[str, Any] | None:
 async def create_response(
     request: web.Request, ctx: ServiceContext, caller: Principal
 ) -> web.StreamResponse:
-    key = request.headers.get("Idempotency-Key")
-    created = await create_task(
-        ctx,
-        lambda: read_json(request),
-        client_id=caller.client_id,
-        idempotency=IdempotencyInput(key, "POST", request.path) if key is not None else None,
-    )
+    created = await create_from_request(request, ctx, caller)
     result, task_id = created.result, created.task_id
     if created.replayed:
         return web.json_response(
