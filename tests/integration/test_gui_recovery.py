@@ -48,7 +48,7 @@ SENTENCE = {
     ("queued", "queued"): "Still waiting in the queue",
     ("loading", "queued"): "Will start again from the beginning",
     ("running", "queued"): "Will start again from the beginning",
-    ("running", "running"): "Resumed where it stopped",
+    ("running", "running"): "Resumed after 3 tokens",
     ("cancelling", "cancelled"): "Cancelled, as was asked before the restart",
 }
 
@@ -77,8 +77,14 @@ async def leave_leftovers(data_dir: Path) -> dict[str, tuple[str, str]]:
                 await store.tasks.mark_loading(task_id)
             if state in ("running", "cancelling"):
                 await store.tasks.mark_running(task_id)
+                # As the runner writes them: the snapshot holds the token ids generated so
+                # far (the demo model's "The sky is"), which a resume continues after.
                 await store.tasks.append_deltas(
-                    task_id, ["Blue"], output_tokens=1, input_tokens=9, snapshot=None
+                    task_id,
+                    ["The sky is"],
+                    output_tokens=3,
+                    input_tokens=9,
+                    snapshot={"tokens": [504, 6376, 314], "seed": 7},
                 )
             if state == "cancelling":
                 await store.tasks.cancel(task_id)

@@ -23,7 +23,7 @@ from lmsp_desktop.core.states import (
     RestartPolicy,
     TaskState,
 )
-from lmsp_desktop.core.storage.events import carrying_response, closing_with
+from lmsp_desktop.core.storage.events import Row, carrying_response, closing_with
 from lmsp_desktop.core.storage.task_reads import JOINED
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 from lmsp_desktop.core.storage.transitions import Expr, Transition, requeued, transition_many
@@ -43,6 +43,9 @@ class RecoveryItem:
     state_after: str
     event_type: str
     sequence_number: int
+    # For a resumed task: how many generated tokens its snapshot kept (the resume continues
+    # after them). None for other outcomes, and in reports stored before this was recorded.
+    tokens_kept: int | None = None
 
 
 @dataclass
@@ -156,11 +159,19 @@ def _recover_batch(
                 str(after),
                 event,
                 new["last_seq"],
+                _tokens_kept(new) if after == TaskState.RUNNING else None,
             )
             change = TaskChange(new["id"], after, new["last_seq"], new["model"], (event,))
             done.append((item, change))
     done.sort(key=lambda pair: order[pair[0].task_id])
     return done
+
+
+def _tokens_kept(row: Row) -> int:
+    """The generated tokens a resumed task continues after: those of its last snapshot
+    (none when it was killed before its first snapshot)."""
+    snapshot = json.loads(row["snapshot"]) if row["snapshot"] else {}
+    return len(snapshot.get("tokens", []))
 
 
 def _cell_move(

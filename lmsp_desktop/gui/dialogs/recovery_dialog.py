@@ -40,7 +40,12 @@ def as_report(report: RecoveryReport | dict[str, Any]) -> RecoveryReport:
 def what_happened(item: RecoveryItem) -> str:
     """The recovery of one task as a sentence (the event written is in the tooltip)."""
     if item.event_type == "response.resumed":
-        return "Resumed where it stopped"
+        if item.tokens_kept is None:  # a report stored before the count was recorded
+            return "Resumed where it stopped"
+        if item.tokens_kept == 0:
+            return "Resumed from the start (it had not generated anything yet)"
+        n = item.tokens_kept
+        return f"Resumed after {n:,} token{'' if n == 1 else 's'}"
     if item.state_after == "failed":
         return "Failed: the service restarted"
     if item.state_after == "cancelled":
@@ -76,7 +81,13 @@ class RecoveryTableModel(RowTableModel):
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_TASK:
             return item.task_id
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_EVENT:
-            return f"Event written: {item.event_type} (#{item.sequence_number})"
+            kept = (
+                f"The {item.tokens_kept:,} tokens generated before the restart were kept; "
+                "generation continues after them.\n"
+                if item.tokens_kept
+                else ""
+            )
+            return f"{kept}Event written: {item.event_type} (#{item.sequence_number})"
         if role == TASK_ID:
             return item.task_id
         return None

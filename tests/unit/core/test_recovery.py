@@ -172,8 +172,31 @@ async def test_report_summary_and_json(store: Store) -> None:
         "state_after",
         "event_type",
         "sequence_number",
+        "tokens_kept",
     }
     assert await last_report(store.tasks) == json.loads(json.dumps(data))
+
+
+async def test_a_resumed_task_reports_the_tokens_its_snapshot_kept(store: Store) -> None:
+    """The recovery dialog says "Resumed after 412 tokens": the count is the snapshot's."""
+    resumed = await drive(store.tasks, TaskState.RUNNING, on_restart=RestartPolicy.RESUME)
+    fresh = await drive(store.tasks, TaskState.LOADING, on_restart=RestartPolicy.RESUME)
+    assert await store.tasks.mark_running(fresh)  # killed before its first token
+    retried = await drive(store.tasks, TaskState.RUNNING, on_restart=RestartPolicy.RETRY)
+    for task_id in (resumed, retried):
+        await store.tasks.append_deltas(
+            task_id,
+            ["x"] * 412,
+            output_tokens=412,
+            input_tokens=9,
+            snapshot={"tokens": list(range(412)), "seed": 7},
+        )
+    report = await recover(store.tasks, await next_boot(store.tasks))
+    kept = {item.task_id: item.tokens_kept for item in report.items}
+    assert kept == {resumed: 412, fresh: 0, retried: None}  # retry starts over: none kept
+    stored = await last_report(store.tasks)
+    assert stored is not None
+    assert {i["task_id"]: i["tokens_kept"] for i in stored["items"]} == kept
 
 
 async def test_last_report_is_the_latest_startup_with_leftovers(data_dir: Path) -> None:

@@ -124,7 +124,10 @@ async def test_recovery_dialog_lists_each_task_and_shows_it(qtmodeltester, windo
     }
     assert rows[ids[("queued", RestartPolicy.FAIL)]][2] == "queued → failed"
     assert rows[ids[("running", RestartPolicy.RETRY)]][2] == "running → queued"
-    assert rows[ids[("running", RestartPolicy.RESUME)]][4] == "Resumed where it stopped"
+    # run_task wrote no snapshot: the resume starts from nothing, and the dialog says so.
+    assert rows[ids[("running", RestartPolicy.RESUME)]][4] == (
+        "Resumed from the start (it had not generated anything yet)"
+    )
     assert rows[ids[("cancelling", RestartPolicy.FAIL)]][2] == "cancelling → cancelled"
     dialog.show_button.click()
     assert window.pages.currentWidget() is window.tasks
