@@ -16,6 +16,11 @@ from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.format import app_icon
 
 log = logging.getLogger(__name__)
+# A failed start shows its reason within a second of the launch, often while a key is still in
+# flight (the Enter that started it, a held key's repeat): such a key on an armed OK button
+# closes the box before anyone reads it, and the window seems to vanish. So OK takes no key or
+# click this soon.
+ARM_DELAY_MS = 1000
 
 
 async def ask(box: QMessageBox) -> None:
@@ -24,6 +29,20 @@ async def ask(box: QMessageBox) -> None:
     box.finished.connect(lambda _: closed.set())
     box.open()
     await closed.wait()
+
+
+def failure_box(text: str) -> QMessageBox:
+    """Why the app could not start, with OK armed only after ARM_DELAY_MS."""
+    box = QMessageBox(
+        QMessageBox.Icon.Critical,
+        "LMSP Desktop could not start",
+        text,
+        QMessageBox.StandardButton.Ok,
+    )
+    ok = box.button(QMessageBox.StandardButton.Ok)
+    ok.setEnabled(False)
+    QTimer.singleShot(ARM_DELAY_MS, box, lambda: ok.setEnabled(True))
+    return box
 
 
 async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> int:
@@ -47,13 +66,7 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
             await core.stop()
         except Exception:
             log.exception("cleanup after a failed start failed")
-        box = QMessageBox(
-            QMessageBox.Icon.Critical,
-            "LMSP Desktop could not start",
-            aio.error_text(exc),
-            QMessageBox.StandardButton.Ok,
-        )
-        await ask(box)
+        await ask(failure_box(aio.error_text(exc)))
         return 1
     window = MainWindow(core, qsettings)
     loop = asyncio.get_running_loop()
