@@ -18,7 +18,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.errors import LmspError, ShuttingDownError
 from lmsp_desktop.core.requests import chat_messages
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,8 @@ class _Vocab:
             bos_token=self._text(self._model.token_bos()),
             eos_token=self._text(self._model.token_eos()),
         )
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held while llama.cpp tokenizes: close waits for it
+        self._closed = False
 
     def _text(self, token: int) -> str:
         return "" if token < 0 else str(self._model.token_get_text(token))
@@ -64,13 +65,19 @@ class _Vocab:
         bos = self._renderer.bos_token
         add_bos = self._add_bos and not (bos and prompt.startswith(bos))
         with self._lock:
+            if self._closed:  # the service stopped while this request was being read
+                raise ShuttingDownError()
             # A lone surrogate escape has no UTF-8 form: counted as the engine will see it
             # replaced (the run then fails or answers; admission must not crash).
             raw = prompt.encode("utf-8", "replace")
             return len(self._model.tokenize(raw, add_bos, True))
 
     def close(self) -> None:
-        self._model.close()
+        """Free the tokenizer once no thread is counting with it (freeing it under a count
+        crashed the process)."""
+        with self._lock:
+            self._closed = True
+            self._model.close()
 
 
 class TokenCounter:
@@ -94,9 +101,9 @@ class TokenCounter:
                 vocab = None
             self._vocabs[key] = vocab
             while len(self._vocabs) > self._cached:
-                _, old = self._vocabs.popitem(last=False)
-                if old is not None:
-                    old.close()
+                # Not closed here: a request may be counting with it in another thread; the
+                # tokenizer is freed when the last one lets go of it.
+                self._vocabs.popitem(last=False)
             return vocab
 
     def fit_sync(self, info: Any, request: dict[str, Any], limit: int) -> int | None:

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,10 @@ DEFAULT_THREADS = 2
 DEFAULT_PARALLEL = 4  # concurrent requests per loaded model
 # A cached prefix this long is worth waiting in a busier context for (see _choose).
 LONG_PREFIX = 256
+# How long an unload waits for the threads still using the model (decoding, tokenizing a
+# prompt) before it gives up freeing it: a bound on a hang, the memory then goes with the
+# process.
+RELEASE_WAIT_S = 60.0
 PROBE_TEXT = "The lighthouse keeper climbed the stairs as the storm rolled in from the sea. "
 
 
@@ -101,6 +108,7 @@ class LlamaEngine:
         except asyncio.CancelledError:
             # A cancelled wait (the service stopping) does not stop the loading thread: free
             # what it makes, so no llama.cpp thread outlives the shutdown (a crash at exit).
+            log.debug("loading %s was cut short: waiting for its thread to end", path)
             try:
                 await (await asyncio.shield(loading)).unload()
             except Exception:
@@ -218,6 +226,10 @@ class LlamaModel:
         self._all_decoders = list(self._decoders)
         self._last_job: Job | None = None
         self._unloading = asyncio.Lock()
+        # Threads other than the decoders' inside llama.cpp with this model (a prompt being
+        # tokenized); the model is freed only once none is left.
+        self._users = 0
+        self._users_changed = threading.Condition()
 
     @property
     def exact_batching(self) -> bool:
@@ -309,7 +321,8 @@ class LlamaModel:
         return decoders[max(range(len(decoders)), key=score)]
 
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
-        prompt = self.tokenize_prompt(self.render_prompt(request.messages, request.tools))
+        with self._in_use():
+            prompt = self.tokenize_prompt(self.render_prompt(request.messages, request.tools))
         if len(prompt) >= self.context_length:
             raise EngineError(
                 "context_length_exceeded",
@@ -323,16 +336,52 @@ class LlamaModel:
             raise EngineError("model_unloaded", "The model was unloaded; submit the request again.")
         return self._decoders
 
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """Use the model's native memory from a worker thread: refused once unloading began,
+        and the unload waits until the block has ended (a generation cancelled while its
+        prompt was being tokenized leaves that thread running: the service stopping)."""
+        with self._users_changed:
+            self._require()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._users_changed:
+                self._users -= 1
+                self._users_changed.notify_all()
+
     async def unload(self) -> None:
-        """Free the model once every running generation has ended."""
+        """Free the model once every running generation and every thread still using it has
+        ended. Cancelling the wait does not stop the freeing: it goes on in its thread."""
         async with self._unloading:
-            decoders, self._decoders = self._decoders, None
+            with self._users_changed:  # no new user after this
+                decoders, self._decoders = self._decoders, None
             if decoders is not None:
                 await asyncio.to_thread(self._close, decoders)
 
     def _close(self, decoders: list[BatchDecoder]) -> None:
+        """Stop the decoding threads, wait for the other users, then free. If any of them is
+        still inside llama.cpp after RELEASE_WAIT_S, the memory is left to the process exit:
+        freeing it under a running call is what crashed the service at shutdown."""
+        deadline = time.monotonic() + RELEASE_WAIT_S
         for decoder in decoders:
-            decoder.close()
+            decoder.begin_close()
+        stopped = all([d.join(max(0.0, deadline - time.monotonic())) for d in decoders])
+        with self._users_changed:
+            if self._users:
+                log.debug("unloading %s waits for %d threads using it", self.path.name, self._users)
+            idle = self._users_changed.wait_for(
+                lambda: self._users == 0, max(0.0, deadline - time.monotonic())
+            )
+        if not (stopped and idle):
+            log.error(
+                "unloading %s: a thread was still inside llama.cpp after %.0f s; its memory is "
+                "left to the process exit instead of freed under it",
+                self.path.name,
+                RELEASE_WAIT_S,
+            )
+            return
         for ctx in self._contexts:
             self._lc.llama_free(ctx)
         self._lc.llama_model_free(self._weights)

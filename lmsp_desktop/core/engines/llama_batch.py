@@ -120,6 +120,7 @@ class BatchDecoder:
         self.exact = False
         self.cache = PrefixCache(n_seq)
         self._batch = TokenBatch(max(PREFILL_CHUNK * n_seq, n_seq) + n_seq)
+        self._batch_freed = False
         self._waiting: deque[Job] = deque()
         self._running: list[Job] = []
         self._wake = threading.Condition()
@@ -141,11 +142,25 @@ class BatchDecoder:
 
     def close(self) -> None:
         """Finish every submitted generation, then stop the thread (blocking)."""
+        self.begin_close()
+        self.join(None)
+
+    def begin_close(self) -> None:
+        """Refuse new generations; the thread ends once the submitted ones have finished."""
         with self._wake:
             self._closing = True
             self._wake.notify()
-        self._thread.join()
-        self._batch.free()
+
+    def join(self, timeout: float | None) -> bool:
+        """Wait (up to `timeout` seconds) for the thread to end, then free its batch; False
+        when it is still running (and the batch is kept: the thread may still use it)."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return False
+        if not self._batch_freed:
+            self._batch_freed = True
+            self._batch.free()
+        return True
 
     @property
     def active(self) -> int:
