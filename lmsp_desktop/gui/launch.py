@@ -7,13 +7,17 @@ import asyncio
 import logging
 import signal
 import sys
+import time
+from pathlib import Path
 
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.format import app_icon
+from lmsp_desktop.gui.single_instance import WindowServer, hand_over
 
 log = logging.getLogger(__name__)
 # A failed start shows its reason within a second of the launch, often while a key is still in
@@ -29,6 +33,22 @@ async def ask(box: QMessageBox) -> None:
     box.finished.connect(lambda _: closed.set())
     box.open()
     await closed.wait()
+
+
+def is_lock_refusal(exc: BaseException) -> bool:
+    return isinstance(exc, LmspError) and exc.code == "data_dir_in_use"
+
+
+async def hand_over_soon(data_dir: Path, within_s: float = 3.0) -> bool:
+    """The data directory is locked: if it is a window still starting up, wait for it to
+    listen and bring it to the front (False when it never answers: `serve`, say)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        if hand_over(data_dir, wait_ms=500):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.2)
 
 
 def failure_box(text: str) -> QMessageBox:
@@ -66,9 +86,12 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
             await core.stop()
         except Exception:
             log.exception("cleanup after a failed start failed")
+        if is_lock_refusal(exc) and await hand_over_soon(args.data_dir):
+            return 0  # a window of this data directory is starting: it came to the front
         await ask(failure_box(aio.error_text(exc)))
         return 1
     window = MainWindow(core, qsettings)
+    later_launches = WindowServer(args.data_dir, window.bring_to_front, window)
     loop = asyncio.get_running_loop()
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -82,6 +105,7 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        later_launches.close()
         window.hide()
         window.bridge.close()
         scan.cancel()
@@ -104,4 +128,7 @@ def run_gui(args: argparse.Namespace) -> int:
     ticker = QTimer(interval=250)
     ticker.timeout.connect(lambda: None)
     ticker.start()
+    if hand_over(args.data_dir):
+        print("LMSP Desktop is already running: its window is in front now.", flush=True)
+        return 0
     return int(qasync.run(main(args)))

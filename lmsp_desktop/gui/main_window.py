@@ -174,9 +174,15 @@ class MainWindow(QMainWindow):
             QSystemTrayIcon.ActivationReason.Trigger,
             QSystemTrayIcon.ActivationReason.DoubleClick,
         ):
-            self.showNormal()
-            self.raise_()
-            self.activateWindow()
+            self.bring_to_front()
+
+    def bring_to_front(self) -> None:
+        """Show the window in front (a tray click, a second launch): back from the tray or
+        from minimised, keeping maximised if it was."""
+        self.setWindowState(self.windowState() & ~Qt.WindowState.WindowMinimized)
+        self.show()
+        self.raise_()
+        self.activateWindow()
 
     def set_paused(self, paused: bool) -> None:
         """Drain: the service answers 503 to new work while accepted tasks finish."""
