@@ -17,7 +17,6 @@ import itertools
 import json
 import struct
 import threading
-import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ import pytest
 
 from lmsp_desktop.app import Core
 from lmsp_desktop.core.storage.clients import create_client, revoke_client
-from tests.support.polling import until
+from tests.support.polling import until, until_sync
 
 MODEL = "smollm2-135m-instruct"
 ALL_SCOPES = ("models:read", "responses:read", "responses:write", "admin")
@@ -139,10 +138,12 @@ def broken_live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
     header = b"GGUF" + struct.pack("<IQQ", 3, 0, 0)  # version 3, no tensors, no key-values
     (folder / "broken.gguf").write_bytes(header + b"not a model" * 100)
     running = LiveCore(tmp_path_factory.mktemp("broken-core"), model_dirs=[folder])
-    deadline = time.monotonic() + 60
-    while running.call(running.core.registry.get(BROKEN)).state != "verified":
-        assert time.monotonic() < deadline, "broken.gguf was never verified"
-        time.sleep(0.05)
+    until_sync(
+        lambda: running.call(running.core.registry.get(BROKEN)).state == "verified",
+        60,
+        "broken.gguf to be verified",
+        0.05,
+    )
     try:
         yield running
     finally:

@@ -6,7 +6,6 @@ tests use the synchronous SDK directly, as a user's script would.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +28,7 @@ from tests.integration.service_fixtures import (  # noqa: E402
     USER_SCOPES,
     LiveCore,
 )
+from tests.support.polling import until_sync  # noqa: E402
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 
@@ -48,13 +48,15 @@ def sdk(live: LiveCore) -> Iterator[OpenAI]:
 
 
 def wait_status(sdk: OpenAI, response_id: str, statuses: tuple[str, ...]) -> Response:
-    deadline = time.monotonic() + 90
-    while True:
-        response = sdk.responses.retrieve(response_id)
-        if response.status in statuses:
-            return response
-        assert time.monotonic() < deadline, f"{response_id} stuck in {response.status}"
-        time.sleep(0.05)
+    seen: list[Response | None] = [None]
+
+    def reached() -> Response | None:
+        seen[0] = sdk.responses.retrieve(response_id)
+        return seen[0] if seen[0].status in statuses else None
+
+    return until_sync(
+        reached, 90, lambda: f"{response_id} to leave {seen[0] and seen[0].status}", 0.05
+    )
 
 
 def test_create_sync(sdk: OpenAI) -> None:

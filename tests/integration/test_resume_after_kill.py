@@ -4,12 +4,13 @@ on_restart=resume to byte-identical output (real demo model, temperature 0 and a
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
+from tests.support.polling import until_sync
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
@@ -17,14 +18,14 @@ MAX_TOKENS = 72
 
 
 def wait_task(url: str, token: str, task_id: str, predicate, timeout: float = 120.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status, task = call(f"{url}/v1/tasks/{task_id}", token)
-        assert status == 200, task
-        if predicate(task):
-            return task
-        time.sleep(0.02)
-    raise AssertionError(f"task {task_id} did not reach the condition: {task}")
+    seen: list[Any] = [None]
+
+    def reached() -> Any:
+        status, seen[0] = call(f"{url}/v1/tasks/{task_id}", token)
+        assert status == 200, seen[0]
+        return seen[0] if predicate(seen[0]) else None
+
+    return until_sync(reached, timeout, lambda: f"task {task_id} to get there: {seen[0]}")
 
 
 def finished(task) -> bool:  # type: ignore[no-untyped-def]
@@ -262,14 +263,13 @@ def test_a_chat_completion_resumes_after_a_kill_to_the_same_text(tmp_path: Path)
         daemon=True,
     )
     waiting.start()
-    deadline = time.monotonic() + 60
-    while True:
-        status, page = call(f"{url}/v1/tasks?limit=1", token)
-        if page["data"] and page["data"][0]["id"] != reference["id"]:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    task_id = page["data"][0]["id"]
+
+    def newest_other() -> str | None:
+        _status, page = call(f"{url}/v1/tasks?limit=1", token)
+        newest = page["data"][0]["id"] if page["data"] else None
+        return newest if newest != reference["id"] else None
+
+    task_id = until_sync(newest_other, 60, "the waiting client's task to be created")
     assert task_id.startswith("chatcmpl-")
     task = wait_task(url, token, task_id, lambda t: t["output_tokens"] >= 9 or finished(t))
     assert not finished(task), "the generation ended before the kill"

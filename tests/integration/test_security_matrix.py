@@ -9,7 +9,6 @@ import http.client
 import json
 import re
 import stat
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from lmsp_desktop.core.pairing import MAX_FAILURES
 from tests.integration.serve_process import ServeProcess, lmsp
 from tests.support.fake_core import running_core, token
+from tests.support.polling import until_sync
 
 MODEL = "smollm2-135m-instruct"
 SCOPES = ("models:read", "responses:read", "responses:write", "admin")
@@ -84,13 +84,15 @@ class Service:
         return secret
 
     def wait_finished(self, task_id: str, token: str) -> dict[str, Any]:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            task = self.request("GET", f"/v1/tasks/{task_id}", token).json()
-            if task["state"] in ("completed", "incomplete", "failed", "cancelled"):
-                return task  # type: ignore[no-any-return]
-            time.sleep(0.05)
-        raise AssertionError(f"{task_id} did not finish")
+        def finished() -> dict[str, Any] | None:
+            task: dict[str, Any] = self.request("GET", f"/v1/tasks/{task_id}", token).json()
+            return (
+                task
+                if task["state"] in ("completed", "incomplete", "failed", "cancelled")
+                else None
+            )
+
+        return until_sync(finished, 60, f"{task_id} to finish", interval=0.05)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 from tests.integration.serve_process import ServeProcess, call, create_token, lmsp
 from tests.integration.upstream_servers import LlamaServer
 from tests.support.fake_upstream import Behaviour, FakeUpstream
+from tests.support.polling import until_sync
 
 
 class ThreadedFake:
@@ -53,14 +53,30 @@ def add(server: ServeProcess, url: str, *extra: str) -> None:
 
 
 def wait_model(server: ServeProcess, token: str, model: str, reachable: bool) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        _, page = call(f"{server.url}/v1/models", token)
-        found = [m for m in page["data"] if m["id"] == model]
-        if found and found[0]["upstream"]["reachable"] is reachable:
-            return found[0]  # type: ignore[no-any-return]
-        time.sleep(0.1)
-    raise AssertionError(f"{model} never became reachable={reachable}: {page}")
+    seen: list[Any] = [None]
+
+    def listed() -> dict[str, Any] | None:
+        _, seen[0] = call(f"{server.url}/v1/models", token)
+        found = [m for m in seen[0]["data"] if m["id"] == model]
+        return found[0] if found and found[0]["upstream"]["reachable"] is reachable else None
+
+    return until_sync(listed, 60, lambda: f"{model} reachable={reachable}: {seen[0]}", 0.1)
+
+
+def finished(task: dict[str, Any]) -> bool:
+    return task["state"] in ("completed", "incomplete", "failed", "cancelled")
+
+
+def wait_task(
+    server: ServeProcess, token: str, task_id: str, predicate: Any, limit: float
+) -> dict[str, Any]:
+    seen: list[Any] = [None]
+
+    def reached() -> dict[str, Any] | None:
+        _, seen[0] = call(f"{server.url}/v1/tasks/{task_id}", token)
+        return seen[0] if predicate(seen[0]) else None
+
+    return until_sync(reached, limit, lambda: f"task {task_id} to get there: {seen[0]}", 0.05)
 
 
 def run_until_finished(server: ServeProcess, token: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -68,13 +84,7 @@ def run_until_finished(server: ServeProcess, token: str, body: dict[str, Any]) -
         f"{server.url}/v1/responses", token, "POST", {**body, "background": True}
     )
     assert status == 202, created
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        _, task = call(f"{server.url}/v1/tasks/{created['id']}", token)
-        if task["state"] in ("completed", "incomplete", "failed", "cancelled"):
-            return task  # type: ignore[no-any-return]
-        time.sleep(0.1)
-    raise AssertionError(f"the task hangs: {task}")
+    return wait_task(server, token, created["id"], finished, 120)
 
 
 def test_upstream_killed_mid_stream(service: Any, tmp_path: Path) -> None:
@@ -93,18 +103,14 @@ def test_upstream_killed_mid_stream(service: Any, tmp_path: Path) -> None:
         }
         status, created = call(f"{server.url}/v1/responses", token, "POST", body)
         assert status == 202
-        deadline = time.monotonic() + 120
-        while True:
-            _, task = call(f"{server.url}/v1/tasks/{created['id']}", token)
-            if task["output_tokens"] >= 3:
-                break
-            assert time.monotonic() < deadline and task["state"] in ("queued", "running"), task
-            time.sleep(0.05)
+
+        def generating(task: dict[str, Any]) -> bool:
+            assert task["state"] in ("queued", "running"), task
+            return bool(task["output_tokens"] >= 3)
+
+        wait_task(server, token, created["id"], generating, 120)
         upstream.kill()
-        while task["state"] not in ("failed", "completed", "incomplete", "cancelled"):
-            assert time.monotonic() < deadline + 60, task
-            time.sleep(0.1)
-            _, task = call(f"{server.url}/v1/tasks/{created['id']}", token)
+        task = wait_task(server, token, created["id"], finished, 180)
     finally:
         upstream.kill()
     assert task["state"] == "failed" and task["error"]["code"] == "upstream_unavailable"

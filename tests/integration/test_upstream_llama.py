@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
 from tests.integration.upstream_servers import LlamaServer
+from tests.support.polling import until_sync
 
 KEY = "sk-upstream-test-7f3a9c2e51"
 KEY_VAR = "LMSP_TEST_UPSTREAM_KEY"
@@ -50,14 +50,14 @@ def api(url: str, token: str, method: str = "GET", body: Any = None, **kw: Any) 
 
 
 def wait_task(url: str, token: str, task_id: str, predicate: Any, limit: float = 180.0) -> Any:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        status, task = api(f"{url}/v1/tasks/{task_id}", token)
-        assert status == 200, task
-        if predicate(task):
-            return task
-        time.sleep(0.05)
-    raise AssertionError(f"task {task_id} did not get there: {task}")
+    seen: list[Any] = [None]
+
+    def reached() -> Any:
+        status, seen[0] = api(f"{url}/v1/tasks/{task_id}", token)
+        assert status == 200, seen[0]
+        return seen[0] if predicate(seen[0]) else None
+
+    return until_sync(reached, limit, lambda: f"task {task_id} to get there: {seen[0]}", 0.05)
 
 
 def finished(task: Any) -> bool:
@@ -87,14 +87,14 @@ def register(data_dir: Path, upstream: LlamaServer) -> None:
 
 
 def wait_listed(url: str, token: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        _status, page = api(f"{url}/v1/models", token)
-        found = [m for m in page["data"] if m["id"] == MODEL and m["upstream"]["reachable"]]
-        if found:
-            return found[0]  # type: ignore[no-any-return]
-        time.sleep(0.2)
-    raise AssertionError(f"{MODEL} never listed: {page}")
+    seen: list[Any] = [None]
+
+    def listed() -> dict[str, Any] | None:
+        _status, seen[0] = api(f"{url}/v1/models", token)
+        found = [m for m in seen[0]["data"] if m["id"] == MODEL and m["upstream"]["reachable"]]
+        return found[0] if found else None
+
+    return until_sync(listed, 60, lambda: f"{MODEL} to be listed: {seen[0]}", 0.2)
 
 
 @pytest.fixture(scope="module")
@@ -195,10 +195,12 @@ def test_cancel_stops_the_upstream_generating(service: Any, upstream: LlamaServe
     assert task["state"] == "cancelled"
     assert task["output_tokens"] < LONG["max_output_tokens"]
     # The upstream saw the stream close and stopped (llama_cpp.server logs the disconnect).
-    deadline = time.monotonic() + 30
-    while upstream.log().count("Disconnected from client") == disconnects:
-        assert time.monotonic() < deadline, upstream.log()[-2000:]
-        time.sleep(0.1)
+    until_sync(
+        lambda: upstream.log().count("Disconnected from client") > disconnects,
+        30,
+        lambda: f"the upstream to see the disconnect: {upstream.log()[-2000:]}",
+        0.1,
+    )
 
 
 @pytest.mark.parametrize("policy", ["retry", "resume"])

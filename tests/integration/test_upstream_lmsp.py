@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
+from tests.support.polling import until_sync
 
 LOCAL = "smollm2-135m-instruct"
 MODEL = f"ws/{LOCAL}"
@@ -23,13 +23,7 @@ KEY_VAR = "LMSP_TEST_WORKSTATION_TOKEN"
 
 
 def wait_for(check: Any, what: str, limit: float = 180.0) -> Any:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return until_sync(check, limit, what, 0.05)
 
 
 def task_of(url: str, token: str, task_id: str) -> Any:

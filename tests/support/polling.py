@@ -1,4 +1,5 @@
-"""The one way a test waits for a condition: poll it on the running loop, never block it."""
+"""The one way a test waits for a condition: poll it on the running loop, never block it
+(`until`); a test with no loop of its own polls with `until_sync`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import pytest
 
@@ -36,6 +37,29 @@ async def until(
         if value:
             return value
         if time.monotonic() > deadline:
-            described = what() if callable(what) else what or predicate
-            pytest.fail(f"timed out after {limit} s waiting for {described}")
+            _time_out(predicate, limit, what)
         await asyncio.sleep(interval)
+
+
+def until_sync(
+    predicate: Callable[[], T],
+    limit: float = 20.0,
+    what: str | Callable[[], object] = "",
+    interval: float = 0.02,
+) -> T:
+    """`until` for a test without an event loop to keep running: one that drives another
+    process (`serve`, an upstream server) or a core on its own thread with blocking calls.
+    Blocks between checks; returns the predicate's truthy value; same `limit` and `what`."""
+    deadline = time.monotonic() + limit
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            _time_out(predicate, limit, what)
+        time.sleep(interval)
+
+
+def _time_out(predicate: object, limit: float, what: str | Callable[[], object]) -> NoReturn:
+    described = what() if callable(what) else what or predicate
+    pytest.fail(f"timed out after {limit} s waiting for {described}")
