@@ -1,6 +1,6 @@
-"""One-time codes are one-time (issue 16, defect 6): New code and Close end the shown code at
-once, ticking scopes makes a new code, the dialog says who used it, and the QR code carries
-an address other devices can reach (none on loopback). Real core, real window."""
+"""One-time codes are one-time (issue 16, defect 6), played as the user does it: Clients →
+"Pair a client…", read the code, then New code / tick a scope / Close / let a client use it,
+while a real HTTP client tries the codes on the real service (`POST /v1/pairing/claim`)."""
 
 from __future__ import annotations
 
@@ -8,60 +8,110 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialogButtonBox
 
 from lmsp_desktop.core.engines.fake import FakeEngine
-from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog, reachable_url
+from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
 from tests.integration.gui_windows import open_app
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
 
 
-async def claim(core: Any, code: str, name: str = "phone") -> dict[str, Any]:
-    return dict(await core.pairing.claim(code, name, "127.0.0.1"))
+async def claim(url: str, code: str, name: str = "phone") -> tuple[int, dict[str, Any]]:
+    """What a client gets for a code: the HTTP status and the JSON answer."""
+    async with (
+        aiohttp.ClientSession(url) as http,
+        http.post("/v1/pairing/claim", json={"code": code, "client_name": name}) as answer,
+    ):
+        return answer.status, await answer.json()
 
 
-async def test_codes_end_with_new_code_and_close_and_say_who_used_them(
+async def refused(url: str, code: str) -> bool:
+    status, body = await claim(url, code)
+    return status >= 400 and "access_token" not in body
+
+
+async def pair_dialog(qtbot: Any, window: Any) -> tuple[PairDialog, str]:
+    """Clients page → Pair a client…; the dialog and the first code it shows."""
+    window.nav.setCurrentRow(2)
+    qtbot.mouseClick(window.clients.pair_button, Qt.MouseButton.LeftButton)
+    dialog = await until(lambda: window.dialog if isinstance(window.dialog, PairDialog) else None)
+    await until(lambda: "-" in dialog.code_label.text(), what="a code")
+    return dialog, dialog.code_label.text()
+
+
+async def test_new_code_ends_the_code_shown_before(qtbot: Any, tmp_path: Path) -> None:
+    async with open_app(qtbot, tmp_path, engine=FakeEngine()) as (core, window):
+        dialog, first = await pair_dialog(qtbot, window)
+        qtbot.mouseClick(dialog.new_button, Qt.MouseButton.LeftButton)
+        await until(lambda: dialog.code_label.text() not in (first, "…"), what="a new code")
+        second = dialog.code_label.text()
+        assert await refused(core.url, first), "the code replaced by New code still works"
+        status, body = await claim(core.url, second)
+        assert status == 200 and body["access_token"], body
+
+
+async def test_ticking_a_scope_shows_a_new_code_and_ends_the_old(
     qtbot: Any, tmp_path: Path
 ) -> None:
     async with open_app(qtbot, tmp_path, engine=FakeEngine()) as (core, window):
-        window.open_pair()
-        dialog = window.dialog
-        assert isinstance(dialog, PairDialog)
-        await until(lambda: dialog.code_label.text() != "…", what="a code")
-        first = dialog.code_label.text()
-        qtbot.mouseClick(dialog.new_button, Qt.MouseButton.LeftButton)
-        await until(lambda: dialog.code_label.text() != first, what="a new code")
-        with pytest.raises(LmspError):
-            await claim(core, first)  # the old code ended with New code
+        dialog, first = await pair_dialog(qtbot, window)
+        qtbot.mouseClick(dialog.scope_boxes["models:read"], Qt.MouseButton.LeftButton)
+        assert not dialog.scope_boxes["models:read"].isChecked()
+        await until(
+            lambda: dialog.code_label.text() not in (first, "…"),
+            limit=10,
+            what=lambda: f"a code for the new scopes; still shows {dialog.code_label.text()}",
+        )
+        assert await refused(core.url, first), "the code for the old scopes still works"
+        status, body = await claim(core.url, dialog.code_label.text())
+        assert status == 200, body
+        assert body["scopes"] == ["responses:read", "responses:write"]
 
-        second = dialog.code_label.text()
-        dialog.scope_boxes["models:read"].setChecked(False)  # fewer scopes: another code
-        await until(lambda: dialog.code_label.text() != second, what="a code for the scopes")
-        with pytest.raises(LmspError):
-            await claim(core, second)
-        third = dialog.code_label.text()
-        answer = await claim(core, third, "notebook")
-        assert answer["scopes"] == ["responses:read", "responses:write"]
-        await until(lambda: "Used by notebook" in dialog.expiry.text(), what="used by")
 
-        qtbot.mouseClick(dialog.new_button, Qt.MouseButton.LeftButton)
-        await until(lambda: dialog.code_label.text() != third, what="one more code")
-        fourth, fourth_id = dialog.code_label.text(), dialog.pairing_id
-        assert fourth_id is not None
-        dialog.close()
-        for _ in range(100):  # the end is written as the dialog closes
-            if (await core.pairing.claim_code_status(fourth_id))["state"] == "dead":
+async def test_close_ends_the_last_code(qtbot: Any, tmp_path: Path) -> None:
+    async with open_app(qtbot, tmp_path, engine=FakeEngine()) as (core, window):
+        dialog, code = await pair_dialog(qtbot, window)
+        buttons = dialog.findChild(QDialogButtonBox)
+        qtbot.mouseClick(
+            buttons.button(QDialogButtonBox.StandardButton.Close), Qt.MouseButton.LeftButton
+        )
+        assert not dialog.isVisible()
+
+        async def no_live_code() -> bool:
+            row = await core.store.db.fetchone(
+                "SELECT count(*) AS n FROM pairings WHERE kind='claim' AND state='pending'"
+            )
+            return row is not None and row["n"] == 0
+
+        for _ in range(100):  # the end is written as the dialog closes; give it that moment
+            if await no_live_code():
                 break
-            await asyncio.sleep(0.02)
-        with pytest.raises(LmspError):
-            await claim(core, fourth)
+            await asyncio.sleep(0.05)
+        assert await refused(core.url, code), "the code of a closed dialog still works"
+
+
+async def test_the_dialog_says_who_used_the_code(qtbot: Any, tmp_path: Path) -> None:
+    async with open_app(qtbot, tmp_path, engine=FakeEngine()) as (core, window):
+        dialog, code = await pair_dialog(qtbot, window)
+        assert "Works once" in dialog.expiry.text()
+        status, body = await claim(core.url, code, "notebook")
+        assert status == 200, body
+        await until(
+            lambda: "Used by notebook" in dialog.expiry.text(),
+            limit=10,
+            what=lambda: f"'Used by notebook'; the dialog says {dialog.expiry.text()!r}",
+        )
+        assert "Works once" not in dialog.expiry.text()
 
 
 def test_the_qr_address_is_one_other_devices_can_reach() -> None:
+    from lmsp_desktop.gui.dialogs.pair_dialog import reachable_url
+
     assert reachable_url("http://127.0.0.1:5677", "127.0.0.1") is None
     assert reachable_url("http://192.168.1.5:5677", "192.168.1.5") == "http://192.168.1.5:5677"
     every = reachable_url("http://0.0.0.0:5677", "0.0.0.0")
