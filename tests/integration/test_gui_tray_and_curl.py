@@ -1,5 +1,5 @@
-"""The copied curl example works as pasted (issue 16, defect 9) and the tray's right click
-opens its menu instead of the window (defect 10). Real core, real window, real curl."""
+"""The copied curl example works as pasted (issue 16, defect 9). Real core, real window, real
+curl. The tray (defect 10) is tested in test_gui_tray.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QSystemTrayIcon
 
 from lmsp_desktop.core.engines.fake import FakeEngine
 from tests.integration.gui_windows import client_token, open_app
@@ -40,16 +39,3 @@ async def test_the_copied_curl_example_creates_a_task_as_pasted(qtbot: Any, tmp_
         answer = json.loads(out)
         assert answer.get("object") == "response", answer
         await until(lambda: window.tasks.model.row_of(answer["id"]) is not None, what="its row")
-
-
-@pytest.mark.qt_log_ignore("does not support raise")  # the offscreen platform
-async def test_tray_right_click_leaves_the_window_hidden_and_left_click_shows_it(
-    qtbot: Any, tmp_path: Path
-) -> None:
-    async with open_app(qtbot, tmp_path, engine=FakeEngine()) as (_core, window):
-        window.hide()
-        window.tray_activated(QSystemTrayIcon.ActivationReason.Context)  # the menu opens
-        await asyncio.sleep(0.05)
-        assert window.isHidden()
-        window.tray_activated(QSystemTrayIcon.ActivationReason.Trigger)
-        await until(lambda: window.isVisible(), what="the window shown")
