@@ -18,13 +18,19 @@ from PySide6.QtNetwork import QLocalServer, QLocalSocket
 log = logging.getLogger(__name__)
 SHOW = b"show\n"
 SHOWN = b"shown\n"
+MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 WAIT_MS = 3000  # a running window answers at once; a busy one (hashing a model) a bit later
 
 
 def server_name(data_dir: Path) -> str:
-    """The local socket's name for a data directory (a short hash: socket paths are short)."""
-    key = str(Path(data_dir).expanduser().resolve())
-    return "lmsp-desktop-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    """The local socket for a data directory: a file in it (0700, so no other user can take
+    the name first), or, where that path is too long for a socket, a name of its hash in
+    the temporary folder."""
+    folder = Path(data_dir).expanduser().resolve()
+    inside = folder / "window.sock"
+    if len(str(inside).encode()) <= MAX_SOCKET_PATH:
+        return str(inside)
+    return "lmsp-desktop-" + hashlib.sha256(str(folder).encode()).hexdigest()[:16]
 
 
 def hand_over(data_dir: Path, wait_ms: int = WAIT_MS) -> bool:
@@ -54,7 +60,8 @@ class WindowServer(QObject):
         self.server.newConnection.connect(self._accept)
         name = server_name(data_dir)
         # Only the holder of the data-dir lock gets here, so a socket file left under this
-        # name is a crashed window's: remove it, or listen() fails with "address in use".
+        # name is a killed window's: remove it, or listen() fails with "address in use"
+        # (with UserAccessOption Qt also moves its new socket over an old file).
         QLocalServer.removeServer(name)
         if not self.server.listen(name):
             log.warning("a second launch cannot reach this window: %s", self.server.errorString())

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import QApplication
 
 from lmsp_desktop.gui import launch
 from lmsp_desktop.gui.main_window import MainWindow
+from lmsp_desktop.gui.single_instance import server_name
 from tests.support.polling import until
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("does not support raise")]
@@ -91,3 +93,20 @@ async def test_a_second_launch_restores_the_minimised_window(qtbot: Any, tmp_pat
         status, out = await launch_again(data)
         assert status == 0, out
         await until(lambda: not window.isMinimized() and window.isVisible(), what="restored")
+
+
+async def test_a_killed_windows_socket_does_not_stop_the_next_one(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """A window killed with SIGKILL leaves its socket file: the next app takes the name over
+    and later launches still find it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    left = socket.socket(socket.AF_UNIX)
+    left.bind(server_name(data))  # bound, never listening, never removed: a dead window's
+    left.close()
+    async with running_app(tmp_path) as (_, window):
+        window.hide()
+        status, out = await launch_again(data)
+        assert status == 0, out
+        await until(window.isVisible, what="the window shown again")
