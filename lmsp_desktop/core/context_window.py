@@ -87,10 +87,13 @@ class TokenCounter:
         self._cached = cached
         self._vocabs: OrderedDict[tuple[str, int], _Vocab | None] = OrderedDict()
         self._lock = threading.Lock()
+        self._closed = False
 
     def _vocab(self, path: Path, mtime_ns: int, template: str | None) -> _Vocab | None:
         key = (str(path), mtime_ns)
         with self._lock:
+            if self._closed:  # a tokenizer loaded now would outlive the service's stop
+                raise ShuttingDownError()
             if key in self._vocabs:
                 self._vocabs.move_to_end(key)
                 return self._vocabs[key]
@@ -136,6 +139,7 @@ class TokenCounter:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             for vocab in self._vocabs.values():
                 if vocab is not None:
                     vocab.close()

@@ -202,6 +202,17 @@ def test_closing_the_token_counter_waits_for_a_count_and_refuses_later_ones(
 
     assert vocab.freed_when_tokenizing == [], "the count tokenized after the close"
     assert len(outcome) == 1 and isinstance(outcome[0], ShuttingDownError), outcome
+    with pytest.raises(ShuttingDownError):  # and no tokenizer is loaded after the close
+        counter.fit_sync(Info(model_path), {"messages": HELLO}, 4096)
+
+
+class Info:
+    """A model as the registry lists it, as far as the counter reads it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.mtime_ns = 2
+        self.chat_template = None
 
 
 def test_a_tokenizer_dropped_from_the_cache_stays_usable_by_a_running_count(
