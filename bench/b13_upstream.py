@@ -41,12 +41,15 @@ class Stream:
         return len(self.times) / (self.times[-1] - self.sent)
 
 
-class Upstream:
-    """`python -m llama_cpp.server` on the demo model, one thread, on a free port."""
+class ServerProcess:
+    """An OpenAI-compatible server in its own process on `port`, its output in `log`;
+    started once it lists its models (within `patience_s`)."""
 
-    def __init__(self, work: Path) -> None:
-        self.port = free_port()
-        self.log = work / "upstream.log"
+    def __init__(self, log: Path, port: int, args: list[str], patience_s: float) -> None:
+        self.log = log
+        self.port = port
+        self.args = args
+        self.patience_s = patience_s
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -54,26 +57,22 @@ class Upstream:
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def start(self) -> None:
-        args = [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(demo_model()),
-            "--host", "127.0.0.1", "--port", str(self.port), "--model_alias", ALIAS,
-            "--n_threads", "1", "--interrupt_requests", "False",
-        ]  # fmt: skip
         # The child keeps its own copy of the log's descriptor; ours is closed at once.
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(  # noqa: ASYNC220  (started once, returns at once)
-                args, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, *self.args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
             )
+        deadline = time.monotonic() + self.patience_s
         async with aiohttp.ClientSession() as session:
-            for _ in range(600):
+            while time.monotonic() < deadline:
                 try:
                     async with session.get(f"{self.url}/models") as resp:
                         if resp.status == 200:
                             return
                 except aiohttp.ClientError:
                     pass
-                await asyncio.sleep(0.2)
-        raise RuntimeError(f"llama_cpp.server did not start: {self.log.read_text()[-2000:]}")
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.args[1]} did not start: {self.log.read_text()[-2000:]}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -81,7 +80,26 @@ class Upstream:
             self.proc.wait(timeout=30)
 
 
-async def direct(upstream: Any, max_tokens: int, model: str = ALIAS) -> Stream:
+def llama_server(work: Path) -> ServerProcess:
+    """`python -m llama_cpp.server` on the demo model, one thread."""
+    port = free_port()
+    args = [
+        "-m", "llama_cpp.server", "--model", str(demo_model()),
+        "--host", "127.0.0.1", "--port", str(port), "--model_alias", ALIAS,
+        "--n_threads", "1", "--interrupt_requests", "False",
+    ]  # fmt: skip
+    return ServerProcess(work / "upstream.log", port, args, patience_s=120)
+
+
+def paced_server(work: Path, tokens: int, every_s: float) -> ServerProcess:
+    """A scripted upstream streaming at a fixed pace (bench/paced_upstream.py), so that the
+    two paths are compared on exactly the same token timing."""
+    port = free_port()
+    args = ["-m", "bench.paced_upstream", str(port), str(tokens), str(every_s)]
+    return ServerProcess(work / "paced.log", port, args, patience_s=30)
+
+
+async def direct(upstream: ServerProcess, max_tokens: int, model: str = ALIAS) -> Stream:
     """The upstream's own Chat Completions stream, read as a client would."""
     stream = Stream()
     body = {
@@ -158,46 +176,6 @@ def _best(streams: list[Stream]) -> Stream:
     return max(valid, key=lambda s: s.rate())
 
 
-class Paced:
-    """A scripted upstream streaming at a fixed pace (its own process), so that the two
-    paths are compared on exactly the same token timing."""
-
-    def __init__(self, work: Path, tokens: int, every_s: float) -> None:
-        self.port = free_port()
-        self.log = work / "paced.log"
-        self.args = [str(self.port), str(tokens), str(every_s)]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    async def start(self) -> None:
-        # The child keeps its own copy of the log's descriptor; ours is closed at once.
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(  # noqa: ASYNC220  (started once, returns at once)
-                [sys.executable, "-m", "bench.paced_upstream", *self.args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-            )
-        async with aiohttp.ClientSession() as session:
-            for _ in range(300):
-                try:
-                    async with session.get(f"{self.url}/models") as resp:
-                        if resp.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-        raise RuntimeError(f"paced upstream did not start: {self.log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-
-
 async def _register(data_dir: Path, name: str, url: str) -> None:
     done = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "lmsp_desktop", "--data-dir", str(data_dir),
@@ -208,8 +186,8 @@ async def _register(data_dir: Path, name: str, url: str) -> None:
 
 
 async def _measure(work: Path, max_tokens: int, repeats: int) -> dict[str, Stream]:
-    upstream = Upstream(work)
-    paced = Paced(work, max_tokens, 0.005)
+    upstream = llama_server(work)
+    paced = paced_server(work, max_tokens, 0.005)
     await upstream.start()
     await paced.start()
     data_dir = work / "b9"
