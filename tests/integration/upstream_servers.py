@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.models.demo import demo_model_path
+from tests.support.polling import until_sync
 
 ALIAS = "smol"
 
@@ -57,16 +57,18 @@ class LlamaServer:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"llama_cpp.server exited: {self.log()[-2000:]}")
-            try:
-                self.get("/models")
-                return self.url
-            except (OSError, urllib.error.URLError):
-                time.sleep(0.2)
-        raise AssertionError("llama_cpp.server did not start in time")
+        until_sync(self._answers, timeout, "llama_cpp.server to start", 0.2)
+        return self.url
+
+    def _answers(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"llama_cpp.server exited: {self.log()[-2000:]}")
+        try:
+            self.get("/models")
+        except (OSError, urllib.error.URLError):
+            return False
+        return True
 
     def get(self, path: str) -> Any:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
