@@ -5,6 +5,7 @@ while a real HTTP client tries the codes on the real service (`POST /v1/pairing/
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,46 @@ def test_the_qr_address_is_one_other_devices_can_reach() -> None:
     assert reachable_url("http://192.168.1.5:5677", "192.168.1.5") == "http://192.168.1.5:5677"
     every = reachable_url("http://0.0.0.0:5677", "0.0.0.0")
     assert every is None or not every.startswith("http://0.0.0.0")
+
+
+def network_address() -> str | None:
+    """This machine's address on its network, found as a phone would reach it (no packet)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 1))
+            address = str(probe.getsockname()[0])
+    except OSError:
+        return None
+    return None if address.startswith("127.") else address
+
+
+def qr_fields(text: str) -> dict[str, str]:
+    """The QR code's lines as a phone shows them ("URL: …", "Code: …")."""
+    return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+
+
+async def test_on_loopback_there_is_no_qr_code_and_the_dialog_says_why(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=FakeEngine()) as (_core, window):
+        dialog, _code = await pair_dialog(qtbot, window)
+        assert not dialog.qr.isVisible(), "a QR code of an address no other device can reach"
+        assert "Other devices cannot reach this service" in dialog.network_note.text()
+
+
+async def test_on_the_network_the_qr_code_carries_an_address_that_works(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    lan = network_address()
+    if lan is None:
+        pytest.skip("this machine has no network address to serve on")
+    async with open_app(qtbot, tmp_path, engine=FakeEngine(), host=lan) as (_core, window):
+        dialog, code = await pair_dialog(qtbot, window)
+        assert dialog.qr.isVisible()
+        fields = qr_fields(dialog.qr.text)
+        assert {"URL", "Code"} <= fields.keys(), f"the QR code holds {dialog.qr.text!r}"
+        assert fields["URL"].startswith(f"http://{lan}:"), fields
+        assert fields["Code"] == code
+        # What a phone does with it: the URL and code as scanned, on that address.
+        status, body = await claim(fields["URL"].removesuffix("/v1"), fields["Code"], "phone")
+        assert status == 200 and body["access_token"], body

@@ -58,6 +58,24 @@ def reachable_url(url: str, host: str) -> str | None:
     return f"http://{shown}:{port}"
 
 
+def network_note(url: str, host: str, remote_url: str | None) -> str:
+    """Whether other devices can use the code, and at which address."""
+    if remote_url is not None:
+        return f"Other devices reach the service at {remote_url}."
+    if is_loopback(host):
+        return (
+            "Other devices cannot reach this service: it listens on this computer only "
+            f"({host}). To pair a phone or another computer, set Bind address to 0.0.0.0 in "
+            "Settings and restart; this computer's own clients can use the code as shown."
+        )
+    # Serving on the network, but this computer's address on it is unknown (no route).
+    return (
+        f"The service listens on the network ({host}), but this computer's address there "
+        f"could not be found: other devices use http://ADDRESS:{urlsplit(url).port}/v1 with "
+        "this computer's address, and the code as shown."
+    )
+
+
 def python_snippet(url: str, code: str) -> str:
     return (
         "import httpx, openai\n\n"
@@ -84,13 +102,7 @@ class PairDialog(QDialog):
         self.pairing_id: str | None = None
         self.used_by: str | None = None
         self.remote_url = reachable_url(url, host)
-        self.network_note = QLabel(
-            "Other devices cannot reach this service: it listens on this computer only "
-            f"({host}). To pair a phone or another computer, set Bind address to 0.0.0.0 in "
-            "Settings and restart; this computer's own clients can use the code as shown."
-            if self.remote_url is None
-            else f"Other devices reach the service at {self.remote_url}."
-        )
+        self.network_note = QLabel(network_note(url, host, self.remote_url))
         self.network_note.setWordWrap(True)
         self.expires_at: float | None = None
         mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)

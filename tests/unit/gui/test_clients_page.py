@@ -93,3 +93,16 @@ async def test_pair_dialog_shows_a_code_that_a_client_can_claim(qtbot, core):
     assert dialog.expiry.text().startswith("Works once")
     answer = await pairing.claim(code, "notebook", "127.0.0.1")
     assert answer["scopes"] == ["models:read", "responses:read", "responses:write"]
+
+
+async def test_pair_dialog_on_the_network_without_a_known_address_says_so(qtbot, core, monkeypatch):
+    from lmsp_desktop.gui.dialogs import pair_dialog
+
+    monkeypatch.setattr(pair_dialog, "lan_address", lambda: None)  # no route to find it
+    dialog = PairDialog(core, "http://0.0.0.0:5677", host="0.0.0.0")
+    qtbot.addWidget(dialog)
+    await dialog.new_code()
+    note = dialog.network_note.text()
+    assert "cannot reach" not in note and "this computer only" not in note
+    assert "http://ADDRESS:5677/v1" in note
+    assert dialog.qr.isHidden()
