@@ -187,6 +187,7 @@ class MainWindow(QMainWindow):
     def set_paused(self, paused: bool) -> None:
         """Drain: the service answers 503 to new work while accepted tasks finish."""
         self.core.pause(paused)
+        self.status.set_paused(paused)
         if self.tray is not None and self.pause_action.isChecked() != paused:
             self.pause_action.setChecked(paused)
         if self.tray is not None:

@@ -37,11 +37,22 @@ class StatusBar(QStatusBar):
             "QLabel { background: #e0a100; color: black; border-radius: 6px; padding: 1px 6px; }"
         )
         self.warning.hide()
+        # Paused from the tray (or while Quit waits): clients get 503 for new work, say so.
+        self.paused_chip = QLabel("⏸ paused: new work is refused")
+        self.paused_chip.setToolTip(
+            "Clients get 503 'paused' for new requests; accepted tasks still finish. "
+            "Untick Pause new work in the tray menu to take new work again."
+        )
+        self.paused_chip.setStyleSheet(
+            "QLabel { background: #e0a100; color: black; border-radius: 6px; padding: 1px 6px; }"
+        )
+        self.paused_chip.hide()
         self.db_label = QLabel()
         self.counts_label = QLabel()
         self.rate = TokenRate()
         self.addWidget(self.url_label)
         self.addWidget(self.warning)
+        self.addWidget(self.paused_chip)
         self.addWidget(self.counts_label, 1)
         self.message = QLabel()
         self.message.setStyleSheet("color: palette(highlight)")
@@ -60,6 +71,9 @@ class StatusBar(QStatusBar):
         )
         self.warning.setText(f"⚠ reachable from other machines ({host})")
         self.warning.setVisible(bool(url) and not is_loopback(host))
+
+    def set_paused(self, paused: bool) -> None:
+        self.paused_chip.setVisible(paused)
 
     def copy_url(self, *_: object) -> None:
         """Copy the base URL clients need (with /v1, as OpenAI SDKs and chat apps want it)."""

@@ -96,6 +96,11 @@ async def test_right_click_shows_the_menu_whose_pause_refuses_new_work(
         await until(lambda: not menu.isVisible(), what="the menu closed after the choice")
         assert window.isHidden()
         assert await create_status(core.url, token) == (503, "paused")
+        window.tray.activated.emit(QSystemTrayIcon.ActivationReason.Trigger)
+        await until(window.isVisible, what="the window back")
+        chip = window.status.paused_chip
+        assert chip.isVisible() and "paused" in chip.text()  # the window says so too
+        window.close()
 
         menu = await right_click(window.tray)
         assert pause.isChecked()  # the menu shows that new work is paused
@@ -103,6 +108,7 @@ async def test_right_click_shows_the_menu_whose_pause_refuses_new_work(
         status, _ = await create_status(core.url, token)
         assert status == 202
         assert window.isHidden()
+        assert not window.status.paused_chip.isVisibleTo(window)
 
 
 async def test_left_or_double_click_brings_the_window_back(
