@@ -38,7 +38,7 @@ class StatusBar(QStatusBar):
         )
         self.warning.hide()
         # Paused from the tray (or while Quit waits): clients get 503 for new work, say so.
-        self.paused_chip = QLabel("⏸ paused: new work is refused")
+        self.paused_chip = QLabel("Paused: new work is refused")
         self.paused_chip.setToolTip(
             "Clients get 503 'paused' for new requests; accepted tasks still finish. "
             "Untick Pause new work in the tray menu to take new work again."

@@ -99,7 +99,7 @@ async def test_right_click_shows_the_menu_whose_pause_refuses_new_work(
         window.tray.activated.emit(QSystemTrayIcon.ActivationReason.Trigger)
         await until(window.isVisible, what="the window back")
         chip = window.status.paused_chip
-        assert chip.isVisible() and "paused" in chip.text()  # the window says so too
+        assert chip.isVisible() and "Paused" in chip.text()  # the window says so too
         window.close()
 
         menu = await right_click(window.tray)
