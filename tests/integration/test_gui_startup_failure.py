@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -68,3 +68,37 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
     await asyncio.sleep(0.1)
     noise = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert not noise, f"unrelated errors logged after a clean failure: {noise}"
+
+
+def test_the_whole_launch_as_lmsp_desktop_runs_it(qapp: Any, tmp_path: Path) -> None:
+    """run_gui, what `lmsp-desktop` calls: its own qasync loop, the box, exit status 1."""
+    seen: list[tuple[str, bool]] = []  # the box's text, and whether a key closed it unread
+
+    def answer_the_box() -> None:
+        box = shown_box()
+        if box is None:
+            QTimer.singleShot(20, answer_the_box)
+            return
+        QTest.keyClick(box.focusWidget() or box, Qt.Key.Key_Return)  # a key in flight
+        seen.append((box.text(), not box.isVisible()))
+        ok = box.button(QMessageBox.StandardButton.Ok)
+
+        def click_when_armed() -> None:
+            if ok.isEnabled():
+                ok.click()
+            else:
+                QTimer.singleShot(50, click_when_armed)
+
+        click_when_armed()
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = argparse.Namespace(data_dir=tmp_path / "data", models_dir=None, host=None, port=port)
+        QTimer.singleShot(0, answer_the_box)
+        assert launch.run_gui(args) == 1
+    assert len(seen) == 1, seen
+    text, closed_unread = seen[0]
+    assert f"Port {port} on 127.0.0.1 is in use" in text
+    assert not closed_unread, "a key pressed as the box appeared closed it"
