@@ -129,6 +129,11 @@ def run_gui(args: argparse.Namespace) -> int:
     ticker.timeout.connect(lambda: None)
     ticker.start()
     if hand_over(args.data_dir):
-        print("LMSP Desktop is already running: its window is in front now.", flush=True)
+        given = args.port is not None or args.host is not None or bool(args.models_dir)
+        print(
+            "LMSP Desktop is already running: its window is in front now."
+            + (" --host, --port and --models-dir apply when it starts, not now." if given else ""),
+            flush=True,
+        )
         return 0
     return int(qasync.run(main(args)))

@@ -83,6 +83,7 @@ async def test_a_second_launch_shows_the_window_from_the_tray_and_exits_0(
         status, out = await launch_again(data)
         assert status == 0, out
         assert "already running" in out
+        assert "--port" in out and "apply when it starts" in out  # launched with --port 0
         await until(window.isVisible, what="the window shown again")
 
 
