@@ -80,6 +80,16 @@ class EventFollower:
 
     async def follow(self, task_id: str, after: int = 0) -> AsyncGenerator[dict[str, Any], None]:
         """Every event after `after`, then new ones as they commit, until the task finishes."""
+        async with contextlib.aclosing(self.follow_batches(task_id, after)) as batches:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+
+    async def follow_batches(
+        self, task_id: str, after: int = 0
+    ) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """Like `follow`, the events that are ready at once together (the deltas of one
+        commit, a page of the log): an SSE stream sends each such batch in one write."""
         reader = _Reader()
         self._readers.setdefault(task_id, set()).add(reader)
         from_database = True
@@ -91,9 +101,9 @@ class EventFollower:
                     events = await self.tasks.events(task_id, after, PAGE)
                 else:
                     events = reader.take(after)
-                for event in events:
-                    yield event
-                    after = event["sequence_number"]
+                if events:
+                    after = events[-1]["sequence_number"]
+                    yield events
                 if from_database and len(events) == PAGE:
                     continue
                 if self.closed.is_set():

@@ -42,6 +42,12 @@ class GenerationRequest:
     tools: list[dict[str, Any]] | None = None
     # Set by the runner on cancel; the engine checks it before every token.
     cancel: threading.Event = field(default_factory=threading.Event)
+    # Hand tokens to the sink at most this often (seconds; 0: each as soon as it is ready).
+    # The runner commits every hand-over, so tokens that arrive within one interval share
+    # one transaction, one fsync and one SSE write. The first token and the last are never
+    # held back, nor is anything once the generation ends; a cancel is not delayed by it
+    # (the engine checks `cancel` itself before every token).
+    sink_interval: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,20 @@
 """Runs a blocking token loop in a worker thread and hands its tokens to the sink in batches.
 
-The thread pushes each token onto an asyncio queue (thread-safely); the loop side hands
-everything that accumulated since the previous sink call finished to the sink (a natural
-group commit). When the sink answers False or the request's cancel event is set, the thread
-stops before evaluating or sampling another token.
+The thread appends each token to its channel; the loop side hands everything that
+accumulated since the previous sink call finished to the sink (a natural group commit), and
+no more often than the request's `sink_interval`: tokens that arrive sooner wait (never past
+the end of the generation) and go together. The thread wakes the event loop only when the
+loop side is waiting for a first token, not once per token: each wake-up is a thread hop
+(a write to the loop's self-pipe, a context switch) that costs the decoding cores time.
+When the sink answers False or the request's cancel event is set, the thread stops before
+evaluating or sampling another token.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,37 +38,42 @@ class LoopOutcome:
     seed_used: int | None = None
 
 
-class _Done:
-    """Queue marker: the thread's loop has returned (or raised)."""
-
-
-_DONE = _Done()
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class TokenChannel:
-    """The thread's side: emit tokens, ask whether to stop."""
+    """Between the thread (emit tokens, ask whether to stop, close) and the loop side (take
+    what has arrived, wait for more)."""
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue[TokenPiece | _Done],
-        cancel: threading.Event,
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, cancel: threading.Event) -> None:
         self._loop = loop
-        self._queue = queue
         self._cancel = cancel
         self._refused = threading.Event()
+        self._lock = threading.Lock()
+        self._arrived: list[TokenPiece] = []
+        self._closed = False
+        # The loop side's wait for the next arrival (or the end), None while it is not
+        # waiting: only then does an arrival cost a thread hop.
+        self._waiter: asyncio.Future[None] | None = None
+        # Done once the thread's loop has returned: ends a wait for more tokens at once.
+        self.ended: asyncio.Future[None] = loop.create_future()
 
+    # -- the thread's side ------------------------------------------------------------------
     def emit(self, piece: TokenPiece) -> None:
-        self._put(piece)
+        emit_all(self._loop, [(self, piece)])
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
 
-    def put_on_loop(self, piece: TokenPiece) -> None:
-        """Queue a piece; only on the loop's thread (see `emit_all`)."""
-        self._queue.put_nowait(piece)
+    def _append(self, piece: TokenPiece) -> asyncio.Future[None] | None:
+        """Add a piece; the loop side's waiter if it must be woken."""
+        with self._lock:
+            self._arrived.append(piece)
+            waiter, self._waiter = self._waiter, None
+        return waiter
 
     def should_stop(self) -> bool:
         """True once the sink refused more tokens or the runner set the cancel event."""
@@ -77,14 +87,36 @@ class TokenChannel:
         return self._refused.is_set()
 
     def close(self) -> None:
-        self._put(_DONE)
+        """After the last token: the loop side takes what is left and ends."""
+        with self._lock:
+            self._closed = True
+            waiter, self._waiter = self._waiter, None
 
-    def _put(self, item: TokenPiece | _Done) -> None:
+        def ended() -> None:
+            _wake(self.ended)
+            if waiter is not None:
+                _wake(waiter)
+
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+            self._loop.call_soon_threadsafe(ended)
         except RuntimeError:
             # The loop is closed (process shutting down): nobody is listening any more.
             self._refused.set()
+
+    # -- the loop's side --------------------------------------------------------------------
+    def take(self) -> tuple[list[TokenPiece], bool]:
+        """Everything arrived so far, and whether the thread has closed the channel."""
+        with self._lock:
+            taken, self._arrived = self._arrived, []
+            return taken, self._closed
+
+    async def wait(self) -> None:
+        """Until something arrives or the channel closes (at once if either happened)."""
+        with self._lock:
+            if self._arrived or self._closed:
+                return
+            waiter = self._waiter = self._loop.create_future()
+        await waiter
 
 
 # What starting a generation returns: something that completes with its outcome.
@@ -92,12 +124,16 @@ Started = Awaitable[LoopOutcome] | concurrent.futures.Future[LoopOutcome]
 
 
 def emit_all(loop: asyncio.AbstractEventLoop, items: list[tuple[TokenChannel, TokenPiece]]) -> bool:
-    """Hand the tokens of one batched decode step (several generations) to the loop in one
-    thread hop instead of one per token. False when the loop is closed."""
+    """Hand over the tokens of one decode step (of several generations), waking the loop
+    at most once, and only for generations whose loop side waits. False when the loop is
+    closed."""
+    waiters = [w for channel, piece in items if (w := channel._append(piece)) is not None]
+    if not waiters:
+        return True
 
     def deliver() -> None:
-        for channel, piece in items:
-            channel.put_on_loop(piece)
+        for waiter in waiters:
+            _wake(waiter)
 
     try:
         loop.call_soon_threadsafe(deliver)
@@ -140,8 +176,7 @@ async def pump_started(
     hands it the channel and returns what completes with its outcome; whoever runs it calls
     `channel.close()` after its last token."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[TokenPiece | _Done] = asyncio.Queue()
-    channel = TokenChannel(loop, queue, request.cancel)
+    channel = TokenChannel(loop, request.cancel)
     started = start(channel)
     worker: asyncio.Future[LoopOutcome] = (
         asyncio.wrap_future(started)
@@ -149,15 +184,18 @@ async def pump_started(
         else asyncio.ensure_future(started)
     )
     delivered = 0
+    handed_at = -math.inf  # when the sink last got tokens (loop time)
     try:
         finished = False
         while not finished:
-            items = [await queue.get()]
-            while not queue.empty():
-                items.append(queue.get_nowait())
-            batch = [item for item in items if isinstance(item, TokenPiece)]
-            finished = any(isinstance(item, _Done) for item in items)
+            await channel.wait()
+            wait = handed_at + request.sink_interval - loop.time()
+            if wait > 0 and not channel.ended.done() and not channel.should_stop():
+                # Let more tokens join this hand-over; the end of the generation cuts it short.
+                await asyncio.wait([channel.ended], timeout=wait)
+            batch, finished = channel.take()
             if batch and not channel.refused:
+                handed_at = loop.time()
                 delivered += len(batch)
                 if not await sink(batch):
                     channel.refuse()

@@ -105,17 +105,26 @@ async def stream_events(
     before the end."""
     response = await sse.open_stream(request)
     gone = False
-    async with contextlib.aclosing(ctx.follower.follow(task_id, after)) as events:
-        async for event in events:
-            shown = view(event)
-            if shown is None:
-                continue
-            try:
-                await response.write(encode(shown))
-            except (ConnectionResetError, RuntimeError):
-                gone = True
-                break
-            if is_last(shown):
+    async with contextlib.aclosing(ctx.follower.follow_batches(task_id, after)) as batches:
+        async for batch in batches:
+            # The events committed together go in one write (each event whole, in order).
+            chunks: list[bytes] = []
+            last = False
+            for event in batch:
+                shown = view(event)
+                if shown is None:
+                    continue
+                chunks.append(encode(shown))
+                if is_last(shown):
+                    last = True
+                    break
+            if chunks:
+                try:
+                    await response.write(b"".join(chunks))
+                except (ConnectionResetError, RuntimeError):
+                    gone = True
+                    break
+            if last:
                 break
     with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client already left
         await response.write_eof()

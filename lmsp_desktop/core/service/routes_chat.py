@@ -100,9 +100,14 @@ async def stream_chunks(
     try:
         async with cancel_on_disconnect(request, ctx, task_id):
             await response.write(chunks.opening())
-            async with contextlib.aclosing(ctx.follower.follow(task_id, 0)) as events:
-                async for event in events:
-                    data = chunks.render(event)
+            async with contextlib.aclosing(ctx.follower.follow_batches(task_id, 0)) as batches:
+                async for batch in batches:
+                    # The events committed together go in one write (each chunk whole).
+                    data = b""
+                    for event in batch:
+                        data += chunks.render(event)
+                        if chunks.finished:
+                            break
                     if data:
                         await response.write(data)
                     if chunks.finished:

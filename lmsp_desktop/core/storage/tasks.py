@@ -240,16 +240,17 @@ class TaskStore(TaskReads):
         *,
         output_tokens: int,
         input_tokens: int,
-        snapshot: dict[str, Any] | None,
+        snapshot: dict[str, Any] | str | None,
     ) -> bool:
-        """Persist text deltas with the snapshot that covers them, only while still running.
+        """Persist text deltas with the snapshot that covers them (a dict, or its JSON text),
+        only while still running.
 
         Returns False when the task is no longer running (a cancel was committed): the
         caller must stop generating; these deltas were not persisted.
         """
         if not deltas:
             return True
-        snapshot_json = json.dumps(snapshot) if snapshot is not None else None
+        snapshot_json = json.dumps(snapshot) if isinstance(snapshot, dict) else snapshot
 
         def work(conn: sqlite3.Connection) -> tuple[int, str, str, int] | None:
             found = _still_running(conn, task_id, snapshot_json)
