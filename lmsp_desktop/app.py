@@ -26,6 +26,7 @@ from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.service.context import ServiceContext
 from lmsp_desktop.core.service.host import ServiceHost
+from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import UNFINISHED
 from lmsp_desktop.core.storage import clients as client_store
 from lmsp_desktop.core.storage import upstreams as upstream_store
@@ -432,31 +433,41 @@ class Core:
     # -- shutdown ----------------------------------------------------------------------
     async def stop(self) -> None:
         """Stop accepting, end streams, stop engines, close the store. Unfinished tasks stay
-        as they are and are recovered by policy at the next start."""
+        as they are and are recovered by policy at the next start. Every step runs even when
+        an earlier one fails (logged), so the models are unloaded, the store closed and the
+        lock released whatever broke; the first failure is raised at the end."""
         if hasattr(self, "context"):
             self.context.shutting_down = True
+        steps = StopSteps("stopping the service")
         if hasattr(self, "follower"):
-            self.follower.close()
+            await steps.run("ending the event streams", self.follower.close)
+        await steps.run("cancelling background jobs", self._cancel_background)
+        if self.host is not None:
+            await steps.run("closing the HTTP listener", self.host.stop)
+        if hasattr(self, "runner"):
+            await steps.run("stopping the runner and unloading models", self.runner.stop)
+        if hasattr(self, "upstreams"):
+            await steps.run("closing upstream connections", self.upstreams.close)
+        if hasattr(self, "tokens"):
+            await steps.run("closing the token counter", self.tokens.close)
+        if hasattr(self, "registry"):
+            await steps.run("stopping model hashing", self.registry.close)
+        if hasattr(self, "runner"):
+            await steps.run("recording the clean stop", self._leave_quit_note)
+        await steps.run("closing the store", self.store.close)
+        if self.url:  # only the instance that announced itself removes its service.json
+            await steps.run("removing service.json", self._remove_service_json)
+        await steps.run("releasing the data-directory lock", self._lock.release)
+        steps.raise_first()
+
+    async def _cancel_background(self) -> None:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self.host is not None:
-            await self.host.stop()
-        if hasattr(self, "runner"):
-            await self.runner.stop()
-        if hasattr(self, "upstreams"):
-            await self.upstreams.close()
-        if hasattr(self, "tokens"):
-            self.tokens.close()
-        if hasattr(self, "registry"):
-            await self.registry.close()
-        if hasattr(self, "runner"):
-            await self._leave_quit_note()
-        await self.store.close()
-        if self.url:  # only the instance that announced itself removes its service.json
-            with contextlib.suppress(FileNotFoundError):
-                self._service_json().unlink()
-        self._lock.release()
+
+    def _remove_service_json(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._service_json().unlink()
 
     async def _leave_quit_note(self) -> None:
         """Tell the next start that this stop was on purpose, and how much was unfinished."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sqlite3
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 from lmsp_desktop import __version__
 from lmsp_desktop.core.config import DEFAULT_PORT, default_data_dir
 from lmsp_desktop.core.errors import LmspError
+
+log = logging.getLogger(__name__)
 
 
 def _add_service_flags(parser: argparse.ArgumentParser, *, sub: bool = False) -> None:
@@ -106,7 +109,12 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         await core.start()
     except BaseException:
-        await core.stop()
+        # Report why the start failed, not a failure of the cleanup after it (each failed
+        # stop step is logged with its traceback by Core.stop).
+        try:
+            await core.stop()
+        except BaseException:
+            log.warning("cleaning up after the failed start failed too; see above")
         raise
     await stop.wait()
     await core.stop()

@@ -26,6 +26,7 @@ from lmsp_desktop.core.engines.prefix_cache import CachesPrefixes, PrefixStats
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.requests import chat_messages
+from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.stops import StopScanner
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
@@ -158,10 +159,14 @@ class Runner:
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
-        for slot in self._slots.values():
+        # Each model is unloaded even if another one's unload fails: one left loaded would be
+        # freed during interpreter exit (the SIGSEGV this ordering exists to prevent).
+        steps = StopSteps("stopping the runner")
+        for lane, slot in self._slots.items():
             if slot.model is not None:
-                await slot.model.unload()
+                await steps.run(f"unloading {lane!r}", slot.model.unload)
         self._slots.clear()
+        steps.raise_first()
 
     def _lanes_of(self, model_id: str) -> list[_Slot]:
         return [slot for lane, slot in self._slots.items() if _model_of(lane) == model_id]
