@@ -1,9 +1,10 @@
 """The context a model runs with, and fitting a request into it before its task exists.
 
 A model runs with its trained context length unless the `max_context` setting caps it; the
-same number is reported by `/v1/models` and given to the engine. A request's prompt is
-counted with the model's own tokenizer and chat template (a vocab-only llama.cpp load,
-cached per model file, run off the event loop): an input that does not fit answers 400
+same number is reported by `/v1/models` and given to the engine. A request's prompt, as the
+runner builds it (tool listing and output notes included), is counted with the model's own
+tokenizer and chat template (a vocab-only llama.cpp load, cached per model file, run off
+the event loop): an input that does not fit answers 400
 `context_length_exceeded` before any task is created, or with `truncation: "auto"` loses its
 oldest turns (never a system or developer message) until it fits.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
 from lmsp_desktop.core.requests import chat_messages
+from lmsp_desktop.core.tools.plan import plan_output
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +61,11 @@ class _Vocab:
     def _text(self, token: int) -> str:
         return "" if token < 0 else str(self._model.token_get_text(token))
 
-    def count(self, messages: list[dict[str, Any]]) -> int:
+    def count(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> int:
         """Prompt tokens exactly as the llama engine tokenizes them (BOS not doubled)."""
-        prompt = self._renderer.render(messages)
+        prompt = self._renderer.render(messages, tools)
         bos = self._renderer.bos_token
         add_bos = self._add_bos and not (bos and prompt.startswith(bos))
         with self._lock:
@@ -117,7 +121,11 @@ class TokenCounter:
             return None
 
         def counted(messages: list[dict[str, Any]]) -> int:
-            return vocab.count(chat_messages({**request, "messages": messages}))
+            # The prompt the runner will build: with the tool listing and output notes,
+            # which can be thousands of tokens (Codex CLI's tools are).
+            shown = {**request, "messages": messages}
+            plan = plan_output(shown, chat_messages(shown))
+            return vocab.count(plan.messages, plan.tools)
 
         messages = list(request["messages"])
         count = counted(messages)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -43,8 +44,11 @@ def test_oldest_turns_go_first_never_the_system_message() -> None:
 class CharVocab:
     """One token per character: enough to check the fitting rules."""
 
-    def count(self, messages: list[dict[str, Any]]) -> int:
-        return sum(len(m["content"]) for m in messages)
+    def count(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> int:
+        listing = sum(len(json.dumps(t)) for t in tools or [])
+        return sum(len(m["content"]) for m in messages) + listing
 
 
 class Info:
@@ -78,3 +82,19 @@ def test_too_long_is_refused_unless_truncation_is_auto() -> None:
     assert fit(request, 100) == 87
     with pytest.raises(LmspError):  # even the last turn alone is too long
         fit({**request, "truncation": "auto"}, 5)
+
+
+def test_the_tool_listing_counts_against_the_context() -> None:
+    """Codex CLI's tools are thousands of tokens: a short input with them can still not fit."""
+    tool = {"name": "exec_command", "description": "d" * 60, "parameters": {"type": "object"}}
+    request = {
+        "api": "responses",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [tool],
+        "tool_choice": "auto",
+    }
+    assert fit({**request, "tools": []}, 50) == 2
+    with pytest.raises(LmspError) as caught:
+        fit(request, 50)
+    assert caught.value.code == "context_length_exceeded"
+    assert fit(request, 1000) > 60  # the listing is counted in the fitting size too
