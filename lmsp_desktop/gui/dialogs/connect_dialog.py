@@ -58,6 +58,9 @@ def snippets(base: str, token: str, model: str = MODEL) -> dict[str, str]:
             f'base_url = "{base}"\n'
             'env_key = "LMSP_TOKEN"\n'
             'wire_api = "responses"\n\n'
+            "# For a model with an 8k context (the demo model): Codex's prompt with all its\n"
+            "# tools is about 9,000 tokens, without sub-agents and goals about 5,700.\n"
+            "[agents]\nenabled = false\n\n[features]\ngoals = false\n\n"
             f"# then, in the shell: export LMSP_TOKEN={token}\n"
         ),
         "LangChain": (
