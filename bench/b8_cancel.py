@@ -15,7 +15,7 @@ CANCEL_AFTER = 6  # tokens streamed before the cancel
 
 
 async def _one(server: BenchServer) -> tuple[float, float]:
-    """(cancel → `cancelled` seen by the stream's client in ms, median token time in ms)."""
+    """(cancel → `cancelled` seen by the stream's client in ms, time per decoded token in ms)."""
     sent = [0.0]
 
     async def cancel_midway(stream: Stream) -> None:
@@ -47,7 +47,7 @@ def run(work: Path, quick: bool) -> list[Row]:
     token_ms = sorted(t for _, t in results)[len(results) // 2]
     in_tokens = worst_ms / token_ms
     return [
-        Row("B8", "token time while streaming (median)", token_ms, "ms"),
+        Row("B8", "token time while streaming (median of the runs)", token_ms, "ms"),
         Row(
             "B8",
             f"cancel → cancelled seen by the client, worst of {repeats}",
