@@ -22,7 +22,6 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QListWidget,
     QMainWindow,
     QMenu,
     QMessageBox,
@@ -35,7 +34,7 @@ from lmsp_desktop import __version__
 from lmsp_desktop.core.config import Settings, database_path
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import VERIFIED
-from lmsp_desktop.core.states import CANCELLABLE, UNFINISHED, TaskState
+from lmsp_desktop.core.states import CANCELLABLE, TERMINAL, UNFINISHED, TaskState
 from lmsp_desktop.core.storage.recovery import RecoveryReport
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
@@ -50,6 +49,7 @@ from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
 from lmsp_desktop.gui.format import STATE_COLOURS, app_icon, dot_icon
 from lmsp_desktop.gui.pages.clients_page import ClientsPage
 from lmsp_desktop.gui.pages.models_page import ModelsPage
+from lmsp_desktop.gui.pages.sidebar import Sidebar
 from lmsp_desktop.gui.pages.tasks_page import TasksPage
 from lmsp_desktop.gui.status import StatusBar
 
@@ -73,10 +73,8 @@ class MainWindow(QMainWindow):
         self.tasks = TasksPage(core, core.url)
         self.models = ModelsPage(core)
         self.clients = ClientsPage(core)
-        self.nav = QListWidget()
-        self.nav.addItems(["Tasks", "Models", "Clients"])
-        self.nav.setFixedWidth(130)  # names and counters; the pages need the room
-        self.nav.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.sidebar = Sidebar()
+        self.nav = self.sidebar.nav
         self.pages = QStackedWidget()
         for page in (self.tasks, self.models, self.clients):
             self.pages.addWidget(page)
@@ -84,7 +82,7 @@ class MainWindow(QMainWindow):
         self.nav.setCurrentRow(0)
         body = QWidget()
         layout = QHBoxLayout(body)
-        layout.addWidget(self.nav)
+        layout.addWidget(self.sidebar)
         layout.addWidget(self.pages, 1)
         self.setCentralWidget(body)
         self.status = StatusBar()
@@ -136,6 +134,7 @@ class MainWindow(QMainWindow):
     def _wire(self) -> None:
         self.bridge.tasks_changed.connect(self.tasks.on_changes)
         self.bridge.tasks_changed.connect(self._counts_soon)
+        self.bridge.tasks_changed.connect(self.sidebar.on_changes)
         self.bridge.tasks_reset.connect(lambda: aio.spawn(self.tasks.reload(), self))
         self.bridge.tasks_reset.connect(self._counts_soon)
         self.bridge.counts_moved.connect(self._counts_soon)
@@ -149,6 +148,10 @@ class MainWindow(QMainWindow):
         self.tasks.pair_requested.connect(self.open_pair)
         self.clients.pair_requested.connect(self.open_pair)
         self.clients.connect_requested.connect(self.open_connect)
+        self.sidebar.pause_toggled.connect(self.set_paused)
+        self.sidebar.task_clicked.connect(self._show_in_tasks)
+        for signal in (self.models.model.modelReset, self.models.model.dataChanged):
+            signal.connect(self._update_loaded)  # loaded, unloaded, the idle countdown
 
     def _tray(self) -> QSystemTrayIcon:
         tray = QSystemTrayIcon(app_icon("tray"), self)
@@ -188,6 +191,7 @@ class MainWindow(QMainWindow):
         """Drain: the service answers 503 to new work while accepted tasks finish."""
         self.core.pause(paused)
         self.status.set_paused(paused)
+        self.sidebar.set_paused(paused)
         if self.tray is not None and self.pause_action.isChecked() != paused:
             self.pause_action.setChecked(paused)
         if self.tray is not None:
@@ -198,10 +202,13 @@ class MainWindow(QMainWindow):
         await self.models.load()
         await self.clients.load()
         await self.refresh_counts()
+        ended = TaskFilter(states=tuple(s.value for s in TaskState if s in TERMINAL))
+        self.sidebar.seed_recent(await self.core.task_page(ended, 0, 20, "id", True))
 
     def set_url(self, url: str) -> None:
         self.tasks.set_url(url)
         self.status.set_service(url, self.core.settings.host)
+        self.sidebar.set_service(url, paused=self.core.paused)
         self.status.set_database(database_path(Path(self.core.data_dir)))
         self.setWindowTitle(f"LMSP Desktop — {url}" if url else "LMSP Desktop")
 
@@ -209,6 +216,7 @@ class MainWindow(QMainWindow):
     async def refresh_counts(self) -> None:
         self._counts = await self.core.task_counts()
         self.status.set_counts(self._counts)
+        self.sidebar.set_counts(self._counts)
         if self._waiting is not None:
             left = sum(self._counts.get(s, 0) for s in ACTIVE)
             self._waiting.set_left(left)
@@ -248,6 +256,9 @@ class MainWindow(QMainWindow):
             self.tray.setIcon(
                 app_icon("tray-paused" if paused else "tray-busy" if busy else "tray")
             )
+
+    def _update_loaded(self, *_: Any) -> None:
+        self.sidebar.set_loaded(self.models.model.in_memory())
 
     def sample_rate(self) -> None:
         """Once a second: text deltas committed since the last sample → the sparkline."""
@@ -355,7 +366,7 @@ class MainWindow(QMainWindow):
 
     def _set_active(self, active: bool) -> None:
         """Hidden: the bridge stops flushing and the pages' clocks stop; shown: catch up."""
-        for page in (self.tasks, self.models, self.clients):
+        for page in (self.tasks, self.models, self.clients, self.sidebar):
             page.set_active(active)
         if active:
             self._rate_timer.start()
@@ -446,16 +457,16 @@ class MainWindow(QMainWindow):
         self.qsettings.setValue("tray/told", True)
 
     def _save(self) -> None:
+        # Not the tasks table's header: its columns fit their content and the window
+        # (ColumnFitter), and restoring an older version's header state crashed Qt at show.
         self.qsettings.setValue("geometry", self.saveGeometry())
         self.qsettings.setValue("tasks/splitter", self.tasks.splitter.saveState())
-        self.qsettings.setValue("tasks/columns", self.tasks.table.horizontalHeader().saveState())
         self.qsettings.sync()
 
     def _restore(self) -> None:
         for key, restore in (
             ("geometry", self.restoreGeometry),
             ("tasks/splitter", self.tasks.splitter.restoreState),
-            ("tasks/columns", self.tasks.table.horizontalHeader().restoreState),
         ):
             value = self.qsettings.value(key)
             if value is not None:

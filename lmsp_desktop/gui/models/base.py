@@ -14,6 +14,8 @@ class RowTableModel(QAbstractTableModel):
     """A flat table over `self._rows` with the column titles in `headers`."""
 
     headers: ClassVar[list[str]] = []
+    # Hover text of column titles that are short for a narrow window (column → sentence).
+    header_tips: ClassVar[dict[int, str]] = {}
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
@@ -28,6 +30,8 @@ class RowTableModel(QAbstractTableModel):
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return self.headers[section]
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
+            return self.header_tips.get(section)
         return None
 
     def row_at(self, index: Index) -> Any:

@@ -173,6 +173,19 @@ class ModelTableModel(RowTableModel):
         left = self.core.model_idle_seconds_left(info.id)
         return "loaded" if left is None else f"loaded · unloads in {minutes(left)}"
 
+    def in_memory(self) -> list[tuple[str, int | None, str]]:
+        """Models loaded or loading, as the sidebar lists them: (name, file size, state)."""
+        shown: list[tuple[str, int | None, str]] = []
+        for info in self._rows:
+            loaded = self._loaded.get(info.id, "unloaded")
+            if loaded == "loading":
+                shown.append((str(info.id), info.size_bytes, "loading…"))
+            elif loaded == "loaded":
+                left = self.core.model_idle_seconds_left(info.id)
+                text = "loaded" if left is None else f"unloads in {minutes(left)}"
+                shown.append((str(info.id), info.size_bytes, text))
+        return shown
+
     # -- updates -----------------------------------------------------------------------------
     def model_id(self, row: int) -> str:
         return str(self._rows[row].id)

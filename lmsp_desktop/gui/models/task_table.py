@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 from enum import IntEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from PySide6.QtCore import QModelIndex, Qt
 
@@ -32,8 +32,7 @@ from lmsp_desktop.gui.models.base import ROOT, Index, RowTableModel
     COL_DURATION,
     COL_TOKENS,
     COL_TPS,
-    COL_LAST_SEQ,
-) = range(10)
+) = range(9)
 HEADERS = [
     "Id",
     "Client",
@@ -42,9 +41,8 @@ HEADERS = [
     "On restart",
     "Created",
     "Duration",
-    "Output tokens",
+    "Tokens",
     "Tok/s",
-    "Last seq",
 ]
 SORT_KEYS = {
     COL_ID: "id",
@@ -54,10 +52,9 @@ SORT_KEYS = {
     COL_ON_RESTART: "on_restart",
     COL_CREATED: "created",
     COL_TOKENS: "tokens",
-    COL_LAST_SEQ: "last_seq",
 }
 DELTA_ONLY = (EventType.OUTPUT_TEXT_DELTA.value,)
-RIGHT_ALIGNED = {COL_DURATION, COL_TOKENS, COL_TPS, COL_LAST_SEQ}
+RIGHT_ALIGNED = {COL_DURATION, COL_TOKENS, COL_TPS}
 
 
 class Role(IntEnum):
@@ -70,6 +67,11 @@ class TaskTableModel(RowTableModel):
     """Rows of `TaskRow`; fetches pages of `page_size` as the view scrolls."""
 
     headers = HEADERS
+    header_tips: ClassVar[dict[int, str]] = {
+        COL_ON_RESTART: "What happens to the task if the service restarts before it ends",
+        COL_TOKENS: "Output tokens generated so far",
+        COL_TPS: "Output tokens per second",
+    }
 
     def __init__(self, core: CoreApi, page_size: int = 200, parent: Any = None) -> None:
         super().__init__(parent)
@@ -122,14 +124,14 @@ class TaskTableModel(RowTableModel):
             return human_duration(row.duration())
         if col == COL_TOKENS:
             return str(row.output_tokens) if row.started_at is not None else "—"
-        if col == COL_TPS:
-            tps = row.tokens_per_second()
-            return f"{tps:.1f}" if tps is not None else "—"
-        return str(row.last_seq)
+        tps = row.tokens_per_second()  # COL_TPS
+        return f"{tps:.1f}" if tps is not None else "—"
 
     def _tooltip(self, row: TaskRow, col: int) -> str | None:
         if col == COL_ID:
             return row.id
+        if col in (COL_CLIENT, COL_MODEL):  # elided in a narrow window
+            return self._display(row, col)
         if col == COL_STATE and row.error:
             return f"{row.error.get('code')}: {row.error.get('message')}"
         return None

@@ -32,14 +32,19 @@ from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.models.model_table import (
+    COL_ARCH,
+    COL_CONTEXT,
+    COL_DIGEST,
     COL_FOLDER,
-    COL_LOADED,
-    COL_NAME,
+    COL_PARAMS,
+    COL_QUANT,
+    COL_SIZE,
     COL_STATUS,
     EXPLAIN,
     ModelTableModel,
 )
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
+from lmsp_desktop.gui.pages.column_fit import ColumnFitter
 
 
 class ProgressDelegate(QStyledItemDelegate):
@@ -112,10 +117,16 @@ class ModelsPage(QWidget):
         self.table.verticalHeader().hide()
         self.table.setItemDelegateForColumn(COL_STATUS, ProgressDelegate(self.table))
         header = self.table.horizontalHeader()
-        header.setStretchLastSection(True)  # the folder, elided in its middle
         self.table.setWordWrap(False)
-        header.setMinimumSectionSize(70)
+        header.setMinimumSectionSize(40)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # paths keep both ends
+        # Name, Status and Loaded are never cut; Folder takes what is left (its full path on
+        # hover); in a narrow window the header facts step aside (the Name's tooltip has them).
+        self.fitter = ColumnFitter(
+            self.table,
+            stretch={COL_FOLDER: (self.fontMetrics().averageCharWidth() * 14,) * 2},
+            drop_order=[COL_ARCH, COL_CONTEXT, COL_PARAMS, COL_QUANT, COL_DIGEST, COL_SIZE],
+        )
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
         self.model.modelReset.connect(self._update)
         self.model.dataChanged.connect(lambda *_: self._update())
@@ -172,12 +183,7 @@ class ModelsPage(QWidget):
         self.fit_columns()
 
     def fit_columns(self) -> None:
-        self.table.resizeColumnsToContents()
-        # Name is never cut; Loaded keeps its countdown; the folder, last, takes what room is
-        # left (elided in the middle, full on hover) instead of pushing the others out.
-        self.table.setColumnWidth(COL_NAME, max(self.table.columnWidth(COL_NAME), 160))
-        self.table.setColumnWidth(COL_LOADED, max(self.table.columnWidth(COL_LOADED), 150))
-        self.table.setColumnWidth(COL_FOLDER, 100)
+        self.fitter.fit()
 
     def selected_rows(self) -> list[int]:
         return sorted({i.row() for i in self.table.selectionModel().selectedRows()})

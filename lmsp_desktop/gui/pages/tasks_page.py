@@ -10,7 +10,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QMessageBox,
@@ -29,7 +28,15 @@ from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.data import STATE_FILTERS, TaskFilter
-from lmsp_desktop.gui.models.task_table import COL_CREATED, COL_ID, COL_MODEL, TaskTableModel
+from lmsp_desktop.gui.models.task_table import (
+    COL_CREATED,
+    COL_DURATION,
+    COL_MODEL,
+    COL_ON_RESTART,
+    COL_TPS,
+    TaskTableModel,
+)
+from lmsp_desktop.gui.pages.column_fit import ColumnFitter
 from lmsp_desktop.gui.pages.task_details import TaskDetails
 
 
@@ -61,19 +68,20 @@ class TasksPage(QWidget):
 
         self.chips = QButtonGroup(self)
         chip_row = QHBoxLayout()
+        chip_row.setSpacing(4)
         for i, name in enumerate(STATE_FILTERS):
             chip = QPushButton(name)
             chip.setCheckable(True)
             chip.setChecked(i == 0)
             chip.setProperty("chip", True)
             # Compact, as wide as their word: the row fits a 900 px window with the search.
-            chip.setFixedWidth(chip.fontMetrics().horizontalAdvance(name) + 24)
+            chip.setFixedWidth(chip.fontMetrics().horizontalAdvance(name) + 18)
             self.chips.addButton(chip, i)
             chip_row.addWidget(chip)
         self.chips.idClicked.connect(lambda _: self._filter_later(0))
         self.search = QLineEdit(placeholderText="Filter by id, model or client  (Ctrl+F)")
         self.search.setClearButtonEnabled(True)
-        self.search.setMinimumWidth(140)  # never squeezed to "Fi…"
+        self.search.setMinimumWidth(120)  # never squeezed to "Fi…"
         self.search.textChanged.connect(lambda _: self._filter_later(250))
         self._filter_timer = QTimer(self, singleShot=True)
         self._filter_timer.timeout.connect(self._apply_filter)
@@ -97,11 +105,15 @@ class TasksPage(QWidget):
         header = self.table.horizontalHeader()
         # Newest first is creation order: the arrow sits on Created, where it means that.
         header.setSortIndicator(COL_CREATED, Qt.SortOrder.DescendingOrder)
-        # Short columns fit their content; Model and Id share what is left (900 px works).
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(COL_ID, QHeaderView.ResizeMode.Stretch)
+        # Columns fit their content and Model takes what is left; in a narrow window Duration,
+        # then On restart (both in the details header), then Created step aside.
         header.setMinimumSectionSize(40)
+        letters = self.fontMetrics().averageCharWidth()
+        self.fitter = ColumnFitter(
+            self.table,
+            stretch={COL_MODEL: (letters * 12, letters * 32)},
+            drop_order=[COL_DURATION, COL_ON_RESTART, COL_CREATED, COL_TPS],
+        )
         self.table.setSortingEnabled(True)
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         self.table.selectionModel().currentRowChanged.connect(self._selection_changed)

@@ -1,0 +1,196 @@
+"""The window works from 900x600 up (issue 16): nothing scrolls sideways, nothing it keeps is
+cut, and the sidebar tells what a glance should. A real core (store, runner, registry with the
+demo model, HTTP service) and its real window; a scripted engine keeps tasks running."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QGuiApplication, QStandardItemModel
+from PySide6.QtWidgets import QHeaderView, QPushButton, QTableView
+
+from lmsp_desktop.gui.main_window import MainWindow
+from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_LOADED, COL_NAME, COL_STATUS
+from lmsp_desktop.gui.models.task_table import (
+    COL_CLIENT,
+    COL_ID,
+    COL_MODEL,
+    COL_STATE,
+    COL_TOKENS,
+)
+from tests.integration.gui_windows import (
+    MODEL,
+    client_token,
+    open_app,
+    post_background,
+    slow_engine,
+)
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
+
+
+async def settle(window: MainWindow) -> None:
+    """Let other resizes, fits and repaints run (the loop is Qt's: sleeping runs them; never
+    processEvents() here, a nested loop that drops asyncio work)."""
+    for _ in range(5):
+        await asyncio.sleep(0.05)
+
+
+def text_fits(table: QTableView, row: int, col: int) -> bool:
+    """The cell shows its whole text (no "…"): its section is as wide as the content."""
+    header = table.horizontalHeader()
+    return not header.isSectionHidden(col) and header.sectionSize(col) >= table.sizeHintForColumn(
+        col
+    )
+
+
+def fits_sideways(table: QTableView) -> bool:
+    header = table.horizontalHeader()
+    shown = sum(
+        header.sectionSize(c) for c in range(header.count()) if not header.isSectionHidden(c)
+    )
+    return shown <= table.viewport().width() and table.horizontalScrollBar().maximum() == 0
+
+
+def buttons_uncut(widget: Any) -> list[str]:
+    """Texts of visible buttons too narrow for their text (a button clips, never elides)."""
+    return [
+        b.text()
+        for b in widget.findChildren(QPushButton)
+        if b.isVisible() and b.width() < b.fontMetrics().horizontalAdvance(b.text()) + 8
+    ]
+
+
+async def test_every_page_fits_900x600_and_keeps_its_useful_columns_whole(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        task_id = await post_background(core, await client_token(core, "notebook-ana"))
+        tasks = window.tasks
+        await until(lambda: tasks.model.row_of(task_id) is not None, what="the task's row")
+        await until(lambda: window.models.model.rowCount() == 1, what="the demo model listed")
+
+        window.resize(900, 600)
+        await settle(window)
+        assert (window.width(), window.height()) == (900, 600)  # not held wider by a page
+
+        # Tasks: no sideways scrolling; Id, client, the whole model name, state and tokens.
+        row = tasks.model.row_of(task_id)
+        assert row is not None
+        kept = (COL_ID, COL_CLIENT, COL_MODEL, COL_STATE, COL_TOKENS)
+
+        def cut() -> list[str]:  # refits follow the running task's changes within a moment
+            return [
+                tasks.model.headerData(c, Qt.Horizontal)
+                for c in kept
+                if not text_fits(tasks.table, row, c)
+            ]
+
+        await until(
+            lambda: fits_sideways(tasks.table) and not cut(),
+            what=lambda: f"the tasks table fitting 900 px, whole: cut {cut()}",
+        )
+        assert tasks.model.index(row, COL_MODEL).data() == MODEL
+        assert tasks.search.width() >= 120 and not buttons_uncut(tasks)
+
+        # Models: no sideways scrolling; Name, Status and Loaded whole; Folder elided.
+        window.nav.setCurrentRow(1)
+        await settle(window)
+        models = window.models
+        assert fits_sideways(models.table)
+        for col in (COL_NAME, COL_STATUS, COL_LOADED):
+            assert text_fits(models.table, 0, col), col
+        assert not models.table.horizontalHeader().isSectionHidden(COL_FOLDER)
+        assert not buttons_uncut(models)
+
+        # Clients: its buttons whole.
+        window.nav.setCurrentRow(2)
+        await settle(window)
+        assert not buttons_uncut(window.clients)
+
+        # At 1600x1000 every column is back, whole.
+        window.resize(1600, 1000)
+        window.nav.setCurrentRow(0)
+        await settle(window)
+        await until(
+            lambda: not tasks.fitter.hidden_columns(), what="all task columns shown at 1600 px"
+        )
+        window.nav.setCurrentRow(1)
+        await settle(window)
+        assert not models.fitter.hidden_columns()
+        assert fits_sideways(models.table)
+
+
+async def test_a_header_saved_by_an_older_version_does_not_break_the_tasks_table(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """Restoring a saved header of ten columns into this nine-column table crashed Qt at
+    show (and modes saved by an older layout undid the fitting): it is no longer restored."""
+    ini = tmp_path / "gui.ini"
+    old = QTableView()
+    old.setModel(QStandardItemModel(0, 10))
+    old.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+    old.horizontalHeader().resizeSection(0, 400)
+    settings = QSettings(str(ini), QSettings.Format.IniFormat)
+    settings.setValue("tasks/columns", old.horizontalHeader().saveState())
+    settings.sync()
+    async with open_app(qtbot, tmp_path / "data", ini=ini, engine=slow_engine()) as (_, window):
+        window.resize(900, 600)
+        await settle(window)
+        assert window.isVisible()
+        assert fits_sideways(window.tasks.table)
+
+
+async def test_sidebar_shows_service_counts_loaded_models_and_recent_tasks(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        side = window.sidebar
+        host_port = core.url.removeprefix("http://")
+        assert "Serving" in side.service.text() and side.address.text() == host_port
+        qtbot.mouseClick(side.copy_button, Qt.MouseButton.LeftButton)
+        assert QGuiApplication.clipboard().text() == f"{core.url}/v1"
+        assert side.counts.text() == "No tasks yet"
+        assert side.loaded.text().startswith("None")
+
+        token = await client_token(core)
+        running = await post_background(core, token)
+        other = await post_background(core, token)
+        await until(lambda: "2 running" in side.counts.text(), what=side.counts.text)
+        await until(lambda: MODEL in side.loaded.text(), what="the loaded model")
+        assert "MB" in side.loaded.text()
+
+        # A task that ends goes on top of Recent; a click shows it in Tasks.
+        await core.cancel(other)
+        await until(lambda: side.recent.count() == 1, what="the cancelled task in Recent")
+        assert side.recent_texts()[0].split("\n")[1].startswith("cancelled, ")
+        await until(lambda: "1 cancelled" in side.counts.text(), what=side.counts.text)
+        assert "1 running" in side.counts.text()
+        window.nav.setCurrentRow(2)
+        item = side.recent.item(0)
+        rect = side.recent.visualItemRect(item)
+        qtbot.mouseClick(side.recent.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+        assert window.pages.currentWidget() is window.tasks
+        await until(lambda: window.tasks.selected_ids() == [other], what="the task selected")
+
+        # Pause new work: the service refuses new tasks and the sidebar says so.
+        qtbot.mouseClick(side.pause_button, Qt.MouseButton.LeftButton)
+        assert core.paused and "Paused" in side.service.text()
+        async with (
+            aiohttp.ClientSession(core.url) as http,
+            http.post(
+                "/v1/responses",
+                json={"model": MODEL, "input": "Hi", "background": True},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as answer,
+        ):
+            assert answer.status == 503
+        qtbot.mouseClick(side.pause_button, Qt.MouseButton.LeftButton)
+        assert not core.paused and "Serving" in side.service.text()
+        await core.cancel(running)
