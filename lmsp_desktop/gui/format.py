@@ -6,7 +6,7 @@ import time
 from functools import cache
 
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtGui import QColor, QFontMetrics, QIcon, QPainter, QPixmap
 
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.resources import STATE_NAMES, icon_path, icon_sizes, state_icon_name
@@ -160,3 +160,19 @@ def short_id(task_id: str, keep: int = 8) -> str:
 
 def is_loopback(host: str) -> bool:
     return host in {"127.0.0.1", "::1", "localhost"} or host.startswith("127.")
+
+
+def elide_path(text: str, keep_tail: str, width: int, metrics: QFontMetrics) -> str:
+    """`text` in `width` pixels, elided in the middle but keeping `keep_tail` (the end that
+    tells this path from others) whole; only when even that is too wide, its start goes."""
+    if metrics.horizontalAdvance(text) <= width:
+        return text
+    if not keep_tail or not text.endswith(keep_tail):
+        return metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, width)
+    head_room = width - metrics.horizontalAdvance(keep_tail)
+    head = text[: len(text) - len(keep_tail)]
+    if head_room >= metrics.horizontalAdvance(head[:1] + "…"):
+        return metrics.elidedText(head, Qt.TextElideMode.ElideRight, head_room) + keep_tail
+    if metrics.horizontalAdvance("…" + keep_tail) <= width:
+        return "…" + keep_tail
+    return metrics.elidedText(keep_tail, Qt.TextElideMode.ElideLeft, width)

@@ -5,6 +5,7 @@ demo model, HTTP service) and its real window; a scripted engine keeps tasks run
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QStandardItemModel
 from PySide6.QtWidgets import QHeaderView, QPushButton, QTableView
 
+from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_LOADED, COL_NAME, COL_STATUS
 from lmsp_desktop.gui.models.task_table import (
@@ -194,3 +196,43 @@ async def test_sidebar_shows_service_counts_loaded_models_and_recent_tasks(
         qtbot.mouseClick(side.pause_button, Qt.MouseButton.LeftButton)
         assert not core.paused and "Serving" in side.service.text()
         await core.cancel(running)
+
+
+async def test_two_model_folders_with_the_same_end_read_differently_at_900_px(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """Folder elides in its middle but keeps the part that tells two folders apart; its
+    tooltip has the full path; Name and Loaded stay whole."""
+    demo = demo_model_path()
+    assert demo is not None
+    folders = []
+    for owner, name in (("ana", "alpha.Q4_1.gguf"), ("ben", "beta.Q4_1.gguf")):
+        folder = tmp_path / "shared-drive" / owner / "llm" / "models"
+        folder.mkdir(parents=True)
+        os.link(demo, folder / name)
+        folders.append(folder)
+    async with open_app(qtbot, tmp_path / "data", engine=slow_engine(), model_dirs=folders) as (
+        _,
+        window,
+    ):
+        window.resize(900, 600)
+        window.nav.setCurrentRow(1)
+        models = window.models
+        await until(lambda: models.model.rowCount() == 3, what="the demo model and both copies")
+        await settle(window)
+        assert fits_sideways(models.table)
+        width = models.table.horizontalHeader().sectionSize(COL_FOLDER)
+        shown = {}
+        for row in range(models.model.rowCount()):
+            index = models.model.index(row, COL_FOLDER)
+            shown[models.model.model_id(row)] = models.folder_delegate.shown_text(index, width)
+            assert text_fits(models.table, row, COL_NAME) and text_fits(
+                models.table, row, COL_LOADED
+            )
+        assert len(set(shown.values())) == 3, shown
+        alpha, beta = shown["alpha.q4_1"], shown["beta.q4_1"]
+        assert "…" in alpha and alpha.endswith("a/llm/models") and beta.endswith("n/llm/models")
+        paths = {
+            models.model.model_id(r): models.model.index(r, COL_FOLDER).data(3) for r in range(3)
+        }
+        assert paths["alpha.q4_1"] == str(folders[0] / "alpha.Q4_1.gguf")

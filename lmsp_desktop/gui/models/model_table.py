@@ -73,6 +73,9 @@ class Role(IntEnum):
     STATE = Qt.ItemDataRole.UserRole + 3
     PATH = Qt.ItemDataRole.UserRole + 4
     DIGEST = Qt.ItemDataRole.UserRole + 5
+    # The end of the folder's text that tells it from every other folder listed ("/b/models"
+    # when "~/a/models" is listed too): eliding keeps it whole.
+    FOLDER_TAIL = Qt.ItemDataRole.UserRole + 6
 
 
 class ModelTableModel(RowTableModel):
@@ -89,6 +92,7 @@ class ModelTableModel(RowTableModel):
         self._loaded: dict[str, str] = {}
         # The engine's message of the last failed load per model, until it loads.
         self._load_errors: dict[str, str] = {}
+        self._tails: dict[str, str] = {}  # folder text → its distinguishing end
 
     def state_of(self, info: ModelInfo) -> str:
         return "hashing" if info.id in self._progress else str(info.state)
@@ -139,6 +143,8 @@ class ModelTableModel(RowTableModel):
             return str(info.path)
         if role == Role.DIGEST:
             return info.digest
+        if role == Role.FOLDER_TAIL and not isinstance(info, UpstreamModelInfo):
+            return self._tails.get(folder_text(Path(info.path)), "")
         return None
 
     def _display(self, info: ModelInfo, col: int, state: str) -> str:
@@ -207,6 +213,7 @@ class ModelTableModel(RowTableModel):
             else:
                 self._progress.setdefault(info.id, 0.0)
         self._loaded = {i.id: self.core.model_loaded_state(i.id) for i in rows}
+        self._tails = distinguishing_tails({folder_text(Path(i.path)) for i in rows})
         if [i.id for i in rows] == [i.id for i in self._rows]:
             self._rows = rows
             if rows:
@@ -263,3 +270,17 @@ def folder_text(path: Path) -> str:
         return str(Path("~") / folder.relative_to(Path.home()))
     except ValueError:
         return str(folder)
+
+
+def distinguishing_tails(folders: set[str]) -> dict[str, str]:
+    """For each folder, its shortest end of whole path parts ("/models", "/b/models") that no
+    other folder ends with: what must stay visible when the column elides the rest."""
+    split = {f: f.rstrip("/").split("/") for f in folders}
+    tails = {}
+    for folder, parts in split.items():
+        others = [p for f, p in split.items() if f != folder]
+        for k in range(1, len(parts) + 1):
+            if all(other[-k:] != parts[-k:] for other in others):
+                break
+        tails[folder] = "/".join(parts[-k:]) if k < len(parts) else folder
+    return tails

@@ -42,13 +42,16 @@ class ColumnFitter(QObject):
         self._timer = QTimer(self, singleShot=True, interval=0)
         self._timer.timeout.connect(self.fit)
         table.viewport().installEventFilter(self)
+        table.installEventFilter(self)  # shown again (another page was current meanwhile)
         model = table.model()
         for signal in (model.modelReset, model.rowsInserted, model.dataChanged):
             signal.connect(self.fit_soon)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         # Only a change of width matters (a scroll bar coming and going changes the height).
-        if event.type() == QEvent.Type.Resize:
+        if event.type() == QEvent.Type.Show and watched is self.table:
+            self.fit_soon()
+        elif event.type() == QEvent.Type.Resize and watched is not self.table:
             resize = cast(QResizeEvent, event)
             if resize.size().width() != resize.oldSize().width():
                 self.fit_soon()
@@ -59,20 +62,18 @@ class ColumnFitter(QObject):
             self._timer.start()
 
     def content_width(self, col: int) -> int:
-        """What a column needs to show its title and every loaded cell uncut (as Qt sizes a
-        shown ResizeToContents section; a hidden one has no size to read)."""
+        """What a column needs to show its title and every loaded cell uncut: what Qt gives a
+        ResizeToContents section (measured, since a section's own size lags until the next
+        layout and a hidden one has none)."""
         header = self.table.horizontalHeader()
-        if not header.isSectionHidden(col):
-            return header.sectionSize(col)
-        return max(self.table.sizeHintForColumn(col), header.sectionSizeHint(col))
+        return max(self.table.sizeHintForColumn(col), header.sectionSizeFromContents(col).width())
 
     def fit(self) -> None:
         header = self.table.horizontalHeader()
         room = self.table.viewport().width()
         needed = {col: self.content_width(col) for col in range(header.count())}
         for col, (least, most) in self.stretch.items():
-            content = max(self.table.sizeHintForColumn(col), header.sectionSizeHint(col))
-            needed[col] = min(max(content, least), most)
+            needed[col] = min(max(needed[col], least), most)
         hidden: set[int] = set()
         for col in self.drop_order:
             if sum(w for c, w in needed.items() if c not in hidden) <= room:

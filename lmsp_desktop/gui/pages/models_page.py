@@ -31,6 +31,7 @@ from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.format import elide_path
 from lmsp_desktop.gui.models.model_table import (
     COL_ARCH,
     COL_CONTEXT,
@@ -68,6 +69,33 @@ class ProgressDelegate(QStyledItemDelegate):
         bar.textVisible = True
         style = QApplication.style()
         style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter)
+
+
+class FolderDelegate(QStyledItemDelegate):
+    """Paints a folder elided in its middle, keeping whole the end that tells it from the
+    other folders listed (two "…/models" folders never read the same); full path on hover."""
+
+    def shown_text(self, index: QModelIndex | QPersistentModelIndex, width: int) -> str:
+        """The text painted in a cell `width` pixels wide."""
+        opt = QStyleOptionViewItem()
+        self.initStyleOption(opt, index)
+        widget = self.parent()
+        style = widget.style() if isinstance(widget, QWidget) else QApplication.style()
+        margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin) + 1
+        tail = index.data(ModelRole.FOLDER_TAIL) or ""
+        return elide_path(opt.text, tail, width - 2 * margin, opt.fontMetrics)
+
+    def paint(
+        self,
+        painter: QPainter,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> None:
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.text = self.shown_text(index, opt.rect.width())
+        style = opt.widget.style() if opt.widget is not None else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
 
 
 def verify_outcome(info: ModelInfo) -> str:
@@ -116,15 +144,18 @@ class ModelsPage(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.verticalHeader().hide()
         self.table.setItemDelegateForColumn(COL_STATUS, ProgressDelegate(self.table))
+        self.folder_delegate = FolderDelegate(self.table)
+        self.table.setItemDelegateForColumn(COL_FOLDER, self.folder_delegate)
         header = self.table.horizontalHeader()
         self.table.setWordWrap(False)
         header.setMinimumSectionSize(40)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # paths keep both ends
         # Name, Status and Loaded are never cut; Folder takes what is left (its full path on
         # hover); in a narrow window the header facts step aside (the Name's tooltip has them).
+        letters = self.fontMetrics().averageCharWidth()
         self.fitter = ColumnFitter(
             self.table,
-            stretch={COL_FOLDER: (self.fontMetrics().averageCharWidth() * 14,) * 2},
+            stretch={COL_FOLDER: (letters * 14, letters * 22)},
             drop_order=[COL_ARCH, COL_CONTEXT, COL_PARAMS, COL_QUANT, COL_DIGEST, COL_SIZE],
         )
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
