@@ -15,6 +15,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QStandardItemModel
 from PySide6.QtWidgets import QHeaderView, QPushButton, QTableView
 
+from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_LOADED, COL_NAME, COL_STATUS
@@ -171,7 +172,10 @@ async def test_sidebar_shows_service_counts_loaded_models_and_recent_tasks(
         # A task that ends goes on top of Recent; a click shows it in Tasks.
         await core.cancel(other)
         await until(lambda: side.recent.count() == 1, what="the cancelled task in Recent")
-        assert side.recent_texts()[0].split("\n")[1].startswith("cancelled, ")
+        assert side.recent_texts()[0].split("\n")[1].startswith("cancelled · ")
+        room = side.recent.viewport().width() - side.recent.iconSize().width() - 12
+        for line in side.recent_texts()[0].split("\n"):  # whole in the narrow sidebar
+            assert side.recent.fontMetrics().horizontalAdvance(line) <= room, line
         await until(lambda: "1 cancelled" in side.counts.text(), what=side.counts.text)
         assert "1 running" in side.counts.text()
         window.nav.setCurrentRow(2)
@@ -236,3 +240,34 @@ async def test_two_model_folders_with_the_same_end_read_differently_at_900_px(
             models.model.model_id(r): models.model.index(r, COL_FOLDER).data(3) for r in range(3)
         }
         assert paths["alpha.q4_1"] == str(folders[0] / "alpha.Q4_1.gguf")
+
+
+async def test_details_show_structured_output_indented_and_what_narrow_columns_hide(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """Structured output reads as indented JSON; the header carries the restart policy and
+    the run time, which the table drops first at 900 px; with nothing selected the Output
+    tab says where output will appear instead of "No output yet."."""
+    engine = FakeEngine(['{"city":', ' "Paris",', ' "days":', " 3}"])
+    async with open_app(qtbot, tmp_path, engine=engine) as (core, window):
+        tasks = window.tasks
+        assert tasks.details.output.placeholderText() == "The selected task's output appears here."
+        schema = {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        }
+        text = {"format": {"type": "json_schema", "name": "trip", "schema": schema}}
+        task_id = await post_background(core, await client_token(core), text=text)
+
+        async def done() -> bool:
+            return bool((await core.task(task_id))["state"] == "completed")
+
+        await until(done, what="the task done")
+        tasks.show_task(task_id)
+        await until(lambda: tasks.details.state == "completed", what="the details of the task")
+        output = tasks.details.output.toPlainText()
+        assert output == '{\n  "city": "Paris",\n  "days": 3\n}', output
+        header = tasks.details.header.text()
+        assert "on restart: fail" in header and " · ran " in header, header

@@ -260,9 +260,12 @@ class Sidebar(QWidget):
         self.recent.clear()
         now = time.time()
         for done in self._finished:
-            text = f"{short_id(done.task_id)}\n{done.state}, {ago(now - done.at)}"
+            text = f"{short_id(done.task_id)}\n{done.state} · {ago(now - done.at)}"
             item = QListWidgetItem(state_icon(done.state), text)
-            item.setToolTip(f"{done.task_id} ({done.model}): {done.state}. Click to show it.")
+            item.setToolTip(
+                f"{done.task_id} ({done.model}): {done.state} {ago(now - done.at)} ago. "
+                "Click to show it."
+            )
             item.setData(TASK_ID, done.task_id)
             self.recent.addItem(item)
         self.recent.setFixedHeight(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,11 @@ from lmsp_desktop.core.states import CANCELLABLE, TaskState
 from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.format import STATE_COLOURS, state_word
+from lmsp_desktop.gui.format import STATE_COLOURS, human_duration, state_word
 from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
 
 CURSOR = "▌"
+NOTHING_SELECTED = "The selected task's output appears here."
 
 
 def empty_output_reason(row: Any) -> str:
@@ -53,13 +55,30 @@ def empty_output_reason(row: Any) -> str:
 
 
 def output_shown(row: Any) -> str:
-    """The output as the Output tab shows it: the text, then each function call the model
-    made as `→ name(arguments)`."""
+    """The output as the Output tab shows it: the text (structured output as indented JSON
+    once it parses), then each function call the model made as `→ name(arguments)`, its
+    arguments indented when they are more than one short line."""
     text: str = row["output_text"]
     raw = row["output_items"] if "output_items" in row.keys() else None  # noqa: SIM118
     calls = [i for i in json.loads(raw or "[]") if i.get("type") == "function_call"]
-    lines = [f"→ {c['name']}({c['arguments']})" for c in calls]
+    fmt = (json.loads(row["request"]).get("text_format") or {}).get("type")
+    if text and fmt in ("json_object", "json_schema"):
+        text = _indented(text)
+    lines = [f"→ {c['name']}({_indented(c['arguments'], short=60)})" for c in calls]
     return "\n".join([text, *lines] if text else lines) if lines else text
+
+
+def _indented(text: str, short: int = 0) -> str:
+    """JSON text indented for reading (kept as it is while incomplete or invalid, and when
+    it fits on one line of `short` characters)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    compact = json.dumps(value, ensure_ascii=False)
+    if len(compact) <= short:
+        return compact
+    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 _SAMPLING = (
@@ -149,7 +168,7 @@ class TaskDetails(QWidget):
         top.addWidget(self.cancel_button)
 
         self.output = QPlainTextEdit(readOnly=True)
-        self.output.setPlaceholderText("No output yet.")
+        self.output.setPlaceholderText(NOTHING_SELECTED)
         self.events = EventTableModel(core, parent=self)
         self.events_view = QTableView()
         self.events_view.setModel(self.events)
@@ -208,6 +227,7 @@ class TaskDetails(QWidget):
         self._set_buttons()
         if task_id is None:
             self.header.setText("Select a task to see its output and events.")
+            self.output.setPlaceholderText(NOTHING_SELECTED)
         else:
             self.header.setText(f"<b>{task_id}</b> …")
         return aio.spawn(self._load(task_id), self)
@@ -256,8 +276,11 @@ class TaskDetails(QWidget):
             f"<b>{row['id']}</b>",
             row["model"],
             f"<span style='color:{colour}'>●</span> {state_word(row['state'])}",
-            f"on_restart {row['on_restart']}",
+            f"on restart: {row['on_restart']}",
         ]
+        if row["started_at"] is not None:  # the table's Duration steps aside in a narrow window
+            end = row["finished_at"] or time.time()
+            parts.append(f"ran {human_duration(end - row['started_at'])}")
         if row["restarts"]:
             parts.append(f"restarted {row['restarts']}×")
         text = " · ".join(parts)
