@@ -26,6 +26,7 @@ from lmsp_desktop.gui.models.task_table import (
     COL_STATE,
     COL_TOKENS,
 )
+from lmsp_desktop.gui.pages.sidebar import ago
 from tests.integration.gui_windows import (
     MODEL,
     client_token,
@@ -174,7 +175,8 @@ async def test_sidebar_shows_service_counts_loaded_models_and_recent_tasks(
         await until(lambda: side.recent.count() == 1, what="the cancelled task in Recent")
         assert side.recent_texts()[0].split("\n")[1].startswith("cancelled · ")
         room = side.recent.viewport().width() - side.recent.iconSize().width() - 12
-        for line in side.recent_texts()[0].split("\n"):  # whole in the narrow sidebar
+        widest = f"incomplete · {ago(59 * 60)}"  # the longest word and time a line can have
+        for line in [*side.recent_texts()[0].split("\n"), widest]:  # whole in the sidebar
             assert side.recent.fontMetrics().horizontalAdvance(line) <= room, line
         await until(lambda: "1 cancelled" in side.counts.text(), what=side.counts.text)
         assert "1 running" in side.counts.text()

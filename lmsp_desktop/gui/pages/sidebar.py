@@ -55,12 +55,14 @@ class Finished:
 
 
 def ago(seconds: float) -> str:
-    """ "12 s ago", "3 min ago", "2 h ago"."""
+    """How long ago, short enough for the sidebar: "12s", "3m", "2h", "4d"."""
     if seconds < 60:
-        return f"{max(0, int(seconds))} s ago"
+        return f"{max(0, int(seconds))}s"
     if seconds < 3600:
-        return f"{int(seconds // 60)} min ago"
-    return f"{int(seconds // 3600)} h ago"
+        return f"{int(seconds // 60)}m"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 86400)}d"
 
 
 def process_memory() -> int | None:
