@@ -18,6 +18,10 @@ from PySide6.QtWidgets import QHeaderView, QPushButton, QTableView
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.gui.main_window import MainWindow
+from lmsp_desktop.gui.models.client_table import COL_NAME as CLIENT_NAME
+from lmsp_desktop.gui.models.client_table import COL_SCOPES as CLIENT_SCOPES
+from lmsp_desktop.gui.models.client_table import COL_SEEN as CLIENT_SEEN
+from lmsp_desktop.gui.models.client_table import COL_TOKEN as CLIENT_TOKEN
 from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_LOADED, COL_NAME, COL_STATUS
 from lmsp_desktop.gui.models.task_table import (
     COL_CLIENT,
@@ -113,10 +117,17 @@ async def test_every_page_fits_900x600_and_keeps_its_useful_columns_whole(
         assert not models.table.horizontalHeader().isSectionHidden(COL_FOLDER)
         assert not buttons_uncut(models)
 
-        # Clients: its buttons whole.
+        # Clients: one line per client, Name, Last seen and the token prefix whole.
         window.nav.setCurrentRow(2)
+        clients = window.clients
+        await clients.load()  # made in the store directly: nobody announced it
+        assert clients.model.rowCount() == 1
         await settle(window)
-        assert not buttons_uncut(window.clients)
+        assert not buttons_uncut(clients) and fits_sideways(clients.table)
+        for col in (CLIENT_NAME, CLIENT_SEEN, CLIENT_TOKEN):
+            assert text_fits(clients.table, 0, col), col
+        scopes = clients.model.index(0, CLIENT_SCOPES)
+        assert scopes.data(Qt.ItemDataRole.ToolTipRole) == scopes.data()  # whole on hover
 
         # At 1600x1000 every column is back, whole.
         window.resize(1600, 1000)
@@ -129,6 +140,9 @@ async def test_every_page_fits_900x600_and_keeps_its_useful_columns_whole(
         await settle(window)
         assert not models.fitter.hidden_columns()
         assert fits_sideways(models.table)
+        window.nav.setCurrentRow(2)
+        await settle(window)
+        assert not clients.fitter.hidden_columns() and text_fits(clients.table, 0, CLIENT_TOKEN)
 
 
 async def test_a_header_saved_by_an_older_version_does_not_break_the_tasks_table(

@@ -43,6 +43,8 @@ class ClientTableModel(RowTableModel):
                 addr = client.get("last_seen_addr")
                 return date_time(client["last_seen_at"]) + (f" from {addr}" if addr else "")
             return f"{client['token_prefix']}…"
+        if role == Qt.ItemDataRole.ToolTipRole and col in (COL_SCOPES, COL_SEEN):
+            return self.data(index)  # elided in a narrow window
         if role == Qt.ItemDataRole.FontRole and col == COL_TOKEN:
             return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         if role == CLIENT_ID:

@@ -14,7 +14,6 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFrame,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QMessageBox,
     QPushButton,
@@ -27,7 +26,8 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.scopes import ADMIN, SCOPES
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.models.client_table import COL_SCOPES, ClientTableModel
+from lmsp_desktop.gui.models.client_table import COL_CREATED, COL_SCOPES, ClientTableModel
+from lmsp_desktop.gui.pages.column_fit import ColumnFitter
 
 ARM_DELAY_MS = 1200  # a card that moved under the cursor cannot be answered this soon
 ADMIN_WARNING = (
@@ -195,12 +195,15 @@ class ClientsPage(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(
-            COL_SCOPES, QHeaderView.ResizeMode.Stretch
+        self.table.setWordWrap(False)  # one line per client; Scopes elides, whole on hover
+        letters = self.fontMetrics().averageCharWidth()
+        self.fitter = ColumnFitter(
+            self.table,
+            stretch={COL_SCOPES: (letters * 16, letters * 60)},
+            drop_order=[COL_CREATED],
         )
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
         self.model.modelReset.connect(self._update)
-        self.model.modelReset.connect(self.table.resizeColumnsToContents)
         self.empty = QLabel("No clients yet. Approve a pairing request, or choose Pair a client…")
         self.ignored_note = QLabel()
         self.ignored_note.setWordWrap(True)
