@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,11 @@ import aiohttp
 import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QStandardItemModel
-from PySide6.QtWidgets import QHeaderView, QPushButton, QTableView
+from PySide6.QtWidgets import QHeaderView, QLabel, QPushButton, QTableView
 
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
+from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.models.client_table import COL_NAME as CLIENT_NAME
 from lmsp_desktop.gui.models.client_table import COL_SCOPES as CLIENT_SCOPES
@@ -183,6 +185,14 @@ async def test_sidebar_shows_service_counts_loaded_models_and_recent_tasks(
         await until(lambda: "2 running" in side.counts.text(), what=side.counts.text)
         await until(lambda: MODEL in side.loaded.text(), what="the loaded model")
         assert "MB" in side.loaded.text()
+        # Each line whole in the sidebar, also the longest countdown; the name never wraps.
+        side.set_loaded([(MODEL, 98_000_000, "unloads in 59 min")])
+        metrics = side.loaded.fontMetrics()
+        lines = [re.sub("<[^>]+>", "", line) for line in side.loaded.text().split("<br>")]
+        assert lines[0] == MODEL and len(lines) == 3, lines
+        for line in lines[1:]:
+            assert metrics.horizontalAdvance(line) <= side.loaded.width(), line
+        assert side.loaded.heightForWidth(side.loaded.width()) < 4 * metrics.lineSpacing()
 
         # A task that ends goes on top of Recent; a click shows it in Tasks.
         await core.cancel(other)
@@ -287,3 +297,62 @@ async def test_details_show_structured_output_indented_and_what_narrow_columns_h
         assert output == '{\n  "city": "Paris",\n  "days": 3\n}', output
         header = tasks.details.header.text()
         assert "on restart: fail" in header and " · ran " in header, header
+
+
+JARGON = ("on_restart", "503", "response.", "seq ")
+
+
+def texts_of(dialog: Any) -> str:
+    """Every label and button text of a dialog, to look for API jargon."""
+    widgets = [*dialog.findChildren(QLabel), *dialog.findChildren(QPushButton)]
+    return " ".join(w.text() for w in widgets)
+
+
+async def test_every_dialog_fits_a_900x600_screen_without_jargon(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        window.resize(900, 600)
+        seen = {}
+
+        async def look(name: str, dialog: Any) -> None:
+            await settle(window)
+            assert dialog.isVisible(), name
+            size = dialog.frameGeometry()
+            assert size.width() <= 900 and size.height() <= 570, (name, size)
+            found = [j for j in JARGON if j in texts_of(dialog)]
+            assert not found, (name, found)
+            seen[name] = dialog
+
+        window.open_settings()
+        await look("settings", window.dialog)
+        window.dialog.reject()
+        await window.open_prompt()
+        await look("try a prompt", window.dialog)
+        window.dialog.reject()
+        window.open_connect()
+        connect = window.dialog
+        await look("connect", connect)
+        width = connect.width()
+        await connect.create_token()
+        await look("connect, token made", connect)
+        assert connect.width() == width  # the longer note wraps instead of widening it
+        connect.reject()
+        window.open_pair()
+        await look("pair", window.dialog)
+        window.dialog.reject()
+        window.open_about()
+        await look("about", window.dialog)
+        window.dialog.reject()
+
+        task_id = await post_background(core, await client_token(core))
+        await until(lambda: window.tasks.model.row_of(task_id) is not None, what="the task")
+        window.request_quit()
+        await until(lambda: isinstance(window.dialog, QuitDialog), what="the quit question")
+        quit_dialog = window.dialog
+        await look("quit", quit_dialog)
+        quit_dialog.wait_button.click()
+        await look("quit, waiting", quit_dialog)
+        quit_dialog.keep_button.click()
+        await core.cancel(task_id)
+        assert len(seen) == 8

@@ -142,6 +142,9 @@ async def test_startup_recovers_every_leftover_and_the_dialog_lists_each_outcome
             assert cells[3] == policy
             assert cells[4] == SENTENCE[(before, after)], (task_id, cells)
             assert event in model.index(row, 4).data(3)  # the event written, in the tooltip
+            # The sentence reads whole at the dialog's size (its column takes the room left).
+            header = dialog.table.horizontalHeader()
+            assert header.sectionSize(4) >= dialog.table.sizeHintForColumn(4), cells[4]
 
         # Show in Tasks: the chosen task is selected on the Tasks page.
         failed = next(t for t, k in leftovers.items() if k == ("running", "fail"))

@@ -115,6 +115,7 @@ class ConnectDialog(QDialog):
         token_row.addWidget(self.token_line, 1)
         token_row.addWidget(self.copy_token)
         self.note = QLabel(f"Base URL for any OpenAI-compatible client: <b>{self.base}</b>")
+        self.note.setWordWrap(True)  # the longer note after Create token wraps, never widens
         self.tabs = QTabWidget()
         self.views: dict[str, QPlainTextEdit] = {}
         for title, text in snippets(self.base, "$LMSP_TOKEN").items():

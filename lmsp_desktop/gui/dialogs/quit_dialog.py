@@ -39,7 +39,7 @@ def consequences(rows: list[TaskRow]) -> str:
     if not parts:
         return "They are being cancelled and will end as cancelled."
     text = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
-    return f"If you quit now, at the next start {text} (each task's on_restart policy)."
+    return f"If you quit now, at the next start {text} (as each task's restart policy says)."
 
 
 class QuitDialog(QDialog):
@@ -92,7 +92,7 @@ class QuitDialog(QDialog):
             self.wait_button.hide()
             self.cancel_button.hide()
             self.body.setText(
-                "Waiting for them to finish; new work is refused meanwhile (503 paused). "
+                "Waiting for them to finish; new requests are refused meanwhile. "
                 "LMSP Desktop quits when the last one ends."
             )
             self.progress.show()

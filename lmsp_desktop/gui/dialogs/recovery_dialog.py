@@ -119,10 +119,10 @@ class RecoveryDialog(QDialog):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(
-            COL_CHANGE, QHeaderView.ResizeMode.Stretch
-        )
-        self.table.resizeColumnsToContents()
+        # Columns fit their content; the sentence of what happened takes the room left.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(COL_EVENT, QHeaderView.ResizeMode.Stretch)
         if count:
             self.table.selectRow(0)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
@@ -135,7 +135,7 @@ class RecoveryDialog(QDialog):
         layout = QVBoxLayout(self)
         for widget in (title, self.summary, when, self.table, buttons):
             layout.addWidget(widget)
-        self.resize(760, 420)
+        self.resize(860, 420)  # every sentence whole; still fits a 900 px screen
 
     def _show_selected(self) -> None:
         rows = self.table.selectionModel().selectedRows()

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -97,7 +98,11 @@ class SettingsDialog(QDialog):
         self.flag_note.setWordWrap(True)
         self.flag_note.setVisible(bool(flags))
         form.addRow("Keep finished tasks", self.retention)
-        form.addRow("Default on_restart", self.on_restart)
+        self.on_restart.setToolTip(
+            "What becomes of a task left unfinished when the service restarts, unless its "
+            "client chose: fail it, start it again (retry) or continue where it stopped (resume)"
+        )
+        form.addRow("Unfinished tasks on restart", self.on_restart)
         form.addRow("Models kept loaded", self.max_loaded)
         form.addRow("Unload idle models after", self.idle)
         form.addRow("Max context", self.max_context)
@@ -111,13 +116,21 @@ class SettingsDialog(QDialog):
         )
         self.buttons.accepted.connect(lambda: aio.spawn(self.save(), self))
         self.buttons.rejected.connect(self.reject)
+        # Two tabs, so the dialog fits a 600 px high screen: the service's own settings, and
+        # the upstream servers (which apply at once, not on Save).
+        general = QWidget()
+        general_layout = QVBoxLayout(general)
+        general_layout.addLayout(form)
+        general_layout.addWidget(self.flag_note)
+        general_layout.addWidget(self.warning)
+        general_layout.addWidget(note)
+        general_layout.addStretch()
+        self.upstreams = UpstreamsSection(core, self)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(general, "Service")
+        self.tabs.addTab(self.upstreams, "Upstream servers")
         layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addWidget(self.flag_note)
-        self.upstreams = UpstreamsSection(core, self)  # applies at once, not on Save
-        layout.addWidget(self.upstreams)
-        layout.addWidget(self.warning)
-        layout.addWidget(note)
+        layout.addWidget(self.tabs)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)
         self._warn()

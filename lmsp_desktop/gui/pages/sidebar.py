@@ -218,10 +218,13 @@ class Sidebar(QWidget):
         if not models:
             self.loaded.setText("None (a model loads with its first task)")
         else:
+            # One line each for the name (elided, never broken at its hyphens), the size and
+            # the state: "unloads in 10 min" does not fit beside the size.
             self.loaded.setText(
                 "<br>".join(
-                    f"<b>{html.escape(_elided(self.loaded, name))}</b><br>"
-                    f"{human_size(size)} · {html.escape(state)}"
+                    f"<span style='white-space:nowrap'>{html.escape(_elided(self.loaded, name))}"
+                    "</span>"
+                    f"<br>{human_size(size)} in memory<br>{html.escape(state)}"
                     for name, size, state in models
                 )
             )
@@ -293,4 +296,5 @@ class Sidebar(QWidget):
 
 
 def _elided(label: QLabel, text: str) -> str:
-    return label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, WIDTH - 8)
+    """`text` elided to the sidebar's width (plain: a bold model name rarely fits)."""
+    return label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, WIDTH - 4)
