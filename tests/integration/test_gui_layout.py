@@ -353,6 +353,8 @@ async def test_every_dialog_fits_a_900x600_screen_without_jargon(
         await look("quit", quit_dialog)
         quit_dialog.wait_button.click()
         await look("quit, waiting", quit_dialog)
+        for label in (quit_dialog.body, quit_dialog.progress):  # not squeezed by the new text
+            assert label.height() >= label.heightForWidth(label.width()), label.text()
         quit_dialog.keep_button.click()
         await core.cancel(task_id)
         assert len(seen) == 8

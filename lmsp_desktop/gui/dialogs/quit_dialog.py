@@ -96,6 +96,7 @@ class QuitDialog(QDialog):
                 "LMSP Desktop quits when the last one ends."
             )
             self.progress.show()
+            self.adjustSize()  # the longer text and the progress line need the height
         else:
             self.accept()
         self.chosen.emit(choice)
