@@ -5,6 +5,7 @@ demo model, HTTP service) and its real window; a scripted engine keeps tasks run
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from pathlib import Path
@@ -24,6 +25,8 @@ from lmsp_desktop.gui.models.client_table import COL_NAME as CLIENT_NAME
 from lmsp_desktop.gui.models.client_table import COL_SCOPES as CLIENT_SCOPES
 from lmsp_desktop.gui.models.client_table import COL_SEEN as CLIENT_SEEN
 from lmsp_desktop.gui.models.client_table import COL_TOKEN as CLIENT_TOKEN
+from lmsp_desktop.gui.models.event_table import COL_DATA as COL_EVENT_DATA
+from lmsp_desktop.gui.models.event_table import COL_TYPE as COL_EVENT_TYPE
 from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_LOADED, COL_NAME, COL_STATUS
 from lmsp_desktop.gui.models.task_table import (
     COL_CLIENT,
@@ -358,3 +361,49 @@ async def test_every_dialog_fits_a_900x600_screen_without_jargon(
         quit_dialog.keep_button.click()
         await core.cancel(task_id)
         assert len(seen) == 8
+
+
+async def test_a_tool_call_reads_in_output_and_events_with_the_demo_model(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """The real model calls a function: the Output tab shows the call, the Events tab the
+    complete arguments on `function_call_arguments.done` and the call's name on its item."""
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
+    async with open_app(qtbot, tmp_path) as (core, window):
+        task_id = await post_background(
+            core,
+            await client_token(core),
+            input="What is the weather in Paris? Use the tool.",
+            tools=tools,
+            tool_choice="required",
+            max_output_tokens=80,
+        )
+
+        async def done() -> bool:
+            return bool((await core.task(task_id))["state"] == "completed")
+
+        await until(done, limit=120, what="the tool call made")
+        tasks = window.tasks
+        tasks.show_task(task_id)
+        await until(lambda: tasks.details.state == "completed", what="the details")
+        assert tasks.details.output.toPlainText().startswith("→ get_weather({")
+        events = tasks.details.events
+        await until(lambda: events.rowCount() > 4, what="the events listed")
+        rows = {
+            events.index(r, COL_EVENT_TYPE).data(): events.index(r, COL_EVENT_DATA).data()
+            for r in range(events.rowCount())
+        }
+        arguments = rows["response.function_call_arguments.done"]
+        assert json.loads(arguments)["city"], arguments
+        assert "get_weather()" in rows["response.output_item.done"]

@@ -36,8 +36,13 @@ def summary(event_type: str, event: dict[str, Any]) -> str:
     if "text" in event:
         text = event["text"]
         return f"{len(text)} chars: {text[:60]!r}"
+    if "arguments" in event:  # a function call's arguments, complete
+        args = str(event["arguments"])
+        return args if len(args) <= 80 else args[:79] + "…"
     if "item" in event:
-        return f"item {event['item'].get('id')} ({event['item'].get('status')})"
+        item = event["item"]
+        name = f" {item['name']}()" if item.get("type") == "function_call" else ""
+        return f"item {item.get('id')}{name} ({item.get('status')})"
     if "part" in event:
         return f"part {event['part'].get('type')}"
     return ""
