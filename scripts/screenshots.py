@@ -38,6 +38,11 @@ PROMPTS = [
 ]
 
 
+# "Tides are the rise and fall of sea levels" in the demo model's tokens.
+TIDES_TEXT = "Tides are the rise and fall of sea levels"
+TIDES_TOKENS = [68, 1677, 359, 260, 4095, 284, 2332, 282, 3426, 1825]
+
+
 async def leave_unfinished_tasks(data_dir: Path, model: str) -> None:
     """Tasks a crashed previous run left behind, so startup has something to recover."""
     store = Store(data_dir)
@@ -54,6 +59,7 @@ async def leave_unfinished_tasks(data_dir: Path, model: str) -> None:
     for state, policy in (
         ("running", RestartPolicy.FAIL),
         ("running", RestartPolicy.RETRY),
+        ("running", RestartPolicy.RESUME),
         ("queued", RestartPolicy.FAIL),
         ("cancelling", RestartPolicy.RESUME),
     ):
@@ -62,8 +68,14 @@ async def leave_unfinished_tasks(data_dir: Path, model: str) -> None:
         )
         if state in ("running", "cancelling"):
             await store.tasks.mark_running(made.task_id)
+            # As the runner leaves it: the text so far and, in the snapshot, its token ids,
+            # which a resume continues after ("Resumed after 10 tokens" in the report).
             await store.tasks.append_deltas(
-                made.task_id, ["Tides are"], output_tokens=2, input_tokens=6, snapshot=None
+                made.task_id,
+                [TIDES_TEXT],
+                output_tokens=len(TIDES_TOKENS),
+                input_tokens=6,
+                snapshot={"tokens": TIDES_TOKENS, "seed": 7},
             )
         if state == "cancelling":
             await store.tasks.cancel(made.task_id)
@@ -127,12 +139,15 @@ async def main(out: Path) -> None:
     from PySide6.QtCore import QSettings
 
     from lmsp_desktop.app import Core
+    from lmsp_desktop.core.config import DEFAULT_PORT
     from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
     from lmsp_desktop.gui.main_window import MainWindow
 
     data_dir = Path(tempfile.mkdtemp(prefix="lmsp-shots-"))
     await leave_unfinished_tasks(data_dir, DEMO_MODEL_ID)
-    core = Core(data_dir, port=pick_port())
+    port = pick_port()
+    # The default port is no command-line flag (Settings would say "this run uses --port").
+    core = Core(data_dir, port=None if port == DEFAULT_PORT else port)
     report = await core.open()
     await core.scan_models()
     await core.start_service()
@@ -190,6 +205,11 @@ async def shoot(core: Any, window: Any, report: Any, out: Path) -> None:
     window.open_pair()
     await settle(0.8)
     save(window.dialog, out, "pair")
+    window.dialog.close()
+
+    window.open_connect()
+    await settle(0.4)
+    save(window.dialog, out, "connect")
     window.dialog.close()
 
     window.open_settings()

@@ -241,8 +241,18 @@ class MainWindow(QMainWindow):
         models = self.models.model.rowCount()
         self.nav.item(1).setText(f"Models   {models}" if models else "Models")
         clients = self.clients.model.rowCount()
-        text = "Clients" + (f"   {clients}" if clients else "")
-        self.nav.item(2).setText(text + (f"  ({self._pending} waiting)" if self._pending else ""))
+        # While requests wait, they are the news (the paired count would not fit beside them
+        # in the narrow sidebar); the tooltip has both.
+        self.nav.item(2).setText(
+            f"Clients ({self._pending} waiting)"
+            if self._pending
+            else "Clients" + (f"   {clients}" if clients else "")
+        )
+        self.nav.item(2).setToolTip(
+            f"{clients} paired, {self._pending} pairing request(s) waiting"
+            if self._pending
+            else f"{clients} paired"
+        )
         self.nav.item(2).setIcon(
             dot_icon(STATE_COLOURS["cancelling"]) if self._pending else _blank()
         )

@@ -127,6 +127,13 @@ async def test_every_page_fits_900x600_and_keeps_its_useful_columns_whole(
         clients = window.clients
         await clients.load()  # made in the store directly: nobody announced it
         assert clients.model.rowCount() == 1
+        # A pairing request waiting: the Clients row says so, whole in the narrow sidebar.
+        await core.pairing.start("Ana's laptop", frozenset({"models:read"}), "192.168.1.23")
+        await until(lambda: "waiting" in window.nav.item(2).text(), what="the waiting request")
+        nav = window.nav
+        room = nav.viewport().width() - max(nav.iconSize().width(), 16) - 12
+        assert nav.fontMetrics().horizontalAdvance(nav.item(2).text()) <= room, nav.item(2).text()
+
         await settle(window)
         assert not buttons_uncut(clients) and fits_sideways(clients.table)
         for col in (CLIENT_NAME, CLIENT_SEEN, CLIENT_TOKEN):
