@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QTimer
@@ -15,6 +16,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.format import app_icon
 from lmsp_desktop.gui.single_instance import WindowServer, hand_over
@@ -103,14 +105,19 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
             window.show_recovery(report)
         await wait_closed(window)
     finally:
+        # Every step runs even if an earlier one fails: the core must stop (models freed,
+        # store closed, service.json removed, lock released) whatever the window's teardown does.
+        steps = StopSteps("quitting the app")
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        later_launches.close()
-        window.hide()
-        window.bridge.close()
-        scan.cancel()
-        await core.stop()
-    return 0
+            await steps.run(
+                f"restoring the {sig.name} handler", partial(signal.signal, sig, handler)
+            )
+        await steps.run("closing the second-launch socket", later_launches.close)
+        await steps.run("hiding the window", window.hide)
+        await steps.run("closing the window's bridge", window.bridge.close)
+        await steps.run("stopping the model scan", scan.cancel)
+        await steps.run("stopping the core", core.stop)
+    return 1 if steps.failures else 0  # each failure is in the log with its traceback
 
 
 def run_gui(args: argparse.Namespace) -> int:
