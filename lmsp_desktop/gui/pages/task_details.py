@@ -54,6 +54,11 @@ def empty_output_reason(row: Any) -> str:
     return "No output yet."  # shown after the text while the model is still generating
 
 
+def keep_together(phrase: str) -> str:
+    """A phrase of the header that wraps as a whole, never as "on" / "restart: fail"."""
+    return phrase.replace(" ", "\u00a0")
+
+
 def output_shown(row: Any) -> str:
     """The output as the Output tab shows it: the text (structured output as indented JSON
     once it parses), then each function call the model made as `→ name(arguments)`, its
@@ -276,11 +281,11 @@ class TaskDetails(QWidget):
             f"<b>{row['id']}</b>",
             row["model"],
             f"<span style='color:{colour}'>●</span> {state_word(row['state'])}",
-            f"on restart: {row['on_restart']}",
+            keep_together(f"on restart: {row['on_restart']}"),
         ]
         if row["started_at"] is not None:  # the table's Duration steps aside in a narrow window
             end = row["finished_at"] or time.time()
-            parts.append(f"ran {human_duration(end - row['started_at'])}")
+            parts.append(keep_together(f"ran {human_duration(end - row['started_at'])}"))
         if row["restarts"]:
             parts.append(f"restarted {row['restarts']}×")
         text = " · ".join(parts)
