@@ -19,6 +19,8 @@ from PySide6.QtWidgets import QHeaderView, QLabel, QPushButton, QTableView
 
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
+from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.models.client_table import COL_NAME as CLIENT_NAME
@@ -414,3 +416,29 @@ async def test_a_tool_call_reads_in_output_and_events_with_the_demo_model(
         arguments = rows["response.function_call_arguments.done"]
         assert json.loads(arguments)["city"], arguments
         assert "get_weather()" in rows["response.output_item.done"]
+
+
+async def test_a_busy_sidebar_still_lets_the_window_be_600_px_high(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """Every state counted, paused, two models in memory and four recent tasks: the glance
+    panel scrolls instead of holding the window taller than 600 px."""
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (_, window):
+        side = window.sidebar
+        side.set_counts({state: 3 for state in TaskState})
+        side.set_paused(True)
+        side.set_loaded(
+            [
+                (MODEL, 98_000_000, "unloads in 10 min"),
+                ("gemma3-270m-it", 253_000_000, "loading…"),
+            ]
+        )
+        side.on_changes(
+            {
+                f"resp_{i}": TaskChange(f"resp_{i}0123456789", TaskState.COMPLETED, 3, MODEL)
+                for i in range(4)
+            }
+        )
+        window.resize(900, 600)
+        await settle(window)
+        assert (window.width(), window.height()) == (900, 600)

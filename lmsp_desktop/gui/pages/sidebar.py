@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -139,10 +140,13 @@ class Sidebar(QWidget):
         self._finished: deque[Finished] = deque(maxlen=RECENT)
         self._loaded: list[tuple[str, int | None, str]] = []
 
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addWidget(self.nav)
+        # Below the navigation, the glance panel scrolls when it is taller than the window
+        # (every state counted, two models loaded, paused): it never holds the window taller
+        # than 600 px.
+        panel = QWidget()
+        panel_layout = QVBoxLayout(panel)
+        panel_layout.setContentsMargins(0, 0, 0, 0)
+        panel_layout.setSpacing(2)
         for widget in (
             _heading("Service"),
             self.service,
@@ -158,8 +162,18 @@ class Sidebar(QWidget):
             self.recent_empty,
             self.recent,
         ):
-            layout.addWidget(widget)
-        layout.addStretch()
+            panel_layout.addWidget(widget)
+        panel_layout.addStretch()
+        self.glance = QScrollArea()
+        self.glance.setWidget(panel)
+        self.glance.setWidgetResizable(True)
+        self.glance.setFrameShape(QFrame.Shape.NoFrame)
+        self.glance.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.nav)
+        layout.addWidget(self.glance, 1)
         self._clock = QTimer(self, interval=1000)  # "12 s ago" moves with the clock
         self._clock.timeout.connect(self._tick)
         self._clock.start()
