@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar, QWidget
 
 from lmsp_desktop.gui.format import human_size, is_loopback
 from lmsp_desktop.gui.sparkline import TokenRate
@@ -38,23 +38,28 @@ class StatusBar(QStatusBar):
         )
         self.warning.hide()
         # Paused from the tray (or while Quit waits): clients get 503 for new work, say so.
-        self.paused_chip = QLabel("Paused: new work is refused")
+        self.paused_chip = QLabel("Paused")  # short: the sidebar and tooltip say the rest
         self.paused_chip.setToolTip(
-            "Clients get 503 'paused' for new requests; accepted tasks still finish. "
-            "Untick Pause new work in the tray menu to take new work again."
+            "New work is refused: clients get 503 'paused' for new requests; accepted tasks "
+            "still finish. "
+            "Choose Resume new work in the sidebar (or untick Pause new work in the tray menu) "
+            "to take new work again."
         )
         self.paused_chip.setStyleSheet(
             "QLabel { background: #e0a100; color: black; border-radius: 6px; padding: 1px 6px; }"
         )
         self.paused_chip.hide()
         self.db_label = QLabel()
-        self.counts_label = QLabel()
+        # The counts and passing messages give way (elided by the bar, whole on hover) so
+        # that chips appearing never make the window wider than 900 px; the sidebar has the
+        # counts too.
+        self.counts_label = _shrinking(QLabel())
         self.rate = TokenRate()
         self.addWidget(self.url_label)
         self.addWidget(self.warning)
         self.addWidget(self.paused_chip)
         self.addWidget(self.counts_label, 1)
-        self.message = QLabel()
+        self.message = _shrinking(QLabel())
         self.message.setStyleSheet("color: palette(highlight)")
         self._message_timer = QTimer(self, singleShot=True)
         self._message_timer.timeout.connect(self.clearMessage)
@@ -65,11 +70,13 @@ class StatusBar(QStatusBar):
 
     def set_service(self, url: str, host: str) -> None:
         self.url = url
-        scope = "loopback only" if is_loopback(host) else f"bound to {host}"
+        # Beyond loopback the warning chip says so (the address in its tooltip).
+        scope = " (loopback only)" if is_loopback(host) else ""
         self.url_label.setText(
-            f"● Serving on <a href='{url}'>{url}</a> ({scope})" if url else "Service not started"
+            f"● Serving on <a href='{url}'>{url}</a>{scope}" if url else "Service not started"
         )
-        self.warning.setText(f"⚠ reachable from other machines ({host})")
+        self.warning.setText("⚠ reachable from other machines")
+        self.warning.setToolTip(f"Bound to {host}: other machines on the network can connect.")
         self.warning.setVisible(bool(url) and not is_loopback(host))
 
     def set_paused(self, paused: bool) -> None:
@@ -84,6 +91,7 @@ class StatusBar(QStatusBar):
     # (QStatusBar's own message replaces every normal widget while it shows).
     def showMessage(self, text: str, timeout: int | None = 0) -> None:
         self.message.setText(text)
+        self.message.setToolTip(text)
         self._message_timer.stop()
         if timeout:
             self._message_timer.start(timeout)
@@ -102,3 +110,11 @@ class StatusBar(QStatusBar):
     def set_counts(self, counts: dict[str, int]) -> None:
         parts = [f"{counts[s]} {s}" for s in ORDER if counts.get(s)]
         self.counts_label.setText(" · ".join(parts) if parts else "no tasks")
+        self.counts_label.setToolTip(self.counts_label.text())
+
+
+def _shrinking(label: QLabel) -> QLabel:
+    """A label the bar may narrow below its text's width (its tooltip keeps the text)."""
+    label.setMinimumWidth(1)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    return label

@@ -418,11 +418,10 @@ async def test_a_tool_call_reads_in_output_and_events_with_the_demo_model(
         assert "get_weather()" in rows["response.output_item.done"]
 
 
-async def test_a_busy_sidebar_still_lets_the_window_be_600_px_high(
-    qtbot: Any, tmp_path: Path
-) -> None:
+async def test_a_busy_window_still_fits_900x600(qtbot: Any, tmp_path: Path) -> None:
     """Every state counted, paused, two models in memory and four recent tasks: the glance
-    panel scrolls instead of holding the window taller than 600 px."""
+    panel scrolls instead of holding the window taller than 600 px; the status bar's chips
+    do not hold it wider than 900 px."""
     async with open_app(qtbot, tmp_path, engine=slow_engine()) as (_, window):
         side = window.sidebar
         side.set_counts({state: 3 for state in TaskState})
@@ -439,6 +438,12 @@ async def test_a_busy_sidebar_still_lets_the_window_be_600_px_high(
                 for i in range(4)
             }
         )
+        # ...and the status bar, paused and bound to the network, holds it no wider.
+        window.set_paused(True)
+        window.status.set_service(window.core.url, "0.0.0.0")
+        window.status.showMessage("Copied http://127.0.0.1:5677/v1")
         window.resize(900, 600)
         await settle(window)
         assert (window.width(), window.height()) == (900, 600)
+        assert window.status.paused_chip.isVisible() and window.status.warning.isVisible()
+        window.set_paused(False)
