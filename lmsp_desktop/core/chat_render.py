@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from lmsp_desktop.core.responses import RowLike, build_response, task_object
+from lmsp_desktop.core.responses import RowLike, build_response, cached_tokens_of, task_object
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.tools.chat_deltas import ToolCallDeltas
 
@@ -25,12 +25,12 @@ DONE_LINE = b"data: [DONE]\n\n"
 _FINISH = {TaskState.COMPLETED: "stop", TaskState.INCOMPLETE: "length"}
 
 
-def chat_usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+def chat_usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     return {
         "prompt_tokens": input_tokens,
         "completion_tokens": output_tokens,
         "total_tokens": input_tokens + output_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": 0},
     }
 
@@ -84,7 +84,7 @@ def completion_object(row: RowLike) -> dict[str, Any]:
                 "finish_reason": finish_reason(response),
             }
         ],
-        "usage": chat_usage(row["input_tokens"], row["output_tokens"]),
+        "usage": chat_usage(row["input_tokens"], row["output_tokens"], cached_tokens_of(row)),
         "service_tier": "default",
         "system_fingerprint": None,
         "task": task_object(row),
@@ -134,7 +134,9 @@ class ChunkRenderer:
                     **self._head,
                     "choices": [],
                     "usage": chat_usage(
-                        usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+                        usage.get("input_tokens", 0),
+                        usage.get("output_tokens", 0),
+                        (usage.get("input_tokens_details") or {}).get("cached_tokens", 0),
                     ),
                 }
                 out += _data(chunk)

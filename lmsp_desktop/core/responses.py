@@ -71,6 +71,12 @@ def task_object(
     }
 
 
+def cached_tokens_of(row: RowLike) -> int:
+    """Of the row's input tokens, those the engine's prefix cache held (0 for rows read
+    without the column)."""
+    return int(row["cached_tokens"]) if "cached_tokens" in row.keys() else 0  # noqa: SIM118
+
+
 def _output_items(row: RowLike) -> list[dict[str, Any]] | None:
     raw = row["output_items"] if "output_items" in row.keys() else None  # noqa: SIM118
     return None if raw is None else list(json.loads(raw))
@@ -146,7 +152,7 @@ def build_response(row: RowLike, queue_position: int | None = None) -> dict[str,
             "input_tokens": row["input_tokens"],
             "output_tokens": row["output_tokens"],
             "total_tokens": row["input_tokens"] + row["output_tokens"],
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": cached_tokens_of(row)},
             "output_tokens_details": {"reasoning_tokens": 0},
         }
     return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import secrets
@@ -18,7 +19,6 @@ from lmsp_desktop.core.engines.base import (
     Engine,
     EngineError,
     GenerationRequest,
-    GenerationResult,
     LoadedModel,
     TokenPiece,
 )
@@ -389,7 +389,7 @@ class Runner:
         finally:
             self._active.pop(task_id, None)
         if stopped and not request.cancel.is_set():
-            result = GenerationResult("stop", result.input_tokens, result.output_tokens)
+            result = dataclasses.replace(result, finish_reason="stop")
         elif (
             result.finish_reason != "cancelled"
             and stops.held
@@ -419,6 +419,10 @@ class Runner:
             incomplete_reason=reason,
             input_tokens=result.input_tokens,
             output_tokens=result.output_tokens,
+            # A task resumed after a restart reports the reuse of the run that finished it
+            # (its prompt evaluated again, usually from an empty cache: 0), matching its
+            # input_tokens, which are that run's too; the first run's count is not kept.
+            cached_tokens=result.cached_tokens,
         )
         if not done:
             # A cancel won the race in the store: never both completed and cancelled.

@@ -22,6 +22,9 @@ class Behaviour:
     message: str = "the GPU is on fire"
     delay_s: float = 0.0  # between chunks
     stall: bool = False  # after the words, send nothing more and keep the connection open
+    # Report usage at the end, with this many cached prompt tokens (None: no usage at all
+    # from Chat Completions, usage without details from Responses).
+    cached_tokens: int | None = None
 
 
 class FakeUpstream:
@@ -92,7 +95,16 @@ class FakeUpstream:
                 request.transport.close()
                 return response
             end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-            await response.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+            await response.write(f"data: {json.dumps(end)}\n\n".encode())
+            if step.cached_tokens is not None:  # OpenAI's include_usage chunk
+                usage = {
+                    "prompt_tokens": 9,
+                    "completion_tokens": len(step.words),
+                    "prompt_tokens_details": {"cached_tokens": step.cached_tokens},
+                }
+                chunk = {"choices": [], "usage": usage}
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await response.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
             self.disconnects += 1
             raise
@@ -123,6 +135,8 @@ class FakeUpstream:
                 await asyncio.sleep(0.01)
             self.disconnects += 1
             return response
-        usage = {"input_tokens": 7, "output_tokens": len(step.words)}
+        usage: dict[str, Any] = {"input_tokens": 7, "output_tokens": len(step.words)}
+        if step.cached_tokens is not None:
+            usage["input_tokens_details"] = {"cached_tokens": step.cached_tokens}
         await send({"type": "response.completed", "response": {"usage": usage}})
         return response

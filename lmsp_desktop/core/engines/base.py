@@ -66,6 +66,9 @@ class GenerationResult:
     # The sampling seed actually used (chosen at random when the request had none), so the
     # runner can store it and a resumed run samples exactly as the first one did.
     seed_used: int | None = None
+    # Prompt tokens taken from the prefix cache instead of evaluated (part of input_tokens;
+    # usage's cached_tokens). A resumed run reports its own prompt's reuse (see runner.py).
+    cached_tokens: int = 0
 
 
 # Called on the event loop with every batch of new tokens. Returning False stops generation

@@ -83,9 +83,12 @@ class Job:
     sampled: int = 0
     text: Utf8Stream = field(default_factory=Utf8Stream)
     grammar: GrammarConstraint | None = None
+    cached: int = 0  # prompt tokens the claimed sequence already held (not evaluated)
 
     def finish(self, reason: FinishReason) -> LoopOutcome:
-        return LoopOutcome(reason, input_tokens=len(self.prompt), seed_used=self.seed)
+        return LoopOutcome(
+            reason, input_tokens=len(self.prompt), seed_used=self.seed, cached_tokens=self.cached
+        )
 
 
 class BatchDecoder:
@@ -235,6 +238,9 @@ class BatchDecoder:
         self._lc.llama_memory_seq_rm(self._memory, sequence.seq_id, keep, -1)
         job.sequence = sequence
         job.evaluated = wanted[:keep]
+        # Only prompt tokens count as cached input: a resumed run's replayed output tokens
+        # found in the cache are output, not input.
+        job.cached = min(keep, len(job.prompt))
         job.pending = deque(self._chunks(job, keep))
         self._running.append(job)
         self.last_job = job

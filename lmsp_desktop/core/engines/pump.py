@@ -36,6 +36,7 @@ class LoopOutcome:
     finish_reason: FinishReason
     input_tokens: int
     seed_used: int | None = None
+    cached_tokens: int = 0  # prompt tokens the prefix cache held (GenerationResult's)
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -214,6 +215,7 @@ async def pump_started(
         input_tokens=outcome.input_tokens,
         output_tokens=len(request.resume_tokens) + delivered,
         seed_used=outcome.seed_used,
+        cached_tokens=outcome.cached_tokens,
     )
 
 

@@ -146,6 +146,17 @@ SCHEMA_V3_OUTPUT_ITEMS = """
 ALTER TABLE responses ADD COLUMN output_items TEXT;
 """
 
+# Usage's cached_tokens: of a response's input tokens, how many the engine took from its
+# prompt-prefix cache (an upstream: what it reported) rather than evaluated.
+SCHEMA_V4_CACHED_TOKENS = """
+ALTER TABLE responses ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+"""
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1.
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2_UPSTREAMS, SCHEMA_V3_OUTPUT_ITEMS]
+MIGRATIONS: list[str] = [
+    SCHEMA_V1,
+    SCHEMA_V2_UPSTREAMS,
+    SCHEMA_V3_OUTPUT_ITEMS,
+    SCHEMA_V4_CACHED_TOKENS,
+]
 CURRENT_VERSION = len(MIGRATIONS)

@@ -285,8 +285,10 @@ class TaskStore(TaskReads):
         incomplete_reason: str | None,
         input_tokens: int,
         output_tokens: int,
+        cached_tokens: int = 0,
     ) -> bool:
-        """running → completed (or incomplete), closing the item, only if still running."""
+        """running → completed (or incomplete), closing the item, only if still running.
+        `cached_tokens`: of the input tokens, those the prefix cache held (usage shows it)."""
         to_state = TaskState.INCOMPLETE if incomplete_reason else TaskState.COMPLETED
         final = EventType.INCOMPLETE if incomplete_reason else EventType.COMPLETED
         now = time.time()
@@ -301,6 +303,7 @@ class TaskStore(TaskReads):
                 "incomplete_reason": incomplete_reason,
                 "input_tokens": input_tokens,
                 "output_tokens": output_tokens,
+                "cached_tokens": cached_tokens,
             },
         )
         return bool(await self.transition(move))

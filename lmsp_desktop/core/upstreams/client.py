@@ -52,6 +52,7 @@ class Chunk:
     finish_reason: str | None = None  # stop | length
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cached_tokens: int | None = None  # of the input tokens, those the upstream had cached
 
 
 def _timeout(timeout_s: float, *, total: float | None = None) -> aiohttp.ClientTimeout:
@@ -266,6 +267,7 @@ def _chat_chunk(event: str, data: Any) -> Chunk | None:
     if isinstance(usage, dict):
         chunk.input_tokens = usage.get("prompt_tokens")
         chunk.output_tokens = usage.get("completion_tokens")
+        chunk.cached_tokens = _cached(usage.get("prompt_tokens_details"))
     for choice in data.get("choices") or []:
         delta = choice.get("delta") or {}
         if isinstance(delta.get("content"), str):
@@ -274,6 +276,12 @@ def _chat_chunk(event: str, data: Any) -> Chunk | None:
         if reason:
             chunk.finish_reason = "length" if reason == "length" else "stop"
     return chunk
+
+
+def _cached(details: Any) -> int | None:
+    """`cached_tokens` of a usage's prompt/input token details, if the upstream gave it."""
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _responses_chunk(event: str, data: Any) -> Chunk | None:
@@ -286,6 +294,7 @@ def _responses_chunk(event: str, data: Any) -> Chunk | None:
             finish_reason="stop" if kind == "response.completed" else "length",
             input_tokens=usage.get("input_tokens"),
             output_tokens=usage.get("output_tokens"),
+            cached_tokens=_cached(usage.get("input_tokens_details")),
         )
     if kind == "response.failed":
         error = (data.get("response") or {}).get("error") or {}

@@ -241,6 +241,7 @@ class _Progress:
         self.resumed_tokens = tokens
         self.run_tokens = 0  # chunks of this try
         self.input_tokens = 0
+        self.cached_tokens = 0  # as the upstream reports them; 0 when it does not
         self.reported_output: int | None = None
         self.finish_reason: str | None = None
         self.stopped = False
@@ -254,6 +255,8 @@ class _Progress:
             self.finish_reason = chunk.finish_reason
         if chunk.input_tokens is not None:
             self.input_tokens = chunk.input_tokens
+        if chunk.cached_tokens is not None:
+            self.cached_tokens = chunk.cached_tokens
         if chunk.output_tokens is not None:
             self.reported_output = chunk.output_tokens
 
@@ -265,6 +268,7 @@ class _Progress:
             finish_reason=reason,  # type: ignore[arg-type]
             input_tokens=self.input_tokens,
             output_tokens=output,
+            cached_tokens=self.cached_tokens,
         )
 
 

@@ -13,6 +13,7 @@ import pytest
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.store import Store
@@ -186,6 +187,16 @@ async def test_a_stream_becomes_the_tasks_output_and_the_key_is_sent(
     assert env["fake"].auth == [f"Bearer {SECRET}"]
     assert env["fake"].requests[0]["model"] == "m1"  # the upstream's own name for it
     assert env["fake"].requests[0]["stream"] is True
+    assert row["cached_tokens"] == 0  # the upstream did not say: none claimed
+
+
+async def test_the_upstreams_cached_tokens_become_the_tasks_usage(
+    store: Store, env: dict[str, Any]
+) -> None:
+    row = await run_task(store, env, [Behaviour(words=["a", "b"], cached_tokens=5)])
+    assert row["state"] == "completed" and (row["input_tokens"], row["cached_tokens"]) == (9, 5)
+    usage = build_response(row)["usage"]
+    assert usage["input_tokens"] == 9 and usage["input_tokens_details"]["cached_tokens"] == 5
 
 
 async def test_500_is_retried_then_fails_with_the_upstreams_message(
@@ -288,7 +299,9 @@ async def test_cancel_closes_the_upstream_stream_at_once(store: Store, env: dict
 async def test_another_lmsp_is_spoken_to_over_responses_and_its_cancel_route(
     store: Store, env: dict[str, Any]
 ) -> None:
-    env["fake"] = FakeUpstream([Behaviour(words=["a", "b"]), Behaviour(stall=True)], lmsp=True)
+    env["fake"] = FakeUpstream(
+        [Behaviour(words=["a", "b"], cached_tokens=4), Behaviour(stall=True)], lmsp=True
+    )
     env["runner"] = await start(store, env["fake"], timeout_s=60)
     request = parse_create({"model": "up/m1", "input": "hi", "max_output_tokens": 9}, "fail")
     done = await store.tasks.create(NewTask("up/m1", request))
@@ -300,6 +313,7 @@ async def test_another_lmsp_is_spoken_to_over_responses_and_its_cancel_route(
 
     first = await until(completed, limit=60, what="the first task to complete")
     assert first["output_text"] == "ab" and first["input_tokens"] == 7
+    assert first["cached_tokens"] == 4  # the other LMSP's input_tokens_details
     assert env["fake"].requests[0]["max_output_tokens"] == 9  # Responses' name for it
     await store.tasks.cancel(stalled.task_id)
     await until(
