@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QGuiApplication, QPainter, QPaintEvent
 from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar, QWidget
 
 from lmsp_desktop.gui.format import human_size, is_loopback
@@ -53,13 +53,13 @@ class StatusBar(QStatusBar):
         # The counts and passing messages give way (elided by the bar, whole on hover) so
         # that chips appearing never make the window wider than 900 px; the sidebar has the
         # counts too.
-        self.counts_label = _shrinking(QLabel())
+        self.counts_label = ElidingLabel()
         self.rate = TokenRate()
         self.addWidget(self.url_label)
         self.addWidget(self.warning)
         self.addWidget(self.paused_chip)
         self.addWidget(self.counts_label, 1)
-        self.message = _shrinking(QLabel())
+        self.message = ElidingLabel()
         self.message.setStyleSheet("color: palette(highlight)")
         self._message_timer = QTimer(self, singleShot=True)
         self._message_timer.timeout.connect(self.clearMessage)
@@ -113,8 +113,26 @@ class StatusBar(QStatusBar):
         self.counts_label.setToolTip(self.counts_label.text())
 
 
-def _shrinking(label: QLabel) -> QLabel:
-    """A label the bar may narrow below its text's width (its tooltip keeps the text)."""
-    label.setMinimumWidth(1)
-    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-    return label
+class ElidingLabel(QLabel):
+    """A plain-text label the bar may narrow below its text's width: it then ends in "…"
+    (never a word cut in half) and its tooltip keeps the whole text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setMinimumWidth(1)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        rect = self.contentsRect()
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter.drawText(
+            rect, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text
+        )
+        painter.end()
+
+    def shown_text(self) -> str:
+        return self.fontMetrics().elidedText(
+            self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width()
+        )

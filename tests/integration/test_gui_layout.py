@@ -446,4 +446,7 @@ async def test_a_busy_window_still_fits_900x600(qtbot: Any, tmp_path: Path) -> N
         await settle(window)
         assert (window.width(), window.height()) == (900, 600)
         assert window.status.paused_chip.isVisible() and window.status.warning.isVisible()
+        counts = window.status.counts_label  # narrowed: it ends in "…", never mid-word
+        shown = counts.shown_text()
+        assert shown == counts.text() or shown.endswith("…"), shown
         window.set_paused(False)
