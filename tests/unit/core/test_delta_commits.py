@@ -11,11 +11,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lmsp_desktop.core.engines.base import GenerationRequest
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.runner import Runner, SnapshotTokens
+from lmsp_desktop.core.storage import db as db_module
+from lmsp_desktop.core.storage.events import DELTA
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask
 from tests.support.lifecycle import started
@@ -104,20 +108,53 @@ def test_snapshot_tokens_encode_the_growing_list_as_json() -> None:
     assert json.loads(SnapshotTokens([]).snapshot({"seed": 1})) == {"tokens": [], "seed": 1}
 
 
-async def test_every_delta_a_reader_sees_is_already_committed(store: Store) -> None:
+class CommitGate:
+    """A double of the store's commit: while closed, every group of writes runs its work and
+    then waits in the writer thread, inside its transaction, before COMMIT (a slow fsync
+    made as slow as the test likes). Installed in place of storage.db._run_group."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.holding = threading.Event()  # a transaction is waiting at its COMMIT
+        self.held_deltas = 0  # delta events the held transaction holds, committed or not
+        original = db_module._run_group
+
+        def hold(conn: sqlite3.Connection) -> None:
+            if self.open.is_set():
+                return
+            self.held_deltas = conn.execute(
+                "SELECT COUNT(*) FROM task_events WHERE type=?", (DELTA,)
+            ).fetchone()[0]
+            self.holding.set()
+            self.open.wait(HANG)  # a bound on a hang: the test fails waiting, not here
+            self.holding.clear()
+
+        def run_group(conn: sqlite3.Connection, works: list[Any]) -> list[tuple[bool, Any]]:
+            # The hold is one more unit of work, the last before COMMIT; its outcome is not
+            # the callers'.
+            return original(conn, [*works, hold])[:-1]
+
+        monkeypatch.setattr(db_module, "_run_group", run_group)
+
+
+async def test_nothing_reaches_a_reader_while_its_commit_is_held(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 11.2 made deterministic: the commit of a group of deltas is held open, and the
+    follower (what every SSE stream sends from) yields none of them until it is released;
+    then every one arrives, exactly as committed."""
+    gate = CommitGate(monkeypatch)
     engine = FakeEngine(tokens=TOKENS)
     engine.gate = threading.Semaphore(0)
-    commits: list[int] = []
-    append = store.tasks.append_deltas
-
-    async def counted(task_id: str, deltas: Any, **kwargs: Any) -> bool:
-        commits.append(len(deltas))
-        return await append(task_id, deltas, **kwargs)
-
-    store.tasks.append_deltas = counted  # type: ignore[method-assign]
     follower = EventFollower(store.tasks)
-    # Another connection sees only what is committed.
-    outside = sqlite3.connect(store.db.path)
+    outside = sqlite3.connect(store.db.path)  # sees only what is committed
+
+    def committed_deltas() -> int:
+        return int(
+            outside.execute("SELECT COUNT(*) FROM task_events WHERE type=?", (DELTA,)).fetchone()[0]
+        )
+
     request = parse_create({"model": "m", "input": "hi"}, "fail")
     created = await store.tasks.create(NewTask(model="m", request=request, on_restart="fail"))
     task_id = created.task_id
@@ -134,20 +171,43 @@ async def test_every_delta_a_reader_sees_is_already_committed(store: Store) -> N
                 uncommitted.append(event["sequence_number"])
             seen.append(event)
 
+    def deltas_seen() -> list[str]:
+        return [e["delta"] for e in seen if e["type"] == DELTA]
+
+    committed: list[int] = []  # tokens per append_deltas that returned (committed)
+    append = store.tasks.append_deltas
+
+    async def counted(task_id: str, deltas: Any, **kwargs: Any) -> bool:
+        done = await append(task_id, deltas, **kwargs)
+        committed.append(len(deltas))
+        return done
+
+    store.tasks.append_deltas = counted  # type: ignore[method-assign]
     try:
         async with started(Runner(store.tasks, Paths(), engine)):
             reader = asyncio.create_task(read())
             engine.gate.release(1)
-            await until(lambda: sum(commits) == 1)
-            engine.gate.release(len(TOKENS))  # the engine runs ahead of the commits
+            await until(lambda: deltas_seen() == TOKENS[:1], what="the first delta")
+            gate.open.clear()  # from now on every commit waits for the test
+            engine.gate.release(len(TOKENS))
+            await until(
+                lambda: gate.holding.is_set() and gate.held_deltas > 1,
+                what="a held commit with more deltas",
+            )
+            held = gate.held_deltas
+            for _ in range(200):  # let the reader run: nothing is for it yet
+                await asyncio.sleep(0)
+            assert deltas_seen() == TOKENS[:1] and uncommitted == []
+            assert committed_deltas() == sum(committed) == 1 < held
+            gate.open.set()
             await asyncio.wait_for(reader, HANG)
     finally:
+        gate.open.set()
         outside.close()
     assert uncommitted == []
-    deltas = [e for e in seen if e["type"] == "response.output_text.delta"]
-    assert [e["delta"] for e in deltas] == TOKENS  # one event per token, the exact text
+    assert deltas_seen() == TOKENS  # one event per token, the exact text, after the release
+    assert sum(committed) == len(TOKENS)  # each token committed once
     assert [e["sequence_number"] for e in seen] == list(range(1, len(seen) + 1))
     assert seen == await store.tasks.events(task_id)
-    assert sum(commits) == len(TOKENS) and len(commits) < len(TOKENS) / 2
     row = await store.tasks.get(task_id)
     assert row["state"] == "completed" and row["output_text"] == "".join(TOKENS)
