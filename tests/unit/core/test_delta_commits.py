@@ -11,14 +11,17 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
+from lmsp_desktop.app import Core
 from lmsp_desktop.core.engines.base import GenerationRequest
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.runner import Runner, SnapshotTokens
 from lmsp_desktop.core.storage import db as db_module
+from lmsp_desktop.core.storage.clients import create_client
 from lmsp_desktop.core.storage.events import DELTA
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask
@@ -26,6 +29,8 @@ from tests.support.lifecycle import started
 from tests.support.polling import until
 from tests.unit.core.test_engine_fake import MESSAGES, Collector
 
+MODEL = "smollm2-135m-instruct"  # the demo model, here run by the fake engine
+USER_SCOPES = ("models:read", "responses:read", "responses:write")
 HANG = 60.0  # a bound on a hang, not a timing assertion
 TOKENS = [f" w{i}" for i in range(40)]
 
@@ -211,3 +216,60 @@ async def test_nothing_reaches_a_reader_while_its_commit_is_held(
     assert seen == await store.tasks.events(task_id)
     row = await store.tasks.get(task_id)
     assert row["state"] == "completed" and row["output_text"] == "".join(TOKENS)
+
+
+def deltas_in(stream: bytes) -> list[str]:
+    """The delta texts of the complete SSE events received so far."""
+    texts = []
+    for block in stream.split(b"\n\n")[:-1]:  # the last piece may be an unfinished event
+        for line in block.split(b"\n"):
+            if line.startswith(b"data: "):
+                event = json.loads(line[len(b"data: ") :])
+                if event.get("type") == DELTA:
+                    texts.append(event["delta"])
+    return texts
+
+
+async def test_an_sse_client_gets_nothing_while_the_commit_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same through the real service: a streaming POST /v1/responses over loopback
+    receives no delta of a held commit, and all of them once it is released."""
+    gate = CommitGate(monkeypatch)
+    engine = FakeEngine(tokens=TOKENS)
+    engine.gate = threading.Semaphore(0)
+    received = bytearray()
+    async with started(Core(tmp_path / "data", port=0, engine=engine)) as core:
+        _, token = await create_client(core.store.db, "reader", frozenset(USER_SCOPES))
+        headers = {"Authorization": f"Bearer {token}"}
+        body = {"model": MODEL, "input": "hi", "stream": True}
+        async with (
+            aiohttp.ClientSession(base_url=core.url) as http,
+            http.post("/v1/responses", json=body, headers=headers) as answer,
+        ):
+            assert answer.status == 200, await answer.text()
+
+            async def read() -> None:
+                async for chunk in answer.content.iter_any():
+                    received.extend(chunk)
+
+            reading = asyncio.create_task(read())
+            try:
+                engine.gate.release(1)
+                await until(lambda: deltas_in(received) == TOKENS[:1], what="the first delta")
+                gate.open.clear()
+                engine.gate.release(len(TOKENS))
+                await until(
+                    lambda: gate.holding.is_set() and gate.held_deltas > 1,
+                    what="a held commit with more deltas",
+                )
+                for _ in range(200):  # the server and the client run: nothing is to be sent
+                    await asyncio.sleep(0)
+                assert deltas_in(received) == TOKENS[:1]
+                gate.open.set()
+                await asyncio.wait_for(reading, HANG)
+            finally:
+                gate.open.set()
+                reading.cancel()
+    assert deltas_in(received) == TOKENS
+    assert b"event: response.completed" in received
