@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QRect, QSettings, QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -58,6 +58,24 @@ CANCEL_WAIT_S = 10.0  # how long "Cancel them and quit" waits for the runner to 
 BUSY = tuple(s.value for s in TaskState if s in UNFINISHED and s != TaskState.QUEUED)
 
 
+FIRST_SIZE = QSize(1200, 780)
+FRAME_ALLOWANCE = QSize(10, 50)  # the window manager's title bar and borders are outside resize()
+
+
+def screen_room(widget: QWidget) -> QRect:
+    """Where the window may go: its screen without panels and docks."""
+    return widget.screen().availableGeometry()
+
+
+def first_size(room: QRect) -> QSize:
+    """The first launch's size: roomy on a big screen, never bigger than a small one (a 1200x780
+    window opened on a 900x600 screen hid its right edge and its status bar)."""
+    return QSize(
+        min(FIRST_SIZE.width(), room.width() - FRAME_ALLOWANCE.width()),
+        min(FIRST_SIZE.height(), room.height() - FRAME_ALLOWANCE.height()),
+    )
+
+
 class MainWindow(QMainWindow):
     """A thin view over a running core, seen only through `CoreApi`."""
 
@@ -102,7 +120,7 @@ class MainWindow(QMainWindow):
         self._counts_timer = QTimer(self, singleShot=True, interval=500)
         self._counts_timer.timeout.connect(lambda: aio.spawn(self.refresh_counts(), self))
         self.set_url(core.url)
-        self.resize(1200, 780)
+        self.resize(first_size(screen_room(self)))
         self._restore()
 
     # -- construction ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QRect, QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QStandardItemModel
 from PySide6.QtWidgets import QHeaderView, QLabel, QPushButton, QTableView
 
@@ -21,6 +21,7 @@ from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.gui import main_window
 from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.models.client_table import COL_NAME as CLIENT_NAME
@@ -450,3 +451,18 @@ async def test_a_busy_window_still_fits_900x600(qtbot: Any, tmp_path: Path) -> N
         shown = counts.shown_text()
         assert shown == counts.text() or shown.endswith("…"), shown
         window.set_paused(False)
+
+
+@pytest.mark.parametrize(("screen_w", "screen_h"), [(900, 600), (1600, 1000)])
+async def test_the_first_launch_fits_the_screen_it_opens_on(
+    qtbot: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, screen_w: int, screen_h: int
+) -> None:
+    """No saved geometry yet: on a 900x600 screen the window, its title bar included, fits (it
+    opened 1200x780 and hid its right edge and status bar); on a big screen it is roomy."""
+    monkeypatch.setattr(main_window, "screen_room", lambda _: QRect(0, 0, screen_w, screen_h))
+    async with open_app(qtbot, tmp_path) as (_, window):
+        await settle(window)
+        assert window.width() + 10 <= screen_w and window.height() + 50 <= screen_h
+        if screen_w >= 1600:
+            assert (window.width(), window.height()) == (1200, 780)
+        assert window.status.isVisible() and window.tasks.search.isVisible()
