@@ -93,6 +93,9 @@ class Core:
         self._background: list[asyncio.Task[Any]] = []
         self._load_adapters: dict[int, Callable[[str, str, float], None]] = {}
         self._upstream_adapters: dict[int, Callable[[], None]] = {}
+        # The signal that ends this run ("SIGTERM", "SIGINT"), set by whoever handles it
+        # (`serve`, the window's launcher); None when the user quits. The next start says so.
+        self.stopped_by_signal: str | None = None
 
     # -- startup, in order -------------------------------------------------------------
     async def open(self) -> RecoveryReport:
@@ -114,8 +117,14 @@ class Core:
         self.recovery_report = await recover(self.store.tasks, boot)
         if self.recovery_report.items and isinstance(quit_note, dict):
             unfinished = int(quit_note.get("unfinished", 0))
+            signal_name = quit_note.get("signal")
             self.recovery_report.quit_with_unfinished = unfinished
-            after_quit = {"started_at": int(self.recovery_report.started_at), "n": unfinished}
+            self.recovery_report.stopped_by_signal = signal_name
+            after_quit = {
+                "started_at": int(self.recovery_report.started_at),
+                "n": unfinished,
+                "signal": signal_name,
+            }
             await self.store.set_config(RECOVERY_AFTER_QUIT, after_quit)
         released = await release_in_flight(self.store.db)
         if released:
@@ -319,6 +328,7 @@ class Core:
         after_quit = await self.store.get_config(RECOVERY_AFTER_QUIT)
         if isinstance(after_quit, dict) and after_quit.get("started_at") == report.started_at:
             report.quit_with_unfinished = int(after_quit["n"])
+            report.stopped_by_signal = after_quit.get("signal")
         return report
 
     async def save_settings(self, settings: Settings) -> None:
@@ -470,12 +480,18 @@ class Core:
             self._service_json().unlink()
 
     async def _leave_quit_note(self) -> None:
-        """Tell the next start that this stop was on purpose, and how much was unfinished."""
+        """Tell the next start that this stop was on purpose (the user's Quit, or a signal),
+        and how much was unfinished."""
         try:
             counts = await self.store.tasks.counts()
             unfinished = sum(counts.get(str(s), 0) for s in UNFINISHED)
             await self.store.set_config(
-                QUIT_NOTE, {"at": int(time.time()), "unfinished": unfinished}
+                QUIT_NOTE,
+                {
+                    "at": int(time.time()),
+                    "unfinished": unfinished,
+                    "signal": self.stopped_by_signal,
+                },
             )
         except Exception:  # the database may be the reason we stop; recovery still works
             log.exception("could not record the clean stop; the next start calls it unclean")

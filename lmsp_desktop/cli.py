@@ -104,8 +104,13 @@ async def serve(args: argparse.Namespace) -> int:
     core = Core(args.data_dir, model_dirs=args.models_dir, host=args.host, port=args.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def stopped_by(sig: signal.Signals) -> None:
+        core.stopped_by_signal = sig.name  # the next start's report names it
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stopped_by, sig)
     try:
         await core.start()
     except BaseException:

@@ -96,8 +96,13 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
     later_launches = WindowServer(args.data_dir, window.bring_to_front, window)
     loop = asyncio.get_running_loop()
     previous = {}
+
+    def stopped_by(number: int, _frame: object) -> None:
+        core.stopped_by_signal = signal.Signals(number).name  # the next start names it
+        loop.call_soon_threadsafe(window.quit)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        previous[sig] = signal.signal(sig, lambda *_: loop.call_soon_threadsafe(window.quit))
+        previous[sig] = signal.signal(sig, stopped_by)
     try:
         window.show()
         await window.load()

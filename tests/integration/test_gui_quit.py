@@ -4,13 +4,21 @@ A real core (store, runner, HTTP service) with a scripted engine that keeps task
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import functools
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSettings, Qt
 
+from lmsp_desktop import app as app_module
+from lmsp_desktop.app import Core
+from lmsp_desktop.gui import launch
 from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
 from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
 from tests.integration.gui_windows import (
@@ -20,6 +28,7 @@ from tests.integration.gui_windows import (
     post_background,
     slow_engine,
 )
+from tests.integration.test_gui_recovery import the_window
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
@@ -123,3 +132,35 @@ async def test_wait_for_them_refuses_new_work_and_quits_when_they_end(
         await until(lambda: quits == [True], what="quit once both ended")
         for task_id in (running, queued):
             assert (await core.task(task_id))["state"] == "completed"
+
+
+async def test_sigterm_to_the_app_is_reported_as_a_signal_not_as_your_quit(
+    qtbot: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real launch path (launch.main, its SIGTERM handler) with a task running and one
+    queued; SIGTERM arrives from outside. The next start does not say "you quit"."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    monkeypatch.setattr(app_module, "Core", functools.partial(Core, engine=slow_engine()))
+    args = argparse.Namespace(data_dir=data_dir, models_dir=[], host=None, port=0)
+    qsettings = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
+    app = asyncio.ensure_future(launch.main(args, qsettings))
+    await until(lambda: the_window(data_dir) is not None, what="the main window")
+    window = the_window(data_dir)
+    assert window is not None
+    await two_unfinished(window.core, window)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await asyncio.wait_for(app, 30) == 0
+    monkeypatch.undo()
+
+    async with open_app(qtbot, data_dir, engine=slow_engine()) as (_core, window):
+        report = window.dialog
+        assert isinstance(report, RecoveryDialog)
+        title = report.findChildren(type(report.summary))[0].text()
+        assert (
+            "Recovered 2 tasks after LMSP Desktop was stopped by a signal (SIGTERM) "
+            "with 2 tasks unfinished" in title
+        )
+        assert "you quit" not in title and "unclean" not in title
+        await window.open_last_report()  # Help ▸ Last recovery report says the same
+        assert "stopped by a signal (SIGTERM)" in window.dialog.report.cause()

@@ -56,12 +56,19 @@ class RecoveryReport:
     # Set when the previous run was quit on purpose with this many tasks unfinished (their
     # restart policies apply all the same); None after a crash or a kill.
     quit_with_unfinished: int | None = None
+    # The signal that stopped that run ("SIGTERM", "SIGINT"): a stop the user did not choose
+    # in the window, so the report does not say "you quit". None when the user quit.
+    stopped_by_signal: str | None = None
 
     def cause(self) -> str:
         """What left the tasks behind, as the end of a sentence."""
         if self.quit_with_unfinished is not None:
             n = self.quit_with_unfinished
-            return f"after you quit with {n} task{'' if n == 1 else 's'} unfinished"
+            unfinished = f"with {n} task{'' if n == 1 else 's'} unfinished"
+            if self.stopped_by_signal:
+                who = f"LMSP Desktop was stopped by a signal ({self.stopped_by_signal})"
+                return f"after {who} {unfinished}"
+            return f"after you quit {unfinished}"
         return "after an unclean shutdown"
 
     def as_json(self) -> dict[str, Any]:
