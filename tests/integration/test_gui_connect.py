@@ -51,3 +51,20 @@ async def test_connect_a_client_makes_a_token_and_its_curl_works_as_pasted(
         assert answer.get("object") == "response" and answer["status"] == "completed", answer
         for title in ("Python (openai)", "JavaScript (openai)", "Codex CLI", "LangChain"):
             assert f"{core.url}/v1" in dialog.views[title].toPlainText()
+
+
+async def test_the_snippet_tabs_stay_put_when_the_token_appears(qtbot: Any, tmp_path: Path) -> None:
+    """Create token, then a click on a tab: the tab must still be where the user aimed (the
+    longer note after Create token wrapped to a second line and pushed the tabs down)."""
+    async with open_app(qtbot, tmp_path, engine=FakeEngine()) as (_, window):
+        window.nav.setCurrentRow(2)
+        qtbot.mouseClick(window.clients.connect_button, Qt.MouseButton.LeftButton)
+        dialog = window.dialog
+        assert isinstance(dialog, ConnectDialog)
+        await asyncio.sleep(0.1)
+        tabs_before = dialog.tabs.geometry()
+        qtbot.mouseClick(dialog.create_button, Qt.MouseButton.LeftButton)
+        await until(lambda: dialog.token_line.text().startswith("lmsp_"), what="a token")
+        await asyncio.sleep(0.1)
+        assert dialog.tabs.geometry() == tabs_before
+        assert dialog.base in dialog.note.text()

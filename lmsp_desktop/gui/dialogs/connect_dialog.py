@@ -114,8 +114,13 @@ class ConnectDialog(QDialog):
         token_row = QHBoxLayout()
         token_row.addWidget(self.token_line, 1)
         token_row.addWidget(self.copy_token)
-        self.note = QLabel(f"Base URL for any OpenAI-compatible client: <b>{self.base}</b>")
-        self.note.setWordWrap(True)  # the longer note after Create token wraps, never widens
+        # Two lines before and after Create token: the snippet tabs never move under a click
+        # aimed at them, and the URL keeps a line of its own (it wrapped after "http://").
+        self.note = QLabel(
+            f"Base URL for any OpenAI-compatible client: <b>{self.base}</b><br>"
+            "Create a token for the snippets below, or use one you already have."
+        )
+        self.note.setWordWrap(True)  # a narrow dialog wraps the note, never widens
         self.tabs = QTabWidget()
         self.views: dict[str, QPlainTextEdit] = {}
         for title, text in snippets(self.base, "$LMSP_TOKEN").items():
@@ -160,8 +165,8 @@ class ConnectDialog(QDialog):
         self.token_line.setText(token)
         self.copy_token.setEnabled(True)
         self.note.setText(
-            "Copy the token now: it is shown only this once (the service keeps only its hash). "
-            f"Base URL: <b>{self.base}</b>"
+            f"Base URL for any OpenAI-compatible client: <b>{self.base}</b><br>"
+            "Copy the token now: it is shown only this once (the service keeps only its hash)."
         )
         for title, text in snippets(self.base, token).items():
             self.views[title].setPlainText(text)
