@@ -4,6 +4,7 @@ on the Models page is a model folder from then on, and one-off command-line flag
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
 from lmsp_desktop.gui.models.model_table import Role
-from tests.integration.gui_windows import open_app
+from tests.integration.gui_windows import client_token, open_app, post_background, slow_engine
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
@@ -100,3 +101,38 @@ async def test_command_line_flags_apply_to_their_run_and_are_never_saved(
         # This run keeps its flags: still on its port, still with the flag's model.
         assert core.settings.port == 0
         await until(lambda: model_state(window, EXTRA) == "verified", what="the flag's model")
+
+
+async def test_concurrent_requests_per_model_is_a_setting_the_runner_obeys(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """Settings → Concurrent requests per model = 1 → Save: two clients' tasks for one model
+    run one at a time (the second waits first in the queue), and the choice is kept."""
+    data = tmp_path / "data"
+    async with open_app(qtbot, data, engine=slow_engine()) as (core, window):
+        window.open_settings()
+        dialog = window.dialog
+        assert dialog.parallel.value() == 4  # the default, as the README says
+        dialog.parallel.setValue(1)
+        await save(qtbot, dialog)
+
+        token = await client_token(core)
+        first = await post_background(core, token)
+        await until(lambda: state_shown(window, first) == "running", what="the first running")
+        second = await post_background(core, token)
+        await until(lambda: window.tasks.model.task(second) is not None, what="the second")
+        await asyncio.sleep(0.3)  # were a second lane open, it would be running by now
+        row = window.tasks.model.task(second)
+        assert row is not None and (row.state, row.queue_position) == ("queued", 1)
+        assert state_shown(window, first) == "running"
+        await core.cancel(first)  # its lane frees: the second starts
+        await until(lambda: state_shown(window, second) == "running", what="the second running")
+        await core.cancel(second)
+
+    async with open_app(qtbot, data, engine=FakeEngine()) as (core, window):
+        assert core.stored_settings.parallel_per_model == 1
+
+
+def state_shown(window: Any, task_id: str) -> str | None:
+    row = window.tasks.model.task(task_id)
+    return row.state if row is not None else None
