@@ -11,11 +11,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QDialogButtonBox, QLabel
 
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
+from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
 from tests.integration.gui_windows import open_app
 from tests.support.polling import until
 
@@ -142,6 +143,22 @@ async def test_on_loopback_there_is_no_qr_code_and_the_dialog_says_why(
         dialog, _code = await pair_dialog(qtbot, window)
         assert not dialog.qr.isVisible(), "a QR code of an address no other device can reach"
         assert "Other devices cannot reach this service" in dialog.network_note.text()
+        texts = [label.text() for label in dialog.findChildren(QLabel)]
+        assert not any("QR" in text for text in texts), texts  # no QR code to scan
+        # No empty room where a QR code would be: the scopes come right after the text.
+        hint = dialog.claim_hint
+        scopes = next(label for label in dialog.findChildren(QLabel) if "Scopes" in label.text())
+        gap = scopes.mapTo(dialog, QPoint(0, 0)).y() - hint.mapTo(dialog, QPoint(0, 0)).y()
+        gap -= hint.height()
+        assert gap <= 2 * dialog.layout().spacing(), f"{gap} px of empty room under the text"
+        # The hint names the control Settings really has (its label, not an address to type).
+        window.open_settings()
+        settings = window.dialog
+        assert isinstance(settings, SettingsDialog)
+        choice = settings.network.text().split(" (")[0]
+        settings.reject()
+        assert f"tick “{choice}” in File ▸ Settings" in dialog.network_note.text()
+        assert "0.0.0.0" not in dialog.network_note.text()
 
 
 async def test_on_the_network_the_qr_code_carries_an_address_that_works(
@@ -153,6 +170,7 @@ async def test_on_the_network_the_qr_code_carries_an_address_that_works(
     async with open_app(qtbot, tmp_path, engine=FakeEngine(), host=lan) as (_core, window):
         dialog, code = await pair_dialog(qtbot, window)
         assert dialog.qr.isVisible()
+        assert "or scans the QR code" in dialog.claim_hint.text()
         fields = qr_fields(dialog.qr.text)
         assert {"URL", "Code"} <= fields.keys(), f"the QR code holds {dialog.qr.text!r}"
         assert fields["URL"].startswith(f"http://{lan}:"), fields

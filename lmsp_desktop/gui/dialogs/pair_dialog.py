@@ -27,6 +27,9 @@ from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import is_loopback
 from lmsp_desktop.gui.qr import QrWidget
 
+# The Settings checkbox that serves on the network (settings_dialog.py), as the note names it.
+NETWORK_CHOICE = "Let other devices on my network use it"
+
 
 def claim_link(url: str, code: str) -> str:
     """What the QR code holds: the service's base URL and the code, as text a phone shows
@@ -65,8 +68,9 @@ def network_note(url: str, host: str, remote_url: str | None) -> str:
     if is_loopback(host):
         return (
             "Other devices cannot reach this service: it listens on this computer only "
-            f"({host}). To pair a phone or another computer, set Bind address to 0.0.0.0 in "
-            "Settings and restart; this computer's own clients can use the code as shown."
+            f"({host}). To pair a phone or another computer, tick “{NETWORK_CHOICE}” "
+            "in File ▸ Settings and restart LMSP Desktop; this computer's own clients can "
+            "use the code as shown."
         )
     # Serving on the network, but this computer's address on it is unknown (no route).
     return (
@@ -74,6 +78,12 @@ def network_note(url: str, host: str, remote_url: str | None) -> str:
         f"could not be found: other devices use http://ADDRESS:{urlsplit(url).port}/v1 with "
         "this computer's address, and the code as shown."
     )
+
+
+def claim_hint(with_qr: bool) -> str:
+    """How the client uses the code; the QR code is mentioned only where one is shown."""
+    where = "The client exchanges it for its own token at\nPOST /v1/pairing/claim"
+    return f"{where}, or scans the QR code." if with_qr else f"{where}."
 
 
 def python_snippet(url: str, code: str) -> str:
@@ -115,7 +125,7 @@ class PairDialog(QDialog):
         self.expiry = QLabel()
         self.url_label = QLabel(f"Service: <b>{url}</b>")
         self.url_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.qr = QrWidget()
+        self.qr = QrWidget(parent=self)
         self.scope_boxes: dict[str, QCheckBox] = {}
         scopes_row = QHBoxLayout()
         self._rescope = QTimer(self, singleShot=True, interval=400)
@@ -133,7 +143,6 @@ class PairDialog(QDialog):
         self.snippet.setFont(mono)
         self.snippet.setMinimumHeight(150)
         self.snippet.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.resize(700, 560)
         copy = QPushButton("Copy snippet")
         copy.clicked.connect(
             lambda: QGuiApplication.clipboard().setText(self.snippet.toPlainText())
@@ -145,16 +154,16 @@ class PairDialog(QDialog):
         info.addWidget(self.expiry)
         info.addWidget(self.url_label)
         info.addWidget(self.network_note)
-        info.addWidget(
-            QLabel(
-                "The client exchanges it for its own token at\n"
-                "POST /v1/pairing/claim, or scans the QR code."
-            )
-        )
-        info.addStretch()
+        with_qr = self.remote_url is not None
+        self.claim_hint = QLabel(claim_hint(with_qr))
+        info.addWidget(self.claim_hint)
         grid = QGridLayout()
         grid.addLayout(info, 0, 0)
-        grid.addWidget(self.qr, 0, 1)
+        if with_qr:
+            info.addStretch()  # the text stays at the top beside the taller QR code
+            grid.addWidget(self.qr, 0, 1)
+        else:  # no QR code, and no empty room kept for one
+            self.qr.hide()
         layout = QVBoxLayout(self)
         layout.addLayout(grid)
         layout.addWidget(QLabel("Scopes the code grants:"))
@@ -168,6 +177,9 @@ class PairDialog(QDialog):
         self._clock = QTimer(self, interval=1000)
         self._clock.timeout.connect(self._tick)
         self._clock.start()
+        # Beside a QR code the dialog needs its height; without one it is only as tall as
+        # its content (the snippet at its own height, no gap left where the QR would be).
+        self.resize(700, 560 if with_qr else self.sizeHint().height())
 
     def copy_snippet(self) -> None:
         QGuiApplication.clipboard().setText(self.snippet.toPlainText())
