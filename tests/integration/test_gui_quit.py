@@ -148,7 +148,13 @@ async def test_sigterm_to_the_app_is_reported_as_a_signal_not_as_your_quit(
     await until(lambda: the_window(data_dir) is not None, what="the main window")
     window = the_window(data_dir)
     assert window is not None
-    await two_unfinished(window.core, window)
+    core = window.core
+
+    async def demo_listed() -> bool:  # the launch scans model folders while it serves
+        return any(model.id == MODEL for model in await core.models())
+
+    await until(demo_listed, what="the demo model listed")
+    await two_unfinished(core, window)
     os.kill(os.getpid(), signal.SIGTERM)
     assert await asyncio.wait_for(app, 30) == 0
     monkeypatch.undo()
