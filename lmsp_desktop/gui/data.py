@@ -43,6 +43,9 @@ class TaskRow:
     output_tokens: int
     queue_position: int | None
     error: dict[str, Any] | None
+    # Its run continues one from before a restart (resumed from a snapshot): the output
+    # tokens span both runs and the downtime between, so it has no honest speed.
+    resumed: bool = False
 
     @classmethod
     def of(cls, row: Any) -> TaskRow:
@@ -60,6 +63,7 @@ class TaskRow:
             output_tokens=row["output_tokens"],
             queue_position=row["queue_position"],
             error=json.loads(row["error"]) if row["error"] else None,
+            resumed=bool(row["resumed"]),
         )
 
     def duration(self, now: float | None = None) -> float | None:
@@ -68,6 +72,10 @@ class TaskRow:
         return max(0.0, (self.finished_at or now or time.time()) - self.started_at)
 
     def tokens_per_second(self, now: float | None = None) -> float | None:
+        """Output tokens per second of its run; None before any, and for a run resumed
+        after a restart (tokens from before it over a time that includes the downtime)."""
+        if self.resumed:
+            return None
         spent = self.duration(now)
         if not spent or not self.output_tokens:
             return None

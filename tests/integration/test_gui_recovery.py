@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
 
 from lmsp_desktop.core.requests import parse_create
@@ -18,7 +18,8 @@ from lmsp_desktop.core.storage.tasks import NewTask
 from lmsp_desktop.gui import launch
 from lmsp_desktop.gui.dialogs.recovery_dialog import TASK_ID, RecoveryDialog
 from lmsp_desktop.gui.main_window import MainWindow
-from lmsp_desktop.gui.models.task_table import COL_STATE
+from lmsp_desktop.gui.models.task_table import COL_STATE, COL_TPS
+from tests.integration.gui_windows import open_app
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
@@ -166,3 +167,39 @@ async def test_startup_recovers_every_leftover_and_the_dialog_lists_each_outcome
         status = await asyncio.wait_for(app, 30)
     assert status == 0
     assert not (data_dir / "service.json").exists()
+
+
+async def test_a_task_resumed_across_a_restart_shows_no_speed_but_why(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """Leftovers of a killed run; the real demo model finishes them after the restart. The
+    resumed task's tokens came from two runs with the downtime between: its Tok/s cell says
+    "—" and why, while a task that started over shows its speed."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    leftovers = await leave_leftovers(data_dir)
+    resumed = next(t for t, k in leftovers.items() if k == ("running", "resume"))
+    retried = next(t for t, k in leftovers.items() if k == ("running", "retry"))
+    async with open_app(qtbot, data_dir) as (core, window):
+
+        async def finished(task_id: str) -> bool:  # 6 tokens: incomplete at that limit
+            return (await core.task(task_id))["state"] in ("completed", "incomplete")
+
+        for task_id in (resumed, retried):
+            await until(lambda t=task_id: finished(t), limit=120, what=f"{task_id} finished")
+        rows = window.tasks.model
+
+        def tps_cell(task_id: str) -> Any:
+            row = rows.row_of(task_id)
+            return None if row is None else rows.index(row, COL_TPS)
+
+        def finished_row(task_id: str) -> bool:
+            task = rows.task(task_id)
+            return task is not None and task.finished_at is not None
+
+        await until(lambda: finished_row(resumed) and finished_row(retried), what="rows")
+        assert (await core.task(resumed))["output_tokens"] > 3  # it generated after the resume
+        assert tps_cell(resumed).data() == "—"
+        assert "across a restart" in tps_cell(resumed).data(Qt.ItemDataRole.ToolTipRole)
+        assert float(tps_cell(retried).data()) > 0  # started over: one run, a true speed
+        assert tps_cell(retried).data(Qt.ItemDataRole.ToolTipRole) is None

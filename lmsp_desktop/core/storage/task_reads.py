@@ -33,6 +33,16 @@ QUEUE_POSITION = """CASE WHEN t.state='queued' THEN
   (SELECT COUNT(*) FROM tasks q WHERE q.state='queued' AND q.model=t.model AND q.n<=t.n)
 END"""
 
+# Whether the task's current run continues one from before a restart (its last run began
+# with response.resumed, not response.in_progress): its output then spans two runs and a
+# downtime, so no speed can be told from its tokens and times. Only a restarted task's
+# events are read, newest first.
+RESUMED = """CASE WHEN t.restarts > 0 THEN
+  IFNULL((SELECT e.type = 'response.resumed' FROM task_events e
+          WHERE e.task_id = t.id AND e.type IN ('response.in_progress', 'response.resumed')
+          ORDER BY e.seq DESC LIMIT 1), 0)
+ELSE 0 END"""
+
 # A task as lists show it (the task object of the API, a row of the window's table): the
 # client's name and the queue position; of the request only what the task object shows
 # (its dropped tools), not the whole prompt, nor the output text.
@@ -40,6 +50,7 @@ LISTED = f"""
 SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_restart, t.mode,
        t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
        r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
+       {RESUMED} AS resumed,
        json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')),
                    'api', json_extract(r.request, '$.api'),
                    'store', json_extract(r.request, '$.store'))

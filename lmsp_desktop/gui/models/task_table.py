@@ -134,6 +134,11 @@ class TaskTableModel(RowTableModel):
             return self._display(row, col)
         if col == COL_STATE and row.error:
             return f"{row.error.get('code')}: {row.error.get('message')}"
+        if col == COL_TPS and row.resumed:
+            return (
+                "Ran across a restart: its tokens come from two runs with the downtime "
+                "between them, so no speed is shown."
+            )
         return None
 
     def canFetchMore(self, parent: Index = ROOT) -> bool:
