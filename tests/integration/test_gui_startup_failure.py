@@ -29,6 +29,14 @@ from tests.support.polling import until
 pytestmark = pytest.mark.gui
 
 
+@pytest.fixture(autouse=True)
+def slow_arming(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The box's OK arms after a second; on a loaded CI machine the test's own key can come
+    later than that and close the box legitimately. Arming later keeps "a key as the box
+    appears" true however slow the machine is (the test then waits for OK to arm)."""
+    monkeypatch.setattr(launch, "ARM_DELAY_MS", 5000)
+
+
 def shown_box() -> QMessageBox | None:
     for widget in QApplication.topLevelWidgets():
         if isinstance(widget, QMessageBox) and widget.isVisible():
