@@ -43,9 +43,9 @@ class TaskRow:
     output_tokens: int
     queue_position: int | None
     error: dict[str, Any] | None
-    # Its run continues one from before a restart (resumed from a snapshot): the output
-    # tokens span both runs and the downtime between, so it has no honest speed.
-    resumed: bool = False
+    # Its output spans a restart (resumed from a snapshot, or ended by the recovery): the
+    # tokens and times include the downtime, so it has no honest speed.
+    spans_restart: bool = False
 
     @classmethod
     def of(cls, row: Any) -> TaskRow:
@@ -63,7 +63,7 @@ class TaskRow:
             output_tokens=row["output_tokens"],
             queue_position=row["queue_position"],
             error=json.loads(row["error"]) if row["error"] else None,
-            resumed=bool(row["resumed"]),
+            spans_restart=bool(row["spans_restart"]),
         )
 
     def duration(self, now: float | None = None) -> float | None:
@@ -72,9 +72,9 @@ class TaskRow:
         return max(0.0, (self.finished_at or now or time.time()) - self.started_at)
 
     def tokens_per_second(self, now: float | None = None) -> float | None:
-        """Output tokens per second of its run; None before any, and for a run resumed
-        after a restart (tokens from before it over a time that includes the downtime)."""
-        if self.resumed:
+        """Output tokens per second of its run; None before any, and for output that spans a
+        restart (tokens from before it over a time that includes the downtime)."""
+        if self.spans_restart:
             return None
         spent = self.duration(now)
         if not spent or not self.output_tokens:

@@ -180,6 +180,8 @@ async def test_a_task_resumed_across_a_restart_shows_no_speed_but_why(
     leftovers = await leave_leftovers(data_dir)
     resumed = next(t for t, k in leftovers.items() if k == ("running", "resume"))
     retried = next(t for t, k in leftovers.items() if k == ("running", "retry"))
+    failed = next(t for t, k in leftovers.items() if k == ("running", "fail"))
+    cancelled = next(t for t, k in leftovers.items() if k == ("cancelling", "resume"))
     async with open_app(qtbot, data_dir) as (core, window):
 
         async def finished(task_id: str) -> bool:  # 6 tokens: incomplete at that limit
@@ -203,3 +205,9 @@ async def test_a_task_resumed_across_a_restart_shows_no_speed_but_why(
         assert "across a restart" in tps_cell(resumed).data(Qt.ItemDataRole.ToolTipRole)
         assert float(tps_cell(retried).data()) > 0  # started over: one run, a true speed
         assert tps_cell(retried).data(Qt.ItemDataRole.ToolTipRole) is None
+        # Ended by the recovery with the tokens of the killed run: no speed either (it showed
+        # 3 tokens over the few milliseconds between the leftovers and the recovery).
+        for ended in (failed, cancelled):
+            assert (await core.task(ended))["output_tokens"] == 3
+            assert tps_cell(ended).data() == "—"
+            assert "across a restart" in tps_cell(ended).data(Qt.ItemDataRole.ToolTipRole)

@@ -33,15 +33,20 @@ QUEUE_POSITION = """CASE WHEN t.state='queued' THEN
   (SELECT COUNT(*) FROM tasks q WHERE q.state='queued' AND q.model=t.model AND q.n<=t.n)
 END"""
 
-# Whether the task's current run continues one from before a restart (its last run began
-# with response.resumed, not response.in_progress): its output then spans two runs and a
-# downtime, so no speed can be told from its tokens and times. Only a restarted task's
-# events are read, newest first.
-RESUMED = """CASE WHEN t.restarts > 0 THEN
-  IFNULL((SELECT e.type = 'response.resumed' FROM task_events e
-          WHERE e.task_id = t.id AND e.type IN ('response.in_progress', 'response.resumed')
-          ORDER BY e.seq DESC LIMIT 1), 0)
-ELSE 0 END"""
+# Whether the task's output spans a restart, so that no speed can be told from its tokens and
+# times (two runs, or a run and the recovery that ended it, with the downtime between):
+# - recovery ended it (table 11.3's fail and cancel cells set recovered_boot and leave
+#   restarts alone; a later run's failure by recovery says server_restarted);
+# - its current run continues one from before a restart (it began with response.resumed,
+#   not response.in_progress; only a restarted task's events are read, newest first).
+SPANS_RESTART = """CASE
+  WHEN t.recovered_boot IS NOT NULL AND t.state IN ('failed', 'cancelled')
+       AND (t.restarts = 0 OR json_extract(r.error, '$.code') = 'server_restarted') THEN 1
+  WHEN t.restarts > 0 THEN
+    IFNULL((SELECT e.type = 'response.resumed' FROM task_events e
+            WHERE e.task_id = t.id AND e.type IN ('response.in_progress', 'response.resumed')
+            ORDER BY e.seq DESC LIMIT 1), 0)
+  ELSE 0 END"""
 
 # A task as lists show it (the task object of the API, a row of the window's table): the
 # client's name and the queue position; of the request only what the task object shows
@@ -50,7 +55,7 @@ LISTED = f"""
 SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_restart, t.mode,
        t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
        r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
-       {RESUMED} AS resumed,
+       {SPANS_RESTART} AS spans_restart,
        json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')),
                    'api', json_extract(r.request, '$.api'),
                    'store', json_extract(r.request, '$.store'))

@@ -134,10 +134,10 @@ class TaskTableModel(RowTableModel):
             return self._display(row, col)
         if col == COL_STATE and row.error:
             return f"{row.error.get('code')}: {row.error.get('message')}"
-        if col == COL_TPS and row.resumed:
+        if col == COL_TPS and row.spans_restart:
             return (
-                "Ran across a restart: its tokens come from two runs with the downtime "
-                "between them, so no speed is shown."
+                "Ran across a restart: its tokens and time include the downtime (a run resumed "
+                "after it, or ended by the recovery), so no speed is shown."
             )
         return None
 
