@@ -151,6 +151,8 @@ async def test_on_loopback_there_is_no_qr_code_and_the_dialog_says_why(
         gap = scopes.mapTo(dialog, QPoint(0, 0)).y() - hint.mapTo(dialog, QPoint(0, 0)).y()
         gap -= hint.height()
         assert gap <= 2 * dialog.layout().spacing(), f"{gap} px of empty room under the text"
+        # ...and the hint takes the width it has, one line (it broke at half width).
+        assert hint.text().count("\n") == 0 and "at POST /v1/pairing/claim" in hint.text()
         # The hint names the control Settings really has (its label, not an address to type).
         window.open_settings()
         settings = window.dialog

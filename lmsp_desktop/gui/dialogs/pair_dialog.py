@@ -82,8 +82,9 @@ def network_note(url: str, host: str, remote_url: str | None) -> str:
 
 def claim_hint(with_qr: bool) -> str:
     """How the client uses the code; the QR code is mentioned only where one is shown."""
-    where = "The client exchanges it for its own token at\nPOST /v1/pairing/claim"
-    return f"{where}, or scans the QR code." if with_qr else f"{where}."
+    # Beside a QR code the text has half the width: there it breaks before the route.
+    where = "The client exchanges it for its own token at{}POST /v1/pairing/claim"
+    return where.format("\n") + ", or scans the QR code." if with_qr else where.format(" ") + "."
 
 
 def python_snippet(url: str, code: str) -> str:
