@@ -67,6 +67,24 @@ class SnapshotTokens:
         return f'{{"tokens":[{self._encoded}]{", " if others else ""}{others}}}'
 
 
+def through_stops(
+    stops: StopScanner, pieces: list[TokenPiece]
+) -> tuple[list[TokenPiece], list[str], bool]:
+    """Feed a hand-over's tokens to the stop scanner one at a time: the tokens up to the one
+    that completed a stop sequence (all of them when none did), the text they release (one
+    delta per token that releases any), and whether a stop sequence was reached."""
+    deltas: list[str] = []
+    for n, piece in enumerate(pieces):
+        if not piece.text:
+            continue
+        released, stopped = stops.feed(piece.text)
+        if released:
+            deltas.append(released)
+        if stopped:
+            return pieces[: n + 1], deltas, True
+    return pieces, deltas, False
+
+
 class ModelPaths(Protocol):
     """What the runner needs of the model registry."""
 
@@ -340,15 +358,15 @@ class Runner:
 
         async def sink(pieces: list[TokenPiece]) -> bool:
             nonlocal stopped
+            if stops.stops:
+                pieces, deltas, stopped = through_stops(stops, pieces)
+            else:
+                deltas = [p.text for p in pieces if p.text]
             tokens.extend(p.token_id for p in pieces)
-            deltas = [p.text for p in pieces if p.text]
-            if deltas and stops.stops:
-                released, stopped = stops.feed("".join(deltas))
-                deltas = [released] if released else []
-                if stopped:  # persist the text before the stop sequence, then end
-                    if deltas:
-                        await persist(deltas)
-                    return False
+            if stopped:  # persist the text before the stop sequence, then end
+                if deltas:
+                    await persist(deltas)
+                return False
             if not deltas:
                 return not request.cancel.is_set()
             return await persist(deltas)
@@ -389,7 +407,9 @@ class Runner:
         finally:
             self._active.pop(task_id, None)
         if stopped and not request.cancel.is_set():
-            result = dataclasses.replace(result, finish_reason="stop")
+            # Tokens the engine made after the stop sequence's (in the same hand-over) were
+            # never part of the answer: usage counts up to that token.
+            result = dataclasses.replace(result, finish_reason="stop", output_tokens=len(tokens))
         elif (
             result.finish_reason != "cancelled"
             and stops.held
