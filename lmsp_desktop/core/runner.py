@@ -12,6 +12,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -157,6 +158,9 @@ class Runner:
         self._wakeups: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._active: dict[str, GenerationRequest] = {}  # task id → its running generation
+        # Unloads under way: stop() waits for them, so one begun by the idle timer or to make
+        # room is never cut short by the stop cancelling its caller.
+        self._unloads: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._janitor: asyncio.Task[None] | None = None
         self.load_listeners: list[Callable[[str, str, float], None]] = []  # model, state, progress
@@ -183,6 +187,9 @@ class Runner:
         # Each model is unloaded even if another one's unload fails: one left loaded would be
         # freed during interpreter exit (the SIGSEGV this ordering exists to prevent).
         steps = StopSteps("stopping the runner")
+        for unloading in list(self._unloads):
+            finish = partial(asyncio.shield, unloading)
+            await steps.run("finishing an unload begun before the stop", finish)
         for lane, slot in self._slots.items():
             if slot.model is not None:
                 await steps.run(f"unloading {lane!r}", slot.model.unload)
@@ -512,7 +519,10 @@ class Runner:
         if slot is not None and isinstance(slot.model, CachesPrefixes):
             self._unloaded_prefix_stats.add(slot.model.prefix_stats)
         if slot is not None and slot.model is not None:
-            await slot.model.unload()
+            unloading = asyncio.create_task(slot.model.unload())
+            self._unloads.add(unloading)
+            unloading.add_done_callback(self._unloads.discard)
+            await asyncio.shield(unloading)  # a cancelled caller leaves it to finish (stop waits)
             self._notify_load(_model_of(lane), self.loaded_state(_model_of(lane)), 0.0)
 
     async def _unload_idle_forever(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -178,6 +179,38 @@ async def test_idle_model_is_unloaded_after_its_ttl(store: Store) -> None:
 
         await until(unloaded)
         assert engine.unload_count == 1
+
+
+async def test_stop_finishes_an_unload_the_idle_timer_had_begun(store: Store) -> None:
+    """The service stops while the idle timer is unloading a model: stop() waits for that
+    unload to end instead of cutting it short (a model left half-freed at exit; an upstream's
+    connection left open)."""
+    engine = FakeEngine()
+    runner = Runner(store.tasks, Paths(), engine, idle_unload_s=0.1)
+    await runner.start()
+    try:
+        task_id = await submit(store)
+        await until(lambda: finished(store, task_id))
+        model = engine.models[0]
+        entered, release = asyncio.Event(), asyncio.Event()
+        unload = model.unload
+
+        async def slow_unload() -> None:
+            entered.set()
+            await release.wait()  # freeing takes a while (a big model, a busy machine)
+            await unload()
+
+        model.unload = slow_unload  # type: ignore[method-assign]
+        await until(entered.is_set, what="the idle timer unloading the model")
+        stopping = asyncio.create_task(runner.stop())
+        await until(lambda: runner._stopping, what="the stop begun")
+        await asyncio.sleep(0)  # the stop cancels the idle timer mid-unload
+        release.set()
+        await asyncio.wait_for(stopping, 60)  # a bound on a hang
+    finally:
+        if not runner._stopping:
+            await runner.stop()
+    assert engine.unload_count == 1, "the stop returned with the model still loaded"
 
 
 async def test_resumed_task_continues_from_its_snapshot(data_dir: Path) -> None:
