@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +51,27 @@ async def store(data_dir: Path) -> AsyncIterator[Store]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture(autouse=True)
+def no_internal_error_left_on_screen(request: Any) -> Iterator[None]:
+    """A test that leaves "Something went wrong inside LMSP Desktop" on screen hid a bug (a
+    timer querying a stopped core did, and its box then broke a later test): fail it here."""
+    yield
+    if "PySide6.QtWidgets" not in sys.modules:
+        return
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    if QApplication.instance() is None:
+        return
+    left = [
+        box
+        for box in QApplication.topLevelWidgets()
+        if isinstance(box, QMessageBox)
+        and box.isVisible()
+        and box.text().startswith("Something went wrong inside")
+    ]
+    for box in left:
+        box.close()
+    if left:
+        pytest.fail(f"{request.node.nodeid} left an internal error on screen: {left[0].text()}")

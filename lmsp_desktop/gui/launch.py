@@ -119,7 +119,7 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
             )
         await steps.run("closing the second-launch socket", later_launches.close)
         await steps.run("hiding the window", window.hide)
-        await steps.run("closing the window's bridge", window.bridge.close)
+        await steps.run("stopping the window's updates", window.stop_updates)
         await steps.run("stopping the model scan", scan.cancel)
         await steps.run("stopping the core", core.stop)
     return 1 if steps.failures else 0  # each failure is in the log with its traceback

@@ -403,6 +403,13 @@ class MainWindow(QMainWindow):
         self.bridge.set_active(active)
 
     # -- closing -----------------------------------------------------------------------------
+    def stop_updates(self) -> None:
+        """Before the core stops: no timer may query it afterwards (a counts refresh queued
+        just before the stop failed on the closed store and showed an error box)."""
+        self._counts_timer.stop()
+        self._rate_timer.stop()
+        self.bridge.close()
+
     def request_quit(self) -> None:
         """Quit (Ctrl+Q, the tray's Quit, closing without a tray): ask first when tasks are
         unfinished, since quitting leaves them to their restart policy."""
@@ -462,7 +469,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         if self.quitting:
             self._save()
-            self.bridge.close()
+            self.stop_updates()
             event.accept()
             return
         event.ignore()

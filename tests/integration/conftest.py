@@ -37,6 +37,6 @@ async def gui_app(qtbot: Any, tmp_path: Path) -> AsyncIterator[tuple[Any, Any]]:
     finally:
         window.quitting = True  # the teardown closes the window: no question asked then
         if shiboken6.isValid(window.bridge):
-            window.bridge.close()
+            window.stop_updates()
             window.hide()
         await core.stop()

@@ -56,7 +56,7 @@ async def open_app(
     finally:
         window.quitting = True  # teardown closes the window: no question asked then
         if shiboken6.isValid(window.bridge):
-            window.bridge.close()
+            window.stop_updates()
             window.hide()
         await core.stop()
 
