@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar, QWidget
 from lmsp_desktop.gui.format import human_size, is_loopback
 from lmsp_desktop.gui.sparkline import TokenRate
 
+# Task counts are listed in this order (live ones first), here and in the sidebar.
 ORDER = (
     "running",
     "loading",

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import shiboken6
 from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
 
 from lmsp_desktop.app import Core
 from lmsp_desktop.core.engines.fake import FakeEngine
@@ -80,3 +81,11 @@ async def post_background(core: Core, token: str, **body: Any) -> str:
         created = await answer.json()
         assert answer.status == 202, created
     return str(created["id"])
+
+
+def running_window() -> MainWindow | None:
+    """The window an app started by `launch.main` shows, once it shows one."""
+    for widget in QApplication.topLevelWidgets():
+        if isinstance(widget, MainWindow) and widget.isVisible():
+            return widget
+    return None

@@ -11,21 +11,14 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import QApplication
 
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.gui import launch
 from lmsp_desktop.gui.main_window import MainWindow
+from tests.integration.gui_windows import running_window
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
-
-
-def running_window() -> MainWindow | None:
-    for widget in QApplication.topLevelWidgets():
-        if isinstance(widget, MainWindow) and widget.isVisible():
-            return widget
-    return None
 
 
 async def test_a_failing_window_teardown_still_stops_the_core(

@@ -18,21 +18,14 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import QApplication
 
 from lmsp_desktop.gui import launch
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.single_instance import server_name
+from tests.integration.gui_windows import running_window
 from tests.support.polling import until
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("does not support raise")]
-
-
-def running_window() -> MainWindow | None:
-    for widget in QApplication.topLevelWidgets():
-        if isinstance(widget, MainWindow) and widget.isVisible():
-            return widget
-    return None
 
 
 @contextlib.asynccontextmanager

@@ -30,20 +30,10 @@ from lmsp_desktop.core.states import TERMINAL
 from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui.data import TaskRow
 from lmsp_desktop.gui.format import STATE_COLOURS, human_size, short_id, state_icon
+from lmsp_desktop.gui.status import ORDER  # the status bar lists the counts in the same order
 
 WIDTH = 150  # narrow: at 900 px the Tasks page needs the rest
 RECENT = 4  # finished tasks listed under "Recent"
-# Counts listed, in this order (finished ones after the live ones).
-ORDER = (
-    "running",
-    "loading",
-    "queued",
-    "cancelling",
-    "completed",
-    "incomplete",
-    "failed",
-    "cancelled",
-)
 TASK_ID = Qt.ItemDataRole.UserRole + 1
 
 
