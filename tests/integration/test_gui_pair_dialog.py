@@ -5,7 +5,6 @@ while a real HTTP client tries the codes on the real service (`POST /v1/pairing/
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QDialogButtonBox, QLabel
 
 from lmsp_desktop.core.engines.fake import FakeEngine
-from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
+from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog, lan_address
 from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
 from tests.integration.gui_windows import open_app
 from tests.support.polling import until
@@ -120,17 +119,6 @@ def test_the_qr_address_is_one_other_devices_can_reach() -> None:
     assert every is None or not every.startswith("http://0.0.0.0")
 
 
-def network_address() -> str | None:
-    """This machine's address on its network, found as a phone would reach it (no packet)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("10.255.255.255", 1))
-            address = str(probe.getsockname()[0])
-    except OSError:
-        return None
-    return None if address.startswith("127.") else address
-
-
 def qr_fields(text: str) -> dict[str, str]:
     """The QR code's lines as a phone shows them ("URL: …", "Code: …")."""
     return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
@@ -166,7 +154,7 @@ async def test_on_loopback_there_is_no_qr_code_and_the_dialog_says_why(
 async def test_on_the_network_the_qr_code_carries_an_address_that_works(
     qtbot: Any, tmp_path: Path
 ) -> None:
-    lan = network_address()
+    lan = lan_address()  # the dialog's own way of finding it
     if lan is None:
         pytest.skip("this machine has no network address to serve on")
     async with open_app(qtbot, tmp_path, engine=FakeEngine(), host=lan) as (_core, window):
