@@ -126,6 +126,23 @@ def in_subprocess(kind: str, max_tokens: int) -> Stream:
     return Stream(times=data["times"], text=data["text"])
 
 
+def plain_llama(path: Path, **settings: Any) -> Any:
+    """llama_cpp.Llama on `path`, with the model parameters the engine loads with
+    (llama_native.usable_buffers: no AMX buffers where they crash); `settings` go to Llama."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as low
+
+    from lmsp_desktop.core.engines.llama_native import usable_buffers
+
+    defaults = low.llama_model_default_params
+    # Llama reads the defaults while it constructs.
+    low.llama_model_default_params = lambda: usable_buffers(defaults())
+    try:
+        return llama_cpp.Llama(model_path=str(path), **settings)
+    finally:
+        low.llama_model_default_params = defaults
+
+
 class InProcess:
     """The demo model loaded in this process twice over: through the project's LlamaEngine
     (its per-token path, no store, no HTTP) and as a plain llama_cpp.Llama."""
@@ -142,12 +159,10 @@ class InProcess:
         self.model = await engine.load(self.path)  # also renders the prompt for llama_cpp
         if not with_llama:
             return
-        import llama_cpp
-
         # The same settings the engine opened its model with (n_ctx capped at 4096 there).
         self.llama = await asyncio.to_thread(
-            llama_cpp.Llama,
-            model_path=str(self.path),
+            plain_llama,
+            self.path,
             n_ctx=min(DEFAULT_CONTEXT, self.model.context_length),
             n_batch=512,
             n_threads=DEFAULT_THREADS,

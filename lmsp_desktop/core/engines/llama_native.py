@@ -43,6 +43,18 @@ def _init_backend(lc: Any) -> None:
             _backend_ready = True
 
 
+def usable_buffers(params: Any) -> Any:
+    """llama.cpp model parameters `params`, without its AMX weight buffers on builds that
+    have them: their kernels died with SIGILL (`tileloadd`) on the first prompt of more than
+    one token on the 2-core development VMs, whose CPUs advertise AMX that the hypervisor
+    does not let guests use (any build made with -march=native there has them). Turning the
+    extra buffers off also turns off the CPU repacking (Q4_0 on AVX2), so builds without AMX
+    keep both."""
+    if b"AMX_INT8 = 1" in lowlevel().llama_print_system_info():
+        params.use_extra_bufts = False
+    return params
+
+
 def load_model(path: Path, report: ProgressSink) -> Any:
     """Load a GGUF file's weights (memory-mapped) once; returns a llama_model pointer or
     raises RuntimeError."""
@@ -61,7 +73,7 @@ def load_model(path: Path, report: ProgressSink) -> Any:
         return True
 
     callback = lc.llama_progress_callback(on_progress)
-    params = lc.llama_model_default_params()
+    params = usable_buffers(lc.llama_model_default_params())
     params.progress_callback = callback
     model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
     if not model:
