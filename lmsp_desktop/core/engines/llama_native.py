@@ -8,8 +8,11 @@ the batched engine needs the model, the context and the batch as separate object
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import logging
+import platform
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,33 @@ def lowlevel() -> Any:
 
 _BACKEND = threading.Lock()
 _backend_ready = False
+
+
+# Linux x86-64: arch_prctl(ARCH_GET_XCOMP_SUPP) lists the extended CPU states the kernel
+# enables; bit 18 is AMX's tile data.
+_SYS_ARCH_PRCTL, _ARCH_GET_XCOMP_SUPP, _XFEATURE_XTILEDATA = 158, 0x1022, 18
+
+
+@functools.cache
+def amx_unusable() -> bool:
+    """True when the CPU advertises AMX but the kernel (or the hypervisor under it) does not
+    enable AMX's tile state. ggml then repacks weights for AMX all the same (it trusts CPUID)
+    and its first tile instruction kills the process with SIGILL: seen on this project's VMs
+    (cpuinfo amx_tile, XCOMP_SUPP 0x202e7). Such machines load without the extra (repacking)
+    buffer types instead."""
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    if "amx_tile" not in flags:
+        return False
+    supported = ctypes.c_uint64()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYS_ARCH_PRCTL, _ARCH_GET_XCOMP_SUPP, ctypes.byref(supported)) != 0:
+        return True
+    return not (supported.value >> _XFEATURE_XTILEDATA) & 1
 
 
 def _init_backend(lc: Any) -> None:
@@ -75,6 +105,8 @@ def load_model(path: Path, report: ProgressSink) -> Any:
     callback = lc.llama_progress_callback(on_progress)
     params = usable_buffers(lc.llama_model_default_params())
     params.progress_callback = callback
+    if amx_unusable():
+        params.use_extra_bufts = False  # else SIGILL at the first decode (see amx_unusable)
     model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
     if not model:
         raise RuntimeError("llama_model_load_from_file returned no model")
