@@ -74,13 +74,12 @@ def _init_backend(lc: Any) -> None:
 
 
 def usable_buffers(params: Any) -> Any:
-    """llama.cpp model parameters `params`, without its AMX weight buffers on builds that
-    have them: their kernels died with SIGILL (`tileloadd`) on the first prompt of more than
-    one token on the 2-core development VMs, whose CPUs advertise AMX that the hypervisor
-    does not let guests use (any build made with -march=native there has them). Turning the
-    extra buffers off also turns off the CPU repacking (Q4_0 on AVX2), so builds without AMX
-    keep both."""
-    if b"AMX_INT8 = 1" in lowlevel().llama_print_system_info():
+    """llama.cpp model parameters `params`, without its extra (AMX) weight buffers where AMX
+    cannot run (amx_unusable): their kernels died with SIGILL (`tileloadd`) on the first
+    prompt of more than one token on the 2-core development VMs. Turning the extra buffers
+    off also turns off the CPU repacking (Q4_0 on AVX2), so every other machine (no AMX, or
+    AMX the kernel enables) keeps them."""
+    if amx_unusable():
         params.use_extra_bufts = False
     return params
 
@@ -105,8 +104,6 @@ def load_model(path: Path, report: ProgressSink) -> Any:
     callback = lc.llama_progress_callback(on_progress)
     params = usable_buffers(lc.llama_model_default_params())
     params.progress_callback = callback
-    if amx_unusable():
-        params.use_extra_bufts = False  # else SIGILL at the first decode (see amx_unusable)
     model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
     if not model:
         raise RuntimeError("llama_model_load_from_file returned no model")
