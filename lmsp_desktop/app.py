@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.context_window import TokenCounter, effective_context
 from lmsp_desktop.core.creation import create_task
+from lmsp_desktop.core.downloads.manager import DownloadManager
+from lmsp_desktop.core.downloads.token import hub_token
 from lmsp_desktop.core.engines.base import Engine
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.lock import DataDirLock
@@ -85,6 +87,7 @@ class Core:
         self.registry: ModelRegistry
         self.upstreams: UpstreamCatalog
         self.runner: Runner
+        self.downloads: DownloadManager
         self.pairing: PairingManager
         self.follower: EventFollower
         self.context: ServiceContext
@@ -156,6 +159,10 @@ class Core:
             remote=self.upstreams,
             context_of=self._context_of,
         )
+        # A finished download lands in the Hugging Face cache; a rescan lists it.
+        self.downloads = DownloadManager(
+            self.store.tasks, token=hub_token, on_complete=self.registry.scan
+        )
         self.tokens = TokenCounter()
         self.context = ServiceContext(
             store=self.store,
@@ -183,6 +190,7 @@ class Core:
         """Start the runner and listen; announce the URL like `serve` does."""
         self.upstreams.start()
         await self.runner.start()
+        await self.downloads.start()
         self.host = ServiceHost(self.context)
         self.url = await self.host.start()
         self.pairing.verification_uri = self.url
@@ -454,6 +462,10 @@ class Core:
         await steps.run("cancelling background jobs", self._cancel_background)
         if self.host is not None:
             await steps.run("closing the HTTP listener", self.host.stop)
+        if hasattr(self, "downloads"):
+            await steps.run(
+                "stopping downloads (their partial files are kept)", self.downloads.stop
+            )
         if hasattr(self, "runner"):
             await steps.run("stopping the runner and unloading models", self.runner.stop)
         if hasattr(self, "upstreams"):

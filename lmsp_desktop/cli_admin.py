@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.cli_models import add_model_commands, run_models
 from lmsp_desktop.cli_upstream import add_upstream_commands, run_upstream
 from lmsp_desktop.core.auth import parse_scopes
 from lmsp_desktop.core.config import database_path
@@ -25,7 +26,7 @@ from lmsp_desktop.core.scopes import SCOPES
 from lmsp_desktop.core.storage.clients import create_client, list_clients, revoke_client
 from lmsp_desktop.core.storage.store import Store
 
-COMMANDS = ("token", "pairing", "clients", "upstream")
+COMMANDS = ("token", "pairing", "clients", "upstream", "models")
 DEFAULT_SCOPES = ",".join(DEFAULT_SCOPE_NAMES)
 SCOPES_HELP = f"comma-separated, from: {', '.join(SCOPES)}"
 
@@ -64,6 +65,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     revoke.set_defaults(admin_action="clients.revoke")
 
     add_upstream_commands(sub)
+    add_model_commands(sub)
 
 
 def run_admin(args: argparse.Namespace) -> int:
@@ -72,11 +74,17 @@ def run_admin(args: argparse.Namespace) -> int:
     if action is None:
         print(
             "Name a command: token create, pairing list|approve|deny, clients list|revoke, "
-            "upstream add|list|remove.",
+            "upstream add|list|remove, models pull.",
             file=sys.stderr,
         )
         return 2
     data_dir = Path(args.data_dir)
+    if action.startswith("models."):
+        try:
+            return run_models(args)
+        except LmspError as exc:
+            print(exc.message, file=sys.stderr)
+            return 2 if 400 <= exc.status < 500 else 1
     if action not in ("token.create", "upstream.add") and not database_path(data_dir).exists():
         print(
             f"There is no LMSP data in {data_dir}. Start `lmsp-desktop serve` (or the desktop "

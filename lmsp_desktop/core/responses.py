@@ -67,6 +67,7 @@ def task_object(
         "error": error,
         "dropped_tools": request.get("dropped_tools") or [],
         "api": request.get("api") or "responses",
+        "kind": row["kind"] if "kind" in row.keys() else "response",  # noqa: SIM118
         "stored": request.get("store") in (None, True, 1),
     }
 
@@ -174,11 +175,12 @@ def build_response(row: RowLike, queue_position: int | None = None) -> dict[str,
         "truncation": request.get("truncation", "disabled"),
         "parallel_tool_calls": bool(request.get("parallel_tool_calls", False)),
         "text": {"format": _text_format(request)},
-        "top_p": request["top_p"],
+        # A download task (kind `download`) samples nothing: the defaults stand in.
+        "top_p": request.get("top_p", 1.0),
         "presence_penalty": request.get("presence_penalty", 0.0),
         "frequency_penalty": request.get("frequency_penalty", 0.0),
         "top_logprobs": 0,
-        "temperature": request["temperature"],
+        "temperature": request.get("temperature", 1.0),
         "reasoning": _reasoning(request.get("reasoning")),
         "usage": usage,
         "max_output_tokens": request.get("max_output_tokens"),

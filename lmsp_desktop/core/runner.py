@@ -28,7 +28,7 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.requests import chat_messages
 from lmsp_desktop.core.shutdown import StopSteps
-from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.states import TaskKind, TaskState
 from lmsp_desktop.core.stops import StopScanner
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
@@ -170,7 +170,8 @@ class Runner:
         """Pick up tasks left queued or resumed-running by recovery, then follow new ones."""
         self.tasks.listeners.append(self._on_change)
         for row in await self.tasks.unfinished([TaskState.QUEUED, TaskState.RUNNING]):
-            self._wake(row["model"])
+            if row["kind"] == TaskKind.RESPONSE:  # downloads have their own manager
+                self._wake(row["model"])
         self._janitor = asyncio.create_task(self._unload_idle_forever())
 
     async def stop(self) -> None:
@@ -216,6 +217,8 @@ class Runner:
 
     # -- reacting to commits -----------------------------------------------------------
     def _on_change(self, change: TaskChange) -> None:
+        if change.kind != TaskKind.RESPONSE:
+            return  # a download: core/downloads/manager.py runs it
         if change.state == TaskState.QUEUED:
             self._wake(change.model)
         elif change.state == TaskState.CANCELLING and change.task_id in self._active:

@@ -39,6 +39,16 @@ class EventType(StrEnum):
     COMPLETED = "response.completed"
     INCOMPLETE = "response.incomplete"
     FAILED = "response.failed"
+    # A download task's bytes so far (LMSP's own; coalesced, a few a second at most).
+    DOWNLOAD_PROGRESS = "download.progress"
+
+
+class TaskKind(StrEnum):
+    """What a task does: every kind shares the states, events, cancel and recovery above;
+    the kind says which part of the service runs it (the runner, or the downloads)."""
+
+    RESPONSE = "response"  # a generation, whichever API asked for it
+    DOWNLOAD = "download"  # a model file from the Hugging Face hub
 
 
 class RestartPolicy(StrEnum):
@@ -85,11 +95,18 @@ STATE_OF_EVENT: dict[str, TaskState] = {
     EventType.COMPLETED: TaskState.COMPLETED,
     EventType.INCOMPLETE: TaskState.INCOMPLETE,
     EventType.FAILED: TaskState.FAILED,
+    EventType.DOWNLOAD_PROGRESS: TaskState.RUNNING,
 }
 
 # Event types that exist only in LMSP; the Responses routes leave them out of their streams.
 LMSP_ONLY_EVENTS = frozenset(
-    {EventType.LOADING, EventType.CANCELLING, EventType.CANCELLED, EventType.RESUMED}
+    {
+        EventType.LOADING,
+        EventType.CANCELLING,
+        EventType.CANCELLED,
+        EventType.RESUMED,
+        EventType.DOWNLOAD_PROGRESS,
+    }
 )
 
 # Table 11.3: the state a leftover task is moved to at startup, by policy.

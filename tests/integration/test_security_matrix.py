@@ -172,6 +172,7 @@ ENDPOINTS = [
     ("DELETE", "/v1/clients/client_000000000000000000000000", "admin", 404),
     ("GET", "/v1/recovery/last", "admin", 0),  # 0: 200 with a report, 404 without
     ("GET", "/v1/metrics", "admin", 200),
+    ("POST", "/v1/models/pull", "admin", 400),  # no body: refused before the hub is asked
 ]
 CALLERS = [
     "no token",

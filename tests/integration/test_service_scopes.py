@@ -43,6 +43,8 @@ ENDPOINTS: list[tuple[str, str, Any, str | None, int]] = [
     ("DELETE", "/v1/clients/client_0000000000000000000000ff", None, "admin", 404),
     ("GET", "/v1/recovery/last", None, "admin", 0),  # 200, or 404 if nothing was recovered
     ("GET", "/v1/metrics", None, "admin", 200),
+    # A repo id that is not one: refused with 400 before the hub is asked.
+    ("POST", "/v1/models/pull", {"repo": "not a repo"}, "admin", 400),
 ]
 CALLERS = ["models:read", "responses:read", "responses:write", "admin", "no token", "revoked"]
 

@@ -7,6 +7,7 @@ from aiohttp import web
 from lmsp_desktop.core.service import (
     routes_chat,
     routes_clients,
+    routes_downloads,
     routes_models,
     routes_pairing,
     routes_responses,
@@ -24,6 +25,7 @@ def build_app(ctx: ServiceContext) -> web.Application:
     app[CONTEXT] = ctx
     for module in (
         routes_system,
+        routes_downloads,  # before routes_models: its /v1/models/{id} would match /pull
         routes_models,
         routes_responses,
         routes_chat,

@@ -311,6 +311,35 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     parameters=[ID],
                 )
             },
+            "/v1/models/pull": {
+                "post": _op(
+                    "Download a GGUF model from the Hugging Face hub (a task of kind download)",
+                    admin,
+                    {
+                        "202": _json(OBJ, "the download task"),
+                        **_errors(400, 401, 403, 404, 502, 503),
+                    },
+                    requestBody={
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["repo"],
+                                    "properties": {
+                                        "repo": {"type": "string"},
+                                        "file": {"type": "string"},
+                                        "quant": {"type": "string"},
+                                        "revision": {"type": "string"},
+                                        "on_restart": {"enum": ["fail", "retry", "resume"]},
+                                    },
+                                    "additionalProperties": False,
+                                }
+                            }
+                        },
+                    },
+                )
+            },
             "/v1/responses": {
                 "post": _op(
                     "Create a response",

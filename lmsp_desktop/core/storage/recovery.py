@@ -168,7 +168,9 @@ def _recover_batch(
                 new["last_seq"],
                 _tokens_kept(new) if after == TaskState.RUNNING else None,
             )
-            change = TaskChange(new["id"], after, new["last_seq"], new["model"], (event,))
+            change = TaskChange(
+                new["id"], after, new["last_seq"], new["model"], (event,), kind=new["kind"]
+            )
             done.append((item, change))
     done.sort(key=lambda pair: order[pair[0].task_id])
     return done

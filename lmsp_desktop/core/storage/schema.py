@@ -152,11 +152,19 @@ SCHEMA_V4_CACHED_TOKENS = """
 ALTER TABLE responses ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
 """
 
+# Task kinds: a task is a response (any API's generation: the default, so every task stored
+# before is one), a `download` of a model file from the Hugging Face hub, and later others
+# (`embedding`). They share states, events, cancel and recovery; the kind says who runs it.
+SCHEMA_V5_TASK_KIND = """
+ALTER TABLE tasks ADD COLUMN kind TEXT NOT NULL DEFAULT 'response';
+"""
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1.
 MIGRATIONS: list[str] = [
     SCHEMA_V1,
     SCHEMA_V2_UPSTREAMS,
     SCHEMA_V3_OUTPUT_ITEMS,
     SCHEMA_V4_CACHED_TOKENS,
+    SCHEMA_V5_TASK_KIND,
 ]
 CURRENT_VERSION = len(MIGRATIONS)

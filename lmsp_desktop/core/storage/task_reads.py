@@ -21,7 +21,7 @@ from lmsp_desktop.core.storage.events import Row, response_of
 # A task with its response: what transitions, recovery and the response object read.
 JOINED = """
 SELECT t.n, t.id, t.client_id, t.model, t.state, t.on_restart, t.mode, t.created_at,
-       t.recovered_boot,
+       t.recovered_boot, t.kind,
        t.started_at, t.finished_at, t.restarts, t.last_seq, t.snapshot,
        r.request, r.output_text, r.item_id, r.input_tokens, r.output_tokens, r.completed_at,
        r.error, r.incomplete_reason, r.output_items, r.cached_tokens
@@ -53,9 +53,10 @@ SPANS_RESTART = """CASE
 # (its dropped tools), not the whole prompt, nor the output text.
 LISTED = f"""
 SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_restart, t.mode,
-       t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
+       t.kind, t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
        r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
        {SPANS_RESTART} AS spans_restart,
+       CASE WHEN t.kind='download' THEN t.snapshot END AS progress,
        json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')),
                    'api', json_extract(r.request, '$.api'),
                    'store', json_extract(r.request, '$.store'))
@@ -254,7 +255,7 @@ class TaskReads:
         were started before), then the oldest queued."""
         rows = await self.db.fetchall(
             "SELECT id FROM tasks WHERE model=? AND state IN ('running','queued') "
-            "ORDER BY state='queued', n LIMIT ?",
+            "AND kind='response' ORDER BY state='queued', n LIMIT ?",
             (model, limit),
         )
         return [str(r["id"]) for r in rows]

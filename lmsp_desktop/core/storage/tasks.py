@@ -24,6 +24,7 @@ from lmsp_desktop.core.states import (
     UNFINISHED,
     EventType,
     RestartPolicy,
+    TaskKind,
     TaskState,
 )
 from lmsp_desktop.core.storage.db import Database
@@ -66,6 +67,7 @@ class TaskChange:
     # The committed events themselves when the commit was text deltas (the streaming hot
     # path), so followers need not read them back; empty otherwise.
     events: tuple[dict[str, Any], ...] = ()
+    kind: str = TaskKind.RESPONSE  # who runs it: the runner, or the downloads
 
 
 @dataclass
@@ -408,7 +410,12 @@ def _still_running(
 
 def change_of(row: Row, event_types: tuple[str, ...] = ()) -> TaskChange:
     return TaskChange(
-        row["id"], TaskState(row["state"]), row["last_seq"], row["model"], event_types
+        row["id"],
+        TaskState(row["state"]),
+        row["last_seq"],
+        row["model"],
+        event_types,
+        kind=row["kind"],
     )
 
 

@@ -200,6 +200,7 @@ def test_task_object_fields() -> None:
         "error": None,
         "dropped_tools": [],
         "api": "responses",
+        "kind": "response",  # a row read before kinds existed is a response
         "stored": True,
     }
     assert task_object(row("queued"), 3)["queue_position"] == 3

@@ -1,0 +1,209 @@
+"""`lmsp-desktop models pull REPO[:QUANT|:FILE]`: a model from the Hugging Face hub.
+
+When a service (or the desktop app) runs on the data directory, the pull is a task of that
+service: created with `POST /v1/models/pull`, followed through its events, shown in the
+window, resumed by it after a restart. Its token: `LMSP_TOKEN` (admin scope) when set, else a
+one-off admin client that the command revokes when it ends. When none runs, the command
+holds the data directory itself and downloads as the service would (same task, same
+events); stopped with Ctrl-C, the task is left running and continues from the bytes on disk
+when the service next starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.downloads.manager import DownloadManager
+from lmsp_desktop.core.downloads.pull import pull, split_reference
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.lock import DataDirLock
+from lmsp_desktop.core.storage.clients import create_client, revoke_client
+from lmsp_desktop.core.storage.store import Store
+
+POLL_S = 0.5
+TERMINAL = ("completed", "failed", "cancelled", "incomplete")
+
+
+def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    models = sub.add_parser("models", help="get models from the Hugging Face hub")
+    msub = models.add_subparsers(dest="models_command", metavar="COMMAND", required=True)
+    pull_cmd = msub.add_parser(
+        "pull",
+        help="download a GGUF model into the Hugging Face cache (a task of the running service)",
+    )
+    pull_cmd.add_argument(
+        "reference",
+        metavar="REPO[:QUANT|:FILE]",
+        help="e.g. bartowski/Qwen2.5-7B-Instruct-GGUF:Q4_K_M",
+    )
+    pull_cmd.add_argument("--revision", default="main", help="branch, tag or commit (main)")
+    pull_cmd.add_argument(
+        "--detach", action="store_true", help="print the task id and return (service only)"
+    )
+    pull_cmd.set_defaults(admin_action="models.pull")
+
+
+def run_models(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir)
+    lock = DataDirLock(data_dir)
+    try:
+        lock.acquire()
+    except LmspError:  # a service holds the directory: the pull is its task
+        return asyncio.run(_through_service(args, data_dir))
+    try:
+        return asyncio.run(_here(args, data_dir))
+    finally:
+        lock.release()
+
+
+# -- through the running service -----------------------------------------------------------
+async def _through_service(args: argparse.Namespace, data_dir: Path) -> int:
+    url = json.loads((data_dir / "service.json").read_text())["url"]
+    token, client_id = os.environ.get("LMSP_TOKEN"), None
+    if not token:
+        store = Store(data_dir)
+        await store.open()
+        try:
+            client, token = await create_client(
+                store.db, "lmsp-desktop models pull", frozenset({"admin"})
+            )
+            client_id = client["id"]
+        finally:
+            await store.close()
+    try:
+        return await asyncio.to_thread(_follow_remote, url, token, args)
+    finally:
+        if client_id is not None:
+            store = Store(data_dir)
+            await store.open()
+            try:
+                await revoke_client(store.db, client_id)
+            finally:
+                await store.close()
+
+
+def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
+    repo, selector = split_reference(args.reference)
+    body: dict[str, Any] = {"repo": repo, "revision": args.revision}
+    if selector:
+        body["file" if selector.lower().endswith(".gguf") else "quant"] = selector
+    status, task = _call(f"{url}/v1/models/pull", token, "POST", body)
+    if status != 202:
+        print(task["error"]["message"], file=sys.stderr)
+        return 2 if 400 <= status < 500 else 1
+    print(f"Downloading {task['model']} as task {task['id']} of the service at {url}.")
+    if args.detach:
+        return 0
+    after, shown = 0, Progress()
+    try:
+        while True:
+            status, page = _call(f"{url}/v1/tasks/{task['id']}/events?after={after}", token)
+            for event in page.get("data", []):
+                after = event["sequence_number"]
+                shown.event(event)
+            status, current = _call(f"{url}/v1/tasks/{task['id']}", token)
+            if current["state"] in TERMINAL and not page.get("has_more"):
+                return shown.end(current)
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        print(
+            f"\nThe download goes on in the service (task {task['id']}). Cancel it in the "
+            f"window, or: curl -X POST {url}/v1/tasks/{task['id']}/cancel -H "
+            '"Authorization: Bearer $LMSP_TOKEN"',
+            file=sys.stderr,
+        )
+        return 130
+
+
+def _call(url: str, token: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+
+# -- no service: this process downloads ------------------------------------------------------
+async def _here(args: argparse.Namespace, data_dir: Path) -> int:
+    store = Store(data_dir)
+    await store.open()
+    shown = Progress()
+    manager = DownloadManager(store.tasks)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    try:
+        repo, selector = split_reference(args.reference)
+        task = await pull(store.tasks, repo, selector, revision=args.revision)
+        print(f"Downloading {task['model']} (task {task['id']}; no service is running).")
+        running = asyncio.create_task(manager.run(task["id"]))
+        after = 0
+        while not running.done():
+            waiting = asyncio.create_task(stop.wait())
+            await asyncio.wait([running, waiting], timeout=POLL_S, return_when="FIRST_COMPLETED")
+            waiting.cancel()
+            for event in await store.tasks.events(task["id"], after):
+                after = event["sequence_number"]
+                shown.event(event)
+            if stop.is_set():
+                await manager.stop()
+                print(
+                    "\nStopped. The task stays unfinished: it continues from the bytes on disk "
+                    "when `lmsp-desktop serve` or the app starts next.",
+                    file=sys.stderr,
+                )
+                return 130
+        for event in await store.tasks.events(task["id"], after):
+            shown.event(event)
+        row = await store.tasks.get(task["id"])
+        return shown.end({"state": row["state"], "error": json.loads(row["error"] or "null")})
+    except LmspError as exc:
+        print(exc.message, file=sys.stderr)
+        return 2 if 400 <= exc.status < 500 else 1
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        with contextlib.suppress(Exception):
+            await manager.stop()
+        await store.close()
+
+
+class Progress:
+    """One line that updates in place on a terminal (a line per update otherwise)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+
+    def event(self, event: dict[str, Any]) -> None:
+        if event["type"] != "download.progress":
+            return
+        done, total = event["bytes_done"], event["bytes_total"] or 0
+        percent = f"{100 * done / total:5.1f} %" if total else ""
+        speed = event.get("bytes_per_s")
+        rate = f" {speed / 1e6:.1f} MB/s" if speed else ""
+        line = f"{done / 1e6:9.1f} / {total / 1e6:.1f} MB {percent}{rate}"
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
+
+    def end(self, task: dict[str, Any]) -> int:
+        if self.tty:
+            print()
+        if task["state"] == "completed":
+            print("Done: verified against the hub's sha256, in the Hugging Face cache.")
+            return 0
+        error = task.get("error") or {}
+        print(f"The download {task['state']}: {error.get('message', '')}", file=sys.stderr)
+        return 1

@@ -1,0 +1,1 @@
+"""Models from the Hugging Face hub, fetched as durable download tasks into its cache."""

@@ -1,0 +1,233 @@
+"""The Hugging Face hub as the downloads see it: a repo's GGUF files, picking one by quant or
+name, and search. Blocking calls through `huggingface_hub` (run them in a worker thread).
+
+`HF_ENDPOINT` (a mirror, or the tests' fake hub) and `HF_TOKEN` are honoured by the library
+itself; a token kept in the keyring is passed explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from lmsp_desktop.core.errors import LmspError, invalid, not_found
+
+# Parts of a split model: name-00001-of-00003.gguf.
+SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+# A quantisation as GGUF publishers write it in file names: Q4_K_M, IQ3_XS, Q8_0, F16, BF16.
+QUANT = re.compile(
+    r"(?:^|[-._])((?:I?Q\d+(?:_[A-Z0-9]+)*)|BF16|FP16|F16|F32)(?=[-._])", re.IGNORECASE
+)
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+T = TypeVar("T")
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+def endpoint() -> str:
+    """The hub's address, read at each call: `HF_ENDPOINT` (a mirror, the tests' fake hub)."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def cache_dir() -> str:
+    """The Hugging Face cache, as the library resolves it, read at each call:
+    `HF_HUB_CACHE`, else `HF_HOME`/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return os.path.join(os.path.expanduser(home), "hub")
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of a repo, with what the hub publishes about it."""
+
+    name: str
+    size: int | None
+    sha256: str | None  # the LFS digest; None for files not stored in LFS
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class GgufChoice:
+    """A model a repo offers: one file, or the parts of a split model, and its quant."""
+
+    files: tuple[HubFile, ...]
+    quant: str | None
+
+    @property
+    def name(self) -> str:
+        """The first part's name (what llama.cpp opens)."""
+        return self.files[0].name
+
+    @property
+    def size(self) -> int:
+        return sum(f.size or 0 for f in self.files)
+
+    def label(self) -> str:
+        parts = f" ({len(self.files)} parts)" if len(self.files) > 1 else ""
+        return f"{self.name}{parts}"
+
+
+def quant_of(name: str) -> str | None:
+    """The quantisation in a GGUF file name (the last one found), upper-case."""
+    found = QUANT.findall(name.rsplit("/", 1)[-1])
+    return found[-1].upper() if found else None
+
+
+def check_repo(repo: str) -> str:
+    repo = repo.strip()
+    if not REPO_ID.match(repo):
+        raise invalid(
+            f"{repo!r} is not a Hugging Face repo id; write it as owner/name, for example "
+            "bartowski/Qwen2.5-7B-Instruct-GGUF.",
+            "repo",
+        )
+    return repo
+
+
+def gguf_choices(files: list[HubFile]) -> list[GgufChoice]:
+    """The models among a repo's files: GGUFs (projectors left out), split parts together."""
+    singles: list[GgufChoice] = []
+    groups: dict[str, list[HubFile]] = {}
+    for f in files:
+        base = f.name.rsplit("/", 1)[-1].lower()
+        if not base.endswith(".gguf") or base.startswith("mmproj"):
+            continue
+        split = SPLIT.search(f.name)
+        if split:
+            groups.setdefault(f.name[: split.start()], []).append(f)
+        else:
+            singles.append(GgufChoice((f,), quant_of(f.name)))
+    for parts in groups.values():
+        parts.sort(key=lambda f: f.name)
+        singles.append(GgufChoice(tuple(parts), quant_of(parts[0].name)))
+    return sorted(singles, key=lambda c: c.name)
+
+
+def pick(repo: str, files: list[HubFile], selector: str | None) -> GgufChoice:
+    """The model `selector` names in the repo: a file name, else a quant; with no selector,
+    the repo's only model. A clear error listing the choices otherwise."""
+    choices = gguf_choices(files)
+    if not choices:
+        names = ", ".join(f.name for f in files[:8]) or "no files"
+        raise LmspError(
+            f"{repo} has no GGUF files ({names}). LMSP runs GGUF models: look for a "
+            f"GGUF conversion of it, for example by searching the hub for its name and GGUF.",
+            code="no_gguf_files",
+            param="repo",
+            status=404,
+            type="not_found_error",
+        )
+    if selector:
+        wanted = selector.strip().lower()
+        for choice in choices:
+            if any(f.name.lower() in (wanted, wanted + ".gguf") for f in choice.files):
+                return choice
+            if choice.name.rsplit("/", 1)[-1].lower() in (wanted, wanted + ".gguf"):
+                return choice
+        by_quant = [c for c in choices if (c.quant or "").lower() == wanted]
+        if len(by_quant) == 1:
+            return by_quant[0]
+        if by_quant:
+            raise _choose(repo, by_quant, f"Several files of {repo} have quant {selector}")
+        raise _choose(repo, choices, f"{repo} has no file or quant {selector!r}", missing=True)
+    if len(choices) == 1:
+        return choices[0]
+    raise _choose(repo, choices, f"{repo} has {len(choices)} GGUF models; name one")
+
+
+def _choose(repo: str, choices: list[GgufChoice], why: str, missing: bool = False) -> LmspError:
+    listing = "; ".join(f"{c.label()} [{c.quant or '?'}]" for c in choices)
+    example = choices[0].quant or choices[0].name
+    message = f"{why}. Its GGUF files: {listing}. Pull one as {repo}:{example}."
+    if missing:
+        return not_found(message, "file_not_found", "file")
+    return invalid(message, "file", "file_ambiguous")
+
+
+def list_files(repo: str, revision: str, token: str | None) -> tuple[str, list[HubFile]]:
+    """(the revision's commit, its files with size and LFS sha256). Blocking."""
+    from huggingface_hub import HfApi
+
+    info = _hub_call(
+        lambda: HfApi(endpoint=endpoint()).model_info(
+            repo, revision=revision, files_metadata=True, token=token
+        ),
+        repo,
+    )
+    files = [
+        HubFile(s.rfilename, s.size, s.lfs.sha256 if s.lfs else None) for s in info.siblings or []
+    ]
+    return info.sha or revision, files
+
+
+def search(query: str, token: str | None, limit: int = 30) -> list[dict[str, Any]]:
+    """Repos matching `query` that carry GGUF files, most downloaded first. Blocking."""
+    from huggingface_hub import HfApi
+
+    found = _hub_call(
+        lambda: list(
+            HfApi(endpoint=endpoint()).list_models(
+                search=query, filter="gguf", sort="downloads", limit=limit, token=token
+            )
+        ),
+        query,
+    )
+    return [{"id": m.id, "downloads": m.downloads, "likes": m.likes} for m in found]
+
+
+def _hub_call(call: Callable[[], T], what: str) -> T:
+    """Run a hub call; its errors as sentences that say what to do."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        return call()
+    except GatedRepoError as exc:
+        raise gated_error(what) from exc
+    except RepositoryNotFoundError as exc:
+        raise not_found(
+            f"The hub has no repo {what} (or it is private and no token was given). Check the "
+            "name; for a private repo, add your Hugging Face token in Settings or HF_TOKEN.",
+            "repo_not_found",
+            "repo",
+        ) from exc
+    except RevisionNotFoundError as exc:
+        raise not_found(f"{what} has no such revision.", "revision_not_found", "revision") from exc
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "no"
+        raise hub_unreachable(f"answered HTTP {status}") from exc
+    except OSError as exc:  # connection refused, DNS, TLS: the hub cannot be reached
+        raise hub_unreachable(type(exc).__name__) from exc
+
+
+def gated_error(repo: str) -> LmspError:
+    return LmspError(
+        f"{repo} is gated: accept its terms on huggingface.co, then give LMSP a Hugging Face "
+        "token (Settings, the Download dialog, or HF_TOKEN) and pull again.",
+        code="repo_gated",
+        param="repo",
+        status=403,
+        type="permission_error",
+    )
+
+
+def hub_unreachable(why: str) -> LmspError:
+    return LmspError(
+        f"The Hugging Face hub at {endpoint()} cannot be reached ({why}). Check the "
+        "network, or point HF_ENDPOINT at a mirror, and try again.",
+        code="hub_unreachable",
+        status=502,
+        type="server_error",
+    )

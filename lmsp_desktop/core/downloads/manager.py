@@ -1,0 +1,182 @@
+"""Runs download tasks: each in a worker thread (fetch.py), its progress committed as
+coalesced `download.progress` events, cancelled through the one cancel transition, and
+picked up again after a restart (recovery has applied its policy by then).
+
+A worker thread rather than a process: the work is network and disk I/O that releases the
+GIL, the event loop only reads an integer from it a few times a second, and a stop is a
+flag the thread checks between chunks (one network read), so a cancel takes effect within
+a fraction of a second without killing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from lmsp_desktop.core.downloads.fetch import Stopped, Transfer, fetch, remove_partial
+from lmsp_desktop.core.downloads.hub import HubFile
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.states import TaskKind, TaskState
+from lmsp_desktop.core.storage.downloads import record_progress
+from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+
+log = logging.getLogger(__name__)
+PROGRESS_EVERY_S = 0.5  # at most two progress events a second per download
+SPEED_WINDOW_S = 5.0  # speed is measured over the last few seconds
+MAX_PARALLEL = 2  # downloads at once; more wait queued
+
+
+class Speed:
+    """Bytes per second over a sliding window of (time, bytes) samples."""
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, at: float, done: int) -> float | None:
+        self._samples.append((at, done))
+        while self._samples and at - self._samples[0][0] > SPEED_WINDOW_S:
+            self._samples.popleft()
+        first_at, first_done = self._samples[0]
+        if at - first_at < 0.2:
+            return None
+        return (done - first_done) / (at - first_at)
+
+
+class DownloadManager:
+    """Starts queued download tasks, reports their progress, stops them on cancel."""
+
+    def __init__(
+        self,
+        tasks: TaskStore,
+        *,
+        token: Callable[[], str | None] = lambda: None,
+        on_complete: Callable[[], Awaitable[None]] | None = None,
+        progress_every: float = PROGRESS_EVERY_S,
+    ) -> None:
+        self.tasks = tasks
+        self.token = token
+        self.on_complete = on_complete
+        self.progress_every = progress_every
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._transfers: dict[str, Transfer] = {}
+        self._slots = asyncio.Semaphore(MAX_PARALLEL)
+        self._stopping = False
+
+    async def start(self) -> None:
+        """Follow new download tasks, and pick up those left queued or running (resumed)."""
+        self.tasks.listeners.append(self._on_change)
+        for row in await self.tasks.unfinished([TaskState.QUEUED, TaskState.RUNNING]):
+            if row["kind"] == TaskKind.DOWNLOAD:
+                self._spawn(row["id"])
+
+    async def stop(self) -> None:
+        """Stop the transfers; their tasks stay as they are, for recovery at the next start,
+        and their partial files stay on disk to resume from."""
+        self._stopping = True
+        with contextlib.suppress(ValueError):
+            self.tasks.listeners.remove(self._on_change)
+        for transfer in self._transfers.values():
+            transfer.stop.set()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+    def _on_change(self, change: TaskChange) -> None:
+        if change.kind != TaskKind.DOWNLOAD:
+            return
+        if change.state == TaskState.QUEUED:
+            self._spawn(change.task_id)
+        elif change.state == TaskState.CANCELLING and change.task_id in self._transfers:
+            self._transfers[change.task_id].stop.set()
+
+    def _spawn(self, task_id: str) -> None:
+        if self._stopping or task_id in self._running:
+            return
+        task = asyncio.create_task(self.run(task_id), name=f"download:{task_id}")
+        self._running[task_id] = task
+        task.add_done_callback(lambda _: self._running.pop(task_id, None))
+
+    async def run(self, task_id: str) -> None:
+        """Run one download task to its end (or until a stop); started by the listener, or
+        directly by `models pull` when no service runs."""
+        async with self._slots:
+            if self._stopping:
+                return
+            transfer = self._transfers[task_id] = Transfer()
+            try:
+                await self._download(task_id, transfer)
+            except Exception:
+                log.exception("download %s failed unexpectedly", task_id)
+                await self.tasks.fail(task_id, "internal_error", "Internal error; see the log.")
+            finally:
+                self._transfers.pop(task_id, None)
+
+    async def _download(self, task_id: str, transfer: Transfer) -> None:
+        row = await self.tasks.get(task_id)
+        if row["state"] == TaskState.QUEUED:
+            if await self.tasks.mark_running(task_id, open_message=False) is None:
+                return  # cancelled before it started
+        elif row["state"] != TaskState.RUNNING:
+            return
+        request = json.loads(row["request"])
+        files = [HubFile(f["name"], f.get("size"), f.get("sha256")) for f in request["files"]]
+        total = int(request.get("bytes_total") or 0)
+        token = self.token()
+        finished = 0
+        speed = Speed()
+        paths: list[str] = []
+        try:
+            for file in files:
+                transfer.file_done = 0
+                job = asyncio.ensure_future(
+                    asyncio.to_thread(
+                        fetch,
+                        request["repo"],
+                        request["revision"],
+                        request["commit"],
+                        file,
+                        token,
+                        transfer,
+                    )
+                )
+                while not job.done():
+                    await asyncio.wait([job], timeout=self.progress_every)
+                    done = finished + transfer.file_done
+                    progress = _progress(file, done, total, speed.add(time.monotonic(), done))
+                    if not job.done() and not await record_progress(self.tasks, task_id, progress):
+                        transfer.stop.set()  # cancelled: the thread ends at its next chunk
+                paths.append(str(job.result()))
+                finished += file.size or transfer.file_done
+        except Stopped:
+            if self._stopping:
+                return  # a stop, not a cancel: the policy applies at the next start
+            await asyncio.to_thread(remove_partial, transfer)
+            await self.tasks.confirm_cancelled(task_id)
+            return
+        except LmspError as exc:
+            if not await self.tasks.fail(task_id, exc.code, exc.message):
+                await asyncio.to_thread(remove_partial, transfer)
+                await self.tasks.confirm_cancelled(task_id)
+            return
+        await record_progress(self.tasks, task_id, _progress(files[-1], total, total, None))
+        if not await self.tasks.finish(
+            task_id, incomplete_reason=None, input_tokens=0, output_tokens=0
+        ):
+            await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
+            return
+        log.info("downloaded %s: %s", task_id, ", ".join(paths))
+        if self.on_complete is not None:
+            await self.on_complete()
+
+
+def _progress(file: HubFile, done: int, total: int, per_s: float | None) -> dict[str, Any]:
+    return {
+        "file": file.name,
+        "bytes_done": done,
+        "bytes_total": total,
+        "bytes_per_s": round(per_s) if per_s is not None else None,
+    }

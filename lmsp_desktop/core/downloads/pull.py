@@ -1,0 +1,56 @@
+"""The one way a download task is created, whoever asks: `POST /v1/models/pull`,
+`lmsp-desktop models pull` and the Download dialog all call `pull`.
+
+The order: check the repo id → list its files on the hub (size, LFS sha256; off the event
+loop) → pick the model by file name or quant (a clear error listing the choices otherwise)
+→ commit the task with its first event. Nothing is stored when the hub says no.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from lmsp_desktop.core.downloads.hub import check_repo, list_files, pick
+from lmsp_desktop.core.downloads.token import hub_token
+from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.states import RestartPolicy
+from lmsp_desktop.core.storage.downloads import NewDownload, create_download
+from lmsp_desktop.core.storage.tasks import TaskStore
+
+
+def split_reference(reference: str) -> tuple[str, str | None]:
+    """`owner/name[:QUANT|:FILE]` → (repo, selector)."""
+    repo, _, selector = reference.partition(":")
+    return repo, selector or None
+
+
+async def pull(
+    tasks: TaskStore,
+    repo: str,
+    selector: str | None = None,
+    *,
+    revision: str = "main",
+    on_restart: str | None = None,
+    client_id: str | None = None,
+) -> dict[str, Any]:
+    """Create the download task of `repo`'s model named by `selector` (a file or a quant);
+    returns the task object once committed."""
+    repo = check_repo(repo)
+    try:
+        policy = RestartPolicy(on_restart or RestartPolicy.RESUME)
+    except ValueError:
+        raise invalid("on_restart must be fail, retry or resume.", "on_restart") from None
+    commit, files = await asyncio.to_thread(list_files, repo, revision, hub_token())
+    choice = pick(repo, files, selector)
+    shown = choice.quant if choice.quant and selector and selector.upper() == choice.quant else None
+    spec = NewDownload(
+        repo=repo,
+        revision=revision,
+        commit=commit,
+        files=[f.as_json() for f in choice.files],
+        model=f"{repo}:{shown or choice.name}",
+        on_restart=policy,
+        client_id=client_id,
+    )
+    return await create_download(tasks, spec)

@@ -1,0 +1,176 @@
+"""Downloads through the real `serve` process and the real CLI: `POST /v1/models/pull`
+(admin only), a `kill -9` mid-download resumed after the restart from the bytes on disk,
+`models pull` through the running service and without one, and a disk that fills."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.serve_process import ServeProcess, call, create_token
+from tests.support.fake_hub import FakeHub
+from tests.support.hub_repos import DEMO_FILE, DEMO_REPO, TINY_REPO, Hub, hub_repos
+from tests.support.polling import until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Hub]:
+    server = FakeHub(hub_repos())
+    await server.start()
+    cache = tmp_path / "hf-cache"
+    # Inherited by the serve and CLI processes the tests start.
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("LMSP_TOKEN", raising=False)
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    try:
+        yield Hub(server, cache)
+    finally:
+        await server.stop()
+
+
+def lmsp_cli(data_dir: Path, *args: str, limit_file_size: int | None = None) -> Any:
+    def limits() -> None:
+        if limit_file_size is not None:  # a disk that fills: writes past this size fail
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
+
+    return subprocess.run(
+        [sys.executable, "-m", "lmsp_desktop", "--data-dir", str(data_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=limits,
+    )
+
+
+async def api(url: str, token: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
+    return await asyncio.to_thread(call, url, token, method, body)
+
+
+async def test_a_download_killed_with_kill_9_resumes_after_the_restart_from_the_bytes_on_disk(
+    hub: Hub, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    admin = await asyncio.to_thread(create_token, data_dir, "admin")
+    user = await asyncio.to_thread(create_token, data_dir, "models:read,responses:read")
+    serve = ServeProcess(data_dir)
+    url = await asyncio.to_thread(serve.start)
+    hub.server.bytes_per_s = 6 * 1024 * 1024  # the demo's 98 MB take ~16 s: killed mid-way
+    try:
+        status, refused = await api(f"{url}/v1/models/pull", user, "POST", {"repo": DEMO_REPO})
+        assert status == 403, refused
+        status, task = await api(f"{url}/v1/models/pull", admin, "POST", {"repo": DEMO_REPO})
+        assert status == 202, task
+        assert task["kind"] == "download" and task["on_restart"] == "resume"
+
+        async def bytes_done() -> int:
+            _, page = await api(f"{url}/v1/tasks/{task['id']}/events?limit=1000", admin)
+            done = [e["bytes_done"] for e in page["data"] if e["type"] == "download.progress"]
+            return done[-1] if done and done[-1] > 8_000_000 else 0
+
+        seen = await until(bytes_done, 60, "8 MB downloaded")
+        await asyncio.to_thread(serve.kill)
+    except BaseException:
+        if serve.proc and serve.proc.poll() is None:
+            await asyncio.to_thread(serve.kill)
+        raise
+    partial = next(hub.blob_dir(DEMO_REPO).glob("*.incomplete"))
+    kept = partial.stat().st_size
+    assert kept >= seen
+    hub.server.bytes_per_s = None
+    hub.server.requests.clear()
+
+    serve = ServeProcess(data_dir)
+    url = await asyncio.to_thread(serve.start)
+    try:
+
+        async def finished() -> Any:
+            _, current = await api(f"{url}/v1/tasks/{task['id']}", admin)
+            return current if current["state"] in ("completed", "failed") else None
+
+        current = await until(finished, 90, "the resumed download to finish")
+        assert current["state"] == "completed", current["error"]
+        assert current["restarts"] == 1
+        # It went on from the bytes on disk, not from the start.
+        assert hub.server.ranges() == [f"bytes={kept}-"]
+        _, report = await api(f"{url}/v1/recovery/last", admin)
+        mine = [i for i in report["items"] if i["task_id"] == task["id"]]
+        assert mine and mine[0]["event_type"] == "response.resumed"
+        _, page = await api(f"{url}/v1/tasks/{task['id']}/events?limit=1000", admin)
+        last = [e for e in page["data"] if e["type"] == "download.progress"][-1]
+        size = hub.server.repos[DEMO_REPO].size(DEMO_FILE)
+        assert last["bytes_done"] == last["bytes_total"] == size
+        assert not list(hub.blob_dir(DEMO_REPO).glob("*.incomplete"))
+    finally:
+        await asyncio.to_thread(serve.terminate)
+
+
+async def test_models_pull_is_a_task_of_the_running_service(hub: Hub, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    admin = await asyncio.to_thread(create_token, data_dir, "admin")
+    serve = ServeProcess(data_dir)
+    url = await asyncio.to_thread(serve.start)
+    try:
+        done = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", f"{TINY_REPO}:Q4_K_M")
+        assert done.returncode == 0, done.stderr
+        assert "Done: verified" in done.stdout
+        _, tasks = await api(f"{url}/v1/tasks", admin)
+        downloads = [t for t in tasks["data"] if t["kind"] == "download"]
+        assert [(t["model"], t["state"]) for t in downloads] == [
+            (f"{TINY_REPO}:Q4_K_M", "completed")
+        ]
+        # The command's one-off admin client is revoked when it ends.
+        _, clients = await api(f"{url}/v1/clients", admin)
+        assert [c["name"] for c in clients["data"] if not c.get("revoked")] == ["tests"]
+        typo = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", f"{TINY_REPO}:Q5")
+        assert typo.returncode == 2
+        assert "tiny-Q4_K_M.gguf" in typo.stderr and "tiny-Q8_0.gguf" in typo.stderr
+    finally:
+        await asyncio.to_thread(serve.terminate)
+
+
+async def test_models_pull_without_a_service_downloads_itself(hub: Hub, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    done = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", f"{TINY_REPO}:q8_0")
+    assert done.returncode == 0, done.stderr
+    sha = hub.server.repos[TINY_REPO].sha256("tiny-Q8_0.gguf")
+    assert (hub.blob_dir(TINY_REPO) / sha).is_file()
+    empty = await asyncio.to_thread(
+        lmsp_cli, data_dir, "models", "pull", "lmsp-test/tiny-safetensors"
+    )
+    assert empty.returncode == 2
+    assert "has no GGUF files" in empty.stderr
+
+
+async def test_a_disk_that_fills_mid_download_fails_clearly_and_leaves_nothing(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """RLIMIT_FSIZE in the child (portable; no mount needed): a write past 2 MB fails with
+    EFBIG as a full disk's would with ENOSPC, after the up-front free-space check passed."""
+    data_dir = tmp_path / "data"
+    done = await asyncio.to_thread(
+        lmsp_cli,
+        data_dir,
+        "models",
+        "pull",
+        f"{TINY_REPO}:Q4_K_M",
+        limit_file_size=2 * 1024 * 1024,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "is full" in done.stderr and "Free some space" in done.stderr
+    assert hub.leftovers(TINY_REPO) == []  # no partial file, no blob, no link
+    listed = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", f"{TINY_REPO}:Q4_K_M")
+    assert listed.returncode == 0, listed.stderr  # with room again it completes
