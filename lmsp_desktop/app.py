@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.context_window import TokenCounter, effective_context
 from lmsp_desktop.core.creation import create_task
+from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.downloads.manager import DownloadManager
-from lmsp_desktop.core.downloads.token import hub_token
+from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
+from lmsp_desktop.core.downloads.token import hub_token, save_token, stored_token
 from lmsp_desktop.core.engines.base import Engine
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.lock import DataDirLock
@@ -391,6 +393,23 @@ class Core:
 
     async def verify_model(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
         return await self.registry.verify(model_id, accept_new=accept_new)
+
+    # -- downloads from the Hugging Face hub ---------------------------------------------
+    async def hub_search(self, query: str) -> list[dict[str, Any]]:
+        return await search_hub(query)
+
+    async def hub_models(self, repo: str) -> list[GgufChoice]:
+        return await repo_models(repo)
+
+    async def pull_model(self, repo: str, selector: str) -> str:
+        task = await pull(self.store.tasks, repo, selector)
+        return str(task["id"])
+
+    def hub_token_kept(self) -> bool:
+        return stored_token() is not None
+
+    def keep_hub_token(self, token: str | None) -> bool:
+        return save_token(token)
 
     async def pending_pairings(self, *, include_ignored: bool = False) -> list[dict[str, Any]]:
         return await self.pairing.pending(include_ignored=include_ignored)

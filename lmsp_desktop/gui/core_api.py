@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
 from lmsp_desktop.core.storage.recovery import RecoveryReport
 from lmsp_desktop.core.storage.tasks import Row, TaskChange
@@ -107,6 +108,23 @@ class CoreApi(Protocol):
     async def rescan_models(self) -> None: ...
 
     async def verify_model(self, model_id: str, *, accept_new: bool = False) -> ModelInfo: ...
+
+    # -- downloads from the Hugging Face hub ------------------------------------------------
+    async def hub_search(self, query: str) -> list[dict[str, Any]]: ...
+
+    async def hub_models(self, repo: str) -> list[GgufChoice]: ...
+
+    async def pull_model(self, repo: str, selector: str) -> str:
+        """Create the download task (as the owner); its id."""
+        ...
+
+    def hub_token_kept(self) -> bool:
+        """Whether a Hugging Face token is kept in the keyring."""
+        ...
+
+    def keep_hub_token(self, token: str | None) -> bool:
+        """Keep (or with None forget) the token in the keyring; False when there is none."""
+        ...
 
     # -- pairing ---------------------------------------------------------------------------
     async def pending_pairings(self, *, include_ignored: bool = False) -> list[dict[str, Any]]: ...

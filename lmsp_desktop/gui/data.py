@@ -46,6 +46,10 @@ class TaskRow:
     # Its output spans a restart (resumed from a snapshot, or ended by the recovery): the
     # tokens and times include the downtime, so it has no honest speed.
     spans_restart: bool = False
+    # A download (kind `download`): its latest progress {bytes_done, bytes_total,
+    # bytes_per_s}, shown instead of tokens; None for responses and before the first bytes.
+    kind: str = "response"
+    progress: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: Any) -> TaskRow:
@@ -64,12 +68,29 @@ class TaskRow:
             queue_position=row["queue_position"],
             error=json.loads(row["error"]) if row["error"] else None,
             spans_restart=bool(row["spans_restart"]),
+            kind=row["kind"],
+            progress=json.loads(row["progress"]) if row["progress"] else None,
         )
 
     def duration(self, now: float | None = None) -> float | None:
         if self.started_at is None:
             return None
         return max(0.0, (self.finished_at or now or time.time()) - self.started_at)
+
+    def download_fraction(self) -> float | None:
+        """How much of a download is on disk (0..1); None for other tasks or no total."""
+        if self.kind != "download" or not self.progress:
+            return None
+        total = self.progress.get("bytes_total") or 0
+        return min(1.0, self.progress.get("bytes_done", 0) / total) if total else None
+
+    def seconds_left(self) -> float | None:
+        """A running download's time left at its current speed."""
+        if self.kind != "download" or not self.progress or self.finished_at is not None:
+            return None
+        speed = self.progress.get("bytes_per_s")
+        left = (self.progress.get("bytes_total") or 0) - self.progress.get("bytes_done", 0)
+        return left / speed if speed and left >= 0 else None
 
     def tokens_per_second(self, now: float | None = None) -> float | None:
         """Output tokens per second of its run; None before any, and for output that spans a

@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.downloads.hub import GgufChoice
+from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
+from lmsp_desktop.core.downloads.token import save_token, stored_token
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
 from lmsp_desktop.core.models.registry import ModelRegistry
@@ -180,6 +183,23 @@ class FakeCore:
         if self.verify_state is not None and not accept_new:
             info.state = self.verify_state
         return info
+
+    # -- downloads from the Hugging Face hub ---------------------------------------------
+    async def hub_search(self, query: str) -> list[dict[str, Any]]:
+        return await search_hub(query)
+
+    async def hub_models(self, repo: str) -> list[GgufChoice]:
+        return await repo_models(repo)
+
+    async def pull_model(self, repo: str, selector: str) -> str:
+        task = await pull(self.store.tasks, repo, selector)
+        return str(task["id"])
+
+    def hub_token_kept(self) -> bool:
+        return stored_token() is not None
+
+    def keep_hub_token(self, token: str | None) -> bool:
+        return save_token(token)
 
     # -- pairing and clients -----------------------------------------------------------
     async def pending_pairings(self, *, include_ignored: bool = False) -> list[dict[str, Any]]:

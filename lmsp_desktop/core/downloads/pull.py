@@ -11,7 +11,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from lmsp_desktop.core.downloads.hub import check_repo, list_files, pick
+from lmsp_desktop.core.downloads.hub import (
+    GgufChoice,
+    check_repo,
+    gguf_choices,
+    list_files,
+    pick,
+    search,
+)
 from lmsp_desktop.core.downloads.token import hub_token
 from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.states import RestartPolicy
@@ -54,3 +61,14 @@ async def pull(
         client_id=client_id,
     )
     return await create_download(tasks, spec)
+
+
+async def search_hub(query: str) -> list[dict[str, Any]]:
+    """Repos with GGUF files matching `query` (the Download dialog's search)."""
+    return await asyncio.to_thread(search, query.strip(), hub_token())
+
+
+async def repo_models(repo: str) -> list[GgufChoice]:
+    """The models a repo offers (the Download dialog's file list)."""
+    _commit, files = await asyncio.to_thread(list_files, check_repo(repo), "main", hub_token())
+    return gguf_choices(files)

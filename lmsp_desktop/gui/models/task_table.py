@@ -16,6 +16,7 @@ from lmsp_desktop.gui.data import TaskFilter, TaskRow
 from lmsp_desktop.gui.format import (
     clock,
     human_duration,
+    human_size,
     short_id,
     state_icon,
     state_word,
@@ -54,6 +55,7 @@ SORT_KEYS = {
     COL_TOKENS: "tokens",
 }
 DELTA_ONLY = (EventType.OUTPUT_TEXT_DELTA.value,)
+PROGRESS_ONLY = (EventType.DOWNLOAD_PROGRESS.value,)  # a download's bytes: no queue moves
 RIGHT_ALIGNED = {COL_DURATION, COL_TOKENS, COL_TPS}
 
 
@@ -61,6 +63,7 @@ class Role(IntEnum):
     TASK_ID = Qt.ItemDataRole.UserRole + 1
     STATE = Qt.ItemDataRole.UserRole + 2
     CANCELLABLE = Qt.ItemDataRole.UserRole + 3
+    PROGRESS = Qt.ItemDataRole.UserRole + 4  # a download's fraction on disk, else None
 
 
 class TaskTableModel(RowTableModel):
@@ -105,6 +108,8 @@ class TaskTableModel(RowTableModel):
             return row.state
         if role == Role.CANCELLABLE:
             return row.state in CANCELLABLE
+        if role == Role.PROGRESS and col == COL_TOKENS:
+            return row.download_fraction()
         return None
 
     def _display(self, row: TaskRow, col: int) -> str:
@@ -120,12 +125,33 @@ class TaskTableModel(RowTableModel):
             return row.on_restart
         if col == COL_CREATED:
             return clock(row.created_at)
+        if row.kind == "download" and col in (COL_DURATION, COL_TOKENS, COL_TPS):
+            return self._download_cell(row, col)
         if col == COL_DURATION:
             return human_duration(row.duration())
         if col == COL_TOKENS:
             return str(row.output_tokens) if row.started_at is not None else "—"
         tps = row.tokens_per_second()  # COL_TPS
         return f"{tps:.1f}" if tps is not None else "—"
+
+    @staticmethod
+    def _download_cell(row: TaskRow, col: int) -> str:
+        """A download shows bytes for tokens, its speed for tok/s, and while it runs the
+        time left for its duration."""
+        progress = row.progress or {}
+        if col == COL_TOKENS:
+            if not progress:
+                return "—"
+            done, total = progress.get("bytes_done", 0), progress.get("bytes_total") or 0
+            return f"{human_size(done)} / {human_size(total)}"
+        if col == COL_TPS:
+            speed = progress.get("bytes_per_s")
+            running = row.finished_at is None and row.state == TaskState.RUNNING
+            return f"{human_size(speed)}/s" if speed and running else "—"
+        left = row.seconds_left() if row.state == TaskState.RUNNING else None
+        if left is not None:
+            return f"{human_duration(left)} left"
+        return human_duration(row.duration())
 
     def _tooltip(self, row: TaskRow, col: int) -> str | None:
         if col == COL_ID:
@@ -225,7 +251,9 @@ class TaskTableModel(RowTableModel):
         if not self.loaded:
             return
         # Anything but streamed text (a task created, started, ended) may move the queue.
-        queue_moved = any(c.event_types != DELTA_ONLY for c in changes.values())
+        queue_moved = any(
+            c.event_types not in (DELTA_ONLY, PROGRESS_ONLY) for c in changes.values()
+        )
         generation = self._generation
         known = [i for i in changes if i in self._row_of]
         if queue_moved:  # queued rows' positions may have moved

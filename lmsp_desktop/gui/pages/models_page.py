@@ -31,6 +31,7 @@ from lmsp_desktop.core.storage.tasks import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.dialogs.download_dialog import DownloadDialog
 from lmsp_desktop.gui.format import elide_path
 from lmsp_desktop.gui.models.model_table import (
     COL_ARCH,
@@ -128,8 +129,13 @@ class ModelsPage(QWidget):
         self.open_button.clicked.connect(self.open_folder)
         self.copy_button = QPushButton("Copy digest")
         self.copy_button.clicked.connect(self.copy_digest)
+        self.download_button = QPushButton("Download…")
+        self.download_button.setToolTip("Get a GGUF model from the Hugging Face hub")
+        self.download_button.clicked.connect(self.open_download)
+        self.download_dialog: DownloadDialog | None = None
         bar = QHBoxLayout()
         for button in (
+            self.download_button,
             self.add_button,
             self.rescan_button,
             self.verify_button,
@@ -289,6 +295,12 @@ class ModelsPage(QWidget):
         )
         self.accept_box = box
         box.open()
+
+    def open_download(self) -> None:
+        """The Download dialog (one at a time; never exec() on the service's loop)."""
+        if self.download_dialog is None:
+            self.download_dialog = DownloadDialog(self.core, self)
+        self.download_dialog.open()
 
     def open_folder(self) -> None:
         for row in self.selected_rows()[:1]:

@@ -33,10 +33,12 @@ from lmsp_desktop.gui.models.task_table import (
     COL_DURATION,
     COL_MODEL,
     COL_ON_RESTART,
+    COL_TOKENS,
     COL_TPS,
     TaskTableModel,
 )
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter
+from lmsp_desktop.gui.pages.download_delegate import DownloadProgressDelegate
 from lmsp_desktop.gui.pages.task_details import TaskDetails
 
 
@@ -102,6 +104,7 @@ class TasksPage(QWidget):
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
         self.table.setWordWrap(False)
+        self.table.setItemDelegateForColumn(COL_TOKENS, DownloadProgressDelegate(self.table))
         header = self.table.horizontalHeader()
         # Newest first is creation order: the arrow sits on Created, where it means that.
         header.setSortIndicator(COL_CREATED, Qt.SortOrder.DescendingOrder)

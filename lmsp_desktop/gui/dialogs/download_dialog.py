@@ -1,0 +1,209 @@
+"""Download…: search the Hugging Face hub, pick a repo's GGUF file, download it as a task.
+
+Every hub call runs off the event loop (the core's worker threads); the dialog only awaits
+them. The download itself is a task like any other: it appears in the task table with its
+progress, speed and time left, and Cancel there stops it.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from lmsp_desktop.core.downloads.hub import GgufChoice
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.format import human_size
+
+FILE_COLUMNS = ["File", "Quant", "Size"]
+RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+
+
+class DownloadDialog(QDialog):
+    """Search → repo → file → Download. Emits `started` with the new task's id."""
+
+    started = Signal(str)
+
+    def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Download a model from Hugging Face")
+        self.core = core
+        self.choices: list[GgufChoice] = []
+        self.repo = ""
+        self.query = QLineEdit()
+        self.query.setPlaceholderText("Search the hub, e.g. qwen2.5 7b instruct, or owner/repo")
+        self.query.returnPressed.connect(lambda: aio.spawn(self.search(), self))
+        self.search_button = QPushButton("Search")
+        self.search_button.clicked.connect(lambda: aio.spawn(self.search(), self))
+        self.repos = QListWidget()
+        self.repos.currentItemChanged.connect(self._repo_picked)
+        self.files = QTableWidget(0, len(FILE_COLUMNS))
+        self.files.setHorizontalHeaderLabels(FILE_COLUMNS)
+        self.files.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.files.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.files.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.files.verticalHeader().hide()
+        self.files.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.files.itemSelectionChanged.connect(self._update)
+        self.token = QLineEdit()
+        self.token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token.setPlaceholderText("Hugging Face token, for gated or private repos")
+        self.token_button = QPushButton("Keep token")
+        self.token_button.clicked.connect(self.keep_token)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.download_button = self.buttons.addButton(
+            "Download", QDialogButtonBox.ButtonRole.ActionRole
+        )
+        self.download_button.clicked.connect(lambda: aio.spawn(self.download(), self))
+        self.buttons.rejected.connect(self.reject)
+
+        search_row = QHBoxLayout()
+        search_row.addWidget(self.query, 1)
+        search_row.addWidget(self.search_button)
+        token_row = QHBoxLayout()
+        token_row.addWidget(self.token, 1)
+        token_row.addWidget(self.token_button)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.repos)
+        split.addWidget(self.files)
+        split.setStretchFactor(1, 2)
+        layout = QVBoxLayout(self)
+        layout.addLayout(search_row)
+        layout.addWidget(split, 1)
+        layout.addLayout(token_row)
+        layout.addWidget(self.status)
+        layout.addWidget(self.buttons)
+        self.resize(820, 460)
+        self._show_token_state()
+        self._update()
+
+    # -- searching ---------------------------------------------------------------------------
+    async def search(self) -> None:
+        text = self.query.text().strip()
+        if not text:
+            return
+        self.search_button.setEnabled(False)
+        self.status.setText("Searching…")
+        try:
+            found = await self.core.hub_search(text)
+        except LmspError as exc:
+            self.status.setText(exc.message)
+            return
+        finally:
+            self.search_button.setEnabled(True)
+        self.repos.clear()
+        for repo in found:
+            item = QListWidgetItem(f"{repo['id']}  ·  {repo.get('downloads') or 0} downloads")
+            item.setData(Qt.ItemDataRole.UserRole, repo["id"])
+            self.repos.addItem(item)
+        if "/" in text and text not in {r["id"] for r in found}:
+            item = QListWidgetItem(f"{text}  ·  (open this repo)")  # a repo id typed whole
+            item.setData(Qt.ItemDataRole.UserRole, text)
+            self.repos.insertItem(0, item)
+        self.status.setText(
+            f"{self.repos.count()} repos with GGUF files."
+            if self.repos.count()
+            else f"No repo with GGUF files matches {text!r}."
+        )
+
+    def _repo_picked(self, item: QListWidgetItem | None) -> None:
+        if item is not None:
+            aio.spawn(self.show_repo(str(item.data(Qt.ItemDataRole.UserRole))), self)
+
+    async def show_repo(self, repo: str) -> None:
+        self.repo = repo
+        self.files.setRowCount(0)
+        self.choices = []
+        self.status.setText(f"Listing {repo}…")
+        self._update()
+        try:
+            choices = await self.core.hub_models(repo)
+        except LmspError as exc:
+            self.status.setText(exc.message)
+            return
+        if repo != self.repo:
+            return  # another repo was picked meanwhile
+        self.choices = choices
+        self.files.setRowCount(len(choices))
+        for row, choice in enumerate(choices):
+            cells = [choice.label(), choice.quant or "?", human_size(choice.size)]
+            for col, text in enumerate(cells):
+                cell = QTableWidgetItem(text)
+                if col == 2:
+                    cell.setTextAlignment(
+                        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+                    )
+                self.files.setItem(row, col, cell)
+        self.status.setText(
+            f"{repo}: {len(choices)} GGUF models. Pick one and Download; it lands in the "
+            "Hugging Face cache, shared with other tools."
+            if choices
+            else f"{repo} has no GGUF files. LMSP runs GGUF models: look for a GGUF conversion."
+        )
+
+    # -- downloading -------------------------------------------------------------------------
+    def selected_choice(self) -> GgufChoice | None:
+        rows = {i.row() for i in self.files.selectedIndexes()}
+        return self.choices[rows.pop()] if len(rows) == 1 else None
+
+    async def download(self) -> str | None:
+        choice = self.selected_choice()
+        if choice is None:
+            return None
+        self.download_button.setEnabled(False)
+        try:
+            task_id = await self.core.pull_model(self.repo, choice.name)
+        except LmspError as exc:
+            self.status.setText(exc.message)
+            return None
+        finally:
+            self._update()
+        self.status.setText(
+            f"Downloading {choice.name}: follow it in the Tasks table (Cancel works there)."
+        )
+        self.started.emit(task_id)
+        return task_id
+
+    def keep_token(self) -> None:
+        token = self.token.text().strip()
+        if self.core.keep_hub_token(token or None):
+            self.token.clear()
+            self._show_token_state()
+        else:
+            self.status.setText(
+                "There is no keyring on this system to keep the token in. Set HF_TOKEN in "
+                "the environment LMSP Desktop starts from instead."
+            )
+
+    def _show_token_state(self) -> None:
+        kept = self.core.hub_token_kept()
+        self.token_button.setText("Replace token" if kept else "Keep token")
+        self.token.setPlaceholderText(
+            "A token is kept in the keyring (type a new one to replace it, or keep it empty "
+            "to forget it)"
+            if kept
+            else "Hugging Face token, for gated or private repos (kept in the keyring)"
+        )
+
+    def _update(self) -> None:
+        self.download_button.setEnabled(self.selected_choice() is not None)

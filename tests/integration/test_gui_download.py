@@ -1,0 +1,85 @@
+"""The Download dialog on the real MainWindow over a real core and a real (fake) hub:
+search, pick a file, Download; the task's progress, speed and time left in the task table;
+Cancel in the table stops it and leaves no file behind."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.gui.models.task_table import COL_DURATION, COL_STATE, COL_TOKENS, COL_TPS, Role
+from tests.integration.gui_windows import open_app, slow_engine
+from tests.support.fake_hub import FakeHub
+from tests.support.hub_repos import TINY_REPO, Hub, hub_repos
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+async def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Hub]:
+    server = FakeHub(hub_repos())
+    await server.start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    try:
+        yield Hub(server, tmp_path / "hf-cache")
+    finally:
+        await server.stop()
+
+
+async def test_search_pick_download_watch_and_cancel_in_the_window(
+    qtbot: Any, tmp_path: Path, hub: Hub
+) -> None:
+    hub.server.bytes_per_s = 256 * 1024  # ~12 s for the file: still running when cancelled
+    async with open_app(qtbot, tmp_path / "data", engine=slow_engine()) as (_core, window):
+        window.nav.setCurrentRow(1)  # Models
+        window.models.download_button.click()
+        dialog = window.models.download_dialog
+        assert dialog is not None and dialog.isVisible()
+        assert not dialog.download_button.isEnabled()  # nothing picked yet
+
+        dialog.query.setText("tiny")
+        dialog.search_button.click()
+        await until(lambda: dialog.repos.count() == 1, what=dialog.status.text)
+        assert TINY_REPO in dialog.repos.item(0).text()
+        dialog.repos.setCurrentRow(0)
+        await until(lambda: dialog.files.rowCount() == 3, what=dialog.status.text)
+        labels = [dialog.files.item(r, 0).text() for r in range(3)]
+        assert "split/tiny-Q2_K-00001-of-00002.gguf (2 parts)" in labels  # split parts are one
+        assert not any("mmproj" in label for label in labels)  # projectors are not models
+        q8 = labels.index("tiny-Q8_0.gguf")
+        assert dialog.files.item(q8, 1).text() == "Q8_0"
+        assert dialog.files.item(q8, 2).text() == "3.0 MB"
+        dialog.files.selectRow(q8)
+        assert dialog.download_button.isEnabled()
+        started: list[str] = []
+        dialog.started.connect(started.append)
+        dialog.download_button.click()
+        await until(lambda: started, what=dialog.status.text)
+        task_id = started[0]
+
+        dialog.close()
+        window.nav.setCurrentRow(0)  # Tasks
+        tasks = window.tasks
+        await until(lambda: tasks.model.row_of(task_id) is not None, what="the download's row")
+
+        def cell(col: int, role: int = 0) -> Any:
+            row = tasks.model.row_of(task_id)
+            return None if row is None else tasks.model.index(row, col).data(role)
+
+        await until(lambda: (cell(COL_TOKENS, Role.PROGRESS) or 0) > 0.05, what="progress")
+        assert cell(COL_STATE) == "running"
+        assert cell(COL_TOKENS).endswith("/ 3.0 MB")  # bytes so far of the whole
+        await until(lambda: str(cell(COL_TPS)).endswith("KB/s"), what=lambda: cell(COL_TPS))
+        assert str(cell(COL_DURATION)).endswith("left")  # its time left at this speed
+
+        tasks.table.selectRow(tasks.model.row_of(task_id))
+        await until(lambda: tasks.cancel_button.isEnabled(), what="Cancel enabled")
+        tasks.cancel_button.click()
+        await until(lambda: cell(COL_STATE) == "cancelled", what=lambda: cell(COL_STATE))
+        await until(lambda: hub.leftovers(TINY_REPO) == [], what=lambda: hub.leftovers(TINY_REPO))
