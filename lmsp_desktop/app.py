@@ -73,12 +73,14 @@ class Core:
         port: int | None = None,
         engine: Engine | None = None,
         include_demo: bool = True,
+        no_sources: list[str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store = Store(self.data_dir)
         self._lock = DataDirLock(self.data_dir)
         self._flag_dirs = [Path(d) for d in model_dirs or []]
         self._flag_host, self._flag_port = host, port
+        self._flag_no_sources = list(no_sources or [])
         self._engine = engine
         self._include_demo = include_demo
         # What the user set (stored) and what this run uses: the stored settings with the
@@ -139,6 +141,7 @@ class Core:
             self.store.db,
             [Path(d).expanduser() for d in self.settings.model_dirs],
             include_demo=self._include_demo,
+            sources=self.settings.enabled_sources(),
         )
         self.upstreams = UpstreamCatalog(self.store.db)
         await self.upstreams.refresh()  # before the runner picks up recovered upstream tasks
@@ -219,11 +222,13 @@ class Core:
     def _with_flags(self, stored: Settings) -> Settings:
         """The settings this run uses: `stored` with the command line's flags on top."""
         flag_dirs = [str(d) for d in self._flag_dirs if str(d) not in stored.model_dirs]
+        off = [s for s in self._flag_no_sources if s not in stored.disabled_sources]
         return dataclasses.replace(
             stored,
             host=stored.host if self._flag_host is None else self._flag_host,
             port=stored.port if self._flag_port is None else self._flag_port,
             model_dirs=[*stored.model_dirs, *flag_dirs],
+            disabled_sources=[*stored.disabled_sources, *off],
         ).validate()
 
     @property
@@ -237,12 +242,15 @@ class Core:
             flags["port"] = f"--port {self._flag_port}"
         if self._flag_dirs:
             flags["model_dirs"] = " ".join(f"--models-dir {d}" for d in self._flag_dirs)
+        if self._flag_no_sources:
+            flags["disabled_sources"] = " ".join(f"--no-source {s}" for s in self._flag_no_sources)
         return flags
 
     def apply_settings(self, settings: Settings) -> bool:
         """Settings saved in the dialog take effect now, without losing tasks: retention, the
         default policy, loaded-model limits, origins and model folders. The bind address and
-        port apply at the next start. Returns True when the model folders changed (rescan)."""
+        port apply at the next start. Returns True when the model folders or sources changed
+        (rescan)."""
         live = self.settings
         live.retention_days = settings.retention_days
         live.default_on_restart = settings.default_on_restart
@@ -264,6 +272,11 @@ class Core:
         if changed:
             self.registry.folders = folders
             live.model_dirs = list(settings.model_dirs)
+        sources = set(settings.enabled_sources())
+        if sources != self.registry.sources:
+            self.registry.sources = sources
+            live.disabled_sources = list(settings.disabled_sources)
+            changed = True
         return changed
 
     def pause(self, paused: bool) -> None:

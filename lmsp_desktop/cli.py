@@ -30,6 +30,15 @@ def _add_service_flags(parser: argparse.ArgumentParser, *, sub: bool = False) ->
         help="a folder of .gguf model files (repeatable)",
     )
     parser.add_argument(
+        "--no-source",
+        action="append",
+        choices=["lmstudio", "ollama", "huggingface"],
+        default=argparse.SUPPRESS if sub else [],
+        metavar="SOURCE",
+        help="do not look for models in this app's store: lmstudio, ollama or huggingface "
+        "(repeatable; all three are looked in by default)",
+    )
+    parser.add_argument(
         "--host",
         default=keep,
         help="address to bind (default 127.0.0.1; anything else is reachable from other machines)",
@@ -101,7 +110,13 @@ def _accept_everywhere(
 async def serve(args: argparse.Namespace) -> int:
     from lmsp_desktop.app import Core
 
-    core = Core(args.data_dir, model_dirs=args.models_dir, host=args.host, port=args.port)
+    core = Core(
+        args.data_dir,
+        model_dirs=args.models_dir,
+        host=args.host,
+        port=args.port,
+        no_sources=args.no_source,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 

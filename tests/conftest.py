@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,12 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# The app reads the model stores other apps keep (Ollama, the Hugging Face cache); the tests
+# must not list whatever this machine's user has in them. Tests that want a store point these
+# (or HOME) at one they build (tests/support/model_stores.py).
+# (Paths that do not exist: a store that is not there is simply not read.)
+os.environ["OLLAMA_MODELS"] = os.path.join(tempfile.gettempdir(), "lmsp-tests-no-ollama")
+os.environ["HF_HUB_CACHE"] = os.path.join(tempfile.gettempdir(), "lmsp-tests-no-hf-cache")
 
 from lmsp_desktop.core.storage.store import Store
 from tests.support.qt_loop import is_gui, qasync_loop

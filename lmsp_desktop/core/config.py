@@ -50,6 +50,13 @@ class Settings:
     engine_threads: int = 0
     # Caps every model's context (tokens); 0 runs each model with its trained context.
     max_context: int = 0
+    # Other apps' model stores not looked in (lmstudio, ollama, huggingface); all are by default.
+    disabled_sources: list[str] = field(default_factory=list)
+
+    def enabled_sources(self) -> list[str]:
+        from lmsp_desktop.core.models.sources import SOURCES
+
+        return [s for s in SOURCES if s not in self.disabled_sources]
 
     def threads(self) -> int:
         return self.engine_threads or max(1, (os.cpu_count() or 2) - 1)
@@ -67,6 +74,14 @@ class Settings:
             raise invalid("The context cap must be 0 (none) or a number of tokens.", "max_context")
         if self.parallel_per_model < 1:
             raise invalid("Concurrent requests per model must be at least 1.", "parallel_per_model")
+        from lmsp_desktop.core.models.sources import SOURCES
+
+        unknown = [s for s in self.disabled_sources if s not in SOURCES]
+        if unknown:
+            raise invalid(
+                f"Unknown model source {unknown[0]!r}: the sources are {', '.join(SOURCES)}.",
+                "disabled_sources",
+            )
         return self
 
     @classmethod

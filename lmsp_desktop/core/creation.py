@@ -17,6 +17,8 @@ from lmsp_desktop.core.context_window import admit
 from lmsp_desktop.core.conversation import resolve
 from lmsp_desktop.core.errors import PausedError, ShuttingDownError
 from lmsp_desktop.core.ids import new_id
+from lmsp_desktop.core.models.info import INVALID
+from lmsp_desktop.core.models.messages import not_runnable
 from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, request_digest, validate_key
 from lmsp_desktop.core.storage.tasks import CreateResult, NewTask
@@ -104,6 +106,8 @@ async def create_task(
     # with (400 context_length_exceeded, or the oldest turns dropped with truncation auto).
     await resolve(ctx.store.tasks, request, client_id)
     info = await ctx.registry.get(request["model"])
+    if info.state == INVALID:  # never runnable: 400 model_invalid before anything is stored
+        raise not_runnable(info)
     await admit(ctx.tokens, info, request, ctx.settings.max_context)
     mode = mode_of(request)
     claim = None

@@ -73,7 +73,13 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
     from lmsp_desktop.app import Core
     from lmsp_desktop.gui.main_window import MainWindow, wait_closed
 
-    core = Core(args.data_dir, model_dirs=args.models_dir, host=args.host, port=args.port)
+    core = Core(
+        args.data_dir,
+        model_dirs=args.models_dir,
+        host=args.host,
+        port=args.port,
+        no_sources=args.no_source,
+    )
     scan: asyncio.Future[None] | None = None
     try:
         report = await core.open()

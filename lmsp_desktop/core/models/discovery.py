@@ -2,25 +2,41 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger(__name__)
-
 # Parts 2..n of a split model are loaded through part 1; listing them would offer models
 # that cannot run on their own.
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
+# Where a model file was found (`source` in /v1/models; upstream models say "upstream").
+FOLDER = "folder"
+DEMO = "demo"
+
+
 @dataclass(frozen=True)
 class FoundFile:
-    path: Path  # absolute, symlinks resolved
+    path: Path  # absolute; in the model folders symlinks are resolved (see sources for others)
     size_bytes: int
     mtime_ns: int
+    source: str = FOLDER
+    # The name users know it by in its store (`qwen2.5:7b`); None: made from the file name.
+    name: str | None = None
+    # The sha256 its store names it by (Ollama and Hugging Face blobs), `sha256:<hex>`.
+    published_digest: str | None = None
+
+
+@dataclass(frozen=True)
+class SourceProblem:
+    """Something in a model store that could not be listed, and what to do about it."""
+
+    source: str
+    path: str
+    message: str
 
 
 def is_model_filename(name: str) -> bool:
@@ -42,22 +58,36 @@ def stat_file(path: Path) -> os.stat_result | None:
     return st if stat.S_ISREG(st.st_mode) else None
 
 
-def find_model_files(folders: list[Path], extra: list[Path]) -> list[FoundFile]:
+def unreadable(source: str, path: Path | str, exc: OSError) -> SourceProblem:
+    reason = exc.strerror or str(exc)
+    return SourceProblem(
+        source,
+        str(path),
+        f"cannot read the folder {path} ({reason}); its models are not listed. Give this "
+        "user read access to it, or switch this source off in Settings.",
+    )
+
+
+def find_model_files(
+    folders: list[Path], extra: list[Path], problems: list[SourceProblem] | None = None
+) -> list[FoundFile]:
     """`*.gguf` in each folder and its direct subfolders (the publisher/model layouts other
-    apps use), plus `extra` files; sorted by path so ids are assigned deterministically."""
+    apps use), plus `extra` files; sorted by path so ids are assigned deterministically.
+    Folders that cannot be read are reported in `problems`."""
+    problems = [] if problems is None else problems
     candidates: list[Path] = list(extra)
     for folder in folders:
         try:
             entries = list(os.scandir(folder))
         except OSError as exc:
-            log.warning("cannot read model folder %s: %s", folder, exc)
+            problems.append(unreadable(FOLDER, folder, exc))
             continue
         for entry in entries:
             if entry.is_dir():
                 try:
                     candidates.extend(Path(e.path) for e in os.scandir(entry.path))
                 except OSError as exc:
-                    log.warning("cannot read model folder %s: %s", entry.path, exc)
+                    problems.append(unreadable(FOLDER, entry.path, exc))
             else:
                 candidates.append(Path(entry.path))
     found: dict[Path, FoundFile] = {}

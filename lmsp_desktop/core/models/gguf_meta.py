@@ -44,6 +44,10 @@ class GGUFError(ValueError):
     """The file is not a GGUF file this reader understands (bad magic, truncated, garbage)."""
 
 
+class GGUFTruncated(GGUFError):
+    """The header is whole, but the file is shorter than its tensors need (a cut copy)."""
+
+
 @dataclass
 class GGUFMeta:
     """What the registry keeps from a model's header."""
@@ -238,9 +242,9 @@ def read_gguf_meta(path: Path) -> GGUFMeta:
         alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
         data_start = -(-cur.offset() // alignment) * alignment
         if tensor_count and data_start + data_end > file_size:
-            raise GGUFError(
-                f"the file is truncated: its tensors need {data_start + data_end:,} bytes "
-                f"but it has {file_size:,}"
+            raise GGUFTruncated(
+                f"the file is shorter than its tensors need: they need {data_start + data_end:,}"
+                f" bytes but it has {file_size:,} (an unfinished download or a cut copy)"
             )
     return _summarise(path, version, tensor_count, values, parameters, weight_types)
 

@@ -9,26 +9,48 @@ from collections.abc import Container
 from lmsp_desktop.core.errors import LmspError, not_found
 
 # An id is only ever looked up in the models table, never joined into a path; the pattern is a
-# second fence: no slashes, backslashes, percent signs, NULs, leading dots or "..".
-MODEL_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_-]|\.(?!\.)){0,127}$")
+# second fence: no backslashes, percent signs, NULs, leading dots, "..", empty or absolute
+# segments. Names users know from other stores keep their shape: `qwen2.5:7b` (Ollama),
+# `bartowski/qwen2.5-7b-instruct-gguf:q4_k_m` (Hugging Face, LM Studio).
+_SEGMENT = r"[a-z0-9](?:[a-z0-9_-]|\.(?!\.))*"
+MODEL_ID_RE = re.compile(rf"^{_SEGMENT}(?:/{_SEGMENT}){{0,3}}(?::{_SEGMENT})?$")
 MAX_ID_LENGTH = 128
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 
 
 def is_valid_model_id(model_id: object) -> bool:
-    return isinstance(model_id, str) and MODEL_ID_RE.fullmatch(model_id) is not None
+    return (
+        isinstance(model_id, str)
+        and len(model_id) <= MAX_ID_LENGTH
+        and MODEL_ID_RE.fullmatch(model_id) is not None
+    )
+
+
+def slug(text: str, limit: int = MAX_ID_LENGTH - 8) -> str:
+    """One safe id segment: lowercase ASCII letters, digits, `.`, `_` and `-`; "" if none."""
+    # Accented letters keep their base letter (über → uber) rather than becoming a dash.
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    out = _UNSAFE.sub("-", ascii_text.lower())
+    out = re.sub(r"\.{2,}", ".", out)
+    out = re.sub(r"-{2,}", "-", out)
+    return out.strip(".-_")[:limit].rstrip(".-_")
 
 
 def slug_from_filename(filename: str) -> str:
     """`SmolLM2-135M-Instruct.Q4_1.gguf` → `smollm2-135m-instruct.q4_1`."""
     stem = filename[: -len(".gguf")] if filename.lower().endswith(".gguf") else filename
-    # Accented letters keep their base letter (über → uber) rather than becoming a dash.
-    ascii_stem = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode()
-    slug = _UNSAFE.sub("-", ascii_stem.lower())
-    slug = re.sub(r"\.{2,}", ".", slug)
-    slug = re.sub(r"-{2,}", "-", slug)
-    slug = slug.strip(".-_")[: MAX_ID_LENGTH - 8].rstrip(".-_")
-    return slug or "model"
+    return slug(stem) or "model"
+
+
+def source_model_id(parts: list[str], tag: str | None) -> str | None:
+    """`["bartowski", "Qwen2.5-7B-Instruct-GGUF"], "Q4_K_M"` →
+    `bartowski/qwen2.5-7b-instruct-gguf:q4_k_m`; None if a part has nothing safe left."""
+    segments = [slug(p, 60) for p in parts]
+    tag_slug = slug(tag, 40) if tag else ""
+    if not all(segments) or (tag and not tag_slug):
+        return None
+    model_id = "/".join(segments) + (f":{tag_slug}" if tag_slug else "")
+    return model_id if is_valid_model_id(model_id) else None
 
 
 def unique_model_id(base: str, taken: Container[str]) -> str:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
+
 # Registry states. "hashing" is never stored: a process that dies mid-hash leaves the row
 # "unverified", which is the truth, and the next scan hashes it again.
 UNVERIFIED = "unverified"
@@ -20,6 +22,17 @@ MISSING = "missing"
 INVALID = "invalid"
 
 API_LOADED_STATES = ("unloaded", "loading", "loaded")
+
+
+def source_of(model_id: str, meta: dict[str, Any] | str | None) -> str:
+    """Where a local model was found: folder, lmstudio, ollama, huggingface or demo."""
+    if isinstance(meta, str):
+        meta = json.loads(meta) if meta else {}
+    source = (meta or {}).get("source")
+    if isinstance(source, str):
+        return source
+    # Rows recorded before stores were read have no `source` in meta: the demo or a folder.
+    return "demo" if model_id == DEMO_MODEL_ID else "folder"
 
 
 @dataclass
@@ -49,6 +62,30 @@ class ModelInfo:
     def runnable(self) -> bool:
         return self.state == VERIFIED
 
+    @property
+    def source(self) -> str:
+        return source_of(self.id, self.meta)
+
+    @property
+    def published_digest(self) -> str | None:
+        """The sha256 the model's store names it by (Ollama, Hugging Face), if any."""
+        value = self.meta.get("published_digest")
+        return value if isinstance(value, str) else None
+
+    @property
+    def digest_matches(self) -> bool | None:
+        """Whether our own hash equals the published digest; None until both are known."""
+        if self.published_digest is None or self.digest is None:
+            return None
+        return self.digest == self.published_digest
+
+    @property
+    def invalid_reason(self) -> str | None:
+        if self.state != INVALID:
+            return None
+        reason = self.meta.get("error")
+        return reason if isinstance(reason, str) else "it is not a GGUF model file"
+
     @classmethod
     def from_row(cls, row: sqlite3.Row, *, hashing: bool = False) -> ModelInfo:
         meta: dict[str, Any] = json.loads(row["meta"]) if row["meta"] else {}
@@ -75,12 +112,12 @@ class ModelInfo:
         )
 
     def api_state(self, loaded_state: str = "unloaded") -> str:
-        """The `GET /v1/models` state: missing/changed as they are, else the runner's state.
+        """The `GET /v1/models` state: missing/changed/invalid as they are, else the runner's.
 
         An unverified model (digest still being computed) is reported `unloaded`: the API has
         no state for it, and running it is refused with 409 model_unverified meanwhile.
         """
-        if self.state in (MISSING, CHANGED):
+        if self.state in (MISSING, CHANGED, INVALID):
             return self.state
         if loaded_state not in API_LOADED_STATES:
             raise ValueError(f"loaded_state must be one of {API_LOADED_STATES}")
@@ -88,7 +125,7 @@ class ModelInfo:
 
     def as_api(self, loaded_state: str = "unloaded") -> dict[str, Any]:
         """The item of `GET /v1/models` (LMSP_API.md, Models)."""
-        return {
+        item: dict[str, Any] = {
             "id": self.id,
             "object": "model",
             "created": self.created_at,
@@ -102,7 +139,14 @@ class ModelInfo:
             "context_length": self.context_length,
             "state": self.api_state(loaded_state),
             "verified_at": self.verified_at,
+            "source": self.source,
         }
+        if self.published_digest is not None:
+            item["published_digest"] = self.published_digest
+            item["digest_matches"] = self.digest_matches
+        if self.state == INVALID:
+            item["reason"] = self.invalid_reason
+        return item
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ def not_runnable(info: ModelInfo) -> LmspError:
             "complete .gguf file, or choose another model.",
             code="model_invalid",
             param="model",
-            status=422,
+            status=400,
             type="invalid_request_error",
         )
     if info.state == CHANGED:

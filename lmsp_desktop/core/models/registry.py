@@ -7,10 +7,11 @@ import builtins
 import dataclasses
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,20 @@ from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.models import messages
 from lmsp_desktop.core.models.demo import DEMO_MODEL_ID, demo_model_path
 from lmsp_desktop.core.models.digests import CHUNK_SIZE, HashCancelled, sha256_file
-from lmsp_desktop.core.models.discovery import FoundFile, find_model_files, stat_file
-from lmsp_desktop.core.models.gguf_meta import GGUFError, GGUFMeta, read_gguf_meta
+from lmsp_desktop.core.models.discovery import (
+    DEMO,
+    FOLDER,
+    FoundFile,
+    SourceProblem,
+    find_model_files,
+    stat_file,
+)
+from lmsp_desktop.core.models.gguf_meta import (
+    GGUFError,
+    GGUFMeta,
+    GGUFTruncated,
+    read_gguf_meta,
+)
 from lmsp_desktop.core.models.ids import (
     check_model_id,
     model_not_found,
@@ -36,7 +49,9 @@ from lmsp_desktop.core.models.info import (
     VERIFIED,
     ModelEvent,
     ModelInfo,
+    source_of,
 )
+from lmsp_desktop.core.models.sources import find_in_sources, publisher_of
 from lmsp_desktop.core.storage.db import Database
 
 __all__ = ["ModelEvent", "ModelInfo", "ModelRegistry"]
@@ -70,6 +85,7 @@ class ModelRegistry:
         *,
         include_demo: bool = True,
         chunk_size: int = CHUNK_SIZE,
+        sources: Collection[str] = (),
     ) -> None:
         self.db = db
         self.folders: list[Path] = []
@@ -79,6 +95,12 @@ class ModelRegistry:
                 self.folders.append(resolved)
         self.include_demo = include_demo
         self.chunk_size = chunk_size
+        # The other apps' stores looked in (LM Studio, Ollama, the Hugging Face cache; the app
+        # passes those its settings enable, sources.SOURCES by default); models of a store
+        # switched off are kept in the table (with their digests) but not listed.
+        self.sources: set[str] = set(sources)
+        # What the last scan could not list, and why (shown on the Models page, logged).
+        self.problems: list[SourceProblem] = []
         self.listeners: list[Callable[[ModelEvent], None]] = []
         self.bytes_hashed = 0  # every byte read for hashing, ever (tests and benches read it)
         self._scan_lock = asyncio.Lock()
@@ -94,16 +116,24 @@ class ModelRegistry:
     async def list_models(self) -> list[ModelInfo]:
         """Every model: the local files, then the upstreams' models."""
         rows = await self.db.fetchall("SELECT * FROM models ORDER BY id")
-        local = [ModelInfo.from_row(r, hashing=r["id"] in self._hashing) for r in rows]
+        local = [
+            ModelInfo.from_row(r, hashing=r["id"] in self._hashing) for r in rows if self._listed(r)
+        ]
         return local + (self.upstreams.infos() if self.upstreams is not None else [])
 
     async def get(self, model_id: str) -> ModelInfo:
-        if self.upstreams is not None and isinstance(model_id, str) and "/" in model_id:
+        # An upstream's name before the slash wins, as in the runner (`gpu/llama-3-70b`);
+        # other ids with slashes are local (`bartowski/qwen2.5-7b-instruct-gguf:q4_k_m`).
+        if self.upstreams is not None and self.upstreams.owns(model_id):
             info: ModelInfo = self.upstreams.info(model_id)  # 404 naming what is missing
             return info
+        if isinstance(model_id, str):
+            model_id = model_id.lower()  # ids are lowercase; `Qwen2.5:7B` names the same model
         check_model_id(model_id)
         row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
-        if row is None:
+        if row is None or not self._listed(row):
+            if self.upstreams is not None and "/" in model_id:
+                self.upstreams.info(model_id)  # says which upstream is missing
             raise model_not_found(model_id)
         return ModelInfo.from_row(row, hashing=model_id in self._hashing)
 
@@ -166,11 +196,32 @@ class ModelRegistry:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
+    def _listed(self, row: Any) -> bool:
+        """Whether a row's store is looked in (a store switched off hides its models)."""
+        source = source_of(row["id"], row["meta"])
+        return source in (FOLDER, DEMO) or source in self.sources
+
+    def _find_files(self, demo: Path | None) -> builtins.list[FoundFile]:
+        """Every model file, each once: the demo, the model folders, then the stores."""
+        problems: list[SourceProblem] = []
+        found = find_model_files(list(self.folders), [demo] if demo else [], problems)
+        found = [dataclasses.replace(f, source=DEMO) if f.path == demo else f for f in found]
+        found += find_in_sources(self.sources, problems)
+        for problem in problems:
+            log.warning("%s", problem.message)
+        self.problems = problems
+        seen: set[str] = set()
+        unique: list[FoundFile] = []
+        for file in found:
+            real = os.path.realpath(file.path)
+            if real not in seen:
+                seen.add(real)
+                unique.append(file)
+        return unique
+
     async def _discover_and_record(self) -> builtins.list[_HashJob]:
         demo = demo_model_path() if self.include_demo else None
-        found = await asyncio.to_thread(
-            find_model_files, list(self.folders), [demo] if demo else []
-        )
+        found = await asyncio.to_thread(self._find_files, demo)
         rows = {r["path"]: r for r in await self.db.fetchall("SELECT * FROM models")}
         taken = {r["id"] for r in rows.values()}
         inserts: list[tuple[Any, ...]] = []
@@ -189,7 +240,8 @@ class ModelRegistry:
                 jobs.append(_HashJob(DEMO_MODEL_ID, from_scan=True))
                 continue
             if row is None:
-                base = DEMO_MODEL_ID if file.path == demo else slug_from_filename(file.path.name)
+                base = DEMO_MODEL_ID if file.path == demo else file.name
+                base = base or slug_from_filename(file.path.name)
                 model_id = unique_model_id(base, taken)
                 taken.add(model_id)
                 meta = await asyncio.to_thread(_read_meta, file.path)
@@ -217,7 +269,7 @@ class ModelRegistry:
                 updates.append((CHANGED, row["size_bytes"], row["mtime_ns"], row["id"]))
             # VERIFIED and same: nothing to read. CHANGED stays so until verified on purpose.
         for row in rows.values():  # recorded, but not in any model folder any more
-            if row["state"] != MISSING:
+            if row["state"] != MISSING and self._listed(row):
                 updates.append((MISSING, row["size_bytes"], row["mtime_ns"], row["id"]))
         if inserts or updates or repoints:
 
@@ -353,9 +405,20 @@ class ModelRegistry:
             header = None
             if recorded is not None and recorded != digest:
                 header = await asyncio.to_thread(_read_meta, Path(row["path"]))
-                meta = header[1]
+                kept: dict[str, Any] = {
+                    k: meta[k] for k in ("source", "published_digest") if k in meta
+                }
+                meta = {**header[1], **kept}
             meta.pop("observed_digest", None)
-            # Hashed is not checked: a file whose header says it cannot load is never verified.
+            published = meta.get("published_digest")
+            if published and published != digest and not meta.get("error"):
+                meta["error"] = (
+                    f"its content differs from the digest {publisher_of(source_of(model_id, meta))}"
+                    f" published ({published}; this file hashes to {digest}): a damaged or"
+                    " tampered download. Download it again with the app it came from"
+                )
+            # Hashed is not checked: a file whose header says it cannot load (or whose content
+            # is not what its publisher announced) is never verified.
             state, when = (INVALID, None) if meta.get("error") else (VERIFIED, now)
 
             def verified(conn: sqlite3.Connection) -> None:
@@ -435,6 +498,8 @@ def _read_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(architecture, parameters, quantization, context_length) and the meta JSON dict."""
     try:
         header: GGUFMeta = read_gguf_meta(path)
+    except GGUFTruncated as exc:  # its header is fine: say what is wrong instead
+        return (None, None, None, None), {"error": str(exc)}
     except (GGUFError, OSError) as exc:
         return (None, None, None, None), {"error": f"cannot read the GGUF header: {exc}"}
     meta: dict[str, Any] = {"gguf_version": header.version, "tensor_count": header.tensor_count}
@@ -453,6 +518,9 @@ def _insert_values(
     model_id: str, file: FoundFile, meta: tuple[tuple[Any, ...], dict[str, Any]]
 ) -> tuple[Any, ...]:
     columns, extra = meta
+    extra["source"] = file.source
+    if file.published_digest:
+        extra["published_digest"] = file.published_digest
     return (
         model_id,
         str(file.path),

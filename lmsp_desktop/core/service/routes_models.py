@@ -18,8 +18,11 @@ routes = web.RouteTableDef()
 
 def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
     item = info.as_api(ctx.runner.loaded_state(info.id) if ctx.runner else "unloaded")
-    if item.get("owned_by") == "local":
-        # The length a local model really runs with: trained, capped by the settings.
+    if item["state"] == "invalid":
+        item["context_length"] = None
+    if item.get("owned_by") == "local" and item["state"] != "invalid":
+        # The length a local model really runs with: trained, capped by the settings (an
+        # invalid file runs with none: its header's value, if any, is not shown as one).
         item["context_length"] = effective_context(info.context_length, ctx.settings.max_context)
     return item
 

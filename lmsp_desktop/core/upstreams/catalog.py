@@ -44,6 +44,10 @@ class UpstreamModelInfo(ModelInfo):
     model_count: int = 0
     upstream_error: str | None = None
 
+    @property
+    def source(self) -> str:
+        return "upstream"
+
     def as_api(self, loaded_state: str = "unloaded") -> dict[str, Any]:
         return {
             "id": self.id,
@@ -61,6 +65,7 @@ class UpstreamModelInfo(ModelInfo):
             # backoff and failed with upstream_unavailable if it stays down.
             "state": "loaded" if self.reachable else "unloaded",
             "verified_at": None,
+            "source": self.source,
             "upstream": {
                 "name": self.upstream,
                 "base_url": self.base_url,

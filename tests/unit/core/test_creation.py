@@ -3,7 +3,6 @@ HTTP routes refuse, parse, look up and create in the same order, through the sam
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from lmsp_desktop.core.creation import IdempotencyInput, create_task
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.storage.task_reads import TaskFilter
+from tests.unit.core.test_models_gguf_meta import write_gguf
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ async def core(tmp_path: Path) -> AsyncIterator[Core]:
     """An opened Core (store, recovery, registry; not listening) with one model, `tiny`."""
     models = tmp_path / "models"
     models.mkdir()
-    (models / "tiny.gguf").write_bytes(b"GGUF" + os.urandom(1024))
+    write_gguf(models / "tiny.gguf")  # a GGUF header: a file that is not one is never run
     opened = Core(tmp_path / "data", engine=FakeEngine(), model_dirs=[models], include_demo=False)
     await opened.open()
     await opened.scan_models()

@@ -9,6 +9,7 @@ from lmsp_desktop.core.models.ids import (
     check_model_id,
     is_valid_model_id,
     slug_from_filename,
+    source_model_id,
     unique_model_id,
 )
 
@@ -18,7 +19,11 @@ HOSTILE_IDS = [
     "../../etc/passwd",
     "/etc/passwd",
     "/abs/model.gguf",
-    "a/b",
+    "a//b",
+    "a/",
+    "a/../b",
+    "a/./b",
+    "a:b:c",
     "a\\b",
     "..\\x",
     "%2e%2e",
@@ -33,7 +38,8 @@ HOSTILE_IDS = [
     "",
     " ",
     "x" * 200,
-    "sha256:" + "0" * 64,
+    "a/" + "x" * 130,
+    "a/b/c/d/e",
 ]
 
 
@@ -75,5 +81,31 @@ def test_non_strings_are_not_found() -> None:
 
 
 def test_ordinary_ids_pass() -> None:
-    for model_id in ("smollm2-135m-instruct", "llama-3-8b.q4_k_m", "m-2", "qwen2.5-0.5b"):
+    for model_id in (
+        "smollm2-135m-instruct",
+        "llama-3-8b.q4_k_m",
+        "m-2",
+        "qwen2.5-0.5b",
+        "qwen2.5:7b",
+        "bartowski/qwen2.5-7b-instruct-gguf:q4_k_m",
+        "hf.co/bartowski/qwen2.5-7b-instruct-gguf:q4_k_m",
+    ):
         assert check_model_id(model_id) == model_id
+
+
+@pytest.mark.parametrize(
+    ("parts", "tag", "expected"),
+    [
+        (["qwen2.5"], "7b", "qwen2.5:7b"),
+        (
+            ["bartowski", "Qwen2.5-7B-Instruct-GGUF"],
+            "Q4_K_M",
+            "bartowski/qwen2.5-7b-instruct-gguf:q4_k_m",
+        ),
+        (["hf.co", "Org", "Repo"], "latest", "hf.co/org/repo:latest"),
+        (["..", "x"], "q4", None),  # nothing safe left of a part: no store name
+        (["a"], "..", None),
+    ],
+)
+def test_names_users_know_stay_safe(parts: list[str], tag: str, expected: str | None) -> None:
+    assert source_model_id(parts, tag) == expected

@@ -23,7 +23,7 @@ from tests.unit.core.test_models_ids import HOSTILE_IDS
 
 API_KEYS = {
     "id", "object", "created", "owned_by", "digest", "size_bytes", "format", "architecture",
-    "parameters", "quantization", "context_length", "state", "verified_at",
+    "parameters", "quantization", "context_length", "state", "verified_at", "source",
 }  # fmt: skip
 
 
@@ -74,6 +74,7 @@ async def test_scan_registers_files_with_digest_and_header(store: Store, folder:
     item = model.as_api("loaded")
     assert set(item) == API_KEYS
     assert item["state"] == "loaded" and item["format"] == "gguf" and item["owned_by"] == "local"
+    assert item["source"] == "folder"
     assert item["digest"] == sha256(path)
 
 

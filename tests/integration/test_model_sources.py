@@ -1,0 +1,184 @@
+"""Models found where other apps keep them (issue 23 items 1, 2, 4): fresh HOMEs laid out as
+LM Studio, Ollama and huggingface_hub lay out their stores, holding the real demo model, read
+by the real registry into a real SQLite store."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.registry import ModelRegistry
+from lmsp_desktop.core.models.sources import SOURCES
+from lmsp_desktop.core.storage.store import Store
+from tests.support import model_stores as stores
+from tests.support.gguf_split import split_gguf
+
+HF_ID = "huggingfacetb/smollm2-135m-instruct-gguf:q4_1"
+LMS_ID = "lmstudio-community/smollm2-135m-instruct-gguf:q4_1"
+OLLAMA_ID = "smollm2:135m"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh HOME; the stores' variables unset so their defaults under it apply."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name, value in stores.point_env_at(home, {}).items():
+        monkeypatch.setenv(name, value)
+    for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def registry(store: Store, sources: tuple[str, ...] = SOURCES) -> ModelRegistry:
+    return ModelRegistry(store.db, [], include_demo=False, sources=sources)
+
+
+def tree(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every entry under `root` with its size, mtime and link target: what read-only keeps."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            st = path.lstat()
+            link = os.readlink(path) if path.is_symlink() else ""
+            out[str(path)] = (st.st_size, st.st_mtime_ns, link)
+    return out
+
+
+@pytest.fixture
+def three_stores(home: Path) -> Iterator[Path]:
+    stores.add_ollama_model(home, "smollm2", "135m")
+    stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    stores.add_lmstudio_file(
+        home, "lmstudio-community", "SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct-Q4_1.gguf"
+    )
+    yield home
+
+
+async def test_each_store_is_listed_where_it_is_by_the_name_users_know(
+    store: Store, three_stores: Path
+) -> None:
+    home = three_stores
+    before = tree(home)
+    reg = registry(store)
+    await reg.scan()
+    models = {m.id: m for m in await reg.list_models()}
+    assert set(models) == {OLLAMA_ID, HF_ID, LMS_ID}, reg.problems
+    assert reg.problems == []
+    demo_digest = "sha256:" + stores.sha256_hex(stores.demo())
+    expected = {OLLAMA_ID: "ollama", HF_ID: "huggingface", LMS_ID: "lmstudio"}
+    for model_id, source in expected.items():
+        info = models[model_id]
+        assert info.state == "verified", (model_id, info.meta)
+        assert info.digest == demo_digest
+        item = info.as_api()
+        assert item["source"] == source
+        assert item["architecture"] == "llama" and item["quantization"] == "Q4_1"
+    # Ollama and Hugging Face name their blobs by sha256: the digest they published matches.
+    for model_id in (OLLAMA_ID, HF_ID):
+        item = models[model_id].as_api()
+        assert item["published_digest"] == demo_digest
+        assert item["digest_matches"] is True
+    assert "published_digest" not in models[LMS_ID].as_api()  # LM Studio publishes none
+    # Found where they are, never copied: the Ollama blob itself, the HF snapshot's link.
+    assert models[OLLAMA_ID].path.parent == home / ".ollama" / "models" / "blobs"
+    assert models[HF_ID].path.is_symlink() and "snapshots" in models[HF_ID].path.parts
+    assert await reg.path_for_run(HF_ID) == models[HF_ID].path
+    assert tree(home) == before  # read-only: nothing moved, renamed, deleted or touched
+    # A client may spell the name as the store does.
+    assert (await reg.get("SmolLM2:135M")).id == OLLAMA_ID
+
+
+async def test_a_rescan_of_unchanged_stores_reads_nothing(store: Store, three_stores: Path) -> None:
+    await registry(store).scan()
+    again = registry(store)  # a restart: same database, same stores
+    await again.scan()
+    assert again.bytes_hashed == 0
+    assert {m.state for m in await again.list_models()} == {"verified"}
+
+
+async def test_a_blob_that_differs_from_its_published_digest_is_never_offered(
+    store: Store, home: Path
+) -> None:
+    wrong = "ab" * 32  # the name says one sha256, the content hashes to another
+    stores.add_ollama_model(home, "smollm2", "bad", blob_hex=wrong)
+    stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q4_1.gguf", blob_hex=wrong)
+    reg = registry(store)
+    await reg.scan()
+    models = {m.id: m for m in await reg.list_models()}
+    assert set(models) == {"smollm2:bad", HF_ID}
+    for model_id, publisher in (("smollm2:bad", "Ollama"), (HF_ID, "Hugging Face")):
+        info = models[model_id]
+        item = info.as_api()
+        assert item["state"] == "invalid"
+        assert item["digest_matches"] is False
+        assert item["published_digest"] == f"sha256:{wrong}"
+        assert f"differs from the digest {publisher} published" in item["reason"]
+        with pytest.raises(LmspError) as refused:
+            await reg.path_for_run(model_id)
+        assert (refused.value.status, refused.value.code) == (400, "model_invalid")
+    # Verifying again does not make it runnable: the content still is not what was published.
+    again = await reg.verify(HF_ID)
+    assert again.state == "invalid"
+
+
+async def test_bad_input_in_a_store_is_named_and_the_rest_is_listed(
+    store: Store, home: Path
+) -> None:
+    stores.add_ollama_model(home, "smollm2", "135m")
+    stores.add_ollama_model(home, "ghost", "7b", blob_hex="cd" * 32, write_blob=False)
+    manifests = home / ".ollama" / "models" / "manifests" / "registry.ollama.ai"
+    loop = manifests / "looping"
+    loop.symlink_to(loop)  # a folder no one can read (as root, a mode of 000 would not stop us)
+    good = stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    broken = good.parent / "SmolLM2-135M-Instruct.Q8_0.gguf"
+    broken.symlink_to("../../blobs/" + "ef" * 32)  # its blob is gone
+    (good.parent / "mmproj-SmolLM2-f16.gguf").symlink_to(os.readlink(good))  # not a model
+    lms = home / ".lmstudio" / "models" / "someone" / "Unreadable-GGUF"
+    lms.parent.mkdir(parents=True)
+    lms.symlink_to(lms)
+    reg = registry(store)
+    await reg.scan()
+    ids = {m.id for m in await reg.list_models()}
+    assert ids == {OLLAMA_ID, HF_ID}  # the rest of the list is unaffected
+    messages = {p.message for p in reg.problems}
+    assert any("ghost:7b" in m and "ollama pull ghost:7b" in m for m in messages), messages
+    assert any(str(loop) in m and "cannot read the folder" in m for m in messages), messages
+    assert any(str(broken) in m and "broken link" in m for m in messages), messages
+    assert any("Unreadable-GGUF" in m for m in messages), messages
+    assert len(reg.problems) == 4, messages
+
+
+async def test_a_split_model_is_one_model_named_by_its_first_part(
+    store: Store, home: Path, tmp_path: Path
+) -> None:
+    parts = split_gguf(stores.demo(), tmp_path / "SmolLM2-135M-Instruct-Q4_1.gguf")
+    for part in parts:
+        stores.place(part, home / ".lmstudio" / "models" / "me" / "Split-GGUF" / part.name)
+    reg = registry(store)
+    await reg.scan()
+    [model] = await reg.list_models()
+    assert model.id == "me/split-gguf:q4_1"
+    assert model.path.name == parts[0].name
+    assert model.state == "verified"
+
+
+async def test_a_source_switched_off_is_not_listed_and_comes_back_verified(
+    store: Store, three_stores: Path
+) -> None:
+    await registry(store).scan()
+    off = registry(store, sources=("lmstudio", "huggingface"))
+    await off.scan()
+    assert {m.id for m in await off.list_models()} == {HF_ID, LMS_ID}
+    with pytest.raises(LmspError) as hidden:
+        await off.get(OLLAMA_ID)
+    assert hidden.value.code == "model_not_found"
+    back = registry(store)
+    await back.scan()
+    assert (await back.get(OLLAMA_ID)).state == "verified"
+    assert back.bytes_hashed == 0  # its digest was kept while it was switched off
