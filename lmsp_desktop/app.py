@@ -365,6 +365,9 @@ class Core:
     async def models(self) -> list[ModelInfo]:
         return await self.registry.list_models()
 
+    def model_problems(self) -> list[str]:
+        return [problem.message for problem in self.registry.problems]
+
     def upstream_statuses(self) -> list[dict[str, Any]]:
         """Each upstream as `upstream list --json` shows it (never its key)."""
         return [status.public() for status in self.upstreams.statuses()]

@@ -159,6 +159,9 @@ class FakeCore:
             return await self.registry.list_models()
         return list(self.models_list)
 
+    def model_problems(self) -> list[str]:
+        return [p.message for p in self.registry.problems] if self.registry is not None else []
+
     def model_loaded_state(self, model_id: str) -> str:
         return self.loaded.get(model_id, "unloaded")
 

@@ -29,6 +29,7 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.dialogs.settings_sources import SourcesSection
 from lmsp_desktop.gui.dialogs.upstreams_section import UpstreamsSection
 from lmsp_desktop.gui.format import is_loopback
 
@@ -123,8 +124,8 @@ class SettingsDialog(QDialog):
         )
         self.buttons.accepted.connect(lambda: aio.spawn(self.save(), self))
         self.buttons.rejected.connect(self.reject)
-        # Two tabs, so the dialog fits a 600 px high screen: the service's own settings, and
-        # the upstream servers (which apply at once, not on Save).
+        # Tabs, so the dialog fits a 600 px high screen: the service's own settings, the model
+        # stores read, and the upstream servers (which apply at once, not on Save).
         general = QWidget()
         general_layout = QVBoxLayout(general)
         general_layout.addLayout(form)
@@ -133,8 +134,10 @@ class SettingsDialog(QDialog):
         general_layout.addWidget(note)
         general_layout.addStretch()
         self.upstreams = UpstreamsSection(core, self)
+        self.sources = SourcesSection(settings, flags, self)
         self.tabs = QTabWidget()
         self.tabs.addTab(general, "Service")
+        self.tabs.addTab(self.sources, "Model sources")
         self.tabs.addTab(self.upstreams, "Upstream servers")
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
@@ -173,6 +176,7 @@ class SettingsDialog(QDialog):
             idle_unload_s=float(self.idle.value()),
             max_context=self.max_context.value(),
             parallel_per_model=self.parallel.value(),
+            disabled_sources=self.sources.disabled(),
         )
 
     async def save(self) -> None:

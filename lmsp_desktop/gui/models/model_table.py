@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 
 from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.models.sources import SOURCE_LABELS, publisher_of
 from lmsp_desktop.core.upstreams.catalog import UpstreamModelInfo
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
@@ -26,6 +27,7 @@ from lmsp_desktop.gui.models.upstream_rows import upstream_cells, upstream_toolt
 
 (
     COL_NAME,
+    COL_SOURCE,
     COL_SIZE,
     COL_ARCH,
     COL_QUANT,
@@ -35,9 +37,10 @@ from lmsp_desktop.gui.models.upstream_rows import upstream_cells, upstream_toolt
     COL_STATUS,
     COL_LOADED,
     COL_FOLDER,
-) = range(10)
+) = range(11)
 HEADERS = [
     "Name",
+    "Source",
     "Size",
     "Architecture",
     "Quantization",
@@ -62,8 +65,9 @@ EXPLAIN = {
     "missing": "The file is no longer where it was found. Put it back or add the folder "
     "that now holds it, then Rescan.",
     "unverified": "The digest is being computed; the model runs once it is verified.",
-    "invalid": "This file is not a GGUF model the engine can load (see the Status tooltip "
-    "for why), so it is never offered to run. Replace it with a complete .gguf file.",
+    "invalid": "This file is never offered to run: it is not a GGUF model the engine can "
+    "load, or its content differs from the digest its publisher announced (the Status tooltip "
+    "says which). Replace it with a complete, intact .gguf file.",
 }
 
 
@@ -93,6 +97,9 @@ class ModelTableModel(RowTableModel):
         # The engine's message of the last failed load per model, until it loads.
         self._load_errors: dict[str, str] = {}
         self._tails: dict[str, str] = {}  # folder text → its distinguishing end
+        # What the last scan could not list (an unreadable folder, a manifest naming a
+        # missing blob, a broken link), one sentence each with what to do.
+        self.problems: list[str] = []
 
     def state_of(self, info: ModelInfo) -> str:
         return "hashing" if info.id in self._progress else str(info.state)
@@ -119,12 +126,14 @@ class ModelTableModel(RowTableModel):
             if col == COL_LOADED and self._loaded.get(info.id) == "loaded":
                 return "Loaded models are unloaded after the idle time set in Settings."
             if col == COL_DIGEST:
-                return info.digest or "not computed yet"
+                return digest_tooltip(info)
+            if col == COL_SOURCE:
+                return source_tooltip(info)
             if col == COL_STATUS:
                 if state == "verified" and info.verified_at:
                     return f"Digest verified {date_time(info.verified_at)}"
                 if state == "invalid":
-                    return f"Not a model: {info.meta.get('error', 'unreadable header')}"
+                    return f"Not run: {info.invalid_reason}"
                 return EXPLAIN.get(state)
         if role == Qt.ItemDataRole.DecorationRole and col == COL_LOADED:
             loaded = self._loaded.get(info.id, "unloaded")
@@ -150,6 +159,8 @@ class ModelTableModel(RowTableModel):
     def _display(self, info: ModelInfo, col: int, state: str) -> str:
         if col == COL_NAME:
             return str(info.id)
+        if col == COL_SOURCE:
+            return SOURCE_LABELS.get(info.source, info.source)
         if col == COL_FOLDER:
             return folder_text(Path(info.path))
         if col == COL_SIZE:
@@ -163,10 +174,12 @@ class ModelTableModel(RowTableModel):
         if col == COL_CONTEXT:
             return f"{info.context_length:,}" if info.context_length else "—"
         if col == COL_DIGEST:
-            return short_digest(info.digest)
+            return digest_text(info)
         if col == COL_STATUS:
             if state == "hashing":
                 return f"hashing {self._progress.get(info.id, 0.0):.0%}"
+            if state == "invalid" and info.digest_matches is False:
+                return "✗ digest differs"
             word = STATUS.get(state, (state, ""))[0]
             if state == "verified" and info.verified_at:
                 word += f" {date_time(info.verified_at)[:10]}"  # the time is in the tooltip
@@ -206,6 +219,7 @@ class ModelTableModel(RowTableModel):
     async def reload(self, started: float | None = None) -> None:
         started = time.monotonic() if started is None else started
         rows = await self.core.models()
+        self.problems = self.core.model_problems()
         for info in rows:
             # Settled since the last progress event, unless that event came while we read.
             if info.state != "hashing" and self._progress_at.get(info.id, 0) < started:
@@ -254,6 +268,32 @@ class ModelTableModel(RowTableModel):
         for row, info in enumerate(self._rows):
             if info.id == model_id:
                 self.dataChanged.emit(self.index(row, col), self.index(row, col))
+
+
+def digest_text(info: ModelInfo) -> str:
+    """The Digest cell: the publisher's verdict where the store published a digest, else our
+    own digest, shortened."""
+    publisher = publisher_of(info.source)
+    if info.digest_matches is True:
+        return f"✓ matches {publisher}'s digest"
+    if info.digest_matches is False:
+        return f"✗ differs from the digest {publisher} published"
+    return short_digest(info.digest)
+
+
+def digest_tooltip(info: ModelInfo) -> str:
+    ours = info.digest or "not computed yet"
+    if info.published_digest is None:
+        return ours
+    publisher = publisher_of(info.source)
+    return f"This file: {ours}\nPublished by {publisher}: {info.published_digest}"
+
+
+def source_tooltip(info: ModelInfo) -> str:
+    label = SOURCE_LABELS.get(info.source, info.source)
+    if info.source in ("folder", "demo"):
+        return f"{label}: {info.path}"
+    return f"Found in {label}'s store, read in place (never copied): {info.path}"
 
 
 def minutes(seconds: float) -> str:

@@ -16,6 +16,7 @@ def upstream_cells(info: UpstreamModelInfo) -> dict[str, str]:
     )
     return {
         "Name": info.id,
+        "Source": "Upstream",
         "Size": "remote",
         "Architecture": "—",
         "Quantization": "—",

@@ -41,6 +41,7 @@ from lmsp_desktop.gui.models.model_table import (
     COL_PARAMS,
     COL_QUANT,
     COL_SIZE,
+    COL_SOURCE,
     COL_STATUS,
     EXPLAIN,
     ModelTableModel,
@@ -162,7 +163,15 @@ class ModelsPage(QWidget):
         self.fitter = ColumnFitter(
             self.table,
             stretch={COL_FOLDER: (letters * 14, letters * 22)},
-            drop_order=[COL_ARCH, COL_CONTEXT, COL_PARAMS, COL_QUANT, COL_DIGEST, COL_SIZE],
+            drop_order=[
+                COL_ARCH,
+                COL_CONTEXT,
+                COL_PARAMS,
+                COL_SOURCE,
+                COL_QUANT,
+                COL_DIGEST,
+                COL_SIZE,
+            ],
         )
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
         self.model.modelReset.connect(self._update)
@@ -174,9 +183,15 @@ class ModelsPage(QWidget):
         # shows a response, even when the row's state does not change.
         self.status = QLabel()
         self.status.setWordWrap(True)
+        # What the last scan could not list (the rest of the list is unaffected).
+        self.problems = QLabel()
+        self.problems.setWordWrap(True)
+        self.problems.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.problems.hide()
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.table)
+        layout.addWidget(self.problems)
         layout.addWidget(self.explain)
         layout.addWidget(self.status)
         self._clock = QTimer(self, interval=5000)  # idle countdowns of loaded models
@@ -236,6 +251,9 @@ class ModelsPage(QWidget):
         notes = [EXPLAIN[s] for s in ("changed", "missing", "invalid") if s in states]
         self.explain.setText(" ".join(notes))
         self.explain.setVisible(bool(notes))
+        problems = self.model.problems
+        self.problems.setText("\n".join(f"⚠ {p[:1].upper()}{p[1:]}" for p in problems))
+        self.problems.setVisible(bool(problems))
 
     # -- actions -----------------------------------------------------------------------------
     def _ask_folder(self) -> None:
