@@ -131,5 +131,7 @@ def add_hf_file(
     return link
 
 
-def add_lmstudio_file(home: Path, publisher: str, repo: str, filename: str) -> Path:
-    return place(demo(), home / ".lmstudio" / "models" / publisher / repo / filename)
+def add_lmstudio_file(
+    home: Path, publisher: str, repo: str, filename: str, src: Path | None = None
+) -> Path:
+    return place(src or demo(), home / ".lmstudio" / "models" / publisher / repo / filename)
