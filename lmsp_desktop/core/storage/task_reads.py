@@ -92,11 +92,16 @@ class TaskFilter:
     model: str | None = None
     client_id: str | None = None
 
-    def where(self) -> tuple[list[str], list[Any]]:
+    def where(self, *, scan_states: bool = False) -> tuple[list[str], list[Any]]:
+        """SQL conditions and their parameters. `scan_states`: for pages in task order, test
+        the state on each row walked newest first ("+" keeps SQLite off the state index):
+        the page is found after its own rows (43 ms at worst for 100k tasks), not after
+        sorting every finished task (1.4 s)."""
         where: list[str] = []
         params: list[Any] = []
         if self.states:
-            where.append(f"t.state IN ({','.join('?' for _ in self.states)})")
+            state = "+t.state" if scan_states else "t.state"
+            where.append(f"{state} IN ({','.join('?' for _ in self.states)})")
             params.extend(self.states)
         if self.model:
             where.append("t.model=?")
@@ -211,11 +216,21 @@ class TaskReads:
         sort: str = "id",
         descending: bool = True,
     ) -> list[Row]:
-        """A page of LISTED rows by offset, sorted by one of SORT_SQL's keys (the window)."""
-        where, params = flt.where()
+        """A page of LISTED rows by offset, sorted by one of SORT_SQL's keys (the window).
+
+        In two steps: the page's task numbers first, sorted on narrow rows, then LISTED's
+        columns for those only. In one step SQLite computed every matching row's columns
+        (json, subqueries) before sorting: 2.5 s for a page of 100k tasks sorted by model,
+        while the window and the service waited for the reader."""
+        where, params = flt.where(scan_states=SORT_SQL.get(sort, "t.n") == "t.n")
         order = "DESC" if descending else "ASC"
         key = SORT_SQL.get(sort, "t.n")
-        sql = f"{LISTED}{_clause(where)} ORDER BY {key} {order}, t.n {order} LIMIT ? OFFSET ?"
+        responses = " JOIN responses r ON r.id = t.id" if "r." in key else ""
+        numbers = (
+            f"SELECT t.n FROM tasks t{responses} LEFT JOIN clients c ON c.id = t.client_id"
+            f"{_clause(where)} ORDER BY {key} {order}, t.n {order} LIMIT ? OFFSET ?"
+        )
+        sql = f"{LISTED} WHERE t.n IN ({numbers}) ORDER BY {key} {order}, t.n {order}"
         return await self.db.fetchall(sql, (*params, limit, offset))
 
     async def listed_by_id(self, ids: Sequence[str], flt: TaskFilter | None = None) -> list[Row]:
