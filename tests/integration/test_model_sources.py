@@ -182,3 +182,38 @@ async def test_a_source_switched_off_is_not_listed_and_comes_back_verified(
     await back.scan()
     assert (await back.get(OLLAMA_ID)).state == "verified"
     assert back.bytes_hashed == 0  # its digest was kept while it was switched off
+
+
+async def test_a_name_updated_to_a_new_file_keeps_its_id(
+    store: Store, home: Path, tmp_path: Path
+) -> None:
+    """`ollama pull` moves a tag to a new blob and prunes the old one; a new revision of a
+    Hugging Face repo is a new snapshot: the name users know keeps leading to the model."""
+    old = stores.add_ollama_model(home, "smollm2", "135m")
+    stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    reg = registry(store)
+    await reg.scan()
+    assert {m.id for m in await reg.list_models()} == {OLLAMA_ID, HF_ID}
+    newer = tmp_path / "newer.gguf"
+    with stores.demo().open("rb") as src, newer.open("wb") as dst:
+        dst.write(src.read())
+        dst.write(b"\0" * 32)  # other bytes, so another sha256 (padding after the tensors)
+    old.unlink()
+    blob = stores.add_ollama_model(home, "smollm2", "135m", newer)
+    repo = (
+        home
+        / ".cache"
+        / "huggingface"
+        / "hub"
+        / "models--HuggingFaceTB--SmolLM2-135M-Instruct-GGUF"
+    )
+    for link in (repo / "snapshots").rglob("*.gguf"):
+        link.unlink()
+    link = stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q4_1.gguf", newer, commit="f" * 40)
+    await reg.scan()
+    models = {m.id: m for m in await reg.list_models()}
+    assert set(models) == {OLLAMA_ID, HF_ID}  # no "-2", nothing left missing
+    assert models[OLLAMA_ID].path == blob and models[HF_ID].path == link
+    new_digest = "sha256:" + stores.sha256_hex(newer)
+    for info in models.values():
+        assert (info.state, info.digest, info.digest_matches) == ("verified", new_digest, True)

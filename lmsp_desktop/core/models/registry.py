@@ -29,12 +29,6 @@ from lmsp_desktop.core.models.discovery import (
     find_model_files,
     stat_file,
 )
-from lmsp_desktop.core.models.gguf_meta import (
-    GGUFError,
-    GGUFMeta,
-    GGUFTruncated,
-    read_gguf_meta,
-)
 from lmsp_desktop.core.models.ids import (
     check_model_id,
     model_not_found,
@@ -51,6 +45,7 @@ from lmsp_desktop.core.models.info import (
     ModelInfo,
     source_of,
 )
+from lmsp_desktop.core.models.scan_rows import insert_values, moved_row, read_meta
 from lmsp_desktop.core.models.sources import find_in_sources, publisher_of
 from lmsp_desktop.core.storage.db import Database
 
@@ -228,24 +223,27 @@ class ModelRegistry:
         updates: list[tuple[str, int, int, str]] = []  # state, size, mtime, id
         repoints: list[tuple[Any, ...]] = []
         jobs: list[_HashJob] = []
-        moved_demo = self._moved_demo_row(rows, demo, found)
+        present = {str(f.path) for f in found}
         for file in found:
             row = rows.pop(str(file.path), None)
-            if row is None and file.path == demo and moved_demo is not None:
-                # The demo package moved (a new venv): its id follows it, verified afresh.
-                rows.pop(moved_demo["path"])
-                meta = await asyncio.to_thread(_read_meta, file.path)
-                values = _insert_values(DEMO_MODEL_ID, file, meta)
-                repoints.append((*values[1:-1], DEMO_MODEL_ID))
-                jobs.append(_HashJob(DEMO_MODEL_ID, from_scan=True))
+            moved = None if row is not None else moved_row(rows, file, demo, present)
+            if moved is not None:
+                # Its name now leads to another file: the demo package moved (a new venv), an
+                # Ollama tag or a Hugging Face repo was updated to a new blob or revision. The
+                # id follows the name, verified afresh.
+                rows.pop(moved["path"])
+                meta = await asyncio.to_thread(read_meta, file.path)
+                values = insert_values(moved["id"], file, meta)
+                repoints.append((*values[1:-1], moved["id"]))
+                jobs.append(_HashJob(moved["id"], from_scan=True))
                 continue
             if row is None:
                 base = DEMO_MODEL_ID if file.path == demo else file.name
                 base = base or slug_from_filename(file.path.name)
                 model_id = unique_model_id(base, taken)
                 taken.add(model_id)
-                meta = await asyncio.to_thread(_read_meta, file.path)
-                inserts.append(_insert_values(model_id, file, meta))
+                meta = await asyncio.to_thread(read_meta, file.path)
+                inserts.append(insert_values(model_id, file, meta))
                 jobs.append(_HashJob(model_id, from_scan=True))
                 continue
             same = row["size_bytes"] == file.size_bytes and row["mtime_ns"] == file.mtime_ns
@@ -261,8 +259,8 @@ class ModelRegistry:
                 jobs.append(_HashJob(row["id"], from_scan=True))
             elif state == INVALID and not same:
                 # Replaced (a finished download, a fixed copy): read its header again.
-                meta = await asyncio.to_thread(_read_meta, file.path)
-                values = _insert_values(row["id"], file, meta)
+                meta = await asyncio.to_thread(read_meta, file.path)
+                values = insert_values(row["id"], file, meta)
                 repoints.append((*values[1:-1], row["id"]))
                 jobs.append(_HashJob(row["id"], from_scan=True))
             elif state in (UNVERIFIED, MISSING):
@@ -299,19 +297,6 @@ class ModelRegistry:
         for state, _, _, model_id in updates:
             self._emit(ModelEvent("state", model_id, state))
         return jobs
-
-    @staticmethod
-    def _moved_demo_row(
-        rows: dict[str, Any], demo: Path | None, found: builtins.list[FoundFile]
-    ) -> Any:
-        """The demo model's row if the demo file now lives elsewhere and its old file is gone."""
-        if demo is None or str(demo) in rows:
-            return None
-        present = {str(f.path) for f in found}
-        for path, row in rows.items():
-            if row["id"] == DEMO_MODEL_ID and path not in present:
-                return row
-        return None
 
     # -- hashing -------------------------------------------------------------------------
     async def verify(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
@@ -404,7 +389,7 @@ class ModelRegistry:
         if recorded is None or recorded == digest or job.accept_new:
             header = None
             if recorded is not None and recorded != digest:
-                header = await asyncio.to_thread(_read_meta, Path(row["path"]))
+                header = await asyncio.to_thread(read_meta, Path(row["path"]))
                 kept: dict[str, Any] = {
                     k: meta[k] for k in ("source", "published_digest") if k in meta
                 }
@@ -492,42 +477,3 @@ class _Progress:
 
     def finish_file(self, size: int) -> None:
         self.finished += size
-
-
-def _read_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """(architecture, parameters, quantization, context_length) and the meta JSON dict."""
-    try:
-        header: GGUFMeta = read_gguf_meta(path)
-    except GGUFTruncated as exc:  # its header is fine: say what is wrong instead
-        return (None, None, None, None), {"error": str(exc)}
-    except (GGUFError, OSError) as exc:
-        return (None, None, None, None), {"error": f"cannot read the GGUF header: {exc}"}
-    meta: dict[str, Any] = {"gguf_version": header.version, "tensor_count": header.tensor_count}
-    if header.name:
-        meta["name"] = header.name
-    if header.chat_template:
-        meta["chat_template"] = header.chat_template
-    for key in ("general.basename", "general.size_label", "general.license"):
-        if isinstance(header.values.get(key), str):
-            meta[key.removeprefix("general.")] = header.values[key]
-    columns = (header.architecture, header.parameters, header.quantization, header.context_length)
-    return columns, meta
-
-
-def _insert_values(
-    model_id: str, file: FoundFile, meta: tuple[tuple[Any, ...], dict[str, Any]]
-) -> tuple[Any, ...]:
-    columns, extra = meta
-    extra["source"] = file.source
-    if file.published_digest:
-        extra["published_digest"] = file.published_digest
-    return (
-        model_id,
-        str(file.path),
-        file.size_bytes,
-        file.mtime_ns,
-        UNVERIFIED,
-        *columns,
-        json.dumps(extra),
-        int(time.time()),
-    )
