@@ -38,6 +38,7 @@ BENCHES = {
     "B12": "bench.b12_grammar",
     "B13": "bench.b13_upstream",
     "B14": "bench.b14_chat_stream",
+    "B15": "bench.b15_fit",
     "B20": "bench.b20_sources",
 }
 

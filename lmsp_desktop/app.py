@@ -21,10 +21,12 @@ from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
 from lmsp_desktop.core.downloads.token import hub_token, save_token, stored_token
-from lmsp_desktop.core.engines.base import Engine
+from lmsp_desktop.core.engines.base import Engine, LoadSettings
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.lock import DataDirLock
+from lmsp_desktop.core.models.fitting import ModelFitter, is_local
 from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.models.memory import ModelSettings, Plan, one_context
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.runner import Runner
@@ -33,6 +35,7 @@ from lmsp_desktop.core.service.host import ServiceHost
 from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import UNFINISHED
 from lmsp_desktop.core.storage import clients as client_store
+from lmsp_desktop.core.storage import model_settings as model_settings_store
 from lmsp_desktop.core.storage import upstreams as upstream_store
 from lmsp_desktop.core.storage.idempotency import purge_expired, release_in_flight
 from lmsp_desktop.core.storage.recovery import (
@@ -162,13 +165,21 @@ class Core:
             idle_unload_s=self.settings.idle_unload_s,
             parallel_per_model=self.settings.parallel_per_model,
             remote=self.upstreams,
-            context_of=self._context_of,
+            settings_of=self._settings_of,
         )
         # A finished download lands in the Hugging Face cache; a rescan lists it.
         self.downloads = DownloadManager(
             self.store.tasks, token=hub_token, on_complete=self.registry.scan
         )
         self.tokens = TokenCounter()
+        shapes_of = getattr(self._engine, "context_shapes", None) or one_context
+        self.fitter = ModelFitter(
+            self.store.db,
+            shapes_of,
+            default_parallel=lambda: self.settings.parallel_per_model,
+            context_cap=lambda: self.settings.max_context,
+        )
+        self.runner.load_listeners.append(self._forget_unloaded)
         self.context = ServiceContext(
             store=self.store,
             settings=self.settings,
@@ -180,13 +191,28 @@ class Core:
             upstreams=self.upstreams,
             started_at=time.time(),
             tokens=self.tokens,
+            fitter=self.fitter,
         )
         return self.recovery_report
 
-    async def _context_of(self, model_id: str) -> int:
-        """The context a model is loaded with: its trained length, capped by the settings."""
+    async def _settings_of(self, model_id: str) -> LoadSettings:
+        """How a model is loaded: its settings fitted to the memory available (the runner
+        has already unloaded what it makes room from); EngineError insufficient_memory when
+        it cannot fit. A file whose header cannot be read loads with the plain defaults and
+        the engine reports what is wrong with it."""
         info = await self.registry.get(model_id)
-        return effective_context(info.context_length, self.settings.max_context)
+        try:
+            return await self.fitter.settings_for_load(info)
+        except (OSError, ValueError) as exc:
+            log.debug("no memory plan for %s (%s): loading with the defaults", model_id, exc)
+            return LoadSettings(
+                context_length=effective_context(info.context_length, self.settings.max_context),
+                parallel=self.settings.parallel_per_model,
+            )
+
+    def _forget_unloaded(self, model_id: str, state: str, _progress: float) -> None:
+        if state == "unloaded":
+            self.fitter.unloaded(model_id)
 
     async def scan_models(self) -> None:
         await self.registry.scan()
@@ -426,6 +452,28 @@ class Core:
 
     def keep_hub_token(self, token: str | None) -> bool:
         return save_token(token)
+
+    async def model_settings(self, model_id: str) -> ModelSettings:
+        return await model_settings_store.get_settings(self.store.db, model_id)
+
+    async def save_model_settings(self, model_id: str, settings: ModelSettings) -> None:
+        await self.registry.get(model_id)  # 404 for a model that is gone
+        await model_settings_store.save_settings(self.store.db, model_id, settings)
+
+    async def memory_plan(self, model_id: str, settings: ModelSettings) -> Plan | None:
+        info = await self.registry.get(model_id)
+        if not is_local(info):
+            return None
+        if self.runner.loaded_state(model_id) != "unloaded":
+            # Its memory is in use already: count it as free for a reload with new settings.
+            loaded = self.fitter.loaded.get(model_id)
+            reclaim = loaded.estimate.total if loaded is not None else 0
+        else:
+            reclaim = 0
+        try:
+            return await self.fitter.plan(info, settings, reclaimable=reclaim)
+        except (OSError, ValueError):
+            return None
 
     async def pending_pairings(self, *, include_ignored: bool = False) -> list[dict[str, Any]]:
         return await self.pairing.pending(include_ignored=include_ignored)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.cli_model_settings import run_model_settings
 from lmsp_desktop.cli_models import add_model_commands, run_models
 from lmsp_desktop.cli_upstream import add_upstream_commands, run_upstream
 from lmsp_desktop.core.auth import parse_scopes
@@ -74,12 +75,12 @@ def run_admin(args: argparse.Namespace) -> int:
     if action is None:
         print(
             "Name a command: token create, pairing list|approve|deny, clients list|revoke, "
-            "upstream add|list|remove, models pull.",
+            "upstream add|list|remove, models list|set|pull.",
             file=sys.stderr,
         )
         return 2
     data_dir = Path(args.data_dir)
-    if action.startswith("models."):
+    if action == "models.pull":
         try:
             return run_models(args)
         except LmspError as exc:
@@ -112,6 +113,8 @@ async def _dispatch(action: str, args: argparse.Namespace, store: Store) -> int:
     db = store.db
     if action.startswith("upstream."):
         return await run_upstream(action, args, store)
+    if action.startswith("models."):
+        return await run_model_settings(action, args, store)
     if action == "token.create":
         client, token = await create_client(db, args.name, parse_scopes(args.scopes, "--scopes"))
         print(token)

@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.cli_model_settings import add_settings_commands
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull, split_reference
 from lmsp_desktop.core.errors import LmspError
@@ -36,8 +37,11 @@ TERMINAL = ("completed", "failed", "cancelled", "incomplete")
 
 
 def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    models = sub.add_parser("models", help="get models from the Hugging Face hub")
+    models = sub.add_parser(
+        "models", help="list models, set how each is loaded, get models from the hub"
+    )
     msub = models.add_subparsers(dest="models_command", metavar="COMMAND", required=True)
+    add_settings_commands(msub)
     pull_cmd = msub.add_parser(
         "pull",
         help="download a GGUF model into the Hugging Face cache (a task of the running service)",

@@ -184,11 +184,19 @@ def context_exceeded(count: int, limit: int, truncated: bool, param: str) -> Lms
     )
 
 
-async def admit(counter: TokenCounter | None, info: Any, request: dict[str, Any], cap: int) -> None:
+async def admit(
+    counter: TokenCounter | None,
+    info: Any,
+    request: dict[str, Any],
+    cap: int,
+    limit: int | None = None,
+) -> None:
     """Before a task is created: the request fits the model's context (maybe truncated), or
-    400 context_length_exceeded. Models without a local GGUF file (an upstream's) are left to
-    their engine; a local file may have any name (Ollama's blobs have no extension)."""
+    400 context_length_exceeded. `limit` is the context the model runs with (the memory
+    plan's); without one, its trained length capped by `cap`. Models without a local GGUF
+    file (an upstream's) are left to their engine; a local file may have any name (Ollama's
+    blobs have no extension)."""
     path = getattr(info, "path", None)
     if counter is None or path is None or getattr(info, "source", "upstream") == "upstream":
         return
-    await counter.fit(info, request, effective_context(info.context_length, cap))
+    await counter.fit(info, request, limit or effective_context(info.context_length, cap))

@@ -21,6 +21,7 @@ from lmsp_desktop.core.engines.base import (
     EngineError,
     GenerationRequest,
     LoadedModel,
+    LoadSettings,
     TokenPiece,
 )
 from lmsp_desktop.core.engines.prefix_cache import CachesPrefixes, PrefixStats
@@ -100,8 +101,10 @@ class RemoteEngines(Protocol):
     def parallel_for(self, model_id: str) -> int: ...
 
 
-# The context length to load a model with (its trained length capped by the settings).
-ContextOf = Callable[[str], Awaitable[int | None]]
+# How to load a local model (context, sequences, KV type, GPU layers), decided just before
+# its load against the memory available; raises EngineError (insufficient_memory) when the
+# load cannot fit, so nothing is allocated.
+SettingsOf = Callable[[str], Awaitable[LoadSettings]]
 
 
 @dataclass
@@ -137,12 +140,12 @@ class Runner:
         idle_unload_s: float = 600.0,
         parallel_per_model: int = 1,
         remote: RemoteEngines | None = None,
-        context_of: ContextOf | None = None,
+        settings_of: SettingsOf | None = None,
         commit_interval: float = COMMIT_INTERVAL_S,
     ) -> None:
         self.tasks = tasks
         self.commit_interval = commit_interval
-        self.context_of = context_of
+        self.settings_of = settings_of
         self.models = models
         self.engine = engine
         self.max_loaded_models = max_loaded_models
@@ -151,6 +154,8 @@ class Runner:
         # (the llama engine decodes their sequences together); each upstream lane has its own
         # connection to the upstream.
         self.parallel_per_model = parallel_per_model
+        # A local model's own concurrency (its per-model setting), else the global one.
+        self.model_parallel: dict[str, int] = {}
         self.remote = remote
         self._slots: dict[str, _Slot] = {}  # model id (upstream: lane) → its loaded model
         self._unloaded_prefix_stats = PrefixStats()  # of models unloaded since the start
@@ -197,6 +202,10 @@ class Runner:
         self._slots.clear()
         steps.raise_first()
 
+    def lanes_of(self, model_id: str) -> int:
+        """How many tasks of a local model run at once."""
+        return self.model_parallel.get(model_id) or self.parallel_per_model
+
     def _lanes_of(self, model_id: str) -> list[_Slot]:
         return [slot for lane, slot in self._slots.items() if _model_of(lane) == model_id]
 
@@ -229,7 +238,7 @@ class Runner:
             return
         remote = self.remote.engine_for(model) if self.remote else None
         lanes = self.remote.parallel_for(model) if self.remote and remote else None
-        for index in range(lanes or self.parallel_per_model):
+        for index in range(lanes or self.lanes_of(model)):
             lane = _lane(model, index)
             self._wakeups.setdefault(lane, asyncio.Event()).set()
             worker = self._workers.get(lane)
@@ -475,14 +484,17 @@ class Runner:
             self._slots[lane] = slot
             self._notify_load(model_id, "loading", 0.0)
             try:
-                # A local model runs with its trained context capped by the settings.
-                context = None
-                if remote is None and self.context_of is not None:
-                    context = await self.context_of(model_id)
+                # A local model runs with its settings fitted to the memory available.
+                settings = None
+                if remote is None and self.settings_of is not None:
+                    settings = await self.settings_of(model_id)
+                    if settings.parallel and settings.parallel != self.lanes_of(model_id):
+                        self.model_parallel[model_id] = settings.parallel
+                        self._wake(model_id)  # lanes for the model's own concurrency
                 loaded = await (remote or self.engine).load(
                     path,
                     lambda p: self._notify_load(model_id, "loading", p),
-                    context_length=context,
+                    settings=settings,
                 )
             except BaseException as exc:
                 del self._slots[lane]

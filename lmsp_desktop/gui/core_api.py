@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
+from lmsp_desktop.core.models.memory import ModelSettings, Plan
 from lmsp_desktop.core.storage.recovery import RecoveryReport
 from lmsp_desktop.core.storage.tasks import Row, TaskChange
 from lmsp_desktop.gui.data import TaskFilter, TaskRow
@@ -128,6 +129,19 @@ class CoreApi(Protocol):
 
     def keep_hub_token(self, token: str | None) -> bool:
         """Keep (or with None forget) the token in the keyring; False when there is none."""
+        ...
+
+    async def model_settings(self, model_id: str) -> ModelSettings:
+        """A local model's own load settings, as stored (None fields: the service decides)."""
+        ...
+
+    async def save_model_settings(self, model_id: str, settings: ModelSettings) -> None:
+        """Store them; they apply at the model's next load."""
+        ...
+
+    async def memory_plan(self, model_id: str, settings: ModelSettings) -> Plan | None:
+        """What loading the model with `settings` would take, against the memory free now
+        (None: not a local model, or its header cannot be read)."""
         ...
 
     # -- pairing ---------------------------------------------------------------------------

@@ -18,12 +18,22 @@ from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
 from lmsp_desktop.core.downloads.token import save_token, stored_token
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.gguf_meta import GGUFMeta
 from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
+from lmsp_desktop.core.models.memory import (
+    Budget,
+    ModelSettings,
+    ModelShape,
+    Plan,
+    one_context,
+    plan,
+)
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.core.storage import clients as client_store
+from lmsp_desktop.core.storage import model_settings as model_settings_store
 from lmsp_desktop.core.storage import upstreams as upstream_store
 from lmsp_desktop.core.storage.recovery import RecoveryItem, RecoveryReport, last_report
 from lmsp_desktop.core.storage.store import Store
@@ -66,6 +76,7 @@ class FakeCore:
     command_line: dict[str, str] = field(default_factory=dict)
     url: str = "http://127.0.0.1:5677"
     paused: bool = False
+    memory: Budget = field(default_factory=lambda: Budget(16 << 30, 12 << 30, "MemAvailable"))
     submitted: list[str] = field(default_factory=list)
     verified: list[str] = field(default_factory=list)
     folders: list[Path] = field(default_factory=list)
@@ -203,6 +214,27 @@ class FakeCore:
 
     def keep_hub_token(self, token: str | None) -> bool:
         return save_token(token)
+
+    async def model_settings(self, model_id: str) -> ModelSettings:
+        return await model_settings_store.get_settings(self.store.db, model_id)
+
+    async def save_model_settings(self, model_id: str, settings: ModelSettings) -> None:
+        await model_settings_store.save_settings(self.store.db, model_id, settings)
+
+    async def memory_plan(self, model_id: str, settings: ModelSettings) -> Plan | None:
+        """The real planner on a demo-sized model (30 layers, 23 KB of KV cache a token)
+        against `memory`, which a test sets to make a load fit, be tight or not fit."""
+        info = next(m for m in self.models_list if m.id == model_id)
+        meta = GGUFMeta(3, 0, architecture="llama", context_length=info.context_length)
+        meta.values = {
+            "llama.block_count": 30,
+            "llama.embedding_length": 576,
+            "llama.attention.head_count": 9,
+            "llama.attention.head_count_kv": 3,
+        }
+        meta.vocab_size = 49152
+        shape = ModelShape.from_gguf(meta, info.size_bytes)
+        return plan(shape, settings, self.memory, one_context, default_parallel=4)
 
     # -- pairing and clients -----------------------------------------------------------
     async def pending_pairings(self, *, include_ignored: bool = False) -> list[dict[str, Any]]:

@@ -13,6 +13,35 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 FinishReason = Literal["stop", "length", "context", "cancelled"]
+KvType = Literal["f16", "q8_0"]
+KV_TYPES: tuple[KvType, ...] = ("f16", "q8_0")
+# gpu_layers meaning "every layer" (llama_model_params.n_gpu_layers: negative means all).
+ALL_LAYERS = -1
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How to load one model: what llama.cpp's model and context parameters get. Picklable
+    (plain values only), so it can cross into an engine worker process unchanged.
+
+    The service decides these before the load (core/models/memory.py: the per-model
+    settings, fitted to the memory available); an engine applies them as given."""
+
+    # Tokens each sequence may hold (prompt and output together); None: the engine's default.
+    context_length: int | None = None
+    # Sequences decoded at once (concurrent requests); None: the engine's default.
+    parallel: int | None = None
+    # KV cache element type for K and V; a quantized V cache needs flash attention.
+    kv_type: KvType = "f16"
+    # Layers offloaded to the GPU (llama_model_params.n_gpu_layers): 0 none, ALL_LAYERS all.
+    # "auto" is resolved to a number before the load, against the device's free memory.
+    gpu_layers: int = 0
+
+    @property
+    def flash_attn(self) -> bool:
+        """Whether the context must use flash attention (llama.cpp refuses a quantized V
+        cache without it)."""
+        return self.kv_type != "f16"
 
 
 @dataclass
@@ -98,11 +127,29 @@ class Engine(Protocol):
         path: Path,
         progress: ProgressSink | None = None,
         *,
-        context_length: int | None = None,
+        settings: LoadSettings | None = None,
     ) -> LoadedModel:
-        """Load a model file; `context_length` is the context to run it with (None: the
-        engine's default)."""
+        """Load a model file with `settings` (None: the engine's defaults). Raises
+        EngineError for failures the user should see."""
         ...
+
+
+@dataclass(frozen=True)
+class ContextShape:
+    """One llama.cpp context an engine opens for a load: what its KV cache and compute
+    buffers are sized by. The memory estimate asks the engine for these (never copies its
+    layout rule), so it follows whatever layout the engine really uses."""
+
+    n_seq: int  # sequences in this context
+    n_ctx_seq: int  # tokens each sequence may hold
+    n_batch: int  # tokens one decode may carry (sizes the compute buffer)
+    unified: bool = False  # one KV pool shared by the sequences (else a stream each)
+
+
+class SizedEngine(Protocol):
+    """An engine that can say, before loading, which contexts a load will open."""
+
+    def context_shapes(self, settings: LoadSettings) -> list[ContextShape]: ...
 
 
 class EngineError(Exception):

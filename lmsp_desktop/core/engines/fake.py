@@ -19,6 +19,7 @@ from lmsp_desktop.core.engines.base import (
     FinishReason,
     GenerationRequest,
     GenerationResult,
+    LoadSettings,
     ProgressSink,
     TokenPiece,
     TokenSink,
@@ -67,16 +68,18 @@ class FakeEngine:
         self.models: list[FakeModel] = []
         self.requests: list[GenerationRequest] = []
         self.loaded_context_lengths: list[int | None] = []
+        self.loaded_settings: list[LoadSettings | None] = []
 
     async def load(
         self,
         path: Path,
         progress: ProgressSink | None = None,
         *,
-        context_length: int | None = None,
+        settings: LoadSettings | None = None,
     ) -> FakeModel:
         self.load_count += 1
-        self.loaded_context_lengths.append(context_length)
+        self.loaded_settings.append(settings)
+        self.loaded_context_lengths.append(settings.context_length if settings else None)
         self.loads_in_progress += 1
         self.max_concurrent_loads = max(self.max_concurrent_loads, self.loads_in_progress)
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -27,9 +28,11 @@ from typing import Any
 
 from lmsp_desktop.core.engines import llama_native as native
 from lmsp_desktop.core.engines.base import (
+    ContextShape,
     EngineError,
     GenerationRequest,
     GenerationResult,
+    LoadSettings,
     ProgressSink,
     TokenSink,
 )
@@ -83,12 +86,13 @@ class LlamaEngine:
         path: Path,
         progress: ProgressSink | None = None,
         *,
-        context_length: int | None = None,
+        settings: LoadSettings | None = None,
     ) -> LlamaModel:
-        """`context_length`: each sequence's context (the runner passes the model's trained
-        length capped by the settings); `n_ctx` when not given."""
+        """`settings.context_length`: each sequence's context (the service passes what the
+        memory planner chose); `n_ctx` when not given, and never past the trained length.
+        `settings.parallel`: sequences (else `parallel`); kv type and GPU layers as given."""
         loop = asyncio.get_running_loop()
-        n_ctx = context_length or self.n_ctx
+        settings = self._complete(settings)
 
         last = [0.0]
 
@@ -101,7 +105,7 @@ class LlamaEngine:
         if progress is not None:
             progress(0.0)
         loading = asyncio.ensure_future(
-            asyncio.to_thread(self._load_sync, Path(path), report, n_ctx)
+            asyncio.to_thread(self._load_sync, Path(path), report, settings)
         )
         try:
             model = await asyncio.shield(loading)
@@ -118,7 +122,31 @@ class LlamaEngine:
             progress(1.0)
         return model
 
-    def _load_sync(self, path: Path, report: ProgressSink, wanted_ctx: int) -> LlamaModel:
+    def _complete(self, settings: LoadSettings | None) -> LoadSettings:
+        """`settings` with the engine's defaults for what it leaves open."""
+        settings = settings or LoadSettings()
+        return dataclasses.replace(
+            settings,
+            context_length=settings.context_length or self.n_ctx,
+            parallel=max(1, settings.parallel or self.parallel),
+        )
+
+    def context_shapes(self, settings: LoadSettings) -> list[ContextShape]:
+        """The contexts a load with `settings` opens (sequences each, tokens per sequence,
+        batch size): the one rule both the load and the memory estimate follow. The
+        context is taken as given: the caller caps it at the trained length."""
+        settings = self._complete(settings)
+        assert settings.parallel is not None and settings.context_length is not None
+        layout = context_layout(
+            settings.parallel, self.n_threads, os.cpu_count() or 1, self.contexts
+        )
+        return [
+            # What one step can hold: a prompt chunk and a token per sequence.
+            ContextShape(n_seq, settings.context_length, max(64, (PREFILL_CHUNK + 1) * n_seq + 2))
+            for n_seq in layout
+        ]
+
+    def _load_sync(self, path: Path, report: ProgressSink, settings: LoadSettings) -> LlamaModel:
         if not path.is_file():
             raise EngineError(
                 "model_file_missing",
@@ -126,30 +154,31 @@ class LlamaEngine:
             )
         lc = native.lowlevel()
         try:
-            weights = native.load_model(path, report)
+            weights = native.load_model(path, report, gpu_layers=settings.gpu_layers)
         except Exception as exc:
             raise EngineError(
                 "model_load_failed",
                 f"llama.cpp could not load {path.name} ({exc}). Check that it is a complete "
                 "GGUF file of an architecture this llama.cpp build supports.",
             ) from exc
+        contexts: list[Any] = []
         try:
             trained = int(lc.llama_model_n_ctx_train(weights))
             # Past its training context a model degrades: never ask for more.
-            n_ctx = min(wanted_ctx, trained) if trained > 0 else wanted_ctx
-            layout = context_layout(
-                max(1, self.parallel), self.n_threads, os.cpu_count() or 1, self.contexts
-            )
-            contexts: list[Any] = []
-            for n_seq in layout:
+            wanted = settings.context_length or self.n_ctx
+            n_ctx = min(wanted, trained) if trained > 0 else wanted
+            shapes = self.context_shapes(dataclasses.replace(settings, context_length=n_ctx))
+            layout = [shape.n_seq for shape in shapes]
+            for shape in shapes:
                 contexts.append(
                     native.open_context(
                         weights,
-                        n_ctx_seq=n_ctx,
-                        n_seq=n_seq,
+                        n_ctx_seq=shape.n_ctx_seq,
+                        n_seq=shape.n_seq,
                         n_threads=self.n_threads,
-                        # What one step can hold: a prompt chunk and a token per sequence.
-                        n_batch=max(64, (PREFILL_CHUNK + 1) * n_seq + 2),
+                        n_batch=shape.n_batch,
+                        kv_type=settings.kv_type,
+                        flash_attn=settings.flash_attn,
                     )
                 )
         except Exception as exc:

@@ -84,9 +84,9 @@ def usable_buffers(params: Any) -> Any:
     return params
 
 
-def load_model(path: Path, report: ProgressSink) -> Any:
-    """Load a GGUF file's weights (memory-mapped) once; returns a llama_model pointer or
-    raises RuntimeError."""
+def load_model(path: Path, report: ProgressSink, *, gpu_layers: int = 0) -> Any:
+    """Load a GGUF file's weights (memory-mapped) once, `gpu_layers` of its layers on the
+    GPU (ALL_LAYERS: all); returns a llama_model pointer or raises RuntimeError."""
     lc = lowlevel()
     _init_backend(lc)
 
@@ -104,17 +104,39 @@ def load_model(path: Path, report: ProgressSink) -> Any:
     callback = lc.llama_progress_callback(on_progress)
     params = usable_buffers(lc.llama_model_default_params())
     params.progress_callback = callback
+    params.n_gpu_layers = gpu_layers  # negative: every layer (llama.cpp's convention)
     model = lc.llama_model_load_from_file(str(path).encode("utf-8"), params)
     if not model:
         raise RuntimeError("llama_model_load_from_file returned no model")
     return model
 
 
-def open_context(model: Any, *, n_ctx_seq: int, n_seq: int, n_threads: int, n_batch: int) -> Any:
+def kv_ggml_type(kv_type: str) -> int:
+    """The ggml type of the KV cache for a LoadSettings.kv_type."""
+    lc = lowlevel()
+    types = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0}
+    return int(types[kv_type])
+
+
+def open_context(
+    model: Any,
+    *,
+    n_ctx_seq: int,
+    n_seq: int,
+    n_threads: int,
+    n_batch: int,
+    kv_type: str = "f16",
+    flash_attn: bool = False,
+) -> Any:
     """A context with `n_seq` sequences of `n_ctx_seq` tokens each. Each sequence has its
-    own KV stream (kv_unified off), so one sequence's cache layout never depends on another."""
+    own KV stream (kv_unified off), so one sequence's cache layout never depends on another.
+    `kv_type` is K's and V's cache type; `flash_attn` forces flash attention on (llama.cpp
+    refuses a quantized V cache without it), else llama.cpp decides (auto)."""
     lc = lowlevel()
     params = lc.llama_context_default_params()
+    params.type_k = params.type_v = kv_ggml_type(kv_type)
+    if flash_attn:
+        params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
     params.n_ctx = n_ctx_seq * n_seq
     params.n_batch = n_batch
     params.n_ubatch = n_batch

@@ -62,6 +62,10 @@ class GGUFMeta:
     chat_template: str | None = None
     # Every scalar key-value and small array, for display and cross-checks.
     values: dict[str, Any] = field(default_factory=dict)
+    # What the memory estimate needs beyond the key-values (core/models/memory.py): the
+    # vocabulary size (rows of token_embd.weight) and the tensor bytes of each layer (blk.N).
+    vocab_size: int | None = None
+    layer_bytes: dict[int, int] = field(default_factory=dict)
 
 
 class _Cursor:
@@ -219,22 +223,30 @@ def read_gguf_meta(path: Path) -> GGUFMeta:
             if value is not None:
                 values[key] = value
         parameters = 0
+        vocab_size: int | None = None
+        layer_bytes: dict[int, int] = {}
         weight_types: dict[int, int] = {}
         data_end = 0  # bytes the tensor data needs after its (aligned) start
         for _ in range(tensor_count):
-            cur.string()
+            tensor_name = cur.string()
             n_dims = cur.unpack("I")
             if n_dims > 8:
                 raise GGUFError(f"a tensor has {n_dims} dimensions at byte {cur.offset()}")
+            dims = [cur.unpack("Q") for _ in range(n_dims)]
             elements = 1
-            for _ in range(n_dims):
-                elements *= cur.unpack("Q")
+            for dim in dims:
+                elements *= dim
+            if tensor_name == "token_embd.weight" and n_dims == 2:
+                vocab_size = dims[1]
             ttype = cur.unpack("I")
             offset = cur.unpack("Q")
             parameters += elements
             if ttype in GGML_QUANT_SIZES:
                 block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
                 data_end = max(data_end, offset + elements // block * size)
+                layer = _layer_of(tensor_name)
+                if layer is not None:
+                    layer_bytes[layer] = layer_bytes.get(layer, 0) + elements // block * size
             if n_dims >= 2 and ttype in GGML_QUANT_SIZES:
                 weight_types[ttype] = weight_types.get(ttype, 0) + elements
         # A copy cut short keeps a perfect header: check that the file holds every tensor.
@@ -246,7 +258,18 @@ def read_gguf_meta(path: Path) -> GGUFMeta:
                 f"the file is shorter than its tensors need: they need {data_start + data_end:,}"
                 f" bytes but it has {file_size:,} (an unfinished download or a cut copy)"
             )
-    return _summarise(path, version, tensor_count, values, parameters, weight_types)
+    meta = _summarise(path, version, tensor_count, values, parameters, weight_types)
+    meta.vocab_size = vocab_size
+    meta.layer_bytes = layer_bytes
+    return meta
+
+
+def _layer_of(tensor_name: str) -> int | None:
+    """`blk.12.attn_q.weight` → 12; None for tensors outside the repeated layers."""
+    if not tensor_name.startswith("blk."):
+        return None
+    number = tensor_name[4:].split(".", 1)[0]
+    return int(number) if number.isdigit() else None
 
 
 def _summarise(

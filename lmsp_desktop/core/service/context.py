@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from lmsp_desktop.core.config import Settings
     from lmsp_desktop.core.context_window import TokenCounter
     from lmsp_desktop.core.follow import EventFollower
+    from lmsp_desktop.core.models.fitting import ModelFitter
     from lmsp_desktop.core.models.registry import ModelRegistry
     from lmsp_desktop.core.pairing import PairingManager
     from lmsp_desktop.core.runner import Runner
@@ -37,6 +38,8 @@ class ServiceContext:
     upstreams: UpstreamCatalog | None = None  # other services whose models run here
     # Counts prompt tokens at create time (a request that cannot fit is refused with 400).
     tokens: TokenCounter | None = None
+    # Sizes local model loads to the memory available (507 before a load that cannot fit).
+    fitter: ModelFitter | None = None
     # This startup's own recovery report (possibly with no items), for /v1/recovery/last.
     recovery_report: RecoveryReport | None = None
     started_at: float = 0.0

@@ -16,25 +16,31 @@ from lmsp_desktop.core.service.context import ServiceContext, requires
 routes = web.RouteTableDef()
 
 
-def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
+async def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
     item = info.as_api(ctx.runner.loaded_state(info.id) if ctx.runner else "unloaded")
     if item["state"] == "invalid":
         item["context_length"] = None
     if item.get("owned_by") == "local" and item["state"] != "invalid":
-        # The length a local model really runs with: trained, capped by the settings (an
+        # The length a local model really runs with: trained, capped by the settings, and
+        # (with a fitter) by the memory plan, which also gives the memory estimate (an
         # invalid file runs with none: its header's value, if any, is not shown as one).
         item["context_length"] = effective_context(info.context_length, ctx.settings.max_context)
+        item["trained_context_length"] = info.context_length
+        item["memory_estimate"] = None
+        if ctx.fitter is not None:
+            item.update(ctx.fitter.api_fields(info, await ctx.fitter.current(info)))
     return item
 
 
 @routes.get("/v1/models")
 @requires(MODELS_READ)
 async def list_models(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
-    models = [_model_api(ctx, info) for info in await ctx.registry.list_models()]
+    models = [await _model_api(ctx, info) for info in await ctx.registry.list_models()]
     return web.json_response(list_body(models, False))
 
 
 @routes.get("/v1/models/{id:.+}")  # upstream models have a slash: gpu/llama-3-70b
 @requires(MODELS_READ)
 async def get_model(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
-    return web.json_response(_model_api(ctx, await ctx.registry.get(request.match_info["id"])))
+    info = await ctx.registry.get(request.match_info["id"])
+    return web.json_response(await _model_api(ctx, info))

@@ -159,6 +159,19 @@ SCHEMA_V5_TASK_KIND = """
 ALTER TABLE tasks ADD COLUMN kind TEXT NOT NULL DEFAULT 'response';
 """
 
+# Per-model load settings (issue 21): NULL leaves the choice to the service (context fitted
+# to memory, the global concurrency, GPU layers auto). Keyed by the model's id.
+SCHEMA_V6_MODEL_SETTINGS = """
+CREATE TABLE model_settings (
+    model_id       TEXT PRIMARY KEY,
+    context_length INTEGER,                -- tokens per request; NULL: fitted to memory
+    parallel       INTEGER,                -- concurrent requests; NULL: the global setting
+    kv_type        TEXT NOT NULL DEFAULT 'f16' CHECK (kv_type IN ('f16', 'q8_0')),
+    gpu_layers     INTEGER,                -- NULL: auto; -1: all
+    updated_at     REAL NOT NULL
+);
+"""
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1.
 MIGRATIONS: list[str] = [
     SCHEMA_V1,
@@ -166,5 +179,6 @@ MIGRATIONS: list[str] = [
     SCHEMA_V3_OUTPUT_ITEMS,
     SCHEMA_V4_CACHED_TOKENS,
     SCHEMA_V5_TASK_KIND,
+    SCHEMA_V6_MODEL_SETTINGS,
 ]
 CURRENT_VERSION = len(MIGRATIONS)

@@ -21,6 +21,7 @@ from lmsp_desktop.core.engines.base import (
     EngineError,
     GenerationRequest,
     GenerationResult,
+    LoadSettings,
     ProgressSink,
     TokenPiece,
     TokenSink,
@@ -77,7 +78,7 @@ class UpstreamEngine:
         path: Path,
         progress: ProgressSink | None = None,
         *,
-        context_length: int | None = None,  # the upstream decides its own context
+        settings: LoadSettings | None = None,  # the upstream decides its own context
     ) -> UpstreamModel:
         if progress is not None:
             progress(1.0)

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.fitting import is_local
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.tasks import TaskChange
@@ -48,6 +49,7 @@ from lmsp_desktop.gui.models.model_table import (
 )
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter
+from lmsp_desktop.gui.pages.model_memory import ModelMemoryPanel
 
 
 class ProgressDelegate(QStyledItemDelegate):
@@ -194,6 +196,9 @@ class ModelsPage(QWidget):
         layout.addWidget(self.problems)
         layout.addWidget(self.explain)
         layout.addWidget(self.status)
+        # The selected model's load settings and what loading it will take.
+        self.memory = ModelMemoryPanel(core, self)
+        layout.addWidget(self.memory)
         self._clock = QTimer(self, interval=5000)  # idle countdowns of loaded models
         self._clock.timeout.connect(self.model.tick)
         self._clock.start()
@@ -247,6 +252,10 @@ class ModelsPage(QWidget):
         self.copy_button.setEnabled(
             len(rows) == 1 and bool(self.model.index(rows[0], 0).data(ModelRole.DIGEST))
         )
+        local = len(rows) == 1 and is_local(self.model.info(rows[0]))
+        shown = self.model.model_id(rows[0]) if local else None
+        if shown != self.memory.model_id:
+            aio.spawn(self.memory.show_model(shown), self)
         states = {self.model.index(r, 0).data(ModelRole.STATE) for r in rows}
         notes = [EXPLAIN[s] for s in ("changed", "missing", "invalid") if s in states]
         self.explain.setText(" ".join(notes))

@@ -1,0 +1,190 @@
+"""`lmsp-desktop models list|set`: the local models the service knows and each one's load settings
+(context, concurrent requests, KV cache type, GPU layers) with what loading it would take.
+
+Like the other admin commands it works on the store directly, while `serve` runs too; a
+setting applies at the model's next load."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from typing import Any
+
+from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.engines.base import ALL_LAYERS, KV_TYPES
+from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.models.fitting import ModelFitter, is_local
+from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.models.memory import ModelSettings, gib
+from lmsp_desktop.core.storage import model_settings as stored
+from lmsp_desktop.core.storage.store import Store
+
+
+def add_settings_commands(models_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`models list` and `models set`, under the `models` command."""
+    mlist = models_sub.add_parser(
+        "list", help="show the models, their load settings and memory estimates"
+    )
+    mlist.add_argument("--json", action="store_true", help="print JSON")
+    mlist.set_defaults(admin_action="models.list")
+    mset = models_sub.add_parser(
+        "set",
+        help="change how a model is loaded (applies at its next load)",
+        description="Change how a model is loaded; the flags not given keep their value. "
+        "The change applies at the model's next load.",
+    )
+    mset.add_argument("name", metavar="NAME", help="the model's id, as `models list` shows it")
+    mset.add_argument(
+        "--context", help="tokens per request, or auto (the largest that fits the memory)"
+    )
+    mset.add_argument("--parallel", help="concurrent requests, or default (the service's setting)")
+    mset.add_argument("--kv-type", choices=KV_TYPES, help="KV cache type (q8_0: about half)")
+    mset.add_argument(
+        "--gpu-layers", help="layers on the GPU: auto (as many as fit), all, or a number"
+    )
+    mset.set_defaults(admin_action="models.set")
+
+
+def _number(value: str, flag: str, auto: str) -> int | None:
+    if value == auto:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise invalid(f"{flag} takes a number or {auto}; got {value!r}.", flag) from None
+
+
+def _gpu_layers(value: str) -> int | None:
+    if value == "all":
+        return ALL_LAYERS
+    return _number(value, "--gpu-layers", "auto")
+
+
+def changed(current: ModelSettings, args: argparse.Namespace) -> ModelSettings:
+    """`current` with the flags given applied."""
+    out = current
+    if args.context is not None:
+        out = replace(out, context_length=_number(args.context, "--context", "auto"))
+    if args.parallel is not None:
+        out = replace(out, parallel=_number(args.parallel, "--parallel", "default"))
+    if args.kv_type is not None:
+        out = replace(out, kv_type=args.kv_type)
+    if args.gpu_layers is not None:
+        out = replace(out, gpu_layers=_gpu_layers(args.gpu_layers))
+    return out
+
+
+async def run_model_settings(action: str, args: argparse.Namespace, store: Store) -> int:
+    settings = (await store.settings()).validate()
+    fitter = _fitter(store, settings)
+    infos = await _local_models(store)
+    if action == "models.set":
+        info = next((i for i in infos if i.id == args.name), None)
+        if info is None:
+            raise invalid(
+                f"There is no local model named {args.name!r}; `lmsp-desktop models list` "
+                "shows their names.",
+                "name",
+            )
+        current = await stored.get_settings(store.db, info.id)
+        wanted = changed(current, args)
+        await stored.save_settings(store.db, info.id, wanted)
+        print(f"{info.id}: {wanted.describe()}. Applies at its next load.")
+        print(_fit_line(await fitter.plan(info, wanted)))
+        return 0
+    rows = [await _row(fitter, store, info) for info in infos]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print(rows)
+    return 0
+
+
+def _fitter(store: Store, settings: Settings) -> ModelFitter:
+    from lmsp_desktop.core.engines.llama import LlamaEngine
+
+    engine = LlamaEngine(n_threads=settings.threads(), parallel=settings.parallel_per_model)
+    return ModelFitter(
+        store.db,
+        engine.context_shapes,
+        default_parallel=lambda: settings.parallel_per_model,
+        context_cap=lambda: settings.max_context,
+    )
+
+
+async def _local_models(store: Store) -> list[ModelInfo]:
+    rows = await store.db.fetchall("SELECT * FROM models ORDER BY id")
+    return [info for info in map(ModelInfo.from_row, rows) if is_local(info)]
+
+
+async def _row(fitter: ModelFitter, store: Store, info: ModelInfo) -> dict[str, Any]:
+    wanted = await stored.get_settings(store.db, info.id)
+    row: dict[str, Any] = {
+        "id": info.id,
+        "state": info.state,
+        "quantization": info.quantization,
+        "size_bytes": info.size_bytes,
+        "trained_context_length": info.context_length,
+        "settings": {
+            "context": wanted.context_length or "auto",
+            "parallel": wanted.parallel or "default",
+            "kv_type": wanted.kv_type,
+            "gpu_layers": _gpu_text(wanted.gpu_layers),
+        },
+    }
+    decided = await fitter.current(info)
+    if decided is not None:
+        row.update(
+            context_length=decided.context_length,
+            parallel=decided.settings.parallel,
+            memory_estimate=decided.estimate.total,
+            fit=decided.fit,
+            reason=decided.reason or None,
+        )
+    return row
+
+
+def _gpu_text(layers: int | None) -> str:
+    return "auto" if layers is None else "all" if layers < 0 else str(layers)
+
+
+def _fit_line(decided: Any) -> str:
+    words = {"fits": "fits", "tight": "tight", "wont_fit": "will not fit"}
+    line = (
+        f"Now it would load with a {decided.context_length}-token context, "
+        f"{decided.settings.parallel} concurrent requests: about {gib(decided.estimate.total)} "
+        f"of the {gib(decided.budget.available)} available ({words[decided.fit]})."
+    )
+    return f"{line} {decided.reason}" if decided.reason else line
+
+
+def _print(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        print("No local models yet. Add a folder with `lmsp-desktop serve --models-dir DIR`.")
+        return
+    header = ["NAME", "STATE", "CONTEXT", "TRAINED", "PARALLEL", "KV", "GPU", "MEMORY", "FIT"]
+    table = [header]
+    for r in rows:
+        s = r["settings"]
+        table.append(
+            [
+                r["id"],
+                r["state"],
+                f"{r.get('context_length', '-')} ({s['context']})",
+                str(r["trained_context_length"] or "-"),
+                f"{r.get('parallel', '-')} ({s['parallel']})",
+                s["kv_type"],
+                s["gpu_layers"],
+                gib(r["memory_estimate"]) if r.get("memory_estimate") else "-",
+                r.get("fit", "-"),
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if any(r.get("reason") for r in rows):
+        for r in rows:
+            if r.get("reason"):
+                print(f"{r['id']}: {r['reason']}", file=sys.stderr)

@@ -1,0 +1,171 @@
+"""Sizing loads to the machine: the plan for a model (its settings fitted to the memory
+available), the refusal of one that cannot fit, and what /v1/models and the window show.
+
+One object, held by the core, used by every path that needs a model's load settings: the
+runner before a load, task creation (507 before a task exists), /v1/models and the Models
+page; so they all agree."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.engines.base import EngineError, LoadSettings
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models import machine
+from lmsp_desktop.core.models.gguf_meta import read_gguf_meta
+from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.models.memory import (
+    Budget,
+    ModelSettings,
+    ModelShape,
+    Plan,
+    Shapes,
+    plan,
+)
+from lmsp_desktop.core.storage import model_settings as stored
+from lmsp_desktop.core.storage.db import Database
+
+log = logging.getLogger(__name__)
+GPU_CACHE_S = 5.0  # asking the GPU driver for free memory is cheap, but not per request
+INSUFFICIENT = "insufficient_memory"
+
+
+class InsufficientMemory(LmspError):
+    """A load that cannot fit: 507 (LMSP_API.md, "Models: sources, digests, memory")."""
+
+    status = 507
+    type = "server_error"
+
+
+def is_local(info: ModelInfo) -> bool:
+    """A model file this machine loads (not an upstream's model; Ollama's blobs have no
+    .gguf suffix)."""
+    return getattr(info, "source", "upstream") != "upstream"
+
+
+class ModelFitter:
+    """Decides each local model's load settings from its stored settings, its header and
+    the memory available, with the engine's own context layout (`shapes_of`)."""
+
+    def __init__(
+        self,
+        db: Database,
+        shapes_of: Shapes,
+        *,
+        default_parallel: Callable[[], int],
+        context_cap: Callable[[], int],
+        memory: Callable[[], machine.HostMemory] = machine.host_memory,
+        gpus: Callable[[], list[machine.GpuDevice]] = machine.gpu_devices,
+    ) -> None:
+        self.db = db
+        self.shapes_of = shapes_of
+        self.default_parallel = default_parallel
+        self.context_cap = context_cap
+        self.memory = memory
+        self._gpus = gpus
+        self._gpu_cache: tuple[float, list[int]] = (0.0, [])
+        self._shapes: dict[tuple[str, int], ModelShape] = {}
+        # The plan each loaded model was loaded with: its memory is in use, so a plan made
+        # now would count it twice; /v1/models shows what it really runs with.
+        self.loaded: dict[str, Plan] = {}
+
+    # -- reading the model and the machine ------------------------------------------------
+    def shape(self, info: ModelInfo) -> ModelShape:
+        """The model's shape from its header (blocking: milliseconds; cached per file)."""
+        key = (str(info.path), info.mtime_ns)
+        found = self._shapes.get(key)
+        if found is None:
+            found = ModelShape.from_gguf(read_gguf_meta(Path(info.path)), info.size_bytes)
+            self._shapes[key] = found
+        return found
+
+    def budget(self, reclaimable: int = 0) -> Budget:
+        host = self.memory()
+        return Budget(host.total, host.available + reclaimable, host.source)
+
+    def gpu_free(self) -> list[int]:
+        at, free = self._gpu_cache
+        if time.monotonic() - at > GPU_CACHE_S:
+            free = [device.free for device in self._gpus()]
+            self._gpu_cache = (time.monotonic(), free)
+        return free
+
+    # -- planning -------------------------------------------------------------------------
+    def plan_sync(self, info: ModelInfo, wanted: ModelSettings, reclaimable: int = 0) -> Plan:
+        return plan(
+            self.shape(info),
+            wanted,
+            self.budget(reclaimable),
+            self.shapes_of,
+            default_parallel=self.default_parallel(),
+            context_cap=self.context_cap(),
+            gpus=self.gpu_free(),
+        )
+
+    async def plan(
+        self, info: ModelInfo, wanted: ModelSettings | None = None, reclaimable: int = 0
+    ) -> Plan:
+        """The plan for loading `info` now with `wanted` (None: its stored settings)."""
+        if wanted is None:
+            wanted = await stored.get_settings(self.db, info.id)
+        return await asyncio.to_thread(self.plan_sync, info, wanted, reclaimable)
+
+    async def current(self, info: ModelInfo) -> Plan | None:
+        """What the model runs with when loaded, else would run with now; None for an
+        upstream's model or a header that cannot be read (the registry reports that)."""
+        if not is_local(info):
+            return None
+        loaded = self.loaded.get(info.id)
+        if loaded is not None:
+            return loaded
+        try:
+            return await self.plan(info)
+        except (OSError, ValueError) as exc:
+            log.debug("no memory plan for %s: %s", info.id, exc)
+            return None
+
+    async def settings_for_load(self, info: ModelInfo, reclaimable: int = 0) -> LoadSettings:
+        """The settings to load with, or EngineError insufficient_memory when the load
+        would not fit the memory available: refused before anything is allocated."""
+        decided = await self.plan(info, reclaimable=reclaimable)
+        if decided.fit == "wont_fit":
+            raise EngineError(INSUFFICIENT, decided.reason)
+        if decided.fit == "tight":
+            log.warning("loading %s: %s", info.id, decided.reason)
+        self.loaded[info.id] = decided
+        return decided.settings
+
+    async def admit(self, info: ModelInfo, loaded_state: str, reclaimable: int = 0) -> int | None:
+        """Before a task is created: the context the model runs with (None: not a local
+        model, or a header that cannot be read), or 507 when the model is not loaded and
+        its load could not fit. A model already loaded (or loading) has its memory."""
+        if not is_local(info):
+            return None
+        loaded = self.loaded.get(info.id)
+        if loaded is not None and loaded_state != "unloaded":
+            return loaded.context_length
+        try:
+            decided = await self.plan(info, reclaimable=reclaimable)
+        except (OSError, ValueError):
+            return None  # an unreadable header: the load reports it
+        if decided.fit == "wont_fit" and loaded_state == "unloaded":
+            raise InsufficientMemory(decided.reason, code=INSUFFICIENT, param="model")
+        return decided.context_length
+
+    def unloaded(self, model_id: str) -> None:
+        self.loaded.pop(model_id, None)
+
+    def api_fields(self, info: ModelInfo, decided: Plan | None) -> dict[str, Any]:
+        """`context_length`, `trained_context_length` and `memory_estimate` of /v1/models."""
+        if decided is None:
+            return {}
+        return {
+            "context_length": decided.context_length,
+            "trained_context_length": decided.trained_context,
+            "memory_estimate": decided.estimate.total,
+        }

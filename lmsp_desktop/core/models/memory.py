@@ -1,0 +1,371 @@
+"""What loading a model costs, from its GGUF header alone, and the settings that fit.
+
+Weights (the file, memory-mapped), the KV cache for the contexts the engine will open
+(2 × layers × KV heads × head size × bytes per element, per token; sliding-window layers only
+their window unless the engine keeps a full cache) and compute buffers, held against the
+memory available (core/models/machine.py). The default context is the largest that fits the
+budget; docs/memory.md states the rule and how close the estimate came to real loads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from lmsp_desktop.core.engines.base import ALL_LAYERS, ContextShape, KvType, LoadSettings
+from lmsp_desktop.core.models.gguf_meta import GGUFMeta
+
+GIB = 1 << 30
+# The memory budget leaves the larger of these free for everything else on the machine.
+RESERVE_MIN = 2 * GIB
+RESERVE_SHARE = 0.20
+# Default context per request: the trained one, at most this (as llama.cpp's examples, LM
+# Studio and Ollama default to 4-8k: the KV cache of a 128k context is rarely worth its
+# memory), and less when the budget is short, never below MIN_CONTEXT.
+DEFAULT_CONTEXT_CAP = 8192
+MIN_CONTEXT = 2048
+CONTEXT_STEP = 256  # llama.cpp pads each KV stream to 256 cells
+FALLBACK_CONTEXT = 4096  # a header that does not say
+# Bytes per cache element: f16 2; q8_0 blocks of 32 values in 34 bytes.
+KV_BYTES: dict[str, float] = {"f16": 2.0, "q8_0": 34 / 32}
+# Sliding-window layers of architectures whose header does not mark them (as llama.cpp's
+# llama-model.cpp sets them): every n-th layer is a full-attention one.
+SWA_PATTERNS: dict[str, int] = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2}
+# Calibrated on this machine (docs/memory.md): llama.cpp's CPU compute buffer and per-context
+# state, measured as the RSS a load adds beyond weights and KV cache.
+COMPUTE_BASE = 24 << 20
+# Free GPU memory left unused when offloading ("auto"), for the driver and other programs.
+GPU_RESERVE = 512 << 20
+
+Fit = Literal["fits", "tight", "wont_fit"]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the estimate needs from a model's header."""
+
+    file_bytes: int
+    layers: int
+    embd: int
+    heads: int
+    kv_heads: tuple[int, ...]  # per layer
+    key_length: int
+    value_length: int
+    vocab: int
+    feed_forward: int
+    trained_context: int | None
+    swa_window: int = 0  # tokens; 0: no sliding-window layers
+    swa_layers: tuple[bool, ...] = ()  # per layer: True for a sliding-window layer
+    layer_bytes: tuple[int, ...] = ()  # tensor bytes of each layer
+
+    @classmethod
+    def from_gguf(cls, meta: GGUFMeta, file_bytes: int) -> ModelShape:
+        values: dict[str, Any] = meta.values
+        arch = meta.architecture or ""
+
+        def number(key: str, default: int = 0) -> int:
+            value = values.get(f"{arch}.{key}")
+            if isinstance(value, list):  # per-layer values: the largest stands for all
+                value = max((v for v in value if isinstance(v, int)), default=None)
+            return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+        layers = number("block_count")
+        embd = number("embedding_length")
+        heads = max(1, number("attention.head_count", 1))
+        raw_kv = values.get(f"{arch}.attention.head_count_kv")
+        if isinstance(raw_kv, list) and len(raw_kv) == layers:
+            kv_heads = tuple(int(v) for v in raw_kv)
+        else:
+            kv_heads = (number("attention.head_count_kv", heads),) * layers
+        head = embd // heads if embd else 0
+        window = number("attention.sliding_window")
+        swa = _swa_layers(arch, values, layers) if window else ()
+        return cls(
+            file_bytes=file_bytes,
+            layers=layers,
+            embd=embd,
+            heads=heads,
+            kv_heads=kv_heads,
+            key_length=number("attention.key_length", head),
+            value_length=number("attention.value_length", head),
+            vocab=meta.vocab_size or number("vocab_size", 32000),
+            feed_forward=number("feed_forward_length", 4 * embd),
+            trained_context=meta.context_length,
+            swa_window=window if any(swa) else 0,
+            swa_layers=swa,
+            layer_bytes=tuple(meta.layer_bytes.get(i, 0) for i in range(layers)),
+        )
+
+    def kv_bytes_per_token(self, kv_type: KvType, layer: int) -> float:
+        return self.kv_heads[layer] * (self.key_length + self.value_length) * KV_BYTES[kv_type]
+
+
+def _swa_layers(arch: str, values: dict[str, Any], layers: int) -> tuple[bool, ...]:
+    marked = values.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(marked, list) and len(marked) == layers:
+        return tuple(bool(v) for v in marked)
+    every = marked if isinstance(marked, int) and marked > 0 else SWA_PATTERNS.get(arch)
+    if not every:
+        return (False,) * layers  # not known: count every layer full (never underestimate)
+    return tuple((i + 1) % every != 0 for i in range(layers))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes a load takes: in RAM (weights not offloaded, KV cache, compute) and on the GPU."""
+
+    weights: int
+    kv_cache: int
+    compute: int
+    gpu: int = 0
+
+    @property
+    def total(self) -> int:
+        """RAM the load takes (the `memory_estimate` of /v1/models)."""
+        return self.weights + self.kv_cache + self.compute
+
+
+def _pad(n: int) -> int:
+    return -(-n // CONTEXT_STEP) * CONTEXT_STEP
+
+
+def estimate(
+    shape: ModelShape,
+    contexts: list[ContextShape],
+    kv_type: KvType = "f16",
+    gpu_layers: int = 0,
+    *,
+    swa_full: bool = True,
+) -> Estimate:
+    """The cost of opening `contexts` over the model with `gpu_layers` of its layers on the
+    GPU (their weights and KV cache go there)."""
+    on_gpu = shape.layers if gpu_layers < 0 else min(gpu_layers, shape.layers)
+    first_gpu = shape.layers - on_gpu  # llama.cpp offloads the last layers first
+    host_kv = gpu_kv = 0.0
+    for ctx in contexts:
+        cells = _pad(ctx.n_ctx_seq)
+        window = _pad(min(ctx.n_ctx_seq, shape.swa_window + ctx.n_batch)) if shape.swa_window else 0
+        for layer in range(shape.layers):
+            sliding = bool(shape.swa_layers) and shape.swa_layers[layer] and not swa_full
+            size = ctx.n_seq * (window if sliding else cells)
+            cost = size * shape.kv_bytes_per_token(kv_type, layer)
+            if layer >= first_gpu:
+                gpu_kv += cost
+            else:
+                host_kv += cost
+    gpu_weights = sum(shape.layer_bytes[first_gpu:]) if on_gpu else 0
+    compute = sum(_compute(shape, ctx) for ctx in contexts)
+    return Estimate(
+        weights=shape.file_bytes - gpu_weights,
+        kv_cache=int(host_kv),
+        compute=compute,
+        gpu=int(gpu_kv + gpu_weights),
+    )
+
+
+def _compute(shape: ModelShape, ctx: ContextShape) -> int:
+    """llama.cpp's compute buffer and outputs for one context: the activations of one batch
+    (logits for every row, the attention scores over the whole context) and a fixed part."""
+    rows = ctx.n_batch
+    activations = rows * (shape.vocab + 2 * shape.feed_forward + 4 * shape.embd) * 4
+    scores = shape.heads * rows * _pad(ctx.n_ctx_seq) * 4
+    outputs = shape.vocab * 4 * ctx.n_seq
+    return COMPUTE_BASE + activations + scores + outputs
+
+
+@dataclass(frozen=True)
+class Budget:
+    """RAM a load may take: `available` now, `budget` when leaving the reserve free."""
+
+    total: int
+    available: int
+    source: str
+
+    @property
+    def reserve(self) -> int:
+        return max(RESERVE_MIN, int(self.total * RESERVE_SHARE))
+
+    @property
+    def budget(self) -> int:
+        return max(0, self.available - self.reserve)
+
+    def fit(self, need: int) -> Fit:
+        if need <= self.budget:
+            return "fits"
+        return "tight" if need <= self.available else "wont_fit"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A load decided: the settings, what they cost, and how that sits with the memory."""
+
+    settings: LoadSettings
+    trained_context: int | None
+    estimate: Estimate
+    fit: Fit
+    budget: Budget
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def context_length(self) -> int:
+        assert self.settings.context_length is not None
+        return self.settings.context_length
+
+
+Shapes = Callable[[LoadSettings], list[ContextShape]]  # the engine's layout
+
+
+def one_context(settings: LoadSettings) -> list[ContextShape]:
+    """The layout of an engine that does not say its own: one context of all sequences."""
+    return [ContextShape(settings.parallel or 1, settings.context_length or FALLBACK_CONTEXT, 512)]
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """A model's own settings, as the user set them (`models set`, the Models page); None
+    leaves the choice to the service: context fitted to memory, the global concurrency,
+    GPU layers `auto`."""
+
+    context_length: int | None = None
+    parallel: int | None = None
+    kv_type: KvType = "f16"
+    gpu_layers: int | None = None  # None: auto; ALL_LAYERS: all
+
+    def describe(self) -> str:
+        gpu = (
+            "auto"
+            if self.gpu_layers is None
+            else "all"
+            if self.gpu_layers < 0
+            else str(self.gpu_layers)
+        )
+        return (
+            f"context {self.context_length or 'auto'}, parallel {self.parallel or 'default'}, "
+            f"kv {self.kv_type}, gpu layers {gpu}"
+        )
+
+
+def plan(
+    shape: ModelShape,
+    wanted: ModelSettings,
+    budget: Budget,
+    shapes_of: Shapes,
+    *,
+    default_parallel: int,
+    context_cap: int = 0,
+    gpus: list[int] | None = None,
+) -> Plan:
+    """The settings a load runs with: `wanted` (context None: the largest that fits the
+    budget; gpu_layers None: auto against `gpus`' free bytes), each request's context capped
+    at the trained one and at `context_cap` (the global setting, 0: none)."""
+    trained = shape.trained_context if shape.trained_context else None
+    ceiling = trained or FALLBACK_CONTEXT
+    if context_cap > 0:
+        ceiling = min(ceiling, context_cap)
+    settings = LoadSettings(
+        context_length=min(wanted.context_length, ceiling) if wanted.context_length else None,
+        parallel=wanted.parallel or default_parallel,
+        kv_type=wanted.kv_type,
+        gpu_layers=0 if wanted.gpu_layers is None else wanted.gpu_layers,
+    )
+    auto = wanted.gpu_layers is None
+    if settings.context_length is None:
+        # GPU layers first at the smallest context, then the context fitted to what is left.
+        small = replace(settings, context_length=min(MIN_CONTEXT, ceiling))
+        settings = replace(
+            settings,
+            gpu_layers=_with_gpu_layers(shape, small, shapes_of, gpus, auto=auto).gpu_layers,
+        )
+        best = _largest_context(shape, settings, budget, shapes_of, ceiling)
+        settings = replace(settings, context_length=best)
+    settings = _with_gpu_layers(shape, settings, shapes_of, gpus, auto=auto)
+    cost = estimate(shape, shapes_of(settings), settings.kv_type, settings.gpu_layers)
+    verdict = budget.fit(cost.total)
+    reason = "" if verdict == "fits" else _why(cost, budget, settings, verdict)
+    return Plan(settings, trained, cost, verdict, budget, reason)
+
+
+def _largest_context(
+    shape: ModelShape, settings: LoadSettings, budget: Budget, shapes_of: Shapes, ceiling: int
+) -> int:
+    """The default context: the largest step up to min(ceiling, DEFAULT_CONTEXT_CAP) whose
+    load fits the budget; MIN_CONTEXT (or the ceiling, if smaller) when none does."""
+    top = min(ceiling, DEFAULT_CONTEXT_CAP)
+    floor = min(MIN_CONTEXT, top)
+
+    def cost(n: int) -> int:
+        trial = replace(settings, context_length=n)
+        return estimate(shape, shapes_of(trial), trial.kv_type, trial.gpu_layers).total
+
+    if cost(top) <= budget.budget:
+        return top
+    low, high = floor, top  # cost(high) does not fit
+    if cost(low) > budget.budget:
+        return floor
+    while high - low > CONTEXT_STEP:
+        mid = (low + high) // 2 // CONTEXT_STEP * CONTEXT_STEP
+        if mid <= low:
+            break
+        low, high = (mid, high) if cost(mid) <= budget.budget else (low, mid)
+    return low
+
+
+def fit_gpu_layers(layer_costs: list[int], free: int, reserve: int = GPU_RESERVE) -> int:
+    """How many of the last layers fit in `free` device bytes (llama.cpp offloads from the
+    last layer down), keeping `reserve` free; len(layer_costs) when all fit."""
+    room = free - reserve
+    used = 0
+    count = 0
+    for cost in reversed(layer_costs):
+        if used + cost > room:
+            break
+        used += cost
+        count += 1
+    return count
+
+
+def _with_gpu_layers(
+    shape: ModelShape,
+    settings: LoadSettings,
+    shapes_of: Shapes,
+    gpus: list[int] | None,
+    *,
+    auto: bool,
+) -> LoadSettings:
+    if not auto:
+        return settings
+    if not gpus:
+        return replace(settings, gpu_layers=0)
+    # Each layer takes its weights and its share of every context's KV cache.
+    kv = estimate(shape, shapes_of(settings), settings.kv_type, ALL_LAYERS).gpu
+    weights = sum(shape.layer_bytes)
+    per_layer_kv = (kv - weights) / max(1, shape.layers)
+    costs = [b + math.ceil(per_layer_kv) for b in shape.layer_bytes]
+    layers = fit_gpu_layers(costs, max(gpus))
+    return replace(settings, gpu_layers=ALL_LAYERS if layers == shape.layers else layers)
+
+
+def _why(cost: Estimate, budget: Budget, settings: LoadSettings, verdict: Fit) -> str:
+    need = (
+        f"needs about {gib(cost.total)} (weights {gib(cost.weights)}, KV cache "
+        f"{gib(cost.kv_cache)}, buffers {gib(cost.compute)})"
+    )
+    if verdict == "tight":
+        return (
+            f"This load {need}: it fits the {gib(budget.available)} available "
+            f"({budget.source}) but leaves less than {gib(budget.reserve)} free."
+        )
+    lower = "the context length or concurrent requests"
+    if settings.kv_type == "f16":
+        lower += ", or use the q8_0 KV cache type"
+    return (
+        f"This load {need}, more than the {gib(budget.available)} available "
+        f"({budget.source}). Lower {lower}, or free memory."
+    )
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"

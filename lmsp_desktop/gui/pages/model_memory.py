@@ -1,0 +1,205 @@
+"""The selected model's load settings on the Models page, with what loading it will take.
+
+Context, concurrent requests, KV cache type and GPU layers, and the memory estimate against
+the memory free: green when it fits, amber when tight, red with the reason when it will not.
+The estimate follows every change at once (before anything is loaded); Save stores the
+settings, which apply at the model's next load."""
+
+from __future__ import annotations
+
+import asyncio
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
+
+from lmsp_desktop.core.engines.base import ALL_LAYERS, KV_TYPES, KvType
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.memory import ModelSettings, Plan, gib
+from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.core_api import CoreApi
+
+# The verdict as a coloured dot and a word (never colour alone).
+VERDICTS = {
+    "fits": ("#2e7d32", "fits"),
+    "tight": ("#b26a00", "tight"),
+    "wont_fit": ("#c62828", "will not fit"),
+}
+GPU_AUTO, GPU_ALL, GPU_NONE, GPU_NUMBER = "auto", "all", "none (CPU)", "a number:"
+
+
+class ModelMemoryPanel(QGroupBox):
+    """Edits one local model's settings and shows their cost before the model is loaded."""
+
+    def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
+        super().__init__("Load settings", parent)
+        self.core = core
+        self.model_id: str | None = None
+        self.context = QSpinBox(minimum=0, maximum=1 << 22, singleStep=1024)
+        self.context.setSpecialValueText("auto (fit the memory)")
+        self.context.setSuffix(" tokens")
+        self.parallel = QSpinBox(minimum=0, maximum=64)
+        self.parallel.setSpecialValueText("default")
+        self.kv_type = QComboBox()
+        self.kv_type.addItems(list(KV_TYPES))
+        self.kv_type.setToolTip("q8_0 takes about half the memory of f16 (uses flash attention)")
+        self.gpu_mode = QComboBox()
+        self.gpu_mode.addItems([GPU_AUTO, GPU_ALL, GPU_NONE, GPU_NUMBER])
+        self.gpu_layers = QSpinBox(minimum=1, maximum=999)
+        self.gpu_layers.setEnabled(False)
+        gpu = QHBoxLayout()
+        gpu.addWidget(self.gpu_mode)
+        gpu.addWidget(self.gpu_layers)
+        gpu.addStretch()
+        self.runs_with = QLabel()
+        self.estimate = QLabel()
+        self.estimate.setWordWrap(True)
+        self.saved = QLabel()
+        self.saved.setWordWrap(True)
+        self.save_button = QPushButton("Save")
+        self.save_button.clicked.connect(lambda: aio.spawn(self.save(), self))
+        form = QFormLayout(self)
+        form.addRow("Context", self.context)
+        form.addRow("Concurrent requests", self.parallel)
+        form.addRow("KV cache type", self.kv_type)
+        form.addRow("GPU layers", gpu)
+        form.addRow("Runs with", self.runs_with)
+        form.addRow("Memory", self.estimate)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.save_button)
+        buttons.addWidget(self.saved, 1)
+        form.addRow(buttons)
+        for spin in (self.context, self.parallel, self.gpu_layers):
+            spin.valueChanged.connect(self._changed)
+        for combo in (self.kv_type, self.gpu_mode):
+            combo.currentIndexChanged.connect(self._changed)
+        self._filling = False
+        self._estimating: asyncio.Task[None] | None = None
+        self.last_plan: Plan | None = None
+        self.setEnabled(False)
+
+    # -- which model ---------------------------------------------------------------------
+    async def show_model(self, model_id: str | None) -> None:
+        """Show `model_id`'s stored settings and their estimate (None: nothing selected)."""
+        self.model_id = model_id
+        self.saved.clear()
+        if model_id is None:
+            self.setEnabled(False)
+            self.runs_with.clear()
+            self.estimate.clear()
+            return
+        stored = await self.core.model_settings(model_id)
+        if model_id != self.model_id:
+            return  # another row was selected meanwhile
+        self._fill(stored)
+        self.setEnabled(True)
+        await self.refresh()
+
+    def _fill(self, settings: ModelSettings) -> None:
+        self._filling = True
+        try:
+            self.context.setValue(settings.context_length or 0)
+            self.parallel.setValue(settings.parallel or 0)
+            self.kv_type.setCurrentText(settings.kv_type)
+            layers = settings.gpu_layers
+            mode = (
+                GPU_AUTO
+                if layers is None
+                else GPU_ALL
+                if layers < 0
+                else GPU_NONE
+                if layers == 0
+                else GPU_NUMBER
+            )
+            self.gpu_mode.setCurrentText(mode)
+            if layers and layers > 0:
+                self.gpu_layers.setValue(layers)
+            self.gpu_layers.setEnabled(mode == GPU_NUMBER)
+        finally:
+            self._filling = False
+
+    def settings(self) -> ModelSettings:
+        """The settings as the controls show them."""
+        mode = self.gpu_mode.currentText()
+        layers = {GPU_AUTO: None, GPU_ALL: ALL_LAYERS, GPU_NONE: 0}.get(
+            mode, self.gpu_layers.value()
+        )
+        kv: KvType = "q8_0" if self.kv_type.currentText() == "q8_0" else "f16"
+        return ModelSettings(
+            context_length=self.context.value() or None,
+            parallel=self.parallel.value() or None,
+            kv_type=kv,
+            gpu_layers=layers,
+        )
+
+    # -- the estimate --------------------------------------------------------------------
+    def _changed(self) -> None:
+        self.gpu_layers.setEnabled(self.gpu_mode.currentText() == GPU_NUMBER)
+        if self._filling or self.model_id is None:
+            return
+        self.saved.setText("Not saved yet.")
+        if self._estimating is not None and not self._estimating.done():
+            self._estimating.cancel()  # only the latest settings' estimate is shown
+        self._estimating = aio.spawn(self.refresh(), self)
+
+    async def refresh(self) -> None:
+        model_id = self.model_id
+        if model_id is None:
+            return
+        decided = await self.core.memory_plan(model_id, self.settings())
+        if model_id != self.model_id:
+            return
+        self.show_plan(decided)
+
+    def show_plan(self, decided: Plan | None) -> None:
+        self.last_plan = decided
+        if decided is None:
+            self.runs_with.setText("—")
+            self.estimate.setText("No estimate: this file's header cannot be read.")
+            return
+        trained = decided.trained_context
+        layers = decided.settings.gpu_layers
+        gpu = "all layers" if layers < 0 else f"{layers} layers" if layers else "no layers"
+        self.runs_with.setText(
+            f"{decided.context_length:,} tokens per request"
+            + (f" (trained {trained:,})" if trained else "")
+            + f", {decided.settings.parallel} at once, {decided.settings.kv_type} KV cache, "
+            f"{gpu} on the GPU"
+        )
+        colour, word = VERDICTS[decided.fit]
+        cost = decided.estimate
+        text = (
+            f'<span style="color:{colour}">●</span> <b>{word}</b>: about {gib(cost.total)} '
+            f"(weights {gib(cost.weights)}, KV cache {gib(cost.kv_cache)}, buffers "
+            f"{gib(cost.compute)}) of {gib(decided.budget.available)} free"
+        )
+        if cost.gpu:
+            text += f"; {gib(cost.gpu)} on the GPU"
+        if decided.reason:
+            text += f"<br>{decided.reason}"
+        self.estimate.setText(text)
+
+    # -- saving --------------------------------------------------------------------------
+    async def save(self) -> None:
+        model_id = self.model_id
+        if model_id is None:
+            return
+        self.save_button.setEnabled(False)
+        try:
+            await self.core.save_model_settings(model_id, self.settings())
+            loaded = self.core.model_loaded_state(model_id) != "unloaded"
+            self.saved.setText(
+                f"Saved. {model_id} uses them from its next load"
+                + (" (it is loaded now with the settings it had)." if loaded else ".")
+            )
+        except LmspError as exc:
+            self.saved.setText(exc.message)
+        finally:
+            self.save_button.setEnabled(True)
