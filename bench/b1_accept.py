@@ -12,7 +12,7 @@ from typing import Any
 from bench.common import BenchServer, make_gguf, percentile
 from bench.report import Row
 from bench.seed import open_raw
-from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS
 
 CLIENTS = 64

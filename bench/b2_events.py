@@ -12,8 +12,8 @@ from pathlib import Path
 
 from bench.report import Row
 from bench.seed import open_raw
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import database_path
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask, TaskStore

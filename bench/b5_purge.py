@@ -12,8 +12,8 @@ from typing import Literal
 
 from bench.report import Row
 from bench.seed import Shape, seed
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import database_path
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS, Database
 from lmsp_desktop.core.storage.retention import purge_finished
 from lmsp_desktop.core.storage.tasks import NewTask, TaskStore

@@ -46,8 +46,8 @@ def _child(data_dir: Path, out: Path, seconds: float, events_per_s: int) -> None
     from PySide6.QtWidgets import QApplication
 
     from lmsp_desktop.app import Core
+    from lmsp_desktop.core.api.responses.request import parse_create
     from lmsp_desktop.core.engines.fake import FakeEngine
-    from lmsp_desktop.core.requests import parse_create
     from lmsp_desktop.core.service.host import ServiceHost
     from lmsp_desktop.core.storage.tasks import NewTask
     from lmsp_desktop.gui.main_window import MainWindow

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from bench.aio_transaction import transaction
-from lmsp_desktop.core.responses import build_response
+from lmsp_desktop.core.api.resource import build_response
 from lmsp_desktop.core.states import RECOVERY_TABLE, UNFINISHED, RestartPolicy, TaskState
 from lmsp_desktop.core.storage.events import close_item_events as _close_item_events
 from lmsp_desktop.core.storage.events import with_response as _with_response

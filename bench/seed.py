@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import database_path
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS
 
 UNFINISHED_STATES = ("queued", "loading", "running", "cancelling")

@@ -14,9 +14,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmsp_desktop.core.api.creation import create_task
+from lmsp_desktop.core.api.responses import INTAKE as RESPONSES
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.context_window import TokenCounter, effective_context
-from lmsp_desktop.core.creation import create_task
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
@@ -242,7 +243,7 @@ class Core:
         body: dict[str, Any] = {"model": model, "input": prompt, "background": True}
         if on_restart:
             body["on_restart"] = on_restart
-        created = await create_task(self.context, body, client_id=None)
+        created = await create_task(self.context, body, client_id=None, intake=RESPONSES)
         return created.task_id
 
     def _with_flags(self, stored: Settings) -> Settings:

@@ -21,7 +21,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import qasync
 from PySide6.QtWidgets import QApplication, QWidget
 
-from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.core.storage import clients
 from lmsp_desktop.core.storage.store import Store

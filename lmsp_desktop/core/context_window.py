@@ -19,8 +19,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.core.api.task_request import chat_messages
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
-from lmsp_desktop.core.requests import chat_messages
 from lmsp_desktop.core.tools.plan import plan_output
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,9 @@ class TokenCounter:
                 self._vocabs.popitem(last=False)
             return vocab
 
-    def fit_sync(self, info: Any, request: dict[str, Any], limit: int) -> int | None:
+    def fit_sync(
+        self, info: Any, request: dict[str, Any], limit: int, param: str = "input"
+    ) -> int | None:
         """Count the prompt and, if it does not fit, truncate (truncation auto) or refuse.
         Returns the prompt's token count, or None when the model cannot be read here."""
         vocab = self._vocab(Path(info.path), int(info.mtime_ns), info.chat_template)
@@ -137,13 +139,14 @@ class TokenCounter:
             messages = shorter
             count = counted(messages)
         if count >= limit:
-            param = "messages" if request.get("api") == "chat.completions" else "input"
             raise context_exceeded(count, limit, truncate, param)
         request["messages"] = messages
         return count
 
-    async def fit(self, info: Any, request: dict[str, Any], limit: int) -> int | None:
-        return await asyncio.to_thread(self.fit_sync, info, request, limit)
+    async def fit(
+        self, info: Any, request: dict[str, Any], limit: int, param: str = "input"
+    ) -> int | None:
+        return await asyncio.to_thread(self.fit_sync, info, request, limit, param)
 
     def close(self) -> None:
         with self._lock:
@@ -190,13 +193,14 @@ async def admit(
     request: dict[str, Any],
     cap: int,
     limit: int | None = None,
+    param: str = "input",
 ) -> None:
     """Before a task is created: the request fits the model's context (maybe truncated), or
-    400 context_length_exceeded. `limit` is the context the model runs with (the memory
-    plan's); without one, its trained length capped by `cap`. Models without a local GGUF
-    file (an upstream's) are left to their engine; a local file may have any name (Ollama's
-    blobs have no extension)."""
+    400 context_length_exceeded naming `param`. `limit` is the context the model runs with
+    (the memory plan's); without one, its trained length capped by `cap`. Models without a
+    local GGUF file (an upstream's) are left to their engine; a local file may have any name
+    (Ollama's blobs have no extension)."""
     path = getattr(info, "path", None)
     if counter is None or path is None or getattr(info, "source", "upstream") == "upstream":
         return
-    await counter.fit(info, request, limit or effective_context(info.context_length, cap))
+    await counter.fit(info, request, limit or effective_context(info.context_length, cap), param)

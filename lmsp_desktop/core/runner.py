@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
+from lmsp_desktop.core.api.task_request import chat_messages
 from lmsp_desktop.core.engines.base import (
     Engine,
     EngineError,
@@ -27,7 +28,6 @@ from lmsp_desktop.core.engines.base import (
 from lmsp_desktop.core.engines.prefix_cache import CachesPrefixes, PrefixStats
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.listeners import notify
-from lmsp_desktop.core.requests import chat_messages
 from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import TaskKind, TaskState
 from lmsp_desktop.core.stops import StopScanner

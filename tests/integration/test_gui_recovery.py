@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
 
-from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
@@ -30,7 +31,6 @@ from lmsp_desktop.core.models.memory import (
 )
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.core.storage import clients as client_store
 from lmsp_desktop.core.storage import model_settings as model_settings_store

@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.states import STATE_OF_EVENT
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask

@@ -1,16 +1,16 @@
-"""The aiohttp application: middlewares and every route module of the contract."""
+"""The aiohttp application: middlewares, the service's own routes and each API's (core/api/)."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from lmsp_desktop.core.api.chat import routes as chat_routes
+from lmsp_desktop.core.api.responses import routes as responses_routes
 from lmsp_desktop.core.service import (
-    routes_chat,
     routes_clients,
     routes_downloads,
     routes_models,
     routes_pairing,
-    routes_responses,
     routes_system,
     routes_tasks,
 )
@@ -27,8 +27,8 @@ def build_app(ctx: ServiceContext) -> web.Application:
         routes_system,
         routes_downloads,  # before routes_models: its /v1/models/{id} would match /pull
         routes_models,
-        routes_responses,
-        routes_chat,
+        responses_routes,  # one line per API (core/api/)
+        chat_routes,
         routes_tasks,
         routes_pairing,
         routes_clients,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from lmsp_desktop.core.api.answering import stream_events
+from lmsp_desktop.core.api.resource import task_object
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import invalid
-from lmsp_desktop.core.responses import task_object
 from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
-from lmsp_desktop.core.service.answering import stream_events
 from lmsp_desktop.core.service.bodies import list_body, query_int
 from lmsp_desktop.core.service.context import ServiceContext, requires
 from lmsp_desktop.core.states import STATE_NAMES

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from lmsp_desktop.core.api.resource import task_object
 from lmsp_desktop.core.ids import new_id
-from lmsp_desktop.core.responses import task_object
 from lmsp_desktop.core.states import EventType, RestartPolicy, TaskKind, TaskState
 from lmsp_desktop.core.storage.events import response_of, with_response
 from lmsp_desktop.core.storage.task_reads import queue_position_in, row_in

@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from lmsp_desktop.core.responses import build_response, message_item, output_text_part
+from lmsp_desktop.core.api.resource import build_response, message_item, output_text_part
 from lmsp_desktop.core.states import EventType, TaskState
 from lmsp_desktop.core.storage.output_items import close_events, load_items
 

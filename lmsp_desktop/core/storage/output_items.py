@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lmsp_desktop.core.api.resource import message_item, output_text_part
 from lmsp_desktop.core.ids import new_id
-from lmsp_desktop.core.responses import message_item, output_text_part
 from lmsp_desktop.core.tools.parser import (
     ArgumentsDelta,
     CallDone,

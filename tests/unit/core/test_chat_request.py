@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from lmsp_desktop.core.chat_request import parse_chat
+from lmsp_desktop.core.api.chat.request import parse_chat
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.requests import parse_create
 
 HELLO = [{"role": "user", "content": "Hi"}]
 

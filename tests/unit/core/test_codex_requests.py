@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lmsp_desktop.core.requests import parse_create
+from lmsp_desktop.core.api.responses.request import parse_create
 
 CODEX = Path(__file__).parents[2] / "support" / "codex"
 FUNCTIONS = ["exec_command", "write_stdin", "request_user_input", "view_image"]

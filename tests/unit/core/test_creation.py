@@ -1,4 +1,4 @@
-"""The one creation path (core/creation.py): the app's "Try a prompt…" (Core.submit) and the
+"""The one creation path (core/api/creation.py): the app's "Try a prompt…" (Core.submit) and the
 HTTP routes refuse, parse, look up and create in the same order, through the same function."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from lmsp_desktop.app import Core
-from lmsp_desktop.core.creation import IdempotencyInput, create_task
+from lmsp_desktop.core.api.creation import IdempotencyInput, create_task
+from lmsp_desktop.core.api.responses import INTAKE as RESPONSES
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.storage.task_reads import TaskFilter
@@ -75,15 +76,19 @@ async def test_a_paused_service_does_not_read_the_body(core: Core) -> None:
         return {"model": "tiny", "input": "x"}
 
     with pytest.raises(LmspError):
-        await create_task(core.context, read_body, client_id=None)
+        await create_task(core.context, read_body, client_id=None, intake=RESPONSES)
     assert read == []
 
 
 async def test_a_repeated_idempotency_key_replays_the_first_answer(core: Core) -> None:
     body = {"model": "tiny", "input": "x", "background": True}
     key = IdempotencyInput("key-1")
-    first = await create_task(core.context, body, client_id="client_a", idempotency=key)
-    again = await create_task(core.context, body, client_id="client_a", idempotency=key)
+    first = await create_task(
+        core.context, body, client_id="client_a", intake=RESPONSES, idempotency=key
+    )
+    again = await create_task(
+        core.context, body, client_id="client_a", intake=RESPONSES, idempotency=key
+    )
     assert not first.replayed and again.replayed
     assert again.task_id == first.task_id and again.result.body["id"] == first.task_id
     assert await stored_ids(core) == [first.task_id]

@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 
 from lmsp_desktop.app import Core
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.engines.base import GenerationRequest
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.follow import EventFollower
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.runner import Runner, SnapshotTokens
 from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.clients import create_client

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.follow import EventFollower
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask
 

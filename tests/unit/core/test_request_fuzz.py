@@ -11,8 +11,8 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.service.bodies import read_json
 
 FIELDS = (

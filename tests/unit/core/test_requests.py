@@ -6,13 +6,9 @@ from typing import Any
 
 import pytest
 
+from lmsp_desktop.core.api.responses.request import parse_create
+from lmsp_desktop.core.api.task_request import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, chat_messages
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.requests import (
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_P,
-    chat_messages,
-    parse_create,
-)
 
 
 def parse(**fields: Any) -> dict[str, Any]:

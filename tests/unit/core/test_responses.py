@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from lmsp_desktop.core.requests import parse_create
-from lmsp_desktop.core.responses import build_response, task_object
+from lmsp_desktop.core.api.resource import build_response, task_object
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.states import TaskState
 
 REQUIRED = {

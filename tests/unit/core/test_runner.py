@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.engines.base import EngineError
 from lmsp_desktop.core.engines.fake import DEFAULT_TOKENS, FakeEngine
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.recovery import next_boot, recover

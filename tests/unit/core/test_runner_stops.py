@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.engines.fake import FakeEngine
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.storage.events import DELTA
 from lmsp_desktop.core.storage.store import Store

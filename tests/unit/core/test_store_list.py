@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from lmsp_desktop.core.api.resource import task_object
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.responses import task_object
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.task_reads import TaskFilter

@@ -31,7 +31,7 @@ def test_calls_open_with_their_name_then_stream_arguments() -> None:
 
 
 def test_finish_reason_of_a_call_cut_short_is_length() -> None:
-    from lmsp_desktop.core.chat_render import finish_reason
+    from lmsp_desktop.core.api.chat.render import finish_reason
 
     call = {"type": "function_call", "status": "completed"}
     assert finish_reason({"output": [call], "task": {"state": "completed"}}) == "tool_calls"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from lmsp_desktop.core.api.resource import build_response
+from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.requests import parse_create
-from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.store import Store

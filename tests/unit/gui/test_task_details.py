@@ -118,8 +118,8 @@ async def test_an_empty_output_says_why(details, store):
 async def test_request_tab_shows_what_the_client_sent(details, store):
     """Parsed by the core's own request parsers, stored by the real store: the Request tab
     shows the input as sent, tool names, the format and sampling, not internal `messages`."""
-    from lmsp_desktop.core.chat_request import parse_chat
-    from lmsp_desktop.core.requests import parse_create
+    from lmsp_desktop.core.api.chat.request import parse_chat
+    from lmsp_desktop.core.api.responses.request import parse_create
     from lmsp_desktop.core.storage.tasks import NewTask
 
     tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}

@@ -1,6 +1,6 @@
-"""Answering a created task over HTTP, for every route that creates tasks (Responses, Chat
-Completions): follow its events as SSE, wait for its finished object, cancel it when the
-client goes away, and store or release its idempotency key.
+"""Answering a created task over HTTP, for every API's create route: follow its events as
+SSE, wait for its finished object, cancel it when the client goes away, and store or
+release its idempotency key.
 
 Each route keeps its own choice of sync, stream or background answer and its own shapes;
 what they share is here, once.
@@ -16,10 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
+from lmsp_desktop.core.api.creation import Created, IdempotencyInput, Intake, create_task
 from lmsp_desktop.core.auth import Principal
-from lmsp_desktop.core.creation import Created, IdempotencyInput, Parser, create_task
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.service.bodies import read_json
 from lmsp_desktop.core.service.context import ServiceContext
@@ -34,7 +33,7 @@ DISCONNECT_POLL_S = 0.25
 
 
 async def create_from_request(
-    request: web.Request, ctx: ServiceContext, caller: Principal, parse: Parser = parse_create
+    request: web.Request, ctx: ServiceContext, caller: Principal, intake: Intake
 ) -> Created:
     """Create the task an HTTP create route is asked for, through the one creation path: the
     body is read only once the service takes work, and an Idempotency-Key header (when sent)
@@ -45,7 +44,7 @@ async def create_from_request(
         ctx,
         lambda: read_json(request),
         client_id=caller.client_id,
-        parse=parse,
+        intake=intake,
         idempotency=idempotency,
     )
 

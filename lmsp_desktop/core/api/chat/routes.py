@@ -14,21 +14,22 @@ from typing import Any
 
 from aiohttp import web
 
-from lmsp_desktop.core.auth import Principal
-from lmsp_desktop.core.chat_render import ChunkRenderer, completion_object
-from lmsp_desktop.core.chat_request import CHAT_API, parse_chat
-from lmsp_desktop.core.errors import ShuttingDownError, not_found
-from lmsp_desktop.core.responses import build_response
-from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
-from lmsp_desktop.core.service.answering import (
+from lmsp_desktop.core.api.answering import (
     cancel_on_disconnect,
     cancel_quietly,
     create_from_request,
     holding_key,
     settle_key,
 )
+from lmsp_desktop.core.api.chat import INTAKE
+from lmsp_desktop.core.api.chat.render import ChunkRenderer, completion_object
+from lmsp_desktop.core.api.chat.request import CHAT_API
+from lmsp_desktop.core.api.failures import NO_RETRY, task_failure
+from lmsp_desktop.core.api.resource import build_response
+from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.errors import ShuttingDownError, not_found
+from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.context import ServiceContext, requires
-from lmsp_desktop.core.service.failures import NO_RETRY, task_failure
 from lmsp_desktop.core.states import TERMINAL, TaskState
 
 routes = web.RouteTableDef()
@@ -39,7 +40,7 @@ routes = web.RouteTableDef()
 async def create_chat_completion(
     request: web.Request, ctx: ServiceContext, caller: Principal
 ) -> web.StreamResponse:
-    created = await create_from_request(request, ctx, caller, parse_chat)
+    created = await create_from_request(request, ctx, caller, INTAKE)
     if created.replayed:
         result = created.result
         return web.json_response(

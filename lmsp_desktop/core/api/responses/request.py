@@ -1,32 +1,21 @@
-"""The Responses normaliser: `POST /v1/responses` bodies into the shared request dict.
+"""The Responses parser: `POST /v1/responses` bodies into the task request.
 
 Every error names its field. Input items are kept as the client sent them (`input_items`);
 `item_reference` items and `previous_response_id` need the store and are resolved after
-parsing by core.conversation, which then fills `messages` (what the model sees).
+parsing by conversation.resolve, which then fills `messages` (what the model sees).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lmsp_desktop.core import request_fields as fields
+from lmsp_desktop.core.api import fields
+from lmsp_desktop.core.api.fields import content_text, unsupported
+from lmsp_desktop.core.api.task_request import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, task_request
 from lmsp_desktop.core.errors import invalid
-from lmsp_desktop.core.request_fields import (
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_P,
-    content_text,
-    unsupported,
-)
-from lmsp_desktop.core.tool_fields import parse_tool_fields
+from lmsp_desktop.core.tools.fields import parse_tool_fields
 
-__all__ = [
-    "DEFAULT_TEMPERATURE",
-    "DEFAULT_TOP_P",
-    "chat_messages",
-    "items_to_messages",
-    "parse_create",
-    "parse_input_items",
-]
+RESPONSES_API = "responses"
 
 ROLES = ("user", "assistant", "system", "developer")
 ITEM_TYPES = ("message", "item_reference", "function_call", "function_call_output")
@@ -137,7 +126,7 @@ def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise invalid("`instructions` must be a string.", "instructions")
-    tool_settings = parse_tool_fields(body, "responses")
+    tool_settings = parse_tool_fields(body, RESPONSES_API)
     top_logprobs = body.get("top_logprobs")
     if top_logprobs not in (None, 0):
         raise unsupported(
@@ -160,38 +149,29 @@ def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
         truncation = "disabled"
     if truncation not in ("auto", "disabled"):
         raise invalid("`truncation` must be auto or disabled.", "truncation")
-    # The new input alone; core.conversation.resolve puts the earlier turns and referenced
+    # The new input alone; conversation.resolve puts the earlier turns and referenced
     # items in before the task is created.
     own = [item for item in items if item["type"] != "item_reference"]
-    return {
-        "api": "responses",
-        "model": model,
-        "messages": items_to_messages(own),
-        "input_items": items,
-        "previous_response_id": previous,
-        "instructions": instructions,
-        "temperature": fields.number(body, "temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
-        "top_p": fields.number(body, "top_p", DEFAULT_TOP_P, 0.0, 1.0),
-        "presence_penalty": fields.number(body, "presence_penalty", 0.0, -2.0, 2.0),
-        "frequency_penalty": fields.number(body, "frequency_penalty", 0.0, -2.0, 2.0),
-        "max_output_tokens": fields.optional_int(body, "max_output_tokens", 1, 1_000_000),
-        "seed": fields.optional_int(body, "seed", -(2**63), 2**63 - 1),
-        "stream": fields.flag(body, "stream", False),
-        "background": fields.flag(body, "background", False),
-        "store": fields.flag(body, "store", True),
-        "metadata": fields.metadata(body),
-        "truncation": truncation,
-        "on_restart": fields.on_restart(body, default_on_restart),
-        "user": fields.optional_str(body, "user"),
-        "stop": [],
+    return task_request(
+        api=RESPONSES_API,
+        model=model,
+        messages=items_to_messages(own),
+        input_items=items,
+        previous_response_id=previous,
+        instructions=instructions,
+        temperature=fields.number(body, "temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
+        top_p=fields.number(body, "top_p", DEFAULT_TOP_P, 0.0, 1.0),
+        presence_penalty=fields.number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=fields.number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        max_output_tokens=fields.optional_int(body, "max_output_tokens", 1, 1_000_000),
+        seed=fields.optional_int(body, "seed", -(2**63), 2**63 - 1),
+        stream=fields.flag(body, "stream", False),
+        background=fields.flag(body, "background", False),
+        store=fields.flag(body, "store", True),
+        metadata=fields.metadata(body),
+        truncation=truncation,
+        on_restart=fields.on_restart(body, default_on_restart),
+        user=fields.optional_str(body, "user"),
         **fields.echoed(body),
         **tool_settings,
-    }
-
-
-def chat_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
-    """The messages the model sees: `instructions` first as a system message."""
-    messages = list(request["messages"])
-    if request.get("instructions"):
-        messages.insert(0, {"role": "system", "content": request["instructions"]})
-    return messages
+    )

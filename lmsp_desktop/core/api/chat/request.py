@@ -1,19 +1,14 @@
-"""The Chat Completions normaliser: `POST /v1/chat/completions` bodies into the shared
-request dict (the same keys the Responses normaliser fills; `api` says which was spoken)."""
+"""The Chat Completions parser: `POST /v1/chat/completions` bodies into the task request."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lmsp_desktop.core import request_fields as fields
+from lmsp_desktop.core.api import fields
+from lmsp_desktop.core.api.fields import content_text, unsupported
+from lmsp_desktop.core.api.task_request import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, task_request
 from lmsp_desktop.core.errors import invalid
-from lmsp_desktop.core.request_fields import (
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_P,
-    content_text,
-    unsupported,
-)
-from lmsp_desktop.core.tool_fields import parse_tool_fields
+from lmsp_desktop.core.tools.fields import parse_tool_fields
 
 CHAT_API = "chat.completions"
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -62,33 +57,28 @@ def parse_chat(body: Any, default_on_restart: str) -> dict[str, Any]:
     if effort is not None and not isinstance(effort, str):
         raise invalid("`reasoning_effort` must be a string.", "reasoning_effort")
     echoed = fields.echoed({k: v for k, v in body.items() if k not in ("reasoning", "include")})
-    return {
-        "api": CHAT_API,
-        "model": model,
-        "messages": messages,
-        "input_items": None,
-        "previous_response_id": None,
-        "instructions": None,
-        "temperature": fields.number(body, "temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
-        "top_p": fields.number(body, "top_p", DEFAULT_TOP_P, 0.0, 1.0),
-        "presence_penalty": fields.number(body, "presence_penalty", 0.0, -2.0, 2.0),
-        "frequency_penalty": fields.number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+    echoed["reasoning"] = {"effort": effort} if effort else None
+    return task_request(
+        {"stream_options": {"include_usage": include_usage}},
+        api=CHAT_API,
+        model=model,
+        messages=messages,
+        temperature=fields.number(body, "temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
+        top_p=fields.number(body, "top_p", DEFAULT_TOP_P, 0.0, 1.0),
+        presence_penalty=fields.number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=fields.number(body, "frequency_penalty", 0.0, -2.0, 2.0),
         # max_completion_tokens is the newer name of max_tokens; it wins when both are sent.
-        "max_output_tokens": max_completion if max_completion is not None else max_tokens,
-        "seed": fields.optional_int(body, "seed", -(2**63), 2**63 - 1),
-        "stream": stream,
-        "stream_options": {"include_usage": include_usage},
-        "background": False,
-        "store": fields.flag(body, "store", True),
-        "metadata": fields.metadata(body),
-        "truncation": "disabled",
-        "on_restart": fields.on_restart(body, default_on_restart),
-        "user": fields.optional_str(body, "user"),
-        "stop": parse_stop(body.get("stop")),
+        max_output_tokens=max_completion if max_completion is not None else max_tokens,
+        seed=fields.optional_int(body, "seed", -(2**63), 2**63 - 1),
+        stream=stream,
+        store=fields.flag(body, "store", True),
+        metadata=fields.metadata(body),
+        on_restart=fields.on_restart(body, default_on_restart),
+        user=fields.optional_str(body, "user"),
+        stop=parse_stop(body.get("stop")),
         **echoed,
-        "reasoning": {"effort": effort} if effort else None,
         **parse_tool_fields(body, CHAT_API),
-    }
+    )
 
 
 def parse_stop(value: Any) -> list[str]:

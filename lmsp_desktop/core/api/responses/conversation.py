@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lmsp_desktop.core.api.resource import build_response
+from lmsp_desktop.core.api.responses.request import items_to_messages
 from lmsp_desktop.core.errors import LmspError, not_found
 from lmsp_desktop.core.ids import new_id
-from lmsp_desktop.core.requests import items_to_messages
-from lmsp_desktop.core.responses import build_response
 from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.tasks import TaskStore
 
@@ -43,7 +43,7 @@ async def stored_response(
 async def resolve(tasks: TaskStore, request: dict[str, Any], client_id: str | None) -> None:
     """Fill `messages` (what the model sees) from the previous response, the resolved input
     items and the new input; give input items without an id their own id."""
-    if request.get("api", "responses") != "responses" or request.get("input_items") is None:
+    if request.get("input_items") is None:
         return
     items = [
         await _referenced(tasks, item["id"], client_id, f"input[{i}]")

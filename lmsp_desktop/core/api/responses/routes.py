@@ -7,12 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lmsp_desktop.core.auth import Principal
-from lmsp_desktop.core.conversation import stored_response
-from lmsp_desktop.core.errors import invalid, not_found
-from lmsp_desktop.core.responses import build_response
-from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
-from lmsp_desktop.core.service.answering import (
+from lmsp_desktop.core.api.answering import (
     cancel_on_disconnect,
     cancel_quietly,
     create_from_request,
@@ -22,9 +17,15 @@ from lmsp_desktop.core.service.answering import (
     stream_events,
     wait_for_final,
 )
+from lmsp_desktop.core.api.failures import NO_RETRY, task_failure
+from lmsp_desktop.core.api.resource import build_response
+from lmsp_desktop.core.api.responses import INTAKE
+from lmsp_desktop.core.api.responses.conversation import stored_response
+from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.errors import invalid, not_found
+from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.bodies import query_flag, query_int
 from lmsp_desktop.core.service.context import ServiceContext, requires
-from lmsp_desktop.core.service.failures import NO_RETRY, task_failure
 from lmsp_desktop.core.states import LMSP_ONLY_EVENTS, EventType
 
 routes = web.RouteTableDef()
@@ -54,7 +55,7 @@ def responses_view(event: dict[str, Any]) -> dict[str, Any] | None:
 async def create_response(
     request: web.Request, ctx: ServiceContext, caller: Principal
 ) -> web.StreamResponse:
-    created = await create_from_request(request, ctx, caller)
+    created = await create_from_request(request, ctx, caller, INTAKE)
     result, task_id = created.result, created.task_id
     if created.replayed:
         return web.json_response(

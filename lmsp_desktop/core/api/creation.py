@@ -1,9 +1,10 @@
-"""The one way a task is created, whoever asks: `POST /v1/responses`, Chat Completions and
-the desktop app's "Try a prompt…" all call `create_task`.
+"""The one way a task is created, whoever asks: every API's create route and the desktop
+app's "Try a prompt…" call `create_task` with the API's `Intake`.
 
 The order is the rule: refuse new work while paused or shutting down → parse the body into
-the normalised request → look the model up (404 before anything is stored) → claim the
-idempotency key and create the task with its first event, in one transaction.
+the task request → what the API must look up in the store (earlier turns) → look the model
+up (404 before anything is stored) → fit the context → claim the idempotency key and create
+the task with its first event, in one transaction.
 """
 
 from __future__ import annotations
@@ -12,27 +13,43 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lmsp_desktop.core.chat_render import new_chat_id
 from lmsp_desktop.core.context_window import admit
-from lmsp_desktop.core.conversation import resolve
 from lmsp_desktop.core.errors import PausedError, ShuttingDownError
-from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.models.info import INVALID
 from lmsp_desktop.core.models.messages import not_runnable
-from lmsp_desktop.core.requests import parse_create
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, request_digest, validate_key
-from lmsp_desktop.core.storage.tasks import CreateResult, NewTask
+from lmsp_desktop.core.storage.tasks import CreateResult, NewTask, TaskStore
 
 if TYPE_CHECKING:
     from lmsp_desktop.core.service.context import ServiceContext
 
-# Body → normalised request dict (the task's stored `request`); raises LmspError 400s.
-# Takes the default restart policy from the settings.
+# Body → the task request (core/api/task_request.py), stored with the task; raises LmspError
+# 400s. Takes the default restart policy from the settings.
 Parser = Callable[[Any, str], dict[str, Any]]
+# Fills in what the request refers to in the store (the task store, the request, the caller).
+Prepare = Callable[[TaskStore, dict[str, Any], str | None], Awaitable[None]]
 # Reads the body only once the service is known to take work (an HTTP route passes one).
 BodyReader = Callable[[], Awaitable[Any]]
 # Idempotency keys of the owner (the app, the local CLI) live in their own keyspace.
 OWNER_KEYSPACE = "owner"
+
+
+async def nothing_to_prepare(tasks: TaskStore, request: dict[str, Any], caller: str | None) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Intake:
+    """How one API's requests become tasks (each API's folder defines its own)."""
+
+    parse: Parser
+    # The id of a new task, as the API's clients expect ids to look (`resp_…`, `chatcmpl-…`).
+    new_id: Callable[[], str]
+    # Earlier turns the request refers to (Responses' previous_response_id), resolved before
+    # the context is fitted.
+    prepare: Prepare = nothing_to_prepare
+    # The request field a too-long input is reported against.
+    input_param: str = "input"
 
 
 @dataclass(frozen=True)
@@ -67,12 +84,6 @@ def mode_of(request: dict[str, Any]) -> str:
     return "stream" if request.get("stream") else "sync"
 
 
-def new_task_id(request: dict[str, Any]) -> str:
-    """A response and its task share one id (`resp_…`); a chat completion's is `chatcmpl-…`,
-    as OpenAI's are."""
-    return new_chat_id() if request.get("api") == "chat.completions" else new_id("resp")
-
-
 def refuse_new_work(ctx: ServiceContext) -> None:
     """503 while shutting down or paused by the owner (drain: accepted tasks still finish)."""
     if ctx.shutting_down:
@@ -86,25 +97,25 @@ async def create_task(
     body: Any | BodyReader,
     *,
     client_id: str | None,
-    parse: Parser = parse_create,
+    intake: Intake,
     idempotency: IdempotencyInput | None = None,
 ) -> Created:
     """Create a task from a request body as the caller `client_id` (None: the owner).
 
     `body` is the decoded JSON body, or an async function that reads it (so a paused service
-    answers 503 without reading the body). `parse` maps the body to the normalised request
-    dict (Chat Completions passes its own parser). When `idempotency` is given, the key is
+    answers 503 without reading the body). `intake` is the API's: it parses the body into
+    the task request and names the new task. When `idempotency` is given, the key is
     claimed in the task's transaction; the caller then stores the final answer under it (or
-    releases it) with `core.service.answering.settle_key`.
+    releases it) with `core.api.answering.settle_key`.
     """
     refuse_new_work(ctx)
     if callable(body):
         body = await body()
-    request = parse(body, ctx.settings.default_on_restart)
+    request = intake.parse(body, ctx.settings.default_on_restart)
     # The earlier turns (previous_response_id, item_reference) from the caller's own stored
     # responses; then the model (404 before anything is stored) and the context it runs
     # with (400 context_length_exceeded, or the oldest turns dropped with truncation auto).
-    await resolve(ctx.store.tasks, request, client_id)
+    await intake.prepare(ctx.store.tasks, request, client_id)
     info = await ctx.registry.get(request["model"])
     if info.state == INVALID:  # never runnable: 400 model_invalid before anything is stored
         raise not_runnable(info)
@@ -113,7 +124,9 @@ async def create_task(
     if ctx.fitter is not None:
         loaded = ctx.runner.loaded_state(info.id) if ctx.runner is not None else "unloaded"
         limit = await ctx.fitter.admit(info, loaded)
-    await admit(ctx.tokens, info, request, ctx.settings.max_context, limit)
+    await admit(
+        ctx.tokens, info, request, ctx.settings.max_context, limit, param=intake.input_param
+    )
     mode = mode_of(request)
     claim = None
     if idempotency is not None:
@@ -130,7 +143,7 @@ async def create_task(
             on_restart=request["on_restart"],
             mode=mode,
             client_id=client_id,
-            id=new_task_id(request),
+            id=intake.new_id(),
         ),
         claim,
     )

@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from lmsp_desktop.core.responses import RowLike, build_response, cached_tokens_of, task_object
+from lmsp_desktop.core.api.resource import RowLike, build_response, cached_tokens_of, task_object
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.tools.chat_deltas import ToolCallDeltas
 

@@ -1,4 +1,4 @@
-"""Field parsers both API normalisers share: each error names the field as the client sent it."""
+"""Field parsers every API's parser shares: each error names the field as the client sent it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,6 @@ from typing import Any
 from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.states import RestartPolicy
 
-# Sampling defaults when a request leaves them out (llama.cpp's own defaults); the response
-# reports the values actually used.
-DEFAULT_TEMPERATURE = 0.8
-DEFAULT_TOP_P = 0.95
 TEXT_PARTS = ("input_text", "output_text", "text")
 
 

@@ -1,0 +1,80 @@
+"""The one internal task request: what every API's parser makes of its body.
+
+It is a plain JSON-able dict, stored with the task (`tasks.request`) and read back by the
+runner (what to generate), the token counter (does it fit), recovery and every renderer
+(what to echo). Every parser builds it with `task_request()`, so each key below is present
+whatever API the request came through, with the default an API without the field means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Sampling defaults when a request leaves them out (llama.cpp's own defaults); the answer
+# reports the values actually used.
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_P = 0.95
+
+DEFAULTS: dict[str, Any] = {
+    # Which API the request came through ("responses", "chat.completions", ...): the task
+    # object and the app's Request tab show it; routes refuse another API's ids.
+    "api": "responses",
+    "model": "",
+    # What the model sees: chat messages in the shared shape (role, content text; assistant
+    # `tool_calls` as {call_id, name, arguments}; tool results as {role: tool, call_id}).
+    "messages": [],
+    # Responses only: the input items as sent (ids filled), and the chain they continue.
+    "input_items": None,
+    "previous_response_id": None,
+    # A system text put before the messages (Responses `instructions`).
+    "instructions": None,
+    "temperature": DEFAULT_TEMPERATURE,
+    "top_p": DEFAULT_TOP_P,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "max_output_tokens": None,
+    "seed": None,
+    # Generation ends before the first of these texts; none of it reaches the client.
+    "stop": [],
+    "stream": False,
+    "background": False,
+    # False: the answer cannot be retrieved or continued (the task still shows in the app).
+    "store": True,
+    "metadata": {},
+    "truncation": "disabled",
+    "on_restart": "fail",
+    "user": None,
+    # Echoed as sent: the service has no say in them.
+    "prompt_cache_key": None,
+    "safety_identifier": None,
+    "reasoning": None,
+    "include": None,
+    "service_tier": "default",
+    # Tools and output format (core/tools/fields.py fills them; the runner's plan reads them).
+    "tools": [],
+    "tool_choice": "auto",
+    "allowed_tools": None,
+    "parallel_tool_calls": False,
+    "max_tool_calls": None,
+    "dropped_tools": [],
+    "text_format": {"type": "text"},
+}
+
+
+def task_request(own: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """A task request: the defaults above, then `fields`, then `own`: the keys one API keeps
+    for rendering its own answers (nothing else reads them). A field not listed above is a
+    bug in the caller: a misspelt key would silently leave its default in force."""
+    unknown = [k for k in fields if k not in DEFAULTS]
+    shadowing = [k for k in own or {} if k in DEFAULTS]
+    if unknown or shadowing:
+        raise KeyError(f"not task request fields: {unknown}; own keys shadowing them: {shadowing}")
+    return {**DEFAULTS, **fields, **(own or {})}
+
+
+def chat_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages the model sees: `instructions` first as a system message."""
+    messages = list(request["messages"])
+    if request.get("instructions"):
+        messages.insert(0, {"role": "system", "content": request["instructions"]})
+    return messages
