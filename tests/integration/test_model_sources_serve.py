@@ -4,14 +4,17 @@ Studio file and an LM Studio model split in three parts; each answers through ll
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
 from tests.support import model_stores as stores
+from tests.support.fake_hub import FakeHub
 from tests.support.gguf_split import split_gguf
-from tests.support.polling import until_sync
+from tests.support.hub_repos import DEMO_FILE, DEMO_REPO, hub_repos
+from tests.support.polling import until, until_sync
 
 MODELS = {
     "smollm2:135m": "ollama",
@@ -50,7 +53,7 @@ def test_a_model_from_each_store_answers_through_serve(home: Path, tmp_path: Pat
             status, body = call(f"{url}/v1/models", token)
             assert status == 200, body
             models = {m["id"]: m for m in body["data"]}
-            ready = all(models.get(m, {}).get("state") == "unloaded" for m in MODELS)
+            ready = all(models.get(m, {}).get("verified_at") for m in MODELS)
             return models if ready else None
 
         models = until_sync(listed, 120, "the stores' models to be verified", 0.2)
@@ -73,3 +76,49 @@ def test_a_model_from_each_store_answers_through_serve(home: Path, tmp_path: Pat
         assert not [m for m in models if "0000" in m]
     finally:
         assert serve.terminate() == 0, serve.stderr()[-2000:]
+
+
+async def test_a_model_downloaded_into_the_hf_cache_is_listed_and_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Hugging Face cache source picks up what `POST /v1/models/pull` downloads (from a
+    local hub speaking the download protocol): listed by its hub name, its digest matching
+    the hub's, and it runs."""
+    server = FakeHub(hub_repos())
+    await server.start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    data = tmp_path / "data"
+    token = await asyncio.to_thread(create_token, data)
+    serve = ServeProcess(data)
+    url = await asyncio.to_thread(serve.start)
+    model_id = f"{DEMO_REPO.lower()}:q4_1"
+    try:
+        status, task = await asyncio.to_thread(
+            call, f"{url}/v1/models/pull", token, "POST", {"repo": DEMO_REPO}
+        )
+        assert status == 202, task
+
+        async def listed() -> dict[str, object] | None:
+            _, body = await asyncio.to_thread(call, f"{url}/v1/models", token)
+            found = [m for m in body["data"] if m["id"] == model_id]
+            return found[0] if found and found[0]["verified_at"] else None
+
+        item = await until(listed, 120, f"{model_id} to be listed and verified")
+        sha = server.repos[DEMO_REPO].sha256(DEMO_FILE)
+        assert item["source"] == "huggingface", item
+        assert item["published_digest"] == item["digest"] == f"sha256:{sha}", item
+        assert item["digest_matches"] is True
+        status, body = await asyncio.to_thread(
+            call,
+            f"{url}/v1/chat/completions",
+            token,
+            "POST",
+            {"model": model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+        )
+        assert status == 200, body
+    finally:
+        await asyncio.to_thread(serve.terminate)
+        await server.stop()
