@@ -107,8 +107,8 @@ def _read_manifest(
             SourceProblem(
                 SOURCE,
                 str(manifest),
-                f"Ollama's manifest of {shown} names the blob {blob.name}, which is not in "
-                f"{blob.parent} (an interrupted pull, or a pruned store); it is not listed. "
+                f"Ollama's manifest of {shown} names the blob {blob.name[:19]}…, which is not "
+                f"in {blob.parent} (an interrupted pull, or a pruned store); it is not listed. "
                 f"Run `ollama pull {shown}` again.",
             )
         )

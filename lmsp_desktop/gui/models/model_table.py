@@ -140,7 +140,8 @@ class ModelTableModel(RowTableModel):
             return dot_icon("#3d85e0", hollow=loaded == "loading") if loaded != "unloaded" else None
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_SIZE, COL_PARAMS, COL_CONTEXT):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.FontRole and col == COL_DIGEST:
+        if role == Qt.ItemDataRole.FontRole and col == COL_DIGEST and info.digest_matches is None:
+            # A digest reads best in a fixed font; the publisher's verdict is a sentence.
             return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         if role == Role.MODEL_ID:
             return info.id
