@@ -217,3 +217,17 @@ async def test_a_name_updated_to_a_new_file_keeps_its_id(
     new_digest = "sha256:" + stores.sha256_hex(newer)
     for info in models.values():
         assert (info.state, info.digest, info.digest_matches) == ("verified", new_digest, True)
+
+
+async def test_the_stores_variables_and_older_folders_are_honoured(
+    store: Store, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    stores.add_ollama_model(elsewhere, "smollm2", "135m")  # under elsewhere/.ollama/models
+    monkeypatch.setenv("OLLAMA_MODELS", str(elsewhere / ".ollama" / "models"))
+    stores.add_hf_file(elsewhere, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    monkeypatch.setenv("HF_HOME", str(elsewhere / ".cache" / "huggingface"))
+    stores.place(stores.demo(), home / ".cache/lm-studio/models/old/Older-GGUF/older-Q4_1.gguf")
+    reg = registry(store)
+    await reg.scan()
+    assert {m.id for m in await reg.list_models()} == {OLLAMA_ID, HF_ID, "old/older-gguf:q4_1"}
