@@ -33,9 +33,9 @@ KV_BYTES: dict[str, float] = {"f16": 2.0, "q8_0": 34 / 32}
 # Sliding-window layers of architectures whose header does not mark them (as llama.cpp's
 # llama-model.cpp sets them): every n-th layer is a full-attention one.
 SWA_PATTERNS: dict[str, int] = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2}
-# Calibrated on this machine (docs/memory.md): llama.cpp's CPU compute buffer and per-context
-# state, measured as the RSS a load adds beyond weights and KV cache.
-COMPUTE_BASE = 24 << 20
+# Calibrated on this machine (docs/memory.md): the fixed part of what each llama.cpp context
+# adds beyond weights and KV cache (graph, scheduler, thread state), measured as RSS.
+COMPUTE_BASE = 5 << 20
 # Free GPU memory left unused when offloading ("auto"), for the driver and other programs.
 GPU_RESERVE = 512 << 20
 
@@ -167,12 +167,14 @@ def estimate(
 
 def _compute(shape: ModelShape, ctx: ContextShape) -> int:
     """llama.cpp's compute buffer and outputs for one context: the activations of one batch
-    (logits for every row, the attention scores over the whole context) and a fixed part."""
+    (logits for every row), the attention mask over the context (flash attention, which
+    llama.cpp turns on for the CPU, never materialises the scores), the outputs, and a fixed
+    part; calibrated against real loads (docs/memory.md)."""
     rows = ctx.n_batch
     activations = rows * (shape.vocab + 2 * shape.feed_forward + 4 * shape.embd) * 4
-    scores = shape.heads * rows * _pad(ctx.n_ctx_seq) * 4
+    mask = rows * _pad(ctx.n_ctx_seq) * 4
     outputs = shape.vocab * 4 * ctx.n_seq
-    return COMPUTE_BASE + activations + scores + outputs
+    return COMPUTE_BASE + activations + mask + outputs
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lmsp_desktop.core.api.responses.request import parse_create
-from lmsp_desktop.core.engines.base import EngineError
+from lmsp_desktop.core.engines.base import EngineError, LoadSettings
 from lmsp_desktop.core.engines.fake import DEFAULT_TOKENS, FakeEngine
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.runner import Runner
@@ -303,3 +303,37 @@ async def test_lanes_starting_together_after_a_restart_each_take_a_resumed_task(
         engine.gate.release(1000)
         for task_id in ids:
             await until(lambda t=task_id: finished(store, t))
+
+
+async def test_a_load_that_cannot_fit_fails_its_task_before_the_engine_loads(
+    store: Store,
+) -> None:
+    """Memory that shrank between the request and the load: the task fails with
+    insufficient_memory and the engine never allocates (its load is never called)."""
+    engine = FakeEngine()
+
+    async def settings_of(model_id: str) -> LoadSettings:
+        raise EngineError("insufficient_memory", "This load needs about 12 GiB ...")
+
+    async with started(Runner(store.tasks, Paths(), engine, settings_of=settings_of)):
+        task_id = await submit(store)
+        await until(lambda: finished(store, task_id))
+    row = await store.tasks.get(task_id)
+    assert row["state"] == "failed"
+    assert '"insufficient_memory"' in row["error"]
+    assert engine.load_count == 0
+
+
+async def test_the_load_gets_the_settings_and_the_models_own_concurrency(store: Store) -> None:
+    engine = FakeEngine(token_delay=0.01)
+    wanted = LoadSettings(context_length=2048, parallel=3, kv_type="q8_0", gpu_layers=5)
+
+    async def settings_of(model_id: str) -> LoadSettings:
+        return wanted
+
+    async with started(Runner(store.tasks, Paths(), engine, settings_of=settings_of)) as runner:
+        ids = [await submit(store) for _ in range(3)]
+        for task_id in ids:
+            await until(lambda task_id=task_id: finished(store, task_id))
+        assert runner.lanes_of("m") == 3
+    assert engine.loaded_settings == [wanted]

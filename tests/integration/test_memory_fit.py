@@ -1,0 +1,137 @@
+"""Loads sized to the machine through a real `serve` with the real llama.cpp engine: a model
+declaring a 128k context loads with default settings and answers; a load that cannot fit is
+refused with 507 before anything is allocated; `models set` applies at the next load."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lmsp_desktop.core.models import machine
+from lmsp_desktop.core.models.demo import demo_model_path
+from tests.integration.serve_process import ServeProcess, call, create_token, lmsp
+
+LONG = "long-context"
+DEMO = "smollm2-135m-instruct"
+GIB = 1 << 30
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the demo model declaring a 131,072-token trained context."""
+    folder = tmp_path_factory.mktemp("long-models")
+    demo = demo_model_path()
+    assert demo is not None
+    copy = folder / f"{LONG}.gguf"
+    shutil.copyfile(demo, copy)
+    tool = Path(sys.executable).parent / "gguf-set-metadata"
+    subprocess.run(
+        [str(tool), str(copy), "llama.context_length", "131072", "--force"],
+        check=True,
+        capture_output=True,
+    )
+    return folder
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[list[ServeProcess]]:
+    started: list[ServeProcess] = []
+    yield started
+    for process in started:
+        if process.proc is not None and process.proc.poll() is None:
+            process.terminate()
+
+
+def start(serve: list[ServeProcess], data: Path, *extra: str) -> tuple[ServeProcess, str]:
+    data.mkdir(exist_ok=True)
+    token = create_token(data)
+    process = ServeProcess(data, *extra)
+    serve.append(process)
+    process.start()
+    return process, token
+
+
+def ask(url: str, token: str, model: str, text: str = "Say hello.") -> tuple[int, dict]:
+    body = {"model": model, "input": text, "max_output_tokens": 8, "temperature": 0}
+    return call(f"{url}/v1/responses", token, "POST", body)
+
+
+def test_a_128k_model_loads_with_defaults_and_answers(
+    tmp_path: Path, long_model: Path, serve: list[ServeProcess]
+) -> None:
+    process, token = start(serve, tmp_path / "data", "--models-dir", str(long_model))
+    status, listed = call(f"{process.url}/v1/models/{LONG}", token)
+    assert status == 200, listed
+    # Before loading: the context it will run with, the trained one and what it will take.
+    assert listed["trained_context_length"] == 131_072
+    assert listed["context_length"] == 8192
+    estimate = listed["memory_estimate"]
+    assert 0.5 * GIB < estimate < 1.5 * GIB  # 4 sequences x 8192 tokens, not 4 x 128k
+
+    status, answer = ask(process.url, token, LONG)
+    assert status == 200, answer
+    assert answer["status"] in ("completed", "incomplete") and answer["output_text"]
+    status, loaded = call(f"{process.url}/v1/models/{LONG}", token)
+    assert loaded["state"] == "loaded" and loaded["context_length"] == 8192
+    assert loaded["memory_estimate"] == estimate
+    # The service really stayed small: far from the 12 GB of 4 x 128k tokens of KV cache.
+    assert process.proc is not None
+    assert rss(process.proc.pid) < estimate + 0.5 * GIB
+
+
+def test_a_load_that_cannot_fit_is_refused_with_507_and_allocates_nothing(
+    tmp_path: Path, long_model: Path, serve: list[ServeProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This machine's memory, as the service reads it, made small (docs/memory.md).
+    monkeypatch.setenv(machine.AVAILABLE_ENV, "200M")
+    process, token = start(serve, tmp_path / "data", "--models-dir", str(long_model))
+    assert process.proc is not None
+    before = rss(process.proc.pid)
+    status, refused = ask(process.url, token, LONG)
+    assert status == 507, refused
+    error = refused["error"]
+    assert error["code"] == "insufficient_memory"
+    assert "200 MiB available (LMSP_MEMORY_AVAILABLE=200M)" in error["message"]
+    assert "Lower the context length or concurrent requests" in error["message"]
+    # Nothing was stored, nothing was loaded, the memory did not move.
+    status, tasks = call(f"{process.url}/v1/tasks", token)
+    assert status == 200 and tasks["data"] == []
+    status, listed = call(f"{process.url}/v1/models/{LONG}", token)
+    assert listed["state"] == "unloaded"
+    assert rss(process.proc.pid) < before + 64 * (1 << 20)
+
+
+def test_models_set_round_trip_applies_at_the_next_load(
+    tmp_path: Path, serve: list[ServeProcess]
+) -> None:
+    data = tmp_path / "data"
+    process, token = start(serve, data)
+    done = lmsp("models", "set", DEMO, "--context", "2048", "--parallel", "2", data_dir=data)
+    assert done.returncode == 0, done.stderr
+    assert "Applies at its next load" in done.stdout
+    listed = lmsp("models", "list", "--json", data_dir=data)
+    row = next(r for r in json.loads(listed.stdout) if r["id"] == DEMO)
+    assert row["settings"]["context"] == 2048 and row["settings"]["parallel"] == 2
+    assert row["context_length"] == 2048
+
+    status, answer = ask(process.url, token, DEMO)
+    assert status == 200, answer
+    status, model = call(f"{process.url}/v1/models/{DEMO}", token)
+    assert model["state"] == "loaded" and model["context_length"] == 2048
+    # The context check before a task exists uses the context the model runs with now.
+    status, refused = ask(process.url, token, DEMO, "lighthouse " * 2100)
+    assert status == 400 and refused["error"]["code"] == "context_length_exceeded"
+    assert "holds 2048" in refused["error"]["message"]
