@@ -337,9 +337,15 @@ class MainWindow(QMainWindow):
 
     async def open_last_report(self) -> None:
         report = await self.core.last_recovery_report()
-        if report is None:
-            self.status.showMessage(
-                "No recovery was needed since this data folder was created.", 5000
+        if report is None:  # a menu choice answers where the eyes are, not in the status bar
+            self._open(
+                QMessageBox(
+                    QMessageBox.Icon.Information,
+                    "Last recovery report",
+                    "There is no recovery report: no task needed recovering since this data "
+                    f"folder was created.\n\nData folder: {self.core.data_dir}",
+                    parent=self,
+                )
             )
             return
         self.show_recovery(report)

@@ -61,6 +61,9 @@ class StatusBar(QStatusBar):
         self.addWidget(self.paused_chip)
         self.addWidget(self.counts_label, 1)
         self.message = ElidingLabel()
+        # As wide as its text while there is room (the counts give way first); with the
+        # counts' Ignored policy it got no width at all and no message was ever seen.
+        self.message.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.message.setStyleSheet("color: palette(highlight)")
         self._message_timer = QTimer(self, singleShot=True)
         self._message_timer.timeout.connect(self.clearMessage)

@@ -30,8 +30,9 @@ def summary(event_type: str, event: dict[str, Any]) -> str:
         resp = event["response"]
         task = resp.get("task") or {}
         text = f"status={resp.get('status')} state={task.get('state')}"
-        if resp.get("error"):
-            text += f" error={resp['error'].get('code')}"
+        error = resp.get("error")
+        if error:  # the reason in words, not only its code (it was only in a tooltip)
+            text += f" error={error.get('code')}: {error.get('message')}"
         return text
     if "text" in event:
         text = event["text"]

@@ -266,6 +266,7 @@ class TaskTableModel(RowTableModel):
         if generation != self._generation:
             return
         self._patch(updated)
+        self._drop_unlisted(updated)
         self._insert(added)
 
     def _patch(self, rows: list[TaskRow]) -> None:
@@ -276,6 +277,18 @@ class TaskTableModel(RowTableModel):
                 self._rows[i] = fresh
                 touched.append(i)
         self._emit_rows_changed(touched, 0, len(HEADERS) - 1)
+
+    def _drop_unlisted(self, rows: list[TaskRow]) -> None:
+        """Rows whose new state the state filter does not list leave the table ("Active"
+        kept cancelled tasks)."""
+        wanted = self.filter.states
+        for fresh in rows:
+            i = self._row_of.get(fresh.id)
+            if wanted and fresh.state not in wanted and i is not None:
+                self.beginRemoveRows(QModelIndex(), i, i)
+                del self._rows[i]
+                self._reindex(0)
+                self.endRemoveRows()
 
     def _insert(self, rows: list[TaskRow]) -> None:
         default_order = self.sort_key in ("id", "created") and self.descending

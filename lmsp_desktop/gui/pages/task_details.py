@@ -160,6 +160,9 @@ class TaskDetails(QWidget):
         self._output = ""
         self.header = QLabel("Select a task to see its output and events.")
         self.header.setWordWrap(True)
+        # Two lines always (a failure's reason takes the second): the tabs below stay put
+        # from one selected task to the next.
+        self.header.setMinimumHeight(self.header.fontMetrics().lineSpacing() * 2 + 4)
         self.copy_button = QPushButton("Copy id")
         self.copy_button.clicked.connect(self.copy_id)
         self.cancel_button = QPushButton("Cancel")
@@ -232,8 +235,9 @@ class TaskDetails(QWidget):
         self._set_buttons()
         if task_id is None:
             self.header.setText("Select a task to see its output and events.")
-            self.output.setPlaceholderText(NOTHING_SELECTED)
+            self._set_placeholder(NOTHING_SELECTED)
         else:
+            self._set_placeholder("")  # never another task's reason, even for a moment
             self.header.setText(f"<b>{task_id}</b> …")
         return aio.spawn(self._load(task_id), self)
 
@@ -265,7 +269,7 @@ class TaskDetails(QWidget):
         self._row = row
         self.state = row["state"]
         self._show_header(row)
-        self.output.setPlaceholderText(empty_output_reason(row))
+        self._set_placeholder(empty_output_reason(row))
         self._show_output(output_shown(row), row["state"] in (TaskState.RUNNING,))
         self._set_buttons()
         await self.events.follow(row["last_seq"])
@@ -288,17 +292,25 @@ class TaskDetails(QWidget):
             parts.append(keep_together(f"ran {human_duration(end - row['started_at'])}"))
         if row["restarts"]:
             parts.append(f"restarted {row['restarts']}×")
-        text = " · ".join(parts)
-        if error:  # the code here, the sentence in the tooltip and the Output tab: the
-            # header keeps its height, so the tabs below never jump
+        if error:
             parts[2] += f" ({html.escape(str(error['code']))})"
-            text = " · ".join(parts)
+        text = " · ".join(parts)
+        if error:  # the reason in words on a line of its own, not only in a tooltip
+            text += f"<br>{html.escape(str(error.get('message') or ''))}"
         self.header.setToolTip(f"{error['code']}: {error['message']}" if error else "")
         dropped = json.loads(row["request"]).get("dropped_tools") or []
         if dropped:
             names = ", ".join(html.escape(name) for name in dropped)
             text += f"<br>Tools not offered to the model (this service cannot run them): {names}"
         self.header.setText(text)
+
+    def _set_placeholder(self, text: str) -> None:
+        """Why the Output tab is empty. Qt does not repaint a changed placeholder by itself:
+        the old sentence stayed on screen (another task's error, "Waiting in the queue" after
+        a cancel), partly overdrawn by the new one."""
+        if text != self.output.placeholderText():
+            self.output.setPlaceholderText(text)
+            self.output.viewport().update()
 
     def _show_output(self, text: str, generating: bool) -> None:
         shown = text + (CURSOR if generating else "")

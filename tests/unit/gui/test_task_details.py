@@ -111,7 +111,10 @@ async def test_an_empty_output_says_why(details, store):
     assert details.output.placeholderText() == (
         "No output: the task failed (engine_error). The model file could not be read."
     )
-    assert "<br>" not in details.header.text()  # one line: the tabs below do not move
+    # The reason in words on the header's second line, which is always kept: the tabs
+    # below do not move from one task to the next.
+    assert "The model file could not be read." in details.header.text()
+    assert details.header.minimumHeight() >= 2 * details.header.fontMetrics().lineSpacing()
     assert "engine_error" in details.header.toolTip()
 
 

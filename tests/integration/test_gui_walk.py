@@ -1,0 +1,109 @@
+"""The third walk through the window (issue 24): what is on screen matches the task shown, the
+state filters and status messages keep up, and failures explain themselves. A real core
+(store, runner, HTTP service) with a scripted engine, and the real MainWindow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QGuiApplication, QImage
+from PySide6.QtWidgets import QMessageBox, QWidget
+
+from lmsp_desktop.core.engines.base import EngineError
+from lmsp_desktop.core.engines.fake import FakeEngine
+from lmsp_desktop.gui.data import STATE_FILTERS
+from tests.integration.gui_windows import client_token, open_app, post_background, slow_engine
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
+
+
+def on_screen(widget: QWidget) -> QImage:
+    """What the window's backing store holds for `widget`: what a user sees, as painted so
+    far (unlike widget.grab(), which paints afresh)."""
+    corner = widget.mapTo(widget.window(), QPoint(0, 0))
+    screen = QGuiApplication.primaryScreen()
+    shot = screen.grabWindow(
+        widget.window().winId(), corner.x(), corner.y(), widget.width(), widget.height()
+    )
+    return shot.toImage()
+
+
+async def test_the_output_tab_on_screen_is_the_shown_tasks_own(qtbot: Any, tmp_path: Path) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        tasks, details = window.tasks, window.tasks.details
+        token = await client_token(core)
+        # Four run at once (parallel_per_model); the last two wait in the queue.
+        posted = [await post_background(core, token) for _ in range(6)]
+        waiting = posted[-2:]
+        await until(lambda: tasks.model.rowCount() == 6, what="six rows")
+        viewport = details.output.viewport()
+
+        def shows(task_id: str, words: str) -> Any:
+            def check() -> bool:
+                return (
+                    details.task_id == task_id
+                    and words in details.output.placeholderText()
+                    and on_screen(viewport) == viewport.grab().toImage()
+                )
+
+            return until(check, what=f"{task_id}'s own sentence on screen: {words!r}")
+
+        tasks.table.selectRow(tasks.model.row_of(waiting[-1]))
+        await shows(waiting[-1], "Waiting in the queue")
+        await core.cancel(waiting[-1])  # its state changes while it is shown
+        await shows(waiting[-1], "cancelled while it waited in the queue")
+        tasks.table.selectRow(tasks.model.row_of(waiting[0]))  # another task, another reason
+        await shows(waiting[0], "Waiting in the queue")
+
+
+async def test_active_filter_lets_go_of_a_task_once_it_is_cancelled(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        tasks = window.tasks
+        token = await client_token(core)
+        running = await post_background(core, token)
+        waiting = await post_background(core, token)
+        await until(lambda: tasks.model.rowCount() == 2, what="two rows")
+        qtbot.mouseClick(tasks.chips.button(list(STATE_FILTERS).index("Active")), Qt.LeftButton)
+        await until(lambda: tasks.model.filter.states, what="the Active filter applied")
+        await core.cancel(waiting)
+        await until(lambda: tasks.model.row_of(waiting) is None, what="the cancelled row gone")
+        assert tasks.model.row_of(running) is not None
+
+
+async def test_a_failure_says_why_in_the_details_header_and_its_event(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    message = "The fake engine ran out of fake memory."
+    engine = FakeEngine(["a", "b"], fail_at=1, fail_error=EngineError("engine_error", message))
+    async with open_app(qtbot, tmp_path, engine=engine) as (core, window):
+        tasks, details = window.tasks, window.tasks.details
+        task_id = await post_background(core, await client_token(core))
+        await until(lambda: tasks.model.row_of(task_id) is not None, what="its row")
+        tasks.table.selectRow(tasks.model.row_of(task_id))
+        await until(lambda: details.state == "failed", what="the task failed")
+        assert message in details.header.text()
+        await until(lambda: details.events.rowCount() > 0, what="its events")
+        last = details.events.rowCount() - 1
+        assert message in details.events.index(last, 3).data()
+
+
+async def test_status_messages_are_seen_and_a_fresh_folder_says_it_has_no_report(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (_, window):
+        window.resize(900, 600)
+        window.status.copy_url()
+        await until(
+            lambda: window.status.message.shown_text().startswith("Copied"),
+            what=lambda: f"'Copied …' in the status bar: {window.status.message.shown_text()!r}",
+        )
+        await window.open_last_report()
+        box = window.dialog
+        assert isinstance(box, QMessageBox) and box.isVisible()
+        assert "no recovery report" in box.text().lower()
