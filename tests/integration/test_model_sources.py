@@ -160,12 +160,16 @@ async def test_a_split_model_is_one_model_named_by_its_first_part(
     parts = split_gguf(stores.demo(), tmp_path / "SmolLM2-135M-Instruct-Q4_1.gguf")
     for part in parts:
         stores.place(part, home / ".lmstudio" / "models" / "me" / "Split-GGUF" / part.name)
+    for part in parts[:2]:  # its last part never arrived: it cannot load, so it is not listed
+        stores.place(part, home / ".lmstudio" / "models" / "me" / "Cut-GGUF" / part.name)
     reg = registry(store)
     await reg.scan()
     [model] = await reg.list_models()
     assert model.id == "me/split-gguf:q4_1"
     assert model.path.name == parts[0].name
     assert model.state == "verified"
+    [problem] = reg.problems
+    assert "Cut-GGUF" in problem.path and parts[2].name in problem.message
 
 
 async def test_a_source_switched_off_is_not_listed_and_comes_back_verified(

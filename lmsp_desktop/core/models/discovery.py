@@ -49,6 +49,18 @@ def is_model_filename(name: str) -> bool:
     return split is None or int(split.group(1)) == 1
 
 
+def missing_parts(path: Path) -> list[str]:
+    """The other parts of a split model (`…-00001-of-00003.gguf`) that are not beside it:
+    llama.cpp loads them by name from the first part's folder."""
+    split = _SPLIT_PART.search(path.name)
+    if split is None:
+        return []
+    count = int(split.group(2))
+    stem = path.name[: split.start()]
+    names = [f"{stem}-{i:05d}-of-{count:05d}.gguf" for i in range(2, count + 1)]
+    return [name for name in names if stat_file(path.with_name(name)) is None]
+
+
 def stat_file(path: Path) -> os.stat_result | None:
     """The file's stat, or None if it is gone or not a regular file."""
     try:

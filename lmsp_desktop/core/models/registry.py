@@ -27,6 +27,7 @@ from lmsp_desktop.core.models.discovery import (
     FoundFile,
     SourceProblem,
     find_model_files,
+    missing_parts,
     stat_file,
 )
 from lmsp_desktop.core.models.ids import (
@@ -202,6 +203,7 @@ class ModelRegistry:
         found = find_model_files(list(self.folders), [demo] if demo else [], problems)
         found = [dataclasses.replace(f, source=DEMO) if f.path == demo else f for f in found]
         found += find_in_sources(self.sources, problems)
+        found = [f for f in found if not _incomplete_split(f, problems)]
         for problem in problems:
             log.warning("%s", problem.message)
         self.problems = problems
@@ -454,6 +456,21 @@ class ModelRegistry:
 
     def _emit(self, event: ModelEvent) -> None:
         notify(self.listeners, event)  # one broken listener must not stop a scan
+
+
+def _incomplete_split(file: FoundFile, problems: builtins.list[SourceProblem]) -> bool:
+    missing = missing_parts(file.path)
+    if missing:
+        problems.append(
+            SourceProblem(
+                file.source,
+                str(file.path),
+                f"{file.path.name} is the first part of a split model whose other parts are "
+                f"not all beside it (missing: {', '.join(missing)}); it is not listed. Put "
+                "every part in the same folder (an unfinished download? get it again).",
+            )
+        )
+    return bool(missing)
 
 
 class _Progress:
