@@ -40,6 +40,7 @@ BENCHES = {
     "B14": "bench.b14_chat_stream",
     "B15": "bench.b15_fit",
     "B20": "bench.b20_sources",
+    "B21": "bench.b21_download",
 }
 
 

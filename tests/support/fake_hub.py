@@ -278,3 +278,22 @@ def demo_gguf() -> Path:
     path = demo_model_path()
     assert path is not None, "the demo model is not installed: run make install"
     return path
+
+
+async def _serve(port: int) -> None:
+    from tests.support.hub_repos import hub_repos
+
+    hub = FakeHub(hub_repos())
+    url = await hub.start(port)
+    print(f"fake hub on {url}: export HF_ENDPOINT={url}", flush=True)
+    print("repos: " + ", ".join(hub.repos), flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":  # `python -m tests.support.fake_hub [PORT]`: try downloads here
+    import sys
+
+    try:
+        asyncio.run(_serve(int(sys.argv[1]) if len(sys.argv) > 1 else 8765))
+    except KeyboardInterrupt:
+        pass
