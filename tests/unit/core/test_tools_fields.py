@@ -33,6 +33,7 @@ def test_no_tools_gives_the_defaults() -> None:
         "max_tool_calls": None,
         "dropped_tools": [],
         "text_format": {"type": "text"},
+        "schema_notes": [],
     }
 
 
@@ -110,11 +111,31 @@ def test_tool_choice_forms() -> None:
 def test_strict_tool_with_an_unenforceable_keyword_is_refused_by_name() -> None:
     tool = {
         **WEATHER,
-        "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}},
+        "parameters": {
+            "type": "object",
+            "properties": {"n": {"type": "integer", "minimum": 1, "multipleOf": 2}},
+        },
     }
-    assert error({"tools": [tool]}).param == "tools[0].parameters.properties.n.minimum"
+    assert error({"tools": [tool]}).param == "tools[0].parameters.properties.n.multipleOf"
     loose = parse_tool_fields({"tools": [{**tool, "strict": False}]}, "responses")
-    assert loose["tools"][0]["strict"] is False  # not compiled strictly: accepted
+    assert loose["tools"][0]["strict"] is False  # accepted; the keyword is left out and noted
+    assert loose["schema_notes"] == ["tools[0].parameters.properties.n.multipleOf"]
+    chat = parse_tool_fields(
+        {"tools": [{"type": "function", "function": tool}]}, "chat.completions"
+    )
+    assert chat["schema_notes"] == ["tools[0].function.parameters.properties.n.multipleOf"]
+
+
+def test_zod_int_bounds_pass_strict_on_both_apis() -> None:
+    zod_int = {"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991}
+    parameters = {"type": "object", "properties": {"n": zod_int}, "required": ["n"]}
+    tool = {**WEATHER, "parameters": parameters, "strict": True}
+    responses = parse_tool_fields({"tools": [tool]}, "responses")
+    chat = parse_tool_fields(
+        {"tools": [{"type": "function", "function": tool}]}, "chat.completions"
+    )
+    assert responses["tools"][0]["parameters"] == chat["tools"][0]["parameters"] == parameters
+    assert responses["schema_notes"] == chat["schema_notes"] == []
 
 
 def test_output_formats() -> None:
@@ -148,7 +169,9 @@ def test_output_formats() -> None:
         "text_format"
     ] == {"type": "json_object"}
     bad = {"type": "json_schema", "name": "A", "schema": {"type": "string", "format": "email"}}
-    assert error({"text": {"format": bad}}).param == "text.format.schema.format"
+    assert error({"text": {"format": {**bad, "strict": True}}}).param == "text.format.schema.format"
+    loose = parse_tool_fields({"text": {"format": bad}}, "responses")
+    assert loose["schema_notes"] == ["text.format.schema.format"]
     assert error({"text": {"format": {"type": "xml"}}}).param == "text.format.type"
 
 

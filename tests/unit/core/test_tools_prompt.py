@@ -63,9 +63,16 @@ def test_native_template_gets_tools_and_structured_turns() -> None:
 def test_plan_adds_notes_and_grammar_only_when_needed() -> None:
     base = {"tools": [TOOL], "tool_choice": "auto", "text_format": {"type": "text"}}
     loose = plan_output({**base, "tools": [{**TOOL, "strict": False}]}, TURNS[:1])
-    assert loose.grammar is None and loose.parse_calls and loose.messages == TURNS[:1]
+    assert loose.parse_calls and loose.messages == TURNS[:1]
+    # auto: free text until the tool-call opening, then the call under the tool's schema
+    assert loose.grammar and "root ::= free-text (calls)?" in loose.grammar
+    assert '"\\"city\\""' in loose.grammar
     forced = plan_output({**base, "tool_choice": "required"}, TURNS[:1])
-    assert forced.grammar and "call-0" in forced.grammar
+    assert forced.grammar and "call-0" in forced.grammar and "free-text" not in forced.grammar
+    loose_forced = plan_output(
+        {**base, "tool_choice": "required", "tools": [{**TOOL, "strict": False}]}, TURNS[:1]
+    )
+    assert loose_forced.grammar == forced.grammar  # the schema holds whether or not strict
     assert forced.messages[0] == {
         "role": "system",
         "content": "You must call one of the functions now.",

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from lmsp_desktop.core.tools.schema import UnsupportedSchema, check, schema_grammar
+from lmsp_desktop.core.tools.schema import UnsupportedSchema, check, enforceable, schema_grammar
 
 
 @pytest.mark.parametrize(
     ("schema", "param"),
     [
-        ({"type": "integer", "minimum": 1}, "s.minimum"),
+        ({"type": "number", "minimum": 0.2, "maximum": 0.8}, "s.minimum"),
         ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "s.uniqueItems"),
         ({"properties": {"a": {"type": "number", "multipleOf": 2}}}, "s.properties.a.multipleOf"),
         ({"type": "string", "format": "email"}, "s.format"),
@@ -49,3 +49,33 @@ def test_pydantic_style_schema_is_accepted_with_annotations() -> None:
 def test_strings_in_the_grammar_refuse_raw_control_characters() -> None:
     grammar = schema_grammar({"type": "object", "properties": {"a": {"type": "string"}}})
     assert r's-char ::= [^"\\\x7F\x00-\x1F] |' in grammar
+
+
+def test_a_loose_schema_loses_only_what_the_grammar_cannot_enforce() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "email": {"type": "string", "format": "email"},
+            "n": {"type": "integer", "minimum": 1, "multipleOf": 2},
+        },
+        "required": ["tags", "n"],
+    }
+    kept, notes = enforceable(schema, "p")
+    assert notes == [
+        "p.properties.tags.uniqueItems",
+        "p.properties.email.format",
+        "p.properties.n.multipleOf",
+    ]
+    assert kept["properties"] == {
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "email": {"type": "string"},
+        "n": {"type": "integer", "minimum": 1},
+    }
+    assert kept["required"] == ["tags", "n"]
+    assert schema["properties"]["tags"]["uniqueItems"] is True  # the caller's copy is intact
+
+
+def test_an_empty_schema_accepts_any_value() -> None:
+    grammar = schema_grammar({"type": "object", "properties": {"x": {}}, "required": ["x"]})
+    assert "\ns-x ::= s-value\n" in grammar
