@@ -57,6 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "parallel_tool_calls": False,
     "max_tool_calls": None,
     "dropped_tools": [],
+    # Places of keywords a non-strict schema had that the output grammar does not enforce.
+    "schema_notes": [],
     "text_format": {"type": "text"},
 }
 
