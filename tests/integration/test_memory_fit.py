@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models import machine
 from lmsp_desktop.core.models.demo import demo_model_path
 from tests.integration.serve_process import ServeProcess, call, create_token, lmsp
+from tests.support.fake_core import MODEL, running_core, session, token
 
 LONG = "long-context"
 DEMO = "smollm2-135m-instruct"
@@ -135,3 +137,26 @@ def test_models_set_round_trip_applies_at_the_next_load(
     status, refused = ask(process.url, token, DEMO, "lighthouse " * 2100)
     assert status == 400 and refused["error"]["code"] == "context_length_exceeded"
     assert "holds 2048" in refused["error"]["message"]
+
+
+async def test_memory_taken_before_the_load_fails_the_task_with_507(tmp_path: Path) -> None:
+    """The request fitted when it came; by its load the memory was gone: the task fails with
+    insufficient_memory, the waiting client gets 507, the engine never loads. Real store,
+    real HTTP; the scripted engine records loads."""
+    engine = FakeEngine()
+    async with running_core(tmp_path, engine) as core:
+        readings = iter([GIB * 64] + [200 << 20] * 10)
+
+        def shrinking() -> machine.HostMemory:
+            return machine.HostMemory(64 * GIB, next(readings), "MemAvailable")
+
+        core.fitter.memory = shrinking
+        secret = await token(core, "responses:write", "responses:read")
+        async with session(core, secret) as http:
+            body = {"model": MODEL, "input": "Hi", "max_output_tokens": 4}
+            async with http.post("/v1/responses", json=body) as answer:
+                assert answer.status == 507, await answer.text()
+                error = (await answer.json())["error"]
+    assert error["code"] == "insufficient_memory"
+    assert "200 MiB available (MemAvailable)" in error["message"]
+    assert engine.load_count == 0

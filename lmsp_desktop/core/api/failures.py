@@ -17,6 +17,8 @@ STATUS_OF_CODE = {
     "model_changed": 409,
     "cancelled": 409,
     "upstream_unavailable": 502,
+    # The model's load could not fit the memory when its turn came (core/models/fitting.py).
+    "insufficient_memory": 507,
     "server_restarted": 503,
 }
 # The openai SDKs retry 409 and 5xx answers unless told not to: the failure is recorded in

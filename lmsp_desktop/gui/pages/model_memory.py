@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QWidget,
 )
@@ -66,6 +67,14 @@ class ModelMemoryPanel(QGroupBox):
         self.save_button = QPushButton("Save")
         self.save_button.clicked.connect(lambda: aio.spawn(self.save(), self))
         form = QFormLayout(self)
+        # The controls keep their natural width (a context spin box across a wide window
+        # reads as a text field); the two lines of facts take the rest and wrap.
+        letters = self.fontMetrics().averageCharWidth()
+        for control in (self.context, self.parallel, self.kv_type):
+            control.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.context.setMinimumWidth(letters * 26)
+        self.parallel.setMinimumWidth(letters * 12)
+        self.runs_with.setWordWrap(True)
         form.addRow("Context", self.context)
         form.addRow("Concurrent requests", self.parallel)
         form.addRow("KV cache type", self.kv_type)
@@ -90,6 +99,7 @@ class ModelMemoryPanel(QGroupBox):
         """Show `model_id`'s stored settings and their estimate (None: nothing selected)."""
         self.model_id = model_id
         self.saved.clear()
+        self.setTitle(f"Load settings: {model_id}" if model_id else "Load settings")
         if model_id is None:
             self.setEnabled(False)
             self.runs_with.clear()
