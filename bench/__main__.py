@@ -41,6 +41,7 @@ BENCHES = {
     "B15": "bench.b15_fit",
     "B20": "bench.b20_sources",
     "B21": "bench.b21_download",
+    "B17": "bench.b17_engine_crash",
 }
 
 

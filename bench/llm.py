@@ -59,16 +59,18 @@ async def sse_generate(
     server: BenchServer,
     max_tokens: int,
     on_token: Any = None,
+    **extra: Any,
 ) -> Stream:
     """POST a streaming create and record when each output_text.delta arrives. `on_token`
-    (async, called with the Stream after each token) may act mid-stream (B8 cancels)."""
+    (async, called with the Stream after each token) may act mid-stream (B8 cancels, B17
+    kills the engine); `extra` goes into the request body (`on_restart`)."""
     stream = Stream()
     headers = {"Authorization": f"Bearer {server.token}"}
     url = f"http://127.0.0.1:{server.port}/v1/responses"
     timeout = aiohttp.ClientTimeout(total=600)
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,
-        session.post(url, json=body(max_tokens), headers=headers) as resp,
+        session.post(url, json=body(max_tokens, **extra), headers=headers) as resp,
     ):
         if resp.status != 200:
             raise RuntimeError(f"stream create answered {resp.status}: {await resp.text()}")

@@ -27,10 +27,10 @@ from lmsp_desktop.core.storage.clients import create_client
 def make_engine(kind: str, threads: int = 0) -> Any:
     if kind == "llama":
         if threads:
-            from lmsp_desktop.core.engines.llama import LlamaEngine
+            from lmsp_desktop.core.engines.worker import WorkerEngine
 
-            return LlamaEngine(n_threads=threads)
-        return None  # Core's default: LlamaEngine, as `serve` runs it
+            return WorkerEngine(n_threads=threads)
+        return None  # Core's default: a worker process per model, as `serve` runs it
     engine = FakeEngine(tokens=[f" w{i}" for i in range(64)])
     if kind == "gated":
         # The first task the runner picks holds the model forever: the runner costs the same

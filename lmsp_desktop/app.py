@@ -18,11 +18,13 @@ from lmsp_desktop.core.api.creation import create_task
 from lmsp_desktop.core.api.responses import INTAKE as RESPONSES
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.context_window import TokenCounter, effective_context
+from lmsp_desktop.core.crashes import CrashRecord
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
 from lmsp_desktop.core.downloads.token import hub_token, save_token, stored_token
-from lmsp_desktop.core.engines.base import Engine, LoadSettings
+from lmsp_desktop.core.engines.base import Engine, EngineError, LoadSettings
+from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
@@ -153,9 +155,10 @@ class Core:
         self.pairing = PairingManager(self.store.db)
         self.follower = EventFollower(self.store.tasks)
         if self._engine is None:
-            from lmsp_desktop.core.engines.llama import LlamaEngine
+            # Each loaded model runs llama.cpp in its own worker process (docs/engine.md).
+            from lmsp_desktop.core.engines.worker import WorkerEngine
 
-            self._engine = LlamaEngine(
+            self._engine = WorkerEngine(
                 n_threads=self.settings.threads(), parallel=self.settings.parallel_per_model
             )
         self.runner = Runner(
@@ -289,8 +292,9 @@ class Core:
         self.runner.idle_unload_s = settings.idle_unload_s
         live.parallel_per_model = self.runner.parallel_per_model = settings.parallel_per_model
         from lmsp_desktop.core.engines.llama import LlamaEngine
+        from lmsp_desktop.core.engines.worker import WorkerEngine
 
-        if isinstance(self._engine, LlamaEngine):
+        if isinstance(self._engine, LlamaEngine | WorkerEngine):
             # A loaded model keeps its sequence count; the next load takes the new one (extra
             # lanes wait inside the engine for a free sequence meanwhile).
             self._engine.parallel = settings.parallel_per_model
@@ -416,6 +420,15 @@ class Core:
 
     def model_idle_seconds_left(self, model_id: str) -> float | None:
         return self.runner.idle_seconds_left(model_id)
+
+    def model_crash(self, model_id: str) -> CrashRecord | None:
+        return self.runner.last_crash(model_id)
+
+    async def load_model_again(self, model_id: str) -> None:
+        try:
+            await self.runner.load_again(model_id)
+        except EngineError as exc:  # the window shows LmspErrors
+            raise LmspError(exc.message, code=exc.code, status=500, type="server_error") from exc
 
     async def add_model_folder(self, folder: Path) -> None:
         """Scan a folder now and keep it: a model folder in the stored settings from now on."""

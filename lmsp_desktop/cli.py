@@ -15,6 +15,7 @@ from lmsp_desktop.core.config import DEFAULT_PORT, default_data_dir
 from lmsp_desktop.core.errors import LmspError
 
 log = logging.getLogger(__name__)
+WORKER_COMMAND = "engine-worker"  # core/engines/worker/client.py starts workers with it
 
 
 def _add_service_flags(parser: argparse.ArgumentParser, *, sub: bool = False) -> None:
@@ -142,6 +143,12 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [WORKER_COMMAND]:
+        # Hidden: an engine worker process (the packaged app cannot run `python -m`).
+        from lmsp_desktop.core.engines.worker.main import main as worker_main
+
+        return worker_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.data_dir is None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the one-folder bundle dist/lmsp-desktop/ with PyInstaller, then prove it works:
-# `serve --help`, `--version`, and a short headless start that must print the listening line
-# and exit 0 on SIGTERM. Also validates the .desktop and AppStream files when the Debian
+# `serve --help`, `--version`, and a short headless start that must print the listening line,
+# generate through an engine worker (the bundle's own `engine-worker` subcommand) and exit 0
+# on SIGTERM. Also validates the .desktop and AppStream files when the Debian
 # validators are installed. Run from anywhere: `make package` or `bash packaging/build.sh`.
 set -euo pipefail
 
@@ -69,10 +70,10 @@ for _ in $(seq $((START_TIMEOUT_S * 10))); do
 done
 [ -n "$url" ] || { cat "$data_dir/serve.err" >&2; fail "no listening line within ${START_TIMEOUT_S} s"; }
 say "listening on $url"
-"$PY" - "$url" "$token" <<'PYEOF' || { cat "$data_dir/serve.err" >&2; fail "the bundle's service did not answer as expected"; }
+"$PY" - "$url" "$token" "$pid" "$EXE" <<'PYEOF' || { cat "$data_dir/serve.err" >&2; fail "the bundle's service did not answer as expected"; }
 import json, sys, urllib.request
 
-url, token = sys.argv[1], sys.argv[2]
+url, token, serve_pid, exe = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 with urllib.request.urlopen(url + "/v1/health", timeout=10) as reply:
     health = json.loads(reply.read())
 assert health["status"] == "ok", health
@@ -94,6 +95,15 @@ if token:
                    for c in item.get("content", []))
     assert response["status"] in ("completed", "incomplete") and text, response
     print(f"   llama.cpp in the bundle generated: {text!r} ({response['status']})")
+    # It ran in an engine worker: the bundle's own executable with its hidden subcommand.
+    with urllib.request.urlopen(urllib.request.Request(url + f"/v1/models/{models[0]}",
+                                                       headers=auth)) as reply:
+        worker = json.loads(reply.read()).get("engine_pid")
+    assert worker and worker != serve_pid, f"no engine worker process: {worker}"
+    with open(f"/proc/{worker}/cmdline", "rb") as cmdline:
+        argv = cmdline.read().split(b"\0")
+    assert argv[0].decode() == exe and argv[1] == b"engine-worker", argv
+    print(f"   it ran in the engine worker {worker}: {' '.join(a.decode() for a in argv[:2])}")
 else:
     print("   demo model not in .venv: generation skipped")
 PYEOF

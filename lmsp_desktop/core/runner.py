@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lmsp_desktop.core.api.task_request import chat_messages
+from lmsp_desktop.core.crashes import CrashLog, CrashRecord
 from lmsp_desktop.core.engines.base import (
     Engine,
+    EngineCrashed,
     EngineError,
     GenerationRequest,
     LoadedModel,
@@ -31,6 +33,7 @@ from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import TaskKind, TaskState
 from lmsp_desktop.core.stops import StopScanner
+from lmsp_desktop.core.storage.recovery import recover_after_crash
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
 from lmsp_desktop.core.tool_output import CallingOutput
@@ -167,6 +170,7 @@ class Runner:
         # room is never cut short by the stop cancelling its caller.
         self._unloads: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self.crashes = CrashLog()  # engine processes that died, by model
         self._janitor: asyncio.Task[None] | None = None
         self.load_listeners: list[Callable[[str, str, float], None]] = []  # model, state, progress
 
@@ -317,6 +321,9 @@ class Runner:
             return  # cancelled meanwhile
         try:
             loaded = await self._acquire(key, path, remote)
+        except EngineCrashed as exc:  # the engine process died while loading
+            await self._after_crash(row["model"], task_id, None, exc)
+            return
         except EngineError as exc:
             await self._fail_or_confirm(task_id, exc.code, exc.message)
             return
@@ -418,6 +425,9 @@ class Runner:
         self._active[task_id] = request
         try:
             result = await loaded.generate(request, sink)
+        except EngineCrashed as exc:
+            await self._after_crash(row["model"], task_id, loaded, exc)
+            return
         except EngineError as exc:
             if getattr(exc, "requeue", False) and await requeue_for_retry(self.tasks, task_id):
                 return  # an upstream cut the stream: policy `retry` starts the task over
@@ -467,6 +477,41 @@ class Runner:
             # A cancel won the race in the store: never both completed and cancelled.
             await self.tasks.confirm_cancelled(task_id)
 
+    async def _after_crash(
+        self, model_id: str, task_id: str, loaded: LoadedModel | None, crash: EngineCrashed
+    ) -> None:
+        """A model's engine process died under this task: drop that model (the next task
+        loads it afresh, unless it crashed too often) and give the task its restart policy,
+        by the same table, and the same code, as a restart of the service."""
+        if self._stopping:
+            return  # the service is going down anyway: recovery at the next start does it
+        record, new = self.crashes.record(model_id, crash)
+        if new:
+            slot = self._slots.get(model_id)
+            if loaded is not None and slot is not None and slot.model is loaded:
+                del self._slots[model_id]
+                await loaded.unload()  # the process is gone: this only reaps what is left
+        record.count(await recover_after_crash(self.tasks, [task_id], crash.code, crash.message))
+        self._notify_load(model_id, self.loaded_state(model_id), 0.0)
+
+    def engine_pid(self, model_id: str) -> int | None:
+        """The process id of the engine worker running a loaded local model."""
+        slot = self._slots.get(model_id)
+        pid = getattr(slot.model, "pid", None) if slot is not None else None
+        return pid if isinstance(pid, int) else None
+
+    def last_crash(self, model_id: str) -> CrashRecord | None:
+        """The model's most recent engine crash since the service started, if any."""
+        return self.crashes.last(model_id)
+
+    async def load_again(self, model_id: str) -> None:
+        """The user loads a model (after a crash): it is no longer held back, it loads, and
+        its queued tasks run."""
+        self.crashes.release(model_id)
+        path = await self.models.path_for_run(model_id)
+        await self._acquire(model_id, path)
+        self._wake(model_id)
+
     async def _fail_or_confirm(self, task_id: str, code: str, message: str) -> None:
         if not await self.tasks.fail(task_id, code, message):
             await self.tasks.confirm_cancelled(task_id)
@@ -478,6 +523,8 @@ class Runner:
         model_id = _model_of(lane)
         slot = self._slots.get(lane)
         if slot is None:
+            if remote is None and model_id in self.crashes.held:
+                raise self.crashes.held_error(model_id)
             if remote is None:
                 await self._make_room()
             slot = _Slot(asyncio.get_running_loop().create_future(), remote=remote is not None)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.crashes import CrashRecord
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
 from lmsp_desktop.core.models.memory import ModelSettings, Plan
@@ -107,6 +108,14 @@ class CoreApi(Protocol):
     def model_loaded_state(self, model_id: str) -> str: ...
 
     def model_idle_seconds_left(self, model_id: str) -> float | None: ...
+
+    def model_crash(self, model_id: str) -> CrashRecord | None:
+        """The model's last engine crash since the service started (docs/engine.md)."""
+        ...
+
+    async def load_model_again(self, model_id: str) -> None:
+        """Load a model (after a crash; a model held after two crashes is released)."""
+        ...
 
     async def add_model_folder(self, folder: Path) -> None: ...
 

@@ -47,12 +47,14 @@ _names = itertools.count(1)
 class LiveCore:
     """A `Core(data_dir, port=0)` with the real demo model, on a loop in a daemon thread."""
 
-    def __init__(self, data_dir: Path, model_dirs: list[Path] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, model_dirs: list[Path] | None = None, engine: Any = None
+    ) -> None:
         self.data_dir = data_dir
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="live-core")
         self._thread.start()
-        self.core = Core(data_dir, port=0, model_dirs=model_dirs)
+        self.core = Core(data_dir, port=0, model_dirs=model_dirs, engine=engine)
         self._stopping: concurrent.futures.Future[None] | None = None
         self.url = self.call(self.core.start(), timeout=120)
         self.call(self._one_task_per_model())

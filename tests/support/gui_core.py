@@ -15,6 +15,7 @@ from typing import Any
 
 from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.crashes import CrashRecord
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
 from lmsp_desktop.core.downloads.token import save_token, stored_token
@@ -71,6 +72,7 @@ class FakeCore:
     models_list: list[ModelInfo] = field(default_factory=lambda: [fake_model("smollm2")])
     loaded: dict[str, str] = field(default_factory=dict)
     idle_left: dict[str, float] = field(default_factory=dict)
+    crashes: dict[str, CrashRecord] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
     stored_settings: Settings = field(default_factory=Settings)
     command_line: dict[str, str] = field(default_factory=dict)
@@ -178,6 +180,13 @@ class FakeCore:
 
     def model_idle_seconds_left(self, model_id: str) -> float | None:
         return self.idle_left.get(model_id)
+
+    def model_crash(self, model_id: str) -> CrashRecord | None:
+        return self.crashes.get(model_id)
+
+    async def load_model_again(self, model_id: str) -> None:
+        self.crashes.pop(model_id, None)
+        self.loaded[model_id] = "loaded"
 
     async def add_model_folder(self, folder: Path) -> None:
         self.folders.append(folder)

@@ -7,6 +7,7 @@ loop, which persists them (and may tell the engine to stop).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,31 @@ class LoadSettings:
         return self.kv_type != "f16"
 
 
+class CancelEvent(threading.Event):
+    """A threading.Event that also calls back whoever must pass the cancel on (an engine
+    worker process, which cannot see this event), from the thread that sets it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
+
+    def when_set(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the event is set (at once if it already is)."""
+        with self._callbacks_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def set(self) -> None:
+        with self._callbacks_lock:
+            super().set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
 @dataclass
 class GenerationRequest:
     """What to generate. `messages` are chat messages (`role`, `content` strings), system and
@@ -69,8 +95,9 @@ class GenerationRequest:
     # Function tools offered to the model ({name, description, parameters, strict}); the
     # engine shows them through the chat template or the generic prompt (core/tools/prompt).
     tools: list[dict[str, Any]] | None = None
-    # Set by the runner on cancel; the engine checks it before every token.
-    cancel: threading.Event = field(default_factory=threading.Event)
+    # Set by the runner on cancel; the engine checks it before every token (an engine in
+    # another process is told through `CancelEvent.when_set`).
+    cancel: threading.Event = field(default_factory=lambda: CancelEvent())
     # Hand tokens to the sink at most this often (seconds; 0: each as soon as it is ready).
     # The runner commits every hand-over, so tokens that arrive within one interval share
     # one transaction, one fsync and one SSE write. The first token and the last are never
@@ -159,3 +186,17 @@ class EngineError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class EngineCrashed(EngineError):
+    """The worker process of a model died; `cause` is its signal ("SIGKILL") or exit code."""
+
+    def __init__(self, model: str, cause: str) -> None:
+        oom = " (the out-of-memory killer sends SIGKILL)" if cause == "SIGKILL" else ""
+        super().__init__(
+            "engine_crashed",
+            f"The engine process of {model} ended with {cause}{oom} while this task was "
+            "unfinished; the service and other models are unaffected.",
+        )
+        self.cause = cause
+        self.at = time.time()

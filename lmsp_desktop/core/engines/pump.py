@@ -60,6 +60,9 @@ class TokenChannel:
         self._waiter: asyncio.Future[None] | None = None
         # Done once the thread's loop has returned: ends a wait for more tokens at once.
         self.ended: asyncio.Future[None] = loop.create_future()
+        # Called (on the loop) when the sink refuses more tokens, for a generation running
+        # elsewhere (an engine worker process) that must be told to stop.
+        self.on_refuse: Callable[[], None] | None = None
 
     # -- the thread's side ------------------------------------------------------------------
     def emit(self, piece: TokenPiece) -> None:
@@ -81,7 +84,10 @@ class TokenChannel:
         return self._refused.is_set() or self._cancel.is_set()
 
     def refuse(self) -> None:
+        first = not self._refused.is_set()
         self._refused.set()
+        if first and self.on_refuse is not None:
+            self.on_refuse()
 
     @property
     def refused(self) -> bool:
@@ -105,6 +111,13 @@ class TokenChannel:
             self._refused.set()
 
     # -- the loop's side --------------------------------------------------------------------
+    def deliver(self, pieces: list[TokenPiece]) -> None:
+        """Tokens that arrived on the loop itself (from an engine worker process)."""
+        for piece in pieces:
+            waiter = self._append(piece)
+            if waiter is not None:
+                _wake(waiter)
+
     def take(self) -> tuple[list[TokenPiece], bool]:
         """Everything arrived so far, and whether the thread has closed the channel."""
         with self._lock:

@@ -29,6 +29,13 @@ async def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
         item["memory_estimate"] = None
         if ctx.fitter is not None:
             item.update(ctx.fitter.api_fields(info, await ctx.fitter.current(info)))
+    if ctx.runner is not None:
+        pid = ctx.runner.engine_pid(info.id)
+        if pid is not None:
+            item["engine_pid"] = pid  # the worker process running it (docs/engine.md)
+        crash = ctx.runner.last_crash(info.id)
+        if crash is not None:
+            item["engine_crash"] = crash.as_api()
     return item
 
 

@@ -137,24 +137,47 @@ async def recover(store: TaskStore, boot: int) -> RecoveryReport:
     return report
 
 
+async def recover_after_crash(
+    store: TaskStore, task_ids: list[str], code: str, message: str
+) -> list[RecoveryItem]:
+    """A model's engine process died with these tasks unfinished: the same table 11.3 as a
+    restart of the service, failing with `code` (engine_crashed) instead of server_restarted.
+    Not marked with a boot: a task may live through several crashes in one run."""
+    done = await store.db.run(
+        functools.partial(
+            _recover_batch, ids=task_ids, boot=None, now=time.time(), error=(code, message)
+        )
+    )
+    store.publish([change for _item, change in done])
+    return [item for item, _change in done]
+
+
 def _recover_batch(
-    conn: sqlite3.Connection, *, ids: list[str], boot: int, now: float
+    conn: sqlite3.Connection,
+    *,
+    ids: list[str],
+    boot: int | None,
+    now: float,
+    error: tuple[str, str] = (ERROR_CODE, ERROR_MESSAGE),
 ) -> list[tuple[RecoveryItem, TaskChange]]:
     """In the writer thread, under the write lock: the tasks re-read, then moved by their
-    (state, policy) cell of table 11.3, one set-based transition per cell."""
+    (state, policy) cell of table 11.3, one set-based transition per cell. `boot` marks the
+    tasks as handled by this startup (None: after an engine crash, unmarked)."""
     marks = ",".join("?" for _ in ids)
     rows = conn.execute(JOINED + f" WHERE t.id IN ({marks}) ORDER BY t.n", ids).fetchall()
     cells: dict[tuple[TaskState, RestartPolicy], list[str]] = {}
     order = {row["id"]: i for i, row in enumerate(rows)}
     for row in rows:
-        if TaskState(row["state"]) not in UNFINISHED or row["recovered_boot"] == boot:
+        if TaskState(row["state"]) not in UNFINISHED or (
+            boot is not None and row["recovered_boot"] == boot
+        ):
             continue  # handled meanwhile (another recovery, or the task moved on)
         key = (TaskState(row["state"]), RestartPolicy(row["on_restart"]))
         cells.setdefault(key, []).append(row["id"])
     done = []
     for (before, policy), task_ids in cells.items():
         after = RECOVERY_TABLE[(before, policy)]
-        event_type, move = _cell_move(task_ids, before, after, boot, now)
+        event_type, move = _cell_move(task_ids, before, after, boot, now, error)
         event = str(event_type)
         changed = transition_many(conn, move)
         for new in changed:
@@ -184,31 +207,37 @@ def _tokens_kept(row: Row) -> int:
 
 
 def _cell_move(
-    task_ids: list[str], before: TaskState, after: TaskState, boot: int, now: float
+    task_ids: list[str],
+    before: TaskState,
+    after: TaskState,
+    boot: int | None,
+    now: float,
+    error: tuple[str, str],
 ) -> tuple[str, Transition]:
     """One cell of table 11.3 as one move of many tasks, and the event it writes."""
     ids, frm = tuple(task_ids), (before,)
+    marks: dict[str, Any] = {} if boot is None else {"recovered_boot": boot}
     if after in (TaskState.FAILED, TaskState.CANCELLED):  # ended, its open items closed
         failed = after == TaskState.FAILED
         event = EventType.FAILED if failed else EventType.CANCELLED
-        error = json.dumps({"code": ERROR_CODE, "message": ERROR_MESSAGE})
+        code, message = error
         return event, Transition(
             ids,
             frm,
             after,
             closing_with(event),
-            {"recovered_boot": boot, "finished_at": now, "snapshot": None},
-            {"error": error} if failed else {},
+            {**marks, "finished_at": now, "snapshot": None},
+            {"error": json.dumps({"code": code, "message": message})} if failed else {},
         )
     if after == TaskState.QUEUED:
-        return EventType.QUEUED, requeued(ids, before, recovered_boot=boot)
+        return EventType.QUEUED, requeued(ids, before, **marks)
     # running, resumed from its snapshot by the runner
     return EventType.RESUMED, Transition(
         ids,
         frm,
         after,
         carrying_response(EventType.RESUMED),
-        {"recovered_boot": boot, "restarts": Expr("restarts+1")},
+        {**marks, "restarts": Expr("restarts+1")},
     )
 
 

@@ -10,12 +10,14 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 
+from lmsp_desktop.core.crashes import CrashRecord
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.sources import SOURCE_LABELS, publisher_of
 from lmsp_desktop.core.upstreams.catalog import UpstreamModelInfo
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import (
+    clock,
     date_time,
     dot_icon,
     human_count,
@@ -121,6 +123,9 @@ class ModelTableModel(RowTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             if col in (COL_NAME, COL_FOLDER):
                 return str(info.path)
+            crash = self.core.model_crash(info.id) if col == COL_LOADED else None
+            if crash is not None and self._loaded.get(info.id, "unloaded") == "unloaded":
+                return crash_text(crash)
             if col == COL_LOADED and info.id in self._load_errors:
                 return self._load_errors[info.id]
             if col == COL_LOADED and self._loaded.get(info.id) == "loaded":
@@ -186,6 +191,10 @@ class ModelTableModel(RowTableModel):
                 word += f" {date_time(info.verified_at)[:10]}"  # the time is in the tooltip
             return word
         loaded = self._loaded.get(info.id, "unloaded")
+        crash = self.core.model_crash(info.id) if loaded == "unloaded" else None
+        if crash is not None:
+            held = " · Load again" if crash.held else ""
+            return f"✗ engine crashed ({crash.cause}, {clock(crash.at)}){held}"
         if loaded == "unloaded" and info.id in self._load_errors:
             return "✗ failed to load"
         if loaded != "loaded":
@@ -205,6 +214,10 @@ class ModelTableModel(RowTableModel):
                 text = "loaded" if left is None else f"unloads in {minutes(left)}"
                 shown.append((str(info.id), info.size_bytes, text))
         return shown
+
+    def any_crashed(self) -> bool:
+        """Whether any listed model's engine crashed (Load again is shown only then)."""
+        return any(self.core.model_crash(info.id) is not None for info in self._rows)
 
     # -- updates -----------------------------------------------------------------------------
     def model_id(self, row: int) -> str:
@@ -295,6 +308,20 @@ def source_tooltip(info: ModelInfo) -> str:
     if info.source in ("folder", "demo"):
         return f"{label}: {info.path}"
     return f"Found in {label}'s store, read in place (never copied): {info.path}"
+
+
+def crash_text(crash: CrashRecord) -> str:
+    """The Loaded cell's tooltip after an engine crash: what died, when, what became of its
+    tasks, and what the user can do."""
+    then = (
+        "It is not loaded again by itself: Load again."
+        if crash.held
+        else ("The next request loads it again; so does Load again.")
+    )
+    return (
+        f"The engine process of this model ended with {crash.cause} at {date_time(crash.at)}"
+        f" (tasks: {crash.tasks_text()}). {then}"
+    )
 
 
 def minutes(seconds: float) -> str:

