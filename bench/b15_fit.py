@@ -35,7 +35,12 @@ def tree_rss(pid: int) -> int:
             for line in Path(f"/proc/{current}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
-            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+            # A child started from another thread is listed under that thread's task.
+            children = [
+                child
+                for task in Path(f"/proc/{current}/task").iterdir()
+                for child in (task / "children").read_text().split()
+            ]
         except OSError:
             continue
         todo.extend(int(child) for child in children)
