@@ -4,6 +4,7 @@ open store. Helpers live in tests/support (polling.until, lifecycle.started, ...
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 import tempfile
@@ -82,3 +83,14 @@ def no_internal_error_left_on_screen(request: Any) -> Iterator[None]:
         box.close()
     if left:
         pytest.fail(f"{request.node.nodeid} left an internal error on screen: {left[0].text()}")
+
+
+@pytest.fixture(autouse=True)
+def qt_garbage_collected_on_the_gui_thread(request: Any) -> Iterator[None]:
+    """Python's cycle collector runs in whichever thread allocates when it triggers: a window
+    or dialog a GUI test left in a reference cycle (signal lambdas holding `self`) was then
+    destroyed in a later test's service thread (LiveCore), and Qt warned "Timers cannot be
+    stopped from another thread", failing that test. Collect after each GUI test, here."""
+    yield
+    if "gui" in request.keywords:
+        gc.collect()
