@@ -19,6 +19,7 @@ from lmsp_desktop.core.api.responses import INTAKE as RESPONSES
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.context_window import TokenCounter, effective_context
 from lmsp_desktop.core.crashes import CrashRecord
+from lmsp_desktop.core.downloads.estimate import remote_shape
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
@@ -30,6 +31,7 @@ from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.memory import ModelSettings, Plan, one_context
+from lmsp_desktop.core.models.memory import plan as plan_load
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.runner import Runner
@@ -460,6 +462,26 @@ class Core:
     async def pull_model(self, repo: str, selector: str) -> str:
         task = await pull(self.store.tasks, repo, selector)
         return str(task["id"])
+
+    async def hub_memory_plan(self, repo: str, choice: GgufChoice) -> Plan | None:
+        """What `choice` would take here (fits / tight / won't fit), from its header on the
+        hub and the same plan a local model gets; None when its header cannot be read."""
+        try:
+            shape = await asyncio.to_thread(remote_shape, repo, choice, hub_token())
+        except (OSError, ValueError, LmspError) as exc:
+            log.info("no memory estimate for %s/%s: %s", repo, choice.name, exc)
+            return None
+        fitter = self.fitter
+        return await asyncio.to_thread(
+            plan_load,
+            shape,
+            ModelSettings(),
+            fitter.budget(),
+            fitter.shapes_of,
+            default_parallel=fitter.default_parallel(),
+            context_cap=fitter.context_cap(),
+            gpus=fitter.gpu_free(),
+        )
 
     def hub_token_kept(self) -> bool:
         return stored_token() is not None

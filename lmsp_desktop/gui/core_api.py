@@ -132,6 +132,10 @@ class CoreApi(Protocol):
         """Create the download task (as the owner); its id."""
         ...
 
+    async def hub_memory_plan(self, repo: str, choice: GgufChoice) -> Plan | None:
+        """What the file would take here (fits / tight / won't fit); None when unknown."""
+        ...
+
     def hub_token_kept(self) -> bool:
         """Whether a Hugging Face token is kept in the keyring."""
         ...

@@ -114,6 +114,18 @@ async def test_a_download_killed_with_kill_9_resumes_after_the_restart_from_the_
         size = hub.server.repos[DEMO_REPO].size(DEMO_FILE)
         assert last["bytes_done"] == last["bytes_total"] == size
         assert not list(hub.blob_dir(DEMO_REPO).glob("*.incomplete"))
+
+        # The rescan after the download lists it from the Hugging Face cache, and it runs.
+        async def listed() -> Any:
+            _, models = await api(f"{url}/v1/models", admin)
+            return next((m for m in models["data"] if m.get("source") == "huggingface"), None)
+
+        model = await until(listed, 60, "the downloaded model in /v1/models")
+        assert DEMO_REPO.split("/")[1].lower() in model["id"].lower()
+        body = {"model": model["id"], "input": "Say hi.", "max_output_tokens": 8}
+        status, answer = await api(f"{url}/v1/responses", admin, "POST", {**body, "temperature": 0})
+        assert status == 200, answer
+        assert answer["status"] in ("completed", "incomplete") and answer["output_text"]
     finally:
         await asyncio.to_thread(serve.terminate)
 

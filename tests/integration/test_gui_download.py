@@ -43,10 +43,23 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
         assert dialog is not None and dialog.isVisible()
         assert not dialog.download_button.isEnabled()  # nothing picked yet
 
-        dialog.query.setText("tiny")
+        # A real GGUF on the hub: its header is read with a Range request and planned as a
+        # local model would be (the 98 MB demo fits this machine).
+        dialog.query.setText("SmolLM2")
         dialog.search_button.click()
         await until(lambda: dialog.repos.count() == 1, what=dialog.status.text)
-        assert TINY_REPO in dialog.repos.item(0).text()
+        dialog.repos.setCurrentRow(0)
+        await until(lambda: dialog.files.rowCount() == 1, what=dialog.status.text)
+        dialog.files.selectRow(0)
+        fit = lambda: dialog.files.item(0, 3).text()  # noqa: E731
+        await until(lambda: fit().startswith("✓ fits"), what=fit)
+        assert "tokens" in fit()
+        hub.server.requests.clear()
+
+        dialog.query.setText("tiny")
+        dialog.search_button.click()
+        await until(lambda: TINY_REPO in dialog.repos.item(0).text(), what=dialog.status.text)
+        assert dialog.repos.count() == 1
         dialog.repos.setCurrentRow(0)
         await until(lambda: dialog.files.rowCount() == 3, what=dialog.status.text)
         labels = [dialog.files.item(r, 0).text() for r in range(3)]
@@ -57,6 +70,8 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
         assert dialog.files.item(q8, 2).text() == "3.0 MB"
         dialog.files.selectRow(q8)
         assert dialog.download_button.isEnabled()
+        # Its bytes are no GGUF header (test data): the estimate says it does not know.
+        await until(lambda: dialog.files.item(q8, 3).text() == "unknown", what=fit)
         started: list[str] = []
         dialog.started.connect(started.append)
         dialog.download_button.click()

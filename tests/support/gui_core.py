@@ -218,6 +218,9 @@ class FakeCore:
         task = await pull(self.store.tasks, repo, selector)
         return str(task["id"])
 
+    async def hub_memory_plan(self, repo: str, choice: GgufChoice) -> Plan | None:
+        return None  # no memory planner in the fake: the dialog shows the size alone
+
     def hub_token_kept(self) -> bool:
         return stored_token() is not None
 

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from lmsp_desktop.core.errors import LmspError, invalid, not_found
@@ -32,14 +33,11 @@ def endpoint() -> str:
 
 
 def cache_dir() -> str:
-    """The Hugging Face cache, as the library resolves it, read at each call:
-    `HF_HUB_CACHE`, else `HF_HOME`/hub, else ~/.cache/huggingface/hub."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
-    )
-    return os.path.join(os.path.expanduser(home), "hub")
+    """The Hugging Face cache, resolved at each call as the model scanner resolves it (so a
+    download lands where the Hugging Face source looks)."""
+    from lmsp_desktop.core.models.sources import hf_cache_root
+
+    return str(hf_cache_root(os.environ, Path.home()))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ progress, speed and time left, and Cancel there stops it.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -32,7 +33,10 @@ from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import human_size
 
-FILE_COLUMNS = ["File", "Quant", "Size"]
+FILE_COLUMNS = ["File", "Quant", "Size", "On this machine"]
+COL_FIT = 3
+FIT_WORDS = {"fits": "✓ fits", "tight": "⚠ tight", "wont_fit": "✗ won't fit"}
+FIT_COLORS = {"fits": "#2e9e44", "tight": "#c98a00", "wont_fit": "#e04848"}
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 
 
@@ -47,6 +51,7 @@ class DownloadDialog(QDialog):
         self.core = core
         self.choices: list[GgufChoice] = []
         self.repo = ""
+        self.estimating: set[tuple[str, str]] = set()  # (repo, file) asked of the core
         self.query = QLineEdit()
         self.query.setPlaceholderText("Search the hub, e.g. qwen2.5 7b instruct, or owner/repo")
         self.query.returnPressed.connect(lambda: aio.spawn(self.search(), self))
@@ -146,7 +151,12 @@ class DownloadDialog(QDialog):
         self.choices = choices
         self.files.setRowCount(len(choices))
         for row, choice in enumerate(choices):
-            cells = [choice.label(), choice.quant or "?", human_size(choice.size)]
+            cells = [
+                choice.label(),
+                choice.quant or "?",
+                human_size(choice.size),
+                "select to check",
+            ]
             for col, text in enumerate(cells):
                 cell = QTableWidgetItem(text)
                 if col == 2:
@@ -206,4 +216,32 @@ class DownloadDialog(QDialog):
         )
 
     def _update(self) -> None:
-        self.download_button.setEnabled(self.selected_choice() is not None)
+        choice = self.selected_choice()
+        self.download_button.setEnabled(choice is not None)
+        if choice is not None and (self.repo, choice.name) not in self.estimating:
+            self.estimating.add((self.repo, choice.name))
+            aio.spawn(self.estimate(self.repo, choice), self)
+
+    async def estimate(self, repo: str, choice: GgufChoice) -> None:
+        """Fill the file's "On this machine" cell: the memory plan from its header on the
+        hub, as the Models page shows for a local model."""
+        row = self.choices.index(choice)
+        cell = self.files.item(row, COL_FIT)
+        assert cell is not None  # every row's cells are set when it is listed
+        cell.setText("checking…")
+        plan = await self.core.hub_memory_plan(repo, choice)
+        if repo != self.repo or row >= len(self.choices) or self.choices[row] != choice:
+            return  # the list changed meanwhile
+        cell = self.files.item(row, COL_FIT)  # the list may have been redrawn meanwhile
+        if cell is None:
+            return
+        if plan is None:
+            cell.setText("unknown")
+            cell.setToolTip("Its header could not be read from the hub, so no estimate.")
+            return
+        cell.setText(
+            f"{FIT_WORDS[plan.fit]} · {human_size(plan.estimate.total)} "
+            f"at {plan.context_length:,} tokens"
+        )
+        cell.setForeground(QColor(FIT_COLORS[plan.fit]))
+        cell.setToolTip(plan.reason or "Fits the memory free now, with the default settings.")
