@@ -129,13 +129,24 @@ def test_models_set_round_trip_applies_at_the_next_load(
 ) -> None:
     data = tmp_path / "data"
     process, token = start(serve, data)
+    status, before = call(f"{process.url}/v1/models/{DEMO}", token)
     done = lmsp("models", "set", DEMO, "--context", "2048", "--parallel", "2", data_dir=data)
     assert done.returncode == 0, done.stderr
     assert "Applies at its next load" in done.stdout
+    # Flags not given keep their value; q8_0 needs flash attention, which the engine turns
+    # on; every layer "on the GPU" is a no-op for this CPU build but must not break the load.
+    done = lmsp("models", "set", DEMO, "--kv-type", "q8_0", "--gpu-layers", "all", data_dir=data)
+    assert done.returncode == 0, done.stderr
     listed = lmsp("models", "list", "--json", data_dir=data)
     row = next(r for r in json.loads(listed.stdout) if r["id"] == DEMO)
-    assert row["settings"]["context"] == 2048 and row["settings"]["parallel"] == 2
+    assert row["settings"] == {
+        "context": 2048,
+        "parallel": 2,
+        "kv_type": "q8_0",
+        "gpu_layers": "all",
+    }
     assert row["context_length"] == 2048
+    assert row["memory_estimate"] < before["memory_estimate"] / 4
 
     status, answer = ask(process.url, token, DEMO)
     assert status == 200, answer

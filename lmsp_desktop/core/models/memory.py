@@ -281,17 +281,28 @@ def plan(
             settings,
             gpu_layers=_with_gpu_layers(shape, small, shapes_of, gpus, auto=auto).gpu_layers,
         )
-        best = _largest_context(shape, settings, budget, shapes_of, ceiling)
+        best = _largest_context(shape, settings, budget, shapes_of, ceiling, bool(gpus))
         settings = replace(settings, context_length=best)
     settings = _with_gpu_layers(shape, settings, shapes_of, gpus, auto=auto)
-    cost = estimate(shape, shapes_of(settings), settings.kv_type, settings.gpu_layers)
+    cost = estimate(shape, shapes_of(settings), settings.kv_type, _offloaded(settings, gpus))
     verdict = budget.fit(cost.total)
     reason = "" if verdict == "fits" else _why(cost, budget, settings, verdict)
     return Plan(settings, trained, cost, verdict, budget, reason)
 
 
+def _offloaded(settings: LoadSettings, gpus: list[int] | None) -> int:
+    """The layers that really leave RAM: none without a GPU (a CPU build keeps every layer
+    in RAM whatever n_gpu_layers says)."""
+    return settings.gpu_layers if gpus else 0
+
+
 def _largest_context(
-    shape: ModelShape, settings: LoadSettings, budget: Budget, shapes_of: Shapes, ceiling: int
+    shape: ModelShape,
+    settings: LoadSettings,
+    budget: Budget,
+    shapes_of: Shapes,
+    ceiling: int,
+    gpu: bool,
 ) -> int:
     """The default context: the largest step up to min(ceiling, DEFAULT_CONTEXT_CAP) whose
     load fits the budget; MIN_CONTEXT (or the ceiling, if smaller) when none does."""
@@ -300,7 +311,8 @@ def _largest_context(
 
     def cost(n: int) -> int:
         trial = replace(settings, context_length=n)
-        return estimate(shape, shapes_of(trial), trial.kv_type, trial.gpu_layers).total
+        layers = trial.gpu_layers if gpu else 0
+        return estimate(shape, shapes_of(trial), trial.kv_type, layers).total
 
     if cost(top) <= budget.budget:
         return top

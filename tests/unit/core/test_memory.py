@@ -190,6 +190,8 @@ def test_gpu_layers_fit_the_devices_free_memory_from_the_last_layer_down() -> No
         shape, ModelSettings(context_length=4096, gpu_layers=7), plenty(), one, default_parallel=1
     )
     assert fixed.settings.gpu_layers == 7
+    # Without a GPU those layers stay in RAM, and the estimate says so.
+    assert fixed.estimate.weights == 300 * MIB and fixed.estimate.gpu == 0
 
 
 def write(root: Path, rel: str, text: str) -> None:
