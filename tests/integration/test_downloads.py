@@ -200,3 +200,20 @@ async def test_a_download_left_running_resumes_from_its_partial_file(
     assert row["state"] == "completed", error_of(row)
     assert hub.server.ranges() == [f"bytes={kept}-"]
     assert not os.path.exists(partial)
+
+
+async def test_two_tasks_for_the_same_file_share_one_transfer(
+    hub: Hub, store: Store, manager: DownloadManager
+) -> None:
+    """Download clicked twice: the second task waits on the blob's lock (huggingface_hub's
+    own lock file) and then finds the verified blob, instead of appending to the same
+    partial file."""
+    hub.server.bytes_per_s = 2 * 1024 * 1024
+    first = await pull(store.tasks, TINY_REPO, "Q4_K_M")
+    second = await pull(store.tasks, TINY_REPO, "Q4_K_M")
+    rows = [await finished(store, t["id"]) for t in (first, second)]
+    assert [r["state"] for r in rows] == ["completed", "completed"], [error_of(r) for r in rows]
+    gets = [p for m, p, _ in hub.server.requests if m == "GET" and "/resolve/" in p]
+    assert len(gets) == 1  # the file was sent once
+    sha = hub.server.repos[TINY_REPO].sha256("tiny-Q4_K_M.gguf")
+    assert sha256_of(hub.blob_dir(TINY_REPO) / sha) == sha

@@ -81,11 +81,12 @@ def fetch(
     etag = (meta.etag or file.sha256 or "").lower()
     expected = (file.sha256 or etag).lower()
     blob = storage_folder(repo) / "blobs" / etag
-    if not blob.exists():
-        headers: dict[str, Any] = build_hf_headers(token=token)
-        if urlparse(meta.location).netloc != urlparse(url).netloc:
-            headers.pop("authorization", None)  # a CDN's signed URL: the token stays home
-        _download(meta.location, blob, headers, meta.size or file.size, expected, transfer)
+    with _exclusive(repo, etag, transfer):
+        if not blob.exists():
+            headers: dict[str, Any] = build_hf_headers(token=token)
+            if urlparse(meta.location).netloc != urlparse(url).netloc:
+                headers.pop("authorization", None)  # a CDN's signed URL: the token stays home
+            _download(meta.location, blob, headers, meta.size or file.size, expected, transfer)
     path = _hub_call(
         lambda: hf_hub_download(
             repo,
@@ -102,6 +103,29 @@ def fetch(
         ref.parent.mkdir(parents=True, exist_ok=True)
         ref.write_text(commit)
     return Path(path)
+
+
+@contextlib.contextmanager
+def _exclusive(repo: str, etag: str, transfer: Transfer) -> Iterator[None]:
+    """One writer per blob: huggingface_hub's own lock file for it (`.locks/<repo>/<etag>.lock`),
+    so a second task for the same file, or another tool's hf_hub_download, waits and then
+    finds the blob instead of appending to the same partial file. The wait ends on a stop."""
+    import filelock
+
+    folder = Path(cache_dir()) / ".locks" / storage_folder(repo).name
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(folder / f"{etag}.lock"))
+    while True:
+        try:
+            lock.acquire(timeout=0.5)
+            break
+        except filelock.Timeout:
+            if transfer.stop.is_set():
+                raise Stopped() from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _download(
