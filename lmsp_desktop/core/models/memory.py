@@ -287,7 +287,19 @@ def plan(
     cost = estimate(shape, shapes_of(settings), settings.kv_type, _offloaded(settings, gpus))
     verdict = budget.fit(cost.total)
     reason = "" if verdict == "fits" else _why(cost, budget, settings, verdict)
+    if gpus and cost.gpu > max(gpus):
+        # The layers asked for do not fit the device: llama.cpp would fail mid-load.
+        verdict = "wont_fit"
+        reason = (
+            f"The {_layers(settings.gpu_layers)} on the GPU need about {gib(cost.gpu)}, more "
+            f"than the {gib(max(gpus))} free on it. Lower the GPU layers (or set them to "
+            "auto), the context length or the concurrent requests."
+        )
     return Plan(settings, trained, cost, verdict, budget, reason)
+
+
+def _layers(gpu_layers: int) -> str:
+    return "all layers" if gpu_layers < 0 else f"{gpu_layers} layers"
 
 
 def _offloaded(settings: LoadSettings, gpus: list[int] | None) -> int:

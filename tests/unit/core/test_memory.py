@@ -190,6 +190,18 @@ def test_gpu_layers_fit_the_devices_free_memory_from_the_last_layer_down() -> No
         shape, ModelSettings(context_length=4096, gpu_layers=7), plenty(), one, default_parallel=1
     )
     assert fixed.settings.gpu_layers == 7
+    # More layers than the device holds: refused with the GPU's numbers, not left to fail.
+    crowded = plan(
+        shape,
+        ModelSettings(context_length=4096, gpu_layers=ALL_LAYERS),
+        plenty(),
+        one,
+        default_parallel=1,
+        gpus=[100 * MIB],
+    )
+    assert crowded.fit == "wont_fit"
+    assert "all layers on the GPU need about 168 MiB" in crowded.reason
+    assert "100 MiB free on it" in crowded.reason and "Lower the GPU layers" in crowded.reason
     # Without a GPU those layers stay in RAM, and the estimate says so.
     assert fixed.estimate.weights == 300 * MIB and fixed.estimate.gpu == 0
 
