@@ -281,7 +281,9 @@ def plan(
             settings,
             gpu_layers=_with_gpu_layers(shape, small, shapes_of, gpus, auto=auto).gpu_layers,
         )
-        best = _largest_context(shape, settings, budget, shapes_of, ceiling, bool(gpus))
+        # The user's global cap replaces the default one: asked for, a 32k context is meant.
+        top = ceiling if context_cap > 0 else min(ceiling, DEFAULT_CONTEXT_CAP)
+        best = _largest_context(shape, settings, budget, shapes_of, top, bool(gpus))
         settings = replace(settings, context_length=best)
     settings = _with_gpu_layers(shape, settings, shapes_of, gpus, auto=auto)
     cost = estimate(shape, shapes_of(settings), settings.kv_type, _offloaded(settings, gpus))
@@ -313,12 +315,11 @@ def _largest_context(
     settings: LoadSettings,
     budget: Budget,
     shapes_of: Shapes,
-    ceiling: int,
+    top: int,
     gpu: bool,
 ) -> int:
-    """The default context: the largest step up to min(ceiling, DEFAULT_CONTEXT_CAP) whose
-    load fits the budget; MIN_CONTEXT (or the ceiling, if smaller) when none does."""
-    top = min(ceiling, DEFAULT_CONTEXT_CAP)
+    """The default context: the largest step up to `top` whose load fits the budget;
+    MIN_CONTEXT (or `top`, if smaller) when none does."""
     floor = min(MIN_CONTEXT, top)
 
     def cost(n: int) -> int:

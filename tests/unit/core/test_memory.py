@@ -85,6 +85,10 @@ def test_the_context_never_exceeds_the_trained_one_or_the_global_cap() -> None:
     assert asked.context_length == 8192
     capped = plan(shape, ModelSettings(), plenty(), one, default_parallel=1, context_cap=3000)
     assert capped.context_length == 3000
+    # A global cap the user set above the default one is what the user wants by default.
+    long = demo_shape(trained=131_072)
+    wanted = plan(long, ModelSettings(), plenty(), one, default_parallel=1, context_cap=32_768)
+    assert wanted.context_length == 32_768
 
 
 def test_the_default_context_shrinks_to_the_budget() -> None:
