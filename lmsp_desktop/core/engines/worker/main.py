@@ -34,6 +34,10 @@ class Worker:
         self.requests: dict[int, GenerationRequest] = {}
         self.running: set[asyncio.Task[None]] = set()
 
+    def track(self, task: asyncio.Task[None]) -> None:
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+
     def send(self, *message: Any) -> None:
         # Writes are buffered by the transport: the order of messages is the order of calls.
         self.writer.write(encode(message))
@@ -45,11 +49,11 @@ class Worker:
                 os._exit(0)  # the service is gone: never decode for nobody
             kind = message[0]
             if kind == "load":
-                await self.load(*message[1:])
+                # Loading goes on beside this loop, which keeps reading: a service that dies
+                # mid-load ends the worker at once instead of after the load.
+                self.track(asyncio.create_task(self.load(*message[1:])))
             elif kind == "generate":
-                task = asyncio.create_task(self.generate(message[1], message[2]))
-                self.running.add(task)
-                task.add_done_callback(self.running.discard)
+                self.track(asyncio.create_task(self.generate(message[1], message[2])))
             elif kind == "stop":
                 request = self.requests.get(message[1])
                 if request is not None:
