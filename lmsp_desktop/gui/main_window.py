@@ -37,6 +37,7 @@ from lmsp_desktop.core.models.info import VERIFIED
 from lmsp_desktop.core.states import CANCELLABLE, TERMINAL, UNFINISHED, TaskState
 from lmsp_desktop.core.storage.recovery import RecoveryReport
 from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.addresses import local_url, reachable_url
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.data import TaskFilter
@@ -131,6 +132,10 @@ class MainWindow(QMainWindow):
         quit_action = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
         quit_action.triggered.connect(self.request_quit)
         self.quit_action = quit_action
+        connect = QAction("Connect a client…", self)
+        connect.triggered.connect(self.open_connect)
+        self.connect_action = connect
+        file_menu.addAction(connect)
         file_menu.addAction(settings)
         file_menu.addSeparator()
         file_menu.addAction(quit_action)
@@ -164,6 +169,7 @@ class MainWindow(QMainWindow):
         self.clients.model.modelReset.connect(self._update_nav)
         self.tasks.try_prompt_requested.connect(lambda: aio.spawn(self.open_prompt(), self))
         self.tasks.pair_requested.connect(self.open_pair)
+        self.tasks.connect_requested.connect(self.open_connect)
         self.clients.pair_requested.connect(self.open_pair)
         self.clients.connect_requested.connect(self.open_connect)
         self.sidebar.pause_toggled.connect(self.set_paused)
@@ -224,8 +230,13 @@ class MainWindow(QMainWindow):
         self.sidebar.seed_recent(await self.core.task_page(ended, 0, 20, "id", True))
 
     def set_url(self, url: str) -> None:
+        # Never 0.0.0.0 (nobody can connect to it): this machine's URL here, other devices'
+        # in the network chip and the Connect and Pair dialogs.
+        host = self.core.settings.host
+        remote = reachable_url(url, host)
+        url = local_url(url)
         self.tasks.set_url(url)
-        self.status.set_service(url, self.core.settings.host)
+        self.status.set_service(url, host, remote)
         self.sidebar.set_service(url, paused=self.core.paused)
         self.status.set_database(database_path(Path(self.core.data_dir)))
         self.setWindowTitle(f"LMSP Desktop — {url}" if url else "LMSP Desktop")
@@ -353,7 +364,7 @@ class MainWindow(QMainWindow):
     def about_text(self) -> str:
         return (
             f"<h3>LMSP Desktop {__version__}</h3>"
-            f"<p>Service: {self.core.url or 'not started'}<br>"
+            f"<p>Service: {local_url(self.core.url) or 'not started'}<br>"
             f"Data folder: {self.core.data_dir}<br>"
             f"SQLite {sqlite3.sqlite_version} · PySide6 {pyside_version}</p>"
         )

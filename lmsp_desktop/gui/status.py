@@ -72,15 +72,20 @@ class StatusBar(QStatusBar):
         self.addPermanentWidget(self.db_label)
         self.url = ""
 
-    def set_service(self, url: str, host: str) -> None:
+    def set_service(self, url: str, host: str, remote_url: str | None = None) -> None:
+        """`url`: this machine's; `remote_url`: other devices' (serving on the network)."""
         self.url = url
-        # Beyond loopback the warning chip says so (the address in its tooltip).
+        # Beyond loopback the warning chip says so (other devices' address in its tooltip).
         scope = " (loopback only)" if is_loopback(host) else ""
         self.url_label.setText(
             f"● Serving on <a href='{url}'>{url}</a>{scope}" if url else "Service not started"
         )
         self.warning.setText("⚠ reachable from other machines")
-        self.warning.setToolTip(f"Bound to {host}: other machines on the network can connect.")
+        where = f" at {remote_url}/v1" if remote_url else ""
+        listening = "every network interface" if host in ("0.0.0.0", "::", "") else host
+        self.warning.setToolTip(
+            f"Listening on {listening}: other machines on the network can connect{where}."
+        )
         self.warning.setVisible(bool(url) and not is_loopback(host))
 
     def set_paused(self, paused: bool) -> None:

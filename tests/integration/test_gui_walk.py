@@ -107,3 +107,26 @@ async def test_status_messages_are_seen_and_a_fresh_folder_says_it_has_no_report
         box = window.dialog
         assert isinstance(box, QMessageBox) and box.isVisible()
         assert "no recovery report" in box.text().lower()
+
+
+async def test_the_sort_arrow_points_down_while_the_newest_task_is_on_top(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        tasks = window.tasks
+        token = await client_token(core)
+        older = await post_background(core, token)
+        newer = await post_background(core, token)
+        await until(lambda: tasks.model.rowCount() == 2, what="two rows")
+        header = tasks.table.horizontalHeader()
+        # QHeaderView draws AscendingOrder as ▼ (QStyleOptionHeader.SortDown).
+        assert header.sortIndicatorOrder() == Qt.SortOrder.AscendingOrder
+        assert tasks.model.task_id(0) == newer
+        qtbot.mouseClick(
+            header.viewport(),
+            Qt.MouseButton.LeftButton,
+            pos=header.viewport().rect().topLeft()
+            + QPoint(header.sectionViewportPosition(header.sortIndicatorSection()) + 5, 5),
+        )
+        await until(lambda: tasks.model.task_id(0) == older, what="oldest first after a click")
+        assert header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder  # drawn ▲

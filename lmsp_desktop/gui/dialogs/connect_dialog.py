@@ -22,57 +22,16 @@ from PySide6.QtWidgets import (
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.scopes import ADMIN, DEFAULT_SCOPES, SCOPES
 from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.addresses import local_url, reachable_url
 from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.snippets import connect_snippets
 
-MODEL = "smollm2-135m-instruct"
 
-
-def snippets(base: str, token: str, model: str = MODEL) -> dict[str, str]:
+def snippets(
+    base: str, token: str, scopes: frozenset[str] = frozenset(DEFAULT_SCOPES)
+) -> dict[str, str]:
     """Ready-to-paste snippets, by tab title. `base` is the service URL with /v1."""
-    return {
-        "curl": (
-            f"curl {base}/responses \\\n"
-            f'  -H "Authorization: Bearer {token}" \\\n'
-            '  -H "Content-Type: application/json" \\\n'
-            f'  -d \'{{"model": "{model}", "input": "Write a haiku about tea"}}\'\n'
-        ),
-        "Python (openai)": (
-            "from openai import OpenAI\n\n"
-            f'client = OpenAI(base_url="{base}", api_key="{token}")\n'
-            f'reply = client.responses.create(model="{model}", input="Write a haiku about tea")\n'
-            "print(reply.output_text)\n"
-        ),
-        "JavaScript (openai)": (
-            'import OpenAI from "openai";\n\n'
-            f'const client = new OpenAI({{ baseURL: "{base}", apiKey: "{token}" }});\n'
-            "const reply = await client.responses.create({\n"
-            f'  model: "{model}",\n  input: "Write a haiku about tea",\n}});\n'
-            "console.log(reply.output_text);\n"
-        ),
-        "Codex CLI": (
-            "# ~/.codex/config.toml\n"
-            f'model = "{model}"\n'
-            'model_provider = "lmsp"\n\n'
-            "[model_providers.lmsp]\n"
-            'name = "LMSP Desktop"\n'
-            f'base_url = "{base}"\n'
-            'env_key = "LMSP_TOKEN"\n'
-            'wire_api = "responses"\n\n'
-            "# For a model with an 8k context (the demo model): Codex's prompt with all its\n"
-            "# tools is about 9,000 tokens, without sub-agents and goals about 5,700.\n"
-            "[agents]\nenabled = false\n\n[features]\ngoals = false\n\n"
-            f"# then, in the shell: export LMSP_TOKEN={token}\n"
-        ),
-        "LangChain": (
-            "from langchain_openai import ChatOpenAI\n\n"
-            f'llm = ChatOpenAI(base_url="{base}", api_key="{token}", model="{model}")\n'
-            'print(llm.invoke("Write a haiku about tea").content)\n'
-        ),
-        "Chat apps": (
-            "In a chat front end's OpenAI-compatible provider settings:\n\n"
-            f"Base URL: {base}\nAPI key:  {token}\nModel:    {model}\n"
-        ),
-    }
+    return connect_snippets(base, token, scopes)
 
 
 class ConnectDialog(QDialog):
@@ -84,7 +43,9 @@ class ConnectDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Connect a client")
         self.core = core
-        self.base = f"{base_url}/v1"
+        self.base = f"{local_url(base_url)}/v1"  # never 0.0.0.0
+        remote = reachable_url(base_url, core.settings.host)
+        self.elsewhere = f"<br>Other devices on the network: <b>{remote}/v1</b>" if remote else ""
         self.token = ""
         self.name = QLineEdit("my-app")
         self.scope_boxes: dict[str, QCheckBox] = {}
@@ -92,6 +53,7 @@ class ConnectDialog(QDialog):
         for scope in SCOPES:
             box = QCheckBox(scope)
             box.setChecked(scope in DEFAULT_SCOPES)
+            box.toggled.connect(lambda _=False: self._show_snippets())
             if scope == ADMIN:
                 box.setStyleSheet("QCheckBox { color: #e04848; }")
                 box.setToolTip("Manages every client's tasks, other clients and the settings")
@@ -117,14 +79,14 @@ class ConnectDialog(QDialog):
         # Two lines before and after Create token: the snippet tabs never move under a click
         # aimed at them, and the URL keeps a line of its own (it wrapped after "http://").
         self.note = QLabel(
-            f"Base URL for any OpenAI-compatible client: <b>{self.base}</b><br>"
+            f"Base URL for any OpenAI-compatible client: <b>{self.base}</b>{self.elsewhere}<br>"
             "Create a token for the snippets below, or use one you already have."
         )
         self.note.setWordWrap(True)  # a narrow dialog wraps the note, never widens
         self.tabs = QTabWidget()
         self.views: dict[str, QPlainTextEdit] = {}
-        for title, text in snippets(self.base, "$LMSP_TOKEN").items():
-            view = QPlainTextEdit(text, readOnly=True)
+        for title in snippets(self.base, "$LMSP_TOKEN"):
+            view = QPlainTextEdit(readOnly=True)
             view.setFont(mono)
             view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
             self.views[title] = view
@@ -144,7 +106,15 @@ class ConnectDialog(QDialog):
         layout.addWidget(self.note)
         layout.addWidget(self.tabs, 1)
         layout.addWidget(buttons)
+        self._show_snippets()
         self.resize(720, 520)
+
+    def _show_snippets(self) -> None:
+        """The snippets for the token (once made: its scopes) or for the ticked scopes."""
+        if self.token:
+            return  # the token's scopes are fixed; ticking boxes afterwards changes nothing
+        for title, text in snippets(self.base, "$LMSP_TOKEN", self.scopes()).items():
+            self.views[title].setPlainText(text)
 
     def scopes(self) -> frozenset[str]:
         return frozenset(s for s, box in self.scope_boxes.items() if box.isChecked())
@@ -165,10 +135,10 @@ class ConnectDialog(QDialog):
         self.token_line.setText(token)
         self.copy_token.setEnabled(True)
         self.note.setText(
-            f"Base URL for any OpenAI-compatible client: <b>{self.base}</b><br>"
+            f"Base URL for any OpenAI-compatible client: <b>{self.base}</b>{self.elsewhere}<br>"
             "Copy the token now: it is shown only this once (the service keeps only its hash)."
         )
-        for title, text in snippets(self.base, token).items():
+        for title, text in snippets(self.base, token, self.scopes()).items():
             self.views[title].setPlainText(text)
         self.created.emit(self.name.text())
         return token

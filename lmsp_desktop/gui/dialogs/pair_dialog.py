@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from urllib.parse import urlsplit
 
@@ -23,9 +22,13 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.scopes import DEFAULT_SCOPES, SCOPES
 from lmsp_desktop.gui import aio
+from lmsp_desktop.gui.addresses import lan_address, local_url, reachable_url
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import is_loopback
 from lmsp_desktop.gui.qr import QrWidget
+from lmsp_desktop.gui.snippets import pair_python
+
+__all__ = ["PairDialog", "lan_address", "reachable_url"]  # the tests find them here
 
 # The Settings checkbox that serves on the network (settings_dialog.py), as the note names it.
 NETWORK_CHOICE = "Let other devices on my network use it"
@@ -35,30 +38,6 @@ def claim_link(url: str, code: str) -> str:
     """What the QR code holds: the service's base URL and the code, as text a phone shows
     (a link would open a GET on the claim endpoint, which only takes POST)."""
     return f"LMSP pairing\nURL: {url}/v1\nCode: {code}"
-
-
-def lan_address() -> str | None:
-    """This machine's address on its local network (no packet is sent), or None."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("10.255.255.255", 1))
-            address = str(probe.getsockname()[0])
-    except OSError:
-        return None
-    return None if address.startswith("127.") else address
-
-
-def reachable_url(url: str, host: str) -> str | None:
-    """The service URL as other devices reach it: the bound address, or the LAN address
-    when bound to every interface; None while it listens on loopback only."""
-    if is_loopback(host):
-        return None
-    port = urlsplit(url).port
-    address = lan_address() if host in ("0.0.0.0", "::", "") else host
-    if address is None or port is None:
-        return None
-    shown = f"[{address}]" if ":" in address else address
-    return f"http://{shown}:{port}"
 
 
 def network_note(url: str, host: str, remote_url: str | None) -> str:
@@ -87,18 +66,6 @@ def claim_hint(with_qr: bool) -> str:
     return where.format("\n") + ", or scans the QR code." if with_qr else where.format(" ") + "."
 
 
-def python_snippet(url: str, code: str) -> str:
-    return (
-        "import httpx, openai\n\n"
-        f'answer = httpx.post("{url}/v1/pairing/claim",\n'
-        f'                    json={{"code": "{code}", "client_name": "my-script"}}).json()\n'
-        "# Keep answer['access_token'] somewhere safe: it is shown only once.\n"
-        f'client = openai.OpenAI(base_url="{url}/v1", api_key=answer["access_token"])\n'
-        'reply = client.responses.create(model="smollm2-135m-instruct", input="Hello!")\n'
-        "print(reply.output_text)\n"
-    )
-
-
 class PairDialog(QDialog):
     """Creates a one-time claim code and shows everything a client needs to use it."""
 
@@ -108,7 +75,7 @@ class PairDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Pair a client")
         self.core = core
-        self.url = url
+        self.url = local_url(url)  # never 0.0.0.0: this machine's clients use loopback
         self.code = ""
         self.pairing_id: str | None = None
         self.used_by: str | None = None
@@ -124,7 +91,7 @@ class PairDialog(QDialog):
         self.code_label.setFont(big)
         self.code_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.expiry = QLabel()
-        self.url_label = QLabel(f"Service: <b>{url}</b>")
+        self.url_label = QLabel(f"Service: <b>{self.url}</b>")
         self.url_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.qr = QrWidget(parent=self)
         self.scope_boxes: dict[str, QCheckBox] = {}
@@ -207,7 +174,9 @@ class PairDialog(QDialog):
         self.code_label.setText(self.code)
         self.qr.set_text(claim_link(self.remote_url, self.code) if self.remote_url else "")
         self.qr.setVisible(self.remote_url is not None)
-        self.snippet.setPlainText(python_snippet(self.remote_url or self.url, self.code))
+        self.snippet.setPlainText(
+            pair_python(self.remote_url or self.url, self.code, self.scopes())
+        )
         self._tick()
 
     async def end_code(self) -> None:

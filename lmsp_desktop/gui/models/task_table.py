@@ -57,6 +57,7 @@ SORT_KEYS = {
 DELTA_ONLY = (EventType.OUTPUT_TEXT_DELTA.value,)
 PROGRESS_ONLY = (EventType.DOWNLOAD_PROGRESS.value,)  # a download's bytes: no queue moves
 RIGHT_ALIGNED = {COL_DURATION, COL_TOKENS, COL_TPS}
+DOWN_ARROW = Qt.SortOrder.AscendingOrder  # what QHeaderView draws as ▼ (see sort())
 
 
 class Role(IntEnum):
@@ -177,7 +178,10 @@ class TaskTableModel(RowTableModel):
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
         key = SORT_KEYS.get(column)
-        descending = order == Qt.SortOrder.DescendingOrder
+        # Qt draws AscendingOrder as a down arrow (SortDown) and DescendingOrder as an up
+        # one; people read ▼ as "largest, newest first" and ▲ as "A to Z, oldest first".
+        # So the header's order is read the other way round: ▼ on Created is newest first.
+        descending = order == DOWN_ARROW
         if key is None or (key, descending) == (self.sort_key, self.descending):
             return
         self.sort_key, self.descending = key, descending

@@ -9,10 +9,9 @@ from lmsp_desktop.core.upstreams.catalog import UpstreamModelInfo
 def upstream_cells(info: UpstreamModelInfo) -> dict[str, str]:
     """Cell text by column header."""
     latency = "" if info.latency_ms is None else f" · {info.latency_ms:.0f} ms"
+    models = f"{info.model_count} model{'' if info.model_count == 1 else 's'}"
     status = (
-        f"● {info.upstream} up{latency} · {info.model_count} models"
-        if info.reachable
-        else f"✗ {info.upstream} down"
+        f"● {info.upstream} up{latency} · {models}" if info.reachable else f"✗ {info.upstream} down"
     )
     return {
         "Name": info.id,

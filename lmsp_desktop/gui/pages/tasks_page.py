@@ -35,6 +35,7 @@ from lmsp_desktop.gui.models.task_table import (
     COL_ON_RESTART,
     COL_TOKENS,
     COL_TPS,
+    DOWN_ARROW,
     TaskTableModel,
 )
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter
@@ -46,7 +47,7 @@ def curl_example(url: str, model: str = "smollm2-135m-instruct") -> str:
     """A command that works as pasted into a POSIX shell with LMSP_TOKEN set: the header is
     in double quotes so that the shell expands the token."""
     return (
-        f'curl {url}/v1/responses -H "Authorization: Bearer $LMSP_TOKEN" '
+        f'curl -s {url}/v1/responses -H "Authorization: Bearer $LMSP_TOKEN" '
         "-H 'Content-Type: application/json' "
         f'-d \'{{"model": "{model}", "input": "Write a haiku about tea", '
         '"background": true}\''
@@ -58,6 +59,7 @@ class TasksPage(QWidget):
 
     try_prompt_requested = Signal()
     pair_requested = Signal()
+    connect_requested = Signal()
 
     def __init__(self, core: CoreApi, url: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -106,8 +108,9 @@ class TasksPage(QWidget):
         self.table.setWordWrap(False)
         self.table.setItemDelegateForColumn(COL_TOKENS, DownloadProgressDelegate(self.table))
         header = self.table.horizontalHeader()
-        # Newest first is creation order: the arrow sits on Created, where it means that.
-        header.setSortIndicator(COL_CREATED, Qt.SortOrder.DescendingOrder)
+        # Newest first is creation order: the arrow sits on Created, where it means that
+        # (▼: newest first; Qt calls that arrow AscendingOrder, see TaskTableModel.sort).
+        header.setSortIndicator(COL_CREATED, DOWN_ARROW)
         # Columns fit their content and Model takes what is left; in a narrow window Duration,
         # then On restart (both in the details header), then Created step aside.
         header.setMinimumSectionSize(40)
@@ -162,6 +165,7 @@ class TasksPage(QWidget):
         buttons.addStretch()
         for text, slot in (
             ("Try a prompt…", self.try_prompt_requested.emit),
+            ("Connect a client…", self.connect_requested.emit),
             ("Copy a curl example", self.copy_curl),
             ("Pair a client…", self.pair_requested.emit),
         ):
@@ -181,7 +185,11 @@ class TasksPage(QWidget):
     def set_url(self, url: str) -> None:
         self.url = url
         self.empty_label.setText(
-            f"<h3>No tasks yet.</h3>Clients send work to <b>{url or '…'}/v1</b>"
+            f"<h3>No tasks yet.</h3>Clients send work to <b>{url or '…'}/v1</b> with a "
+            "token. <b>Connect a client…</b> makes one here (shown once, with snippets to "
+            "paste); <b>Pair a client…</b> gives another app or device a one-time code. "
+            "The curl example reads the token from LMSP_TOKEN: "
+            "<code>export LMSP_TOKEN=lmsp_…</code> first."
         )
 
     # -- loading and live updates ------------------------------------------------------------
@@ -328,6 +336,6 @@ class TasksPage(QWidget):
 
     def copy_curl(self) -> None:
         QGuiApplication.clipboard().setText(curl_example(self.url))
-        self.curl_button.setText("Copied ✓ (set LMSP_TOKEN first)")
+        self.curl_button.setText("Copied ✓ (export LMSP_TOKEN first)")
         button = self.curl_button  # the timer dies with the button (context object)
         QTimer.singleShot(2500, button, lambda: button.setText("Copy a curl example"))

@@ -96,9 +96,9 @@ async def test_pair_dialog_shows_a_code_that_a_client_can_claim(qtbot, core):
 
 
 async def test_pair_dialog_on_the_network_without_a_known_address_says_so(qtbot, core, monkeypatch):
-    from lmsp_desktop.gui.dialogs import pair_dialog
+    from lmsp_desktop.gui import addresses
 
-    monkeypatch.setattr(pair_dialog, "lan_address", lambda: None)  # no route to find it
+    monkeypatch.setattr(addresses, "lan_address", lambda: None)  # no route to find it
     dialog = PairDialog(core, "http://0.0.0.0:5677", host="0.0.0.0")
     qtbot.addWidget(dialog)
     await dialog.new_code()

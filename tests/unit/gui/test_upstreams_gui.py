@@ -82,7 +82,7 @@ async def test_models_page_shows_upstream_models_up_and_down(qtbot, core, store)
         model = page.model
         assert model.index(0, COL_NAME).data() == "gpu/m1"
         status = model.index(0, COL_STATUS).data()
-        assert status.startswith("● gpu up ·") and status.endswith("· 1 models"), status
+        assert status.startswith("● gpu up ·") and status.endswith("· 1 model"), status
         assert " ms" in status
         assert model.index(0, COL_FOLDER).data() == fake.url
         await fake.stop()
