@@ -147,6 +147,19 @@ async def test_models_pull_is_a_task_of_the_running_service(hub: Hub, tmp_path: 
         # The command's one-off admin client is revoked when it ends.
         _, clients = await api(f"{url}/v1/clients", admin)
         assert [c["name"] for c in clients["data"] if not c.get("revoked")] == ["tests"]
+        # Idempotency-Key, as on every POST: a retry replays the 202, no second task.
+        body = {"repo": TINY_REPO, "quant": "Q8_0"}
+        key = {"Idempotency-Key": "pull-q8-once"}
+        first = await asyncio.to_thread(call, f"{url}/v1/models/pull", admin, "POST", body, key)
+        again = await asyncio.to_thread(call, f"{url}/v1/models/pull", admin, "POST", body, key)
+        assert first[0] == again[0] == 202
+        assert first[1]["id"] == again[1]["id"]
+        other = {**body, "quant": "Q4_K_M"}
+        reused = await asyncio.to_thread(call, f"{url}/v1/models/pull", admin, "POST", other, key)
+        assert reused[0] == 422 and reused[1]["error"]["code"] == "idempotency_key_reused"
+        _, tasks = await api(f"{url}/v1/tasks", admin)
+        assert sum(t["kind"] == "download" for t in tasks["data"]) == 2
+
         typo = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", f"{TINY_REPO}:Q5")
         assert typo.returncode == 2
         assert "tiny-Q4_K_M.gguf" in typo.stderr and "tiny-Q8_0.gguf" in typo.stderr

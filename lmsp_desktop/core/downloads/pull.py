@@ -23,6 +23,7 @@ from lmsp_desktop.core.downloads.token import hub_token
 from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.core.storage.downloads import NewDownload, create_download
+from lmsp_desktop.core.storage.idempotency import IdempotencyClaim
 from lmsp_desktop.core.storage.tasks import TaskStore
 
 
@@ -40,9 +41,12 @@ async def pull(
     revision: str = "main",
     on_restart: str | None = None,
     client_id: str | None = None,
+    task_id: str | None = None,
+    claim: IdempotencyClaim | None = None,
 ) -> dict[str, Any]:
     """Create the download task of `repo`'s model named by `selector` (a file or a quant);
-    returns the task object once committed."""
+    returns the task object once committed. `claim`: an Idempotency-Key already claimed
+    for `task_id`, whose answer is stored with the task."""
     repo = check_repo(repo)
     try:
         policy = RestartPolicy(on_restart or RestartPolicy.RESUME)
@@ -60,7 +64,9 @@ async def pull(
         on_restart=policy,
         client_id=client_id,
     )
-    return await create_download(tasks, spec)
+    if task_id is not None:
+        spec.id = task_id
+    return await create_download(tasks, spec, claim)
 
 
 async def search_hub(query: str) -> list[dict[str, Any]]:

@@ -338,6 +338,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                             }
                         },
                     },
+                    parameters=[IDEMPOTENCY_KEY],
                 )
             },
             "/v1/responses": {

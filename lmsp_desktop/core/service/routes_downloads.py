@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aiohttp import web
 
+from lmsp_desktop.core.api.creation import OWNER_KEYSPACE
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.downloads.pull import pull
 from lmsp_desktop.core.errors import ShuttingDownError, invalid
+from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.scopes import ADMIN
 from lmsp_desktop.core.service.bodies import read_json
 from lmsp_desktop.core.service.context import ServiceContext, requires
+from lmsp_desktop.core.storage.idempotency import (
+    IdempotencyClaim,
+    claim_key,
+    release_key,
+    request_digest,
+    validate_key,
+)
 
 routes = web.RouteTableDef()
 FIELDS = {"repo", "file", "quant", "revision", "on_restart"}
@@ -45,12 +55,43 @@ async def pull_model(
     file, quant = _text(body, "file"), _text(body, "quant")
     if file and quant:
         raise invalid("Give file or quant, not both.", "quant")
-    task = await pull(
-        ctx.store.tasks,
-        repo,
-        file or quant,
-        revision=_text(body, "revision") or "main",
-        on_restart=_text(body, "on_restart"),
-        client_id=principal.client_id,
-    )
-    return web.json_response(task, status=202, headers={"Location": f"/v1/tasks/{task['id']}"})
+    task_id, claim = new_id("dl"), None
+    key = request.headers.get("Idempotency-Key")
+    if key is not None:
+        # Claimed before the hub is asked: a retry after a lost answer replays the 202 even
+        # when the hub is unreachable by then; one still being answered gets 409.
+        claim = IdempotencyClaim(
+            principal.client_id or OWNER_KEYSPACE,
+            validate_key(key),
+            request_digest("POST", request.path, body),
+            ctx.settings.idempotency_ttl_s,
+        )
+        held = claim
+        replay = await ctx.store.db.run(
+            lambda conn: claim_key(conn, held, task_id, int(time.time()))
+        )
+        if replay is not None:
+            return _accepted(replay.body, replayed=True)
+    try:
+        task = await pull(
+            ctx.store.tasks,
+            repo,
+            file or quant,
+            revision=_text(body, "revision") or "main",
+            on_restart=_text(body, "on_restart"),
+            client_id=principal.client_id,
+            task_id=task_id,
+            claim=claim,
+        )
+    except BaseException:
+        if claim is not None:
+            await release_key(ctx.store.db, claim)
+        raise
+    return _accepted(task)
+
+
+def _accepted(task: dict[str, Any], replayed: bool = False) -> web.Response:
+    headers = {"Location": f"/v1/tasks/{task['id']}"}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return web.json_response(task, status=202, headers=headers)

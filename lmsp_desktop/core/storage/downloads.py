@@ -19,6 +19,7 @@ from lmsp_desktop.core.api.resource import task_object
 from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.states import EventType, RestartPolicy, TaskKind, TaskState
 from lmsp_desktop.core.storage.events import response_of, with_response
+from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, mark_done
 from lmsp_desktop.core.storage.task_reads import queue_position_in, row_in
 from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore, _still_running
 from lmsp_desktop.core.storage.transitions import append_events
@@ -49,9 +50,12 @@ class NewDownload:
         }
 
 
-async def create_download(tasks: TaskStore, spec: NewDownload) -> dict[str, Any]:
-    """Commit the download task and its `response.created` event in one transaction; the
-    task object (the 202 body) once committed."""
+async def create_download(
+    tasks: TaskStore, spec: NewDownload, claim: IdempotencyClaim | None = None
+) -> dict[str, Any]:
+    """Commit the download task and its `response.created` event in one transaction (with,
+    under `claim`, the key's answer: a retry replays the 202); the task object (the 202
+    body) once committed."""
     now = int(time.time())
 
     def work(conn: sqlite3.Connection) -> dict[str, Any]:
@@ -68,7 +72,10 @@ async def create_download(tasks: TaskStore, spec: NewDownload) -> dict[str, Any]
         body = response_of(row, queue_position_in(conn, spec.id))
         body["task"]["last_sequence_number"] = 1
         append_events(conn, spec.id, 0, [with_response(EventType.CREATED, body)])
-        return task_object(row_in(conn, spec.id), queue_position_in(conn, spec.id))
+        task = task_object(row_in(conn, spec.id), queue_position_in(conn, spec.id))
+        if claim is not None:
+            mark_done(conn, claim, 202, task)
+        return task
 
     task = await tasks.db.run(work)
     tasks.publish(
