@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 # Used when a model file does not say how long a context it was trained with.
 FALLBACK_CONTEXT = 4096
+UNLIMITED = 2**62
 CACHED_VOCABS = 4
 KEPT_ROLES = ("system", "developer")
 
@@ -147,6 +148,10 @@ class TokenCounter:
         self, info: Any, request: dict[str, Any], limit: int, param: str = "input"
     ) -> int | None:
         return await asyncio.to_thread(self.fit_sync, info, request, limit, param)
+
+    async def count(self, info: Any, request: dict[str, Any]) -> int | None:
+        """The prompt's token count as the runner will build it, with no limit to fit."""
+        return await self.fit(info, request, UNLIMITED)
 
     def close(self) -> None:
         with self._lock:

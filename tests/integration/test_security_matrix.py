@@ -166,6 +166,8 @@ ENDPOINTS = [
     ("GET", "/v1/responses/{task}/input_items", "responses:read", 200),
     ("POST", "/v1/tasks/{task}/cancel", "responses:write", 409),  # it has finished
     ("POST", "/v1/chat/completions", "responses:write", 200),
+    ("POST", "/v1/messages", "responses:write", 200),
+    ("POST", "/v1/messages/count_tokens", "models:read", 200),
     ("GET", "/v1/chat/completions/{chat}", "responses:read", 200),
     ("DELETE", "/v1/chat/completions/chatcmpl-000000000000000000000000", "responses:write", 404),
     ("GET", "/v1/clients", "admin", 200),
@@ -196,7 +198,13 @@ CHAT = {
     "max_tokens": 1,
     "temperature": 0,
 }
-BODIES = {"/v1/responses": CREATE, "/v1/chat/completions": CHAT}
+MESSAGE = {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+BODIES = {
+    "/v1/responses": CREATE,
+    "/v1/chat/completions": CHAT,
+    "/v1/messages": MESSAGE,
+    "/v1/messages/count_tokens": MESSAGE,
+}
 
 
 def _authorization(svc: Service, caller: str) -> str | None:

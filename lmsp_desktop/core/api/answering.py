@@ -12,16 +12,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from lmsp_desktop.core.api.creation import Created, IdempotencyInput, Intake, create_task
+from lmsp_desktop.core.api.failures import NO_RETRY, task_failure
+from lmsp_desktop.core.api.resource import RowLike, build_response
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
 from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.service.bodies import read_json
-from lmsp_desktop.core.service.context import ServiceContext
+from lmsp_desktop.core.service.context import ErrorBody, ServiceContext
 from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, complete_key, release_key
 
@@ -128,6 +131,111 @@ async def stream_events(
     with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client already left
         await response.write_eof()
     return response, gone
+
+
+class StreamRenderer(Protocol):
+    """An API's stream of one task: the bytes each committed event becomes."""
+
+    finished: bool  # the last event of the stream was rendered
+
+    def opening(self) -> bytes: ...
+
+    def render(self, event: dict[str, Any]) -> bytes: ...
+
+
+async def stream_rendered(
+    request: web.Request, ctx: ServiceContext, task_id: str, renderer: StreamRenderer
+) -> web.StreamResponse:
+    """An API's own stream of a task's events (Chat Completions chunks, Anthropic's events,
+    completions): the opening, then each batch of events as it commits, in one write, until
+    the renderer says the stream is finished. A client that goes away cancels the task (its
+    partial output is kept)."""
+    response = await sse.open_stream(request)
+    gone = False
+    try:
+        async with cancel_on_disconnect(request, ctx, task_id):
+            await response.write(renderer.opening())
+            async with contextlib.aclosing(ctx.follower.follow_batches(task_id, 0)) as batches:
+                async for batch in batches:
+                    data = b""
+                    for event in batch:
+                        data += renderer.render(event)
+                        if renderer.finished:
+                            break
+                    if data:
+                        await response.write(data)
+                    if renderer.finished:
+                        break
+    except (ConnectionResetError, RuntimeError):
+        gone = True
+    if gone:  # a stream's client that goes away cancels its task (LMSP_API.md)
+        await cancel_quietly(ctx, task_id, "its stream's client went away")
+    with contextlib.suppress(ConnectionResetError, RuntimeError):
+        await response.write_eof()
+    return response
+
+
+@dataclass(frozen=True)
+class Answering:
+    """How an API that answers at once or as a stream (no background) shows its tasks."""
+
+    # The finished task's row → the API's answer body.
+    body: Callable[[RowLike], dict[str, Any]]
+    # The task's row and request → the renderer of its stream.
+    stream: Callable[[RowLike, dict[str, Any]], StreamRenderer]
+    # A failed task's error, as the API's clients read errors.
+    error: ErrorBody = LmspError.body
+
+
+async def answer_created(
+    request: web.Request, ctx: ServiceContext, caller: Principal, intake: Intake, how: Answering
+) -> web.StreamResponse:
+    """Create the task of a sync-or-stream API's request and answer it: the stream as it
+    is generated, or the finished body (a failed task as an HTTP error); an idempotent
+    retry gets the stored answer again."""
+    created = await create_from_request(request, ctx, caller, intake)
+    if created.replayed:
+        result = created.result
+        return web.json_response(
+            result.body, status=result.status, headers={"Idempotent-Replayed": "true"}
+        )
+    task_id = created.task_id
+    async with holding_key(ctx, created.claim):
+        if created.mode == "stream":
+            row = await ctx.store.tasks.get(task_id)
+            renderer = how.stream(row, created.request)
+            response = await stream_rendered(request, ctx, task_id, renderer)
+        else:
+            async with cancel_on_disconnect(request, ctx, task_id):
+                await ctx.follower.wait_finished(task_id)
+            response = await final_answer(ctx, task_id, how)
+    if created.claim is not None:
+        body, status = await settled_answer(ctx, task_id, how)
+        await settle_key(ctx, created.claim, body, status)
+    return response
+
+
+async def settled_answer(
+    ctx: ServiceContext, task_id: str, how: Answering
+) -> tuple[dict[str, Any] | None, int]:
+    """What an idempotent retry gets: the answer body, the error of a failed task, or None
+    (nothing final: the key is released)."""
+    row = await ctx.store.tasks.get(task_id)
+    if TaskState(row["state"]) not in TERMINAL:
+        return None, 200
+    failure = task_failure(build_response(row), when_output=True)
+    if failure is not None:
+        return how.error(failure), failure.status
+    return how.body(row), 200
+
+
+async def final_answer(ctx: ServiceContext, task_id: str, how: Answering) -> web.Response:
+    body, status = await settled_answer(ctx, task_id, how)
+    if body is None:
+        # Stopped waiting because the service is shutting down: the task is left for
+        # recovery; a half-done 200 would look like a final answer.
+        raise ShuttingDownError()
+    return web.json_response(body, status=status, headers=NO_RETRY if status != 200 else None)
 
 
 async def finished_object(ctx: ServiceContext, task_id: str) -> dict[str, Any] | None:

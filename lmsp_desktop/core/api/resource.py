@@ -66,6 +66,7 @@ def task_object(
         "output_tokens": row["output_tokens"],
         "error": error,
         "dropped_tools": request.get("dropped_tools") or [],
+        "notes": request.get("notes") or [],
         "api": request.get("api") or "responses",
         "kind": row["kind"] if "kind" in row.keys() else "response",  # noqa: SIM118
         "stored": request.get("store") in (None, True, 1),

@@ -19,6 +19,8 @@ DEFAULTS: dict[str, Any] = {
     # Which API the request came through ("responses", "chat.completions", ...): the task
     # object and the app's Request tab show it; routes refuse another API's ids.
     "api": "responses",
+    # The API and route as people know them, for the app's Request tab.
+    "via": None,
     "model": "",
     # What the model sees: chat messages in the shared shape (role, content text; assistant
     # `tool_calls` as {call_id, name, arguments}; tool results as {role: tool, call_id}).
@@ -34,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "frequency_penalty": 0.0,
     "max_output_tokens": None,
     "seed": None,
+    # Sample among the k most likely tokens only (None: no limit).
+    "top_k": None,
     # Generation ends before the first of these texts; none of it reaches the client.
     "stop": [],
     "stream": False,
@@ -60,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     # Places of keywords a non-strict schema had that the output grammar does not enforce.
     "schema_notes": [],
     "text_format": {"type": "text"},
+    # What the service did not do as asked (fields it does not use, settings it could not
+    # apply), in sentences: the task object and the app show them.
+    "notes": [],
 }
 
 

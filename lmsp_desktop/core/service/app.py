@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
+from lmsp_desktop.core.api.anthropic import routes as anthropic_routes
 from lmsp_desktop.core.api.chat import routes as chat_routes
 from lmsp_desktop.core.api.responses import routes as responses_routes
 from lmsp_desktop.core.service import (
@@ -14,7 +17,7 @@ from lmsp_desktop.core.service import (
     routes_system,
     routes_tasks,
 )
-from lmsp_desktop.core.service.context import CONTEXT, ServiceContext
+from lmsp_desktop.core.service.context import API_PATHS, CONTEXT, ServiceContext
 from lmsp_desktop.core.service.middleware import auth, errors, guards
 
 
@@ -23,16 +26,21 @@ def build_app(ctx: ServiceContext) -> web.Application:
         middlewares=[errors, guards, auth], client_max_size=ctx.settings.max_body_bytes
     )
     app[CONTEXT] = ctx
+    documented: dict[str, Any] = {}
     for module in (
         routes_system,
         routes_downloads,  # before routes_models: its /v1/models/{id} would match /pull
         routes_models,
         responses_routes,  # one line per API (core/api/)
         chat_routes,
+        anthropic_routes,
         routes_tasks,
         routes_pairing,
         routes_clients,
     ):
         app.add_routes(module.routes)
+        # An API's own paths in /v1/openapi.json, declared beside its routes.
+        documented.update(getattr(module, "OPENAPI_PATHS", {}))
+    app[API_PATHS] = documented
     routes_system.install_event_counter(app, ctx.store.tasks)
     return app

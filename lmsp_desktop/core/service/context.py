@@ -6,11 +6,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
 from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.errors import LmspError
 
 if TYPE_CHECKING:
     from lmsp_desktop.core.config import Settings
@@ -52,6 +53,8 @@ class ServiceContext:
 
 
 CONTEXT = web.AppKey("lmsp_context", ServiceContext)
+# OpenAPI paths that API folders declare beside their routes (core/api/*/routes.py).
+API_PATHS = web.AppKey("lmsp_api_paths", dict[str, Any])
 # The authenticated caller of a request, set by the auth middleware.
 PRINCIPAL = web.RequestKey("lmsp_principal", Principal)
 
@@ -79,3 +82,31 @@ def requires(scope: str) -> Callable[[ScopedHandler[R]], Callable[[web.Request],
         return checked
 
     return decorate
+
+
+# An error as one API's clients expect its body (OpenAI's shape, LmspError.body, otherwise).
+ErrorBody = Callable[[LmspError], dict[str, Any]]
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+def errors_shaped(body: ErrorBody) -> Callable[[H], H]:
+    """Declare the shape of a route's error bodies, all of them (a refused token, a bad
+    field, a failed task), for APIs whose clients parse another shape than OpenAI's:
+
+        @routes.post("/v1/messages")
+        @errors_shaped(anthropic_error)
+        @requires(RESPONSES_WRITE)
+        async def create_message(request, ctx, caller): ...
+    """
+
+    def mark(handler: H) -> H:
+        handler.error_body = body  # type: ignore[attr-defined]
+        return handler
+
+    return mark
+
+
+def error_body_of(request: web.Request) -> ErrorBody:
+    """The error shape of the route a request matched (errors_shaped), else OpenAI's."""
+    shaped = getattr(request.match_info.handler, "error_body", None)
+    return shaped if shaped is not None else LmspError.body

@@ -12,7 +12,7 @@ from aiohttp.web_urldispatcher import MatchInfoError
 
 from lmsp_desktop.core.auth import authenticate
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
-from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL
+from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL, ErrorBody, error_body_of
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -33,18 +33,20 @@ HTTP_ERRORS = {
 }
 
 
-def error_response(exc: LmspError) -> web.Response:
-    return web.json_response(exc.body(), status=exc.status)
+def error_response(exc: LmspError, shape: ErrorBody = LmspError.body) -> web.Response:
+    return web.json_response(shape(exc), status=exc.status)
 
 
 @web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """LmspError → its status and body; aiohttp's own errors → the same shape; bugs → 500
-    with a reference and the traceback in the log, never in the answer."""
+    with a reference and the traceback in the log, never in the answer. Each in the shape of
+    the route's API (errors_shaped)."""
+    shape = error_body_of(request)
     try:
         return await handler(request)
     except LmspError as exc:
-        return error_response(exc)
+        return error_response(exc, shape)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -55,7 +57,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             413: "The request body is too large. Send a smaller body (limit: "
             f"{request.app[CONTEXT].settings.max_body_bytes} bytes).",
         }.get(exc.status, exc.reason)
-        answer = error_response(LmspError(message, code=code, status=exc.status, type=kind))
+        answer = error_response(LmspError(message, code=code, status=exc.status, type=kind), shape)
         if isinstance(exc, web.HTTPMethodNotAllowed):
             answer.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
         return answer
@@ -68,7 +70,8 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
                 code="internal_error",
                 status=500,
                 type="server_error",
-            )
+            ),
+            shape,
         )
 
 
@@ -119,6 +122,15 @@ async def guards(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
+def _credentials(request: web.Request) -> str | None:
+    """The bearer token as sent: `Authorization: Bearer …`, or Anthropic's `x-api-key: …`
+    (its SDK and Claude Code send our token that way)."""
+    header = request.headers.get("Authorization")
+    if not (header or "").strip() and request.headers.get("x-api-key"):
+        header = f"Bearer {request.headers['x-api-key']}"
+    return header
+
+
 @web.middleware
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authenticate every route except health, the OpenAPI document and pairing."""
@@ -136,7 +148,5 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         )
     )
     if not public:
-        request[PRINCIPAL] = await authenticate(
-            ctx.store.db, request.headers.get("Authorization"), request.remote
-        )
+        request[PRINCIPAL] = await authenticate(ctx.store.db, _credentials(request), request.remote)
     return await handler(request)

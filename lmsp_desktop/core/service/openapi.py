@@ -40,6 +40,25 @@ def _op(summary: str, scope: str | None, responses: dict[str, Any], **extra: Any
     return op
 
 
+def api_operation(
+    summary: str,
+    scope: str,
+    ok: str,
+    error: dict[str, Any] = ERROR,
+    idempotent: bool = True,
+) -> dict[str, Any]:
+    """One POST operation of an API folder's route (core/api/*/routes.py OPENAPI_PATHS): a
+    JSON object body, its 200 answer and its errors (in the API's own `error` shape)."""
+    errors = {str(c): _json(error, "error") for c in (400, 401, 403, 404, 409, 413, 500, 503)}
+    return _op(
+        summary,
+        scope,
+        {"200": _json({"type": "object"}, ok), **errors},
+        requestBody={"required": True, "content": {"application/json": {"schema": OBJ}}},
+        parameters=[IDEMPOTENCY_KEY] if idempotent else [],
+    )
+
+
 def _path_param(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
 

@@ -11,7 +11,7 @@ from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.engines.prefix_cache import PrefixStats
 from lmsp_desktop.core.errors import not_found
 from lmsp_desktop.core.scopes import ADMIN
-from lmsp_desktop.core.service.context import CONTEXT, ServiceContext, requires
+from lmsp_desktop.core.service.context import API_PATHS, CONTEXT, ServiceContext, requires
 from lmsp_desktop.core.service.openapi import openapi_document
 from lmsp_desktop.core.states import STATE_NAMES, TERMINAL
 from lmsp_desktop.core.storage.recovery import last_report
@@ -134,4 +134,6 @@ def _prefix_cache_lines(ctx: ServiceContext) -> list[str]:
 
 @routes.get("/v1/openapi.json")
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document(request.app[CONTEXT].url))
+    document = openapi_document(request.app[CONTEXT].url)
+    document["paths"].update(request.app[API_PATHS])
+    return web.json_response(document)

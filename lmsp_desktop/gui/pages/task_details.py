@@ -97,15 +97,19 @@ _SAMPLING = (
 )
 
 
+# Tasks stored before requests named their API themselves (`via`).
+_API_NAMES = {
+    "responses": "Responses (POST /v1/responses)",
+    "chat.completions": "Chat Completions (POST /v1/chat/completions)",
+}
+
+
 def request_shown(request: dict[str, Any]) -> str:
     """What the Request tab shows: what the client sent (its input as sent, tools by name,
     the output format and sampling settings), not the internal shape the task runs from."""
-    chat = request.get("api") == "chat.completions"
-    lines = [
-        "Chat Completions (POST /v1/chat/completions)"
-        if chat
-        else "Responses (POST /v1/responses)",
-    ]
+    chat = request.get("api", "responses") != "responses"  # no input items: its messages
+    api = str(request.get("api") or "responses")
+    lines = [request.get("via") or _API_NAMES.get(api, f"{api} API")]
     if request.get("model"):
         lines.append(f"Model: {request['model']}")
     if request.get("previous_response_id"):
@@ -150,6 +154,8 @@ def request_shown(request: dict[str, Any]) -> str:
         lines.append("Metadata: " + json.dumps(request["metadata"], ensure_ascii=False))
     if request.get("on_restart"):
         lines.append(f"If the service restarts: {request['on_restart']}")
+    for note in request.get("notes") or []:
+        lines.append(f"Note: {note}")
     return "\n".join(lines)
 
 

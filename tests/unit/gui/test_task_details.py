@@ -163,3 +163,27 @@ async def test_request_tab_shows_what_the_client_sent(details, store):
     assert "Chat Completions (POST /v1/chat/completions)" in shown
     assert '"content": "Hi"' in shown
     assert "Response format: json_object" in shown and "seed 7" in shown
+
+
+async def test_request_tab_names_the_anthropic_api_and_its_notes(details, store):
+    """A task from Anthropic's API: the Request tab names the API it came through and the
+    notes of what the service did not use."""
+    from lmsp_desktop.core.api.anthropic.request import parse_messages_request
+    from lmsp_desktop.core.storage.tasks import NewTask
+
+    request = parse_messages_request(
+        {
+            "model": "smollm2",
+            "max_tokens": 16,
+            "system": "Be brief.",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+        },
+        "fail",
+    )
+    task_id = (await store.tasks.create(NewTask(model="smollm2", request=request))).task_id
+    await details.show_task(task_id)
+    shown = details.request.toPlainText()
+    assert shown.startswith("Anthropic Messages (POST /v1/messages)")
+    assert '"content": "Hi"' in shown and '"content": "Be brief."' in shown
+    assert "Note: Extended thinking was asked for" in shown

@@ -61,6 +61,7 @@ def parse_chat(body: Any, default_on_restart: str) -> dict[str, Any]:
     return task_request(
         {"stream_options": {"include_usage": include_usage}},
         api=CHAT_API,
+        via="Chat Completions (POST /v1/chat/completions)",
         model=model,
         messages=messages,
         temperature=fields.number(body, "temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),

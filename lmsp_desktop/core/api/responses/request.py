@@ -154,6 +154,7 @@ def parse_create(body: Any, default_on_restart: str) -> dict[str, Any]:
     own = [item for item in items if item["type"] != "item_reference"]
     return task_request(
         api=RESPONSES_API,
+        via="Responses (POST /v1/responses)",
         model=model,
         messages=items_to_messages(own),
         input_items=items,

@@ -1,0 +1,191 @@
+"""Anthropic Messages answers rendered from a task: the `message` from its row, the
+`message_start` … `message_stop` stream from its committed events, errors in Anthropic's
+shape."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from lmsp_desktop.core.api.resource import RowLike, build_response, cached_tokens_of, task_object
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.states import TaskState
+
+
+def new_message_id() -> str:
+    """`msg_…`: the id of a message and of its task."""
+    return f"msg_{secrets.token_hex(12)}"
+
+
+# An HTTP status → Anthropic's error type (docs: "HTTP errors").
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    507: "api_error",
+}
+
+
+def anthropic_error(exc: LmspError) -> dict[str, Any]:
+    """`{"type": "error", "error": {"type", "message"}}`; our code kept beside them."""
+    kind = _ERROR_TYPES.get(
+        exc.status, "api_error" if exc.status >= 500 else "invalid_request_error"
+    )
+    return {"type": "error", "error": {"type": kind, "message": exc.message, "code": exc.code}}
+
+
+def stop_reason(response: Mapping[str, Any]) -> str:
+    """`max_tokens` when cut short, `tool_use` when the output calls tools, else `end_turn`."""
+    state = TaskState(response["task"]["state"])
+    if state == TaskState.INCOMPLETE:
+        return "max_tokens"
+    if any(item.get("type") == "function_call" for item in response.get("output", [])):
+        return "tool_use"
+    return "end_turn"
+
+
+def usage(input_tokens: int, output_tokens: int, cached: int) -> dict[str, Any]:
+    """Anthropic counts the prompt tokens read from the cache apart from `input_tokens`."""
+    return {
+        "input_tokens": input_tokens - cached,
+        "output_tokens": output_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def _input(arguments: str) -> Any:
+    try:
+        return json.loads(arguments) if arguments else {}
+    except ValueError:  # cut short by max_tokens: the text as generated
+        return {"_partial_arguments": arguments}
+
+
+def message_object(row: RowLike) -> dict[str, Any]:
+    """The `message` of a finished task (with the LMSP `task` object, as every API's
+    answers carry it)."""
+    response = build_response(row)
+    content: list[dict[str, Any]] = []
+    if response["output_text"]:
+        content.append({"type": "text", "text": response["output_text"]})
+    for item in response["output"]:
+        if item.get("type") == "function_call":
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": item["call_id"],
+                    "name": item["name"],
+                    "input": _input(item["arguments"]),
+                }
+            )
+    return {
+        "id": row["id"],
+        "type": "message",
+        "role": "assistant",
+        "model": row["model"],
+        "content": content,
+        "stop_reason": stop_reason(response),
+        "stop_sequence": None,
+        "usage": usage(row["input_tokens"], row["output_tokens"], cached_tokens_of(row)),
+        "task": task_object(row),
+    }
+
+
+def _event(kind: str, payload: dict[str, Any]) -> bytes:
+    data = json.dumps({"type": kind, **payload}, separators=(",", ":"), ensure_ascii=False)
+    return f"event: {kind}\ndata: {data}\n\n".encode()
+
+
+class MessageStream:
+    """Turns one task's committed events into Anthropic's stream events.
+
+    Content blocks open as the output needs them: a text block at the first text, a
+    tool_use block per function call; each is stopped before the next opens. Text deltas
+    are the hot path: their JSON is put together from a fixed prefix and suffix.
+    """
+
+    def __init__(self, row: RowLike, request: dict[str, Any]) -> None:
+        self.finished = False
+        self._id = str(row["id"])
+        self._model = str(row["model"])
+        self._index = -1  # the index of the open (or last) content block
+        self._open: str | None = None  # "text" or the item id of an open tool_use block
+        self._calls: set[str] = set()
+        self._text_prefix = b""
+
+    def opening(self) -> bytes:
+        message: dict[str, Any] = {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage(0, 0, 0),
+        }
+        return _event("message_start", {"message": message}) + _event("ping", {})
+
+    def _start(self, block: dict[str, Any], key: str) -> bytes:
+        out = self._stop()
+        self._index += 1
+        self._open = key
+        if key == "text":
+            self._text_prefix = (
+                "event: content_block_delta\n"
+                f'data: {{"type":"content_block_delta","index":{self._index},'
+                '"delta":{"type":"text_delta","text":'
+            ).encode()
+        return out + _event("content_block_start", {"index": self._index, "content_block": block})
+
+    def _stop(self) -> bytes:
+        if self._open is None:
+            return b""
+        self._open = None
+        return _event("content_block_stop", {"index": self._index})
+
+    def render(self, event: dict[str, Any]) -> bytes:
+        """The stream events a task event becomes (b"" for those Anthropic has none for)."""
+        kind = event["type"]
+        if kind == "response.output_text.delta":
+            out = b"" if self._open == "text" else self._start({"type": "text", "text": ""}, "text")
+            text = json.dumps(event["delta"], ensure_ascii=False).encode()
+            return out + self._text_prefix + text + b"}}\n\n"
+        if kind == "response.output_item.added" and event["item"]["type"] == "function_call":
+            item = event["item"]
+            self._calls.add(item["id"])
+            block = {"type": "tool_use", "id": item["call_id"], "name": item["name"], "input": {}}
+            return self._start(block, item["id"])
+        if kind == "response.function_call_arguments.delta" and event["item_id"] in self._calls:
+            delta = {"type": "input_json_delta", "partial_json": event["delta"]}
+            return _event("content_block_delta", {"index": self._index, "delta": delta})
+        if kind == "response.output_item.done" and self._open == event["item"].get("id"):
+            return self._stop()
+        if kind in ("response.completed", "response.incomplete"):
+            self.finished = True
+            response = event["response"]
+            used = response.get("usage") or {}
+            cached = (used.get("input_tokens_details") or {}).get("cached_tokens", 0)
+            delta = {"stop_reason": stop_reason(response), "stop_sequence": None}
+            counts = usage(used.get("input_tokens", 0), used.get("output_tokens", 0), cached)
+            return (
+                self._stop()
+                + _event("message_delta", {"delta": delta, "usage": counts})
+                + _event("message_stop", {})
+            )
+        if kind in ("response.failed", "response.cancelled"):
+            self.finished = True
+            error = (event.get("response") or {}).get("error") or {}
+            message = (
+                "The message was cancelled before it finished."
+                if kind == "response.cancelled"
+                else error.get("message", "The generation failed.")
+            )
+            return _event("error", {"error": {"type": "api_error", "message": message}})
+        return b""
