@@ -96,7 +96,12 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
             log.exception("cleanup after a failed start failed")
         if is_lock_refusal(exc) and await hand_over_soon(args.data_dir):
             return 0  # a window of this data directory is starting: it came to the front
-        await ask(failure_box(aio.error_text(exc)))
+        text = aio.error_text(exc)
+        # The same sentence on stdout and in the log: a box alone leaves no trace for
+        # whoever started it from a terminal or reads the log later.
+        print(f"LMSP Desktop could not start: {text}", flush=True)
+        log.warning("could not start: %s", text)
+        await ask(failure_box(text))
         return 1
     window = MainWindow(core, qsettings)
     later_launches = WindowServer(args.data_dir, window.bring_to_front, window)

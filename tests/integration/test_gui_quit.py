@@ -142,7 +142,7 @@ async def test_sigterm_to_the_app_is_reported_as_a_signal_not_as_your_quit(
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     monkeypatch.setattr(app_module, "Core", functools.partial(Core, engine=slow_engine()))
-    args = argparse.Namespace(data_dir=data_dir, models_dir=[], host=None, port=0)
+    args = argparse.Namespace(data_dir=data_dir, models_dir=[], host=None, port=0, no_source=[])
     qsettings = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     app = asyncio.ensure_future(launch.main(args, qsettings))
     await until(lambda: the_window(data_dir) is not None, what="the main window")

@@ -25,7 +25,7 @@ async def test_a_failing_window_teardown_still_stops_the_core(
     qtbot: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     data = tmp_path / "data"
-    args = argparse.Namespace(data_dir=data, models_dir=None, host=None, port=0)
+    args = argparse.Namespace(data_dir=data, models_dir=None, host=None, port=0, no_source=[])
     ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     run = asyncio.ensure_future(launch.main(args, ini))
     window = await until(lambda: running_window() or run.done(), what="the window")

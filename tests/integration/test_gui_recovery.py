@@ -109,7 +109,7 @@ async def test_startup_recovers_every_leftover_and_the_dialog_lists_each_outcome
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     leftovers = await leave_leftovers(data_dir)
-    args = argparse.Namespace(data_dir=data_dir, models_dir=[], host=None, port=0)
+    args = argparse.Namespace(data_dir=data_dir, models_dir=[], host=None, port=0, no_source=[])
     settings = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     app = asyncio.ensure_future(launch.main(args, settings))
     window: MainWindow | None = None

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("does not support raise
 async def running_app(tmp_path: Path) -> AsyncIterator[tuple[Path, MainWindow]]:
     """`lmsp-desktop --port 0` as it runs (launch.main), until its window quits."""
     data = tmp_path / "data"
-    args = argparse.Namespace(data_dir=data, models_dir=None, host=None, port=0)
+    args = argparse.Namespace(data_dir=data, models_dir=None, host=None, port=0, no_source=[])
     ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     run = asyncio.ensure_future(launch.main(args, ini))
     window = await until(lambda: running_window() or run.done(), what="the window")

@@ -45,7 +45,7 @@ def shown_box() -> QMessageBox | None:
 
 
 async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
-    qtbot: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    qtbot: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
     caplog.set_level(logging.WARNING)
     with socket.socket() as taken:  # another program listening on the port
@@ -53,7 +53,9 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
         taken.listen()
         port = taken.getsockname()[1]
         data = tmp_path / "data"
-        args = argparse.Namespace(data_dir=data, models_dir=None, host=None, port=port)
+        args = argparse.Namespace(
+            data_dir=data, models_dir=None, host=None, port=port, no_source=[]
+        )
         ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
         run = asyncio.ensure_future(launch.main(args, ini))
         await until(lambda: shown_box() is not None or run.done(), what="a message box")
@@ -76,6 +78,10 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
     await asyncio.sleep(0.1)
     noise = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert not noise, f"unrelated errors logged after a clean failure: {noise}"
+    # The box's sentence is in the log and on stdout too (issue 24 item 15).
+    said = f"Port {port} on 127.0.0.1 is in use by another program"
+    assert any(said in r.getMessage() for r in caplog.records), caplog.records
+    assert said in capsys.readouterr().out
 
 
 def test_the_whole_launch_as_lmsp_desktop_runs_it(qapp: Any, tmp_path: Path) -> None:
@@ -103,7 +109,9 @@ def test_the_whole_launch_as_lmsp_desktop_runs_it(qapp: Any, tmp_path: Path) -> 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        args = argparse.Namespace(data_dir=tmp_path / "data", models_dir=None, host=None, port=port)
+        args = argparse.Namespace(
+            data_dir=tmp_path / "data", models_dir=None, host=None, port=port, no_source=[]
+        )
         QTimer.singleShot(0, answer_the_box)
         assert launch.run_gui(args) == 1
     assert len(seen) == 1, seen
