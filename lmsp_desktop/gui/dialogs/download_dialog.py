@@ -65,7 +65,9 @@ class DownloadDialog(QDialog):
         self.files.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.files.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.files.verticalHeader().hide()
-        self.files.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.files.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # the rest is whole
         self.files.itemSelectionChanged.connect(self._update)
         self.token = QLineEdit()
         self.token.setEchoMode(QLineEdit.EchoMode.Password)
@@ -165,7 +167,8 @@ class DownloadDialog(QDialog):
                     )
                 self.files.setItem(row, col, cell)
         self.status.setText(
-            f"{repo}: {len(choices)} GGUF models. Pick one and Download; it lands in the "
+            f"{repo}: {len(choices)} GGUF model{'' if len(choices) == 1 else 's'}. Pick one "
+            "and Download; it lands in the "
             "Hugging Face cache, shared with other tools."
             if choices
             else f"{repo} has no GGUF files. LMSP runs GGUF models: look for a GGUF conversion."
