@@ -14,6 +14,7 @@ from huggingface_hub import scan_cache_dir
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.storage.recovery import next_boot, recover
 from lmsp_desktop.core.storage.store import Store
 from tests.support.hub_repos import (
     DEMO_FILE,
@@ -217,3 +218,42 @@ async def test_two_tasks_for_the_same_file_share_one_transfer(
     assert len(gets) == 1  # the file was sent once
     sha = hub.server.repos[TINY_REPO].sha256("tiny-Q4_K_M.gguf")
     assert sha256_of(hub.blob_dir(TINY_REPO) / sha) == sha
+
+
+@pytest.mark.parametrize("policy", ["fail", "retry"])
+async def test_recovery_applies_a_download_policy_and_the_bytes_on_disk_are_kept(
+    hub: Hub, store: Store, policy: str
+) -> None:
+    """Table 11.3 for a download left running: `fail` fails it with server_restarted and a
+    later pull of the file continues from its bytes; `retry` requeues it and the next start
+    continues from them too. Through the same recovery code as any task."""
+    hub.server.bytes_per_s = 1024 * 1024
+    first = DownloadManager(store.tasks, progress_every=0.1)
+    await first.start()
+    task = await pull(store.tasks, TINY_REPO, "Q4_K_M", on_restart=policy)
+
+    async def some_bytes() -> bool:
+        events = await store.tasks.events(task["id"])
+        return any(e.get("bytes_done", 0) > 256 * 1024 for e in events)
+
+    await until(some_bytes, 30, "some bytes")
+    await first.stop()  # as at a service stop: the task is left running
+    kept = next(hub.blob_dir(TINY_REPO).glob("*.incomplete")).stat().st_size
+    report = await recover(store.tasks, await next_boot(store.tasks))
+    [item] = report.items
+    assert (item.task_id, item.state_before) == (task["id"], "running")
+    hub.server.bytes_per_s = None
+    second = DownloadManager(store.tasks, progress_every=0.1)
+    await second.start()
+    try:
+        if policy == "fail":
+            row = await store.tasks.get(task["id"])
+            assert (row["state"], error_of(row)["code"]) == ("failed", "server_restarted")
+            task = await pull(store.tasks, TINY_REPO, "Q4_K_M")  # pulled again by the user
+        else:
+            assert item.state_after == "queued"
+        row = await finished(store, task["id"])
+    finally:
+        await second.stop()
+    assert row["state"] == "completed", error_of(row)
+    assert hub.server.ranges() == [f"bytes={kept}-"]  # continued, both ways
