@@ -481,17 +481,28 @@ class Runner:
         self, model_id: str, task_id: str, loaded: LoadedModel | None, crash: EngineCrashed
     ) -> None:
         """A model's engine process died under this task: drop that model (the next task
-        loads it afresh, unless it crashed too often) and give the task its restart policy,
-        by the same table, and the same code, as a restart of the service."""
+        loads it afresh, unless it crashed too often) and give the task, and the model's
+        queued ones, their restart policies, by the same table and the same code as a
+        restart of the service. Each lane reports its own task; the first report of a crash
+        also handles the queue."""
         if self._stopping:
             return  # the service is going down anyway: recovery at the next start does it
         record, new = self.crashes.record(model_id, crash)
+        affected = [task_id]
         if new:
             slot = self._slots.get(model_id)
             if loaded is not None and slot is not None and slot.model is loaded:
                 del self._slots[model_id]
                 await loaded.unload()  # the process is gone: this only reaps what is left
-        record.count(await recover_after_crash(self.tasks, [task_id], crash.code, crash.message))
+            # The model's queued tasks too (a `fail` one fails), as a restart would
+            # (LMSP_API.md: "exactly as after a restart of the service").
+            affected += [
+                row["id"]
+                for row in await self.tasks.unfinished([TaskState.QUEUED])
+                if row["model"] == model_id and row["kind"] == "response"
+            ]
+        items = await recover_after_crash(self.tasks, affected, crash.code, crash.message)
+        record.count(items)
         self._notify_load(model_id, self.loaded_state(model_id), 0.0)
 
     def engine_pid(self, model_id: str) -> int | None:

@@ -41,15 +41,29 @@ async def test_a_crash_resumes_a_resume_task_in_a_fresh_engine(store: Store) -> 
         assert crash.cause == "SIGKILL" and not crash.held
 
 
-async def test_a_crash_fails_a_fail_task_naming_the_signal(store: Store) -> None:
-    engine = FakeEngine(token_delay=0.005, fail_at=2, fail_error=EngineCrashed("m", "SIGSEGV"))
-    async with started(Runner(store.tasks, Paths(), engine)):
-        task_id = await submit(store, on_restart="fail")
-        await until(lambda: finished(store, task_id))
-        assert await store.tasks.get(task_id) is not None
-        error = await error_of(store, task_id)
-        assert error["code"] == "engine_crashed"
-        assert "SIGSEGV" in error["message"]
+async def test_a_crash_fails_the_fail_tasks_of_the_model_queued_ones_too(store: Store) -> None:
+    """As after a restart of the service (LMSP_API.md): the model's unfinished tasks, the
+    queued ones too, follow their policies."""
+    engine = FakeEngine(
+        token_delay=0.02, load_delay=0.5, fail_at=3, fail_error=EngineCrashed("m", "SIGSEGV")
+    )
+    async with started(Runner(store.tasks, Paths(), engine)) as runner:
+        running = await submit(store, on_restart="fail")
+        queued = await submit(store, on_restart="fail")  # one lane: waits behind it
+        requeued = await submit(store, on_restart="retry")
+        await until(lambda: finished(store, running))
+        await until(lambda: finished(store, queued))
+        for task_id in (running, queued):
+            error = await error_of(store, task_id)
+            assert error["code"] == "engine_crashed"
+            assert "SIGSEGV" in error["message"]
+        # The queued one failed with the crash: it never ran in a fresh engine.
+        assert "response.in_progress" not in [e["type"] for e in await store.tasks.events(queued)]
+        crash = runner.last_crash("m")
+        assert crash is not None and crash.as_api()["tasks"] == {"failed": 2, "requeued": 1}
+        engine.fail_at = None
+        await until(lambda: finished(store, requeued))
+        assert (await store.tasks.get(requeued))["state"] == "completed"
 
 
 async def test_two_crashes_in_ten_minutes_hold_the_model_until_loaded_again(
