@@ -144,6 +144,10 @@ def open_context(
     params.n_threads = n_threads
     params.n_threads_batch = n_threads
     params.kv_unified = False
+    # Sliding-window layers keep a full cache (llama.cpp's default, said here because the
+    # memory estimate counts it): the prefix cache reuses any earlier position of a sequence,
+    # which a window-sized cache would have dropped.
+    params.swa_full = True
     ctx = lc.llama_init_from_model(model, params)
     if not ctx:
         raise RuntimeError("llama_init_from_model returned no context")

@@ -47,6 +47,8 @@ def test_a_q8_0_cache_sets_both_types_and_turns_flash_attention_on(
     assert params.type_k == params.type_v == lc.GGML_TYPE_Q8_0
     assert params.flash_attn_type == lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
     assert (params.n_ctx, params.n_seq_max) == (1024, 2)
+    # One KV stream per sequence, sliding-window layers kept whole (docs/memory.md).
+    assert params.kv_unified is False and params.swa_full is True
 
 
 def test_an_f16_cache_leaves_flash_attention_to_llama_cpp(captured: dict[str, Any]) -> None:
