@@ -199,6 +199,7 @@ def test_task_object_fields() -> None:
         "output_tokens": 4,
         "error": None,
         "dropped_tools": [],
+        "notes": [],  # what the service could not honour (e.g. Anthropic's `thinking`)
         "api": "responses",
         "kind": "response",  # a row read before kinds existed is a response
         "stored": True,
