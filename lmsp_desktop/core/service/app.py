@@ -8,6 +8,7 @@ from aiohttp import web
 
 from lmsp_desktop.core.api.anthropic import routes as anthropic_routes
 from lmsp_desktop.core.api.chat import routes as chat_routes
+from lmsp_desktop.core.api.ollama import routes as ollama_routes
 from lmsp_desktop.core.api.responses import routes as responses_routes
 from lmsp_desktop.core.service import (
     routes_clients,
@@ -34,6 +35,7 @@ def build_app(ctx: ServiceContext) -> web.Application:
         responses_routes,  # one line per API (core/api/)
         chat_routes,
         anthropic_routes,
+        ollama_routes,
         routes_tasks,
         routes_pairing,
         routes_clients,

@@ -1,0 +1,16 @@
+"""Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/ps`, `/api/show`,
+`/api/version`) on the service's own port, for the ollama clients, Open WebUI and Continue.
+
+- request.py: chat and generate bodies into the task request (options, format, tools);
+- render.py: NDJSON lines or one object from the task's events; the model objects;
+- routes.py: the routes, with Ollama's `{"error": …}` bodies.
+"""
+
+from __future__ import annotations
+
+from lmsp_desktop.core.api.chat.render import new_chat_id
+from lmsp_desktop.core.api.creation import Intake
+from lmsp_desktop.core.api.ollama.request import parse_ollama_chat, parse_ollama_generate
+
+CHAT_INTAKE = Intake(parse=parse_ollama_chat, new_id=new_chat_id, input_param="messages")
+GENERATE_INTAKE = Intake(parse=parse_ollama_generate, new_id=new_chat_id, input_param="prompt")

@@ -1,0 +1,274 @@
+"""Ollama's `/api/chat` and `/api/generate` bodies into the task request.
+
+As Ollama documents them: `model`, `messages` (chat; roles system, user, assistant with
+`tool_calls`, tool with `tool_name`) or `prompt` and `system` (generate), `stream` (true
+unless false), `format` ("json" or a JSON Schema, generated under the grammar), `tools`
+(chat, with the LMSP extension `tool_choice` as on Chat Completions), `keep_alive`, and
+`options` num_predict, temperature, top_p, top_k, seed, stop,
+num_ctx, presence_penalty, frequency_penalty. Other options (repeat_penalty, num_thread,
+mirostat, …) tune Ollama's own runner and are accepted and noted. Images, `raw`, custom
+`template`s and `suffix` answer 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from lmsp_desktop.core.api import fields
+from lmsp_desktop.core.api.fields import unsupported
+from lmsp_desktop.core.api.task_request import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, task_request
+from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.tools.fields import CHAT, check_schema, parse_tool_fields
+
+OLLAMA_API = "ollama"
+CHAT_ENDPOINT = "chat"
+GENERATE_ENDPOINT = "generate"
+ROLES = ("system", "user", "assistant", "tool")
+# Options that shape what is generated; the rest only tune Ollama's runner.
+_USED_OPTIONS = {
+    "num_predict", "temperature", "top_p", "top_k", "seed", "stop", "num_ctx",
+    "presence_penalty", "frequency_penalty",
+}  # fmt: skip
+# Ollama's duration strings: "5m", "1h30m", "10s", "250ms".
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s))+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_ollama_chat(body: Any, default_on_restart: str) -> dict[str, Any]:
+    """The task request of a `POST /api/chat` body."""
+    body = _object(body)
+    if body.get("messages") is None:
+        body = {**body, "messages": []}
+    messages = _messages(body["messages"])
+    if not messages:
+        # Ollama loads the model and answers `done` for an empty chat; here a task needs
+        # something to answer.
+        raise invalid("`messages` must hold at least one message.", "messages")
+    tools = body.get("tools")
+    return _task(body, default_on_restart, CHAT_ENDPOINT, messages, tools)
+
+
+def parse_ollama_generate(body: Any, default_on_restart: str) -> dict[str, Any]:
+    """The task request of a `POST /api/generate` body (the prompt goes through the model's
+    chat template, with `system` as its system message, as Ollama does)."""
+    body = _object(body)
+    for name, why in (
+        ("raw", "Raw prompts (without the chat template) are not supported here"),
+        ("template", "Custom prompt templates are not supported here: the model's own is used"),
+        ("suffix", "Fill-in-the-middle (`suffix`) is not supported on /api/generate here"),
+        ("context", "The `context` of an earlier answer is not supported: send /api/chat turns"),
+    ):
+        if body.get(name) not in (None, False, "", []):
+            raise unsupported(f"{why}. Leave `{name}` out.", name)
+    _no_images(body, "images")
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise invalid("`prompt` is required: the text to answer.", "prompt")
+    system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        raise invalid("`system` must be a string.", "system")
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt})
+    return _task(body, default_on_restart, GENERATE_ENDPOINT, messages, None)
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.", None, "invalid_json")
+    return body
+
+
+def _task(
+    body: dict[str, Any],
+    default_on_restart: str,
+    endpoint: str,
+    messages: list[dict[str, Any]],
+    tools: Any,
+) -> dict[str, Any]:
+    options = body.get("options") or {}
+    if not isinstance(options, dict):
+        raise invalid("`options` must be an object.", "options")
+    stream = fields.flag(body, "stream", True)
+    # `tool_choice` is not Ollama's: an LMSP extension, as on Chat Completions, so that a
+    # client can force a call (whose arguments then follow the tool's schema).
+    choice = body.get("tool_choice") if tools else None
+    tool_fields = parse_tool_fields({"tools": tools, "tool_choice": choice}, CHAT)
+    tool_fields["text_format"] = _format(body.get("format"), tool_fields["schema_notes"])
+    num_predict = _option_int(options, "num_predict", -2, 1_000_000)
+    top_k = _option_int(options, "top_k", 0, 1_000_000)
+    num_ctx = _option_int(options, "num_ctx", 1, 10_000_000)
+    keep_alive = keep_alive_seconds(body.get("keep_alive"))
+    notes = [
+        f"`options.{name}` is not used by this service."
+        for name in sorted(options)
+        if name not in _USED_OPTIONS
+    ]
+    if top_k:
+        notes.append(
+            f"`options.top_k` {top_k} is not applied: sampling uses temperature and top_p."
+        )
+    if num_ctx:
+        notes.append(
+            f"`options.num_ctx` {num_ctx} is not applied: the model runs with its own context."
+        )
+    if keep_alive is not None:
+        notes.append("`keep_alive` is not applied: the idle timeout in Settings unloads models.")
+    if body.get("think") not in (None, False):
+        notes.append("Thinking was asked for; the model answered without it.")
+    return task_request(
+        {"ollama": {"endpoint": endpoint, "keep_alive_s": keep_alive, "num_ctx": num_ctx}},
+        api=OLLAMA_API,
+        via=f"Ollama (POST /api/{endpoint})",
+        model=fields.model(body),
+        messages=messages,
+        temperature=_option_number(options, "temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
+        top_p=_option_number(options, "top_p", DEFAULT_TOP_P, 0.0, 1.0),
+        top_k=top_k,
+        presence_penalty=_option_number(options, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=_option_number(options, "frequency_penalty", 0.0, -2.0, 2.0),
+        # -1: no limit; -2: until the context is full (both: no limit of our own).
+        max_output_tokens=num_predict if num_predict is not None and num_predict > 0 else None,
+        seed=_option_int(options, "seed", -(2**63), 2**63 - 1),
+        stop=_stops(options.get("stop")),
+        stream=stream,
+        on_restart=fields.on_restart(body, default_on_restart),
+        notes=notes,
+        **tool_fields,
+    )
+
+
+# -- messages --------------------------------------------------------------------------------
+def _messages(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise invalid("`messages` must be a list of chat messages.", "messages")
+    out: list[dict[str, Any]] = []
+    # Ollama's tool results name the tool, not the call: each answers the oldest call of
+    # that name (or, without a name, the oldest call) not answered yet.
+    open_calls: list[dict[str, str]] = []
+    for i, message in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise invalid(f"{where} must be an object with `role` and `content`.", where)
+        role = message.get("role")
+        if role not in ROLES:
+            raise invalid(f"{where}.role must be one of {', '.join(ROLES)}.", f"{where}.role")
+        _no_images(message, f"{where}.images")
+        content = message.get("content", "")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise invalid(f"{where}.content must be a string.", f"{where}.content")
+        if role == "assistant" and message.get("tool_calls"):
+            calls = _tool_calls(message["tool_calls"], where, len(open_calls) + i)
+            open_calls.extend(calls)
+            out.append({"role": "assistant", "content": content, "tool_calls": calls})
+        elif role == "tool":
+            name = message.get("tool_name") or message.get("name")
+            answered = next(
+                (c for c in open_calls if not name or c["name"] == name),
+                None,
+            )
+            if answered is not None:
+                open_calls.remove(answered)
+            call_id = answered["call_id"] if answered else f"call_{i}"
+            out.append({"role": "tool", "call_id": call_id, "content": content})
+        else:
+            out.append({"role": role, "content": content})
+    return out
+
+
+def _tool_calls(value: Any, where: str, first: int) -> list[dict[str, str]]:
+    if not isinstance(value, list):
+        raise invalid(f"{where}.tool_calls must be a list.", f"{where}.tool_calls")
+    calls = []
+    for j, call in enumerate(value):
+        at = f"{where}.tool_calls[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise invalid(f"{at} must be {{function: {{name, arguments}}}}.", at)
+        arguments = function.get("arguments", {})
+        if not isinstance(arguments, dict | str):
+            raise invalid(f"{at}.function.arguments must be an object.", f"{at}.function")
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        calls.append({"call_id": f"call_{first + j}", "name": function["name"], "arguments": text})
+    return calls
+
+
+def _no_images(body: dict[str, Any], param: str) -> None:
+    if body.get("images"):
+        raise unsupported(
+            "Images are not supported: the models here read text only. Leave `images` out.",
+            param,
+        )
+
+
+# -- options and format ------------------------------------------------------------------------
+def _option_number(
+    options: dict[str, Any], name: str, default: float, lo: float, hi: float
+) -> float:
+    try:
+        return fields.number(options, name, default, lo, hi)
+    except Exception as exc:
+        raise invalid(
+            f"`options.{name}` must be a number from {lo} to {hi}.", f"options.{name}"
+        ) from exc
+
+
+def _option_int(options: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    try:
+        return fields.optional_int(options, name, lo, hi)
+    except Exception as exc:
+        raise invalid(
+            f"`options.{name}` must be a whole number from {lo} to {hi}.", f"options.{name}"
+        ) from exc
+
+
+def _stops(value: Any) -> list[str]:
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise invalid("`options.stop` must be a list of non-empty strings.", "options.stop")
+    return list(stops)
+
+
+def _format(value: Any, notes: list[str]) -> dict[str, Any]:
+    """`format`: "json" (any JSON object) or a JSON Schema (not strict: keywords the grammar
+    cannot enforce are left out and noted)."""
+    if value in (None, ""):
+        return {"type": "text"}
+    if value == "json":
+        return {"type": "json_object"}
+    if not isinstance(value, dict):
+        raise invalid('`format` must be "json" or a JSON Schema object.', "format")
+    check_schema(value, "format", False, notes)
+    return {
+        "type": "json_schema",
+        "name": "format",
+        "description": None,
+        "schema": value,
+        "strict": False,
+    }
+
+
+def keep_alive_seconds(value: Any) -> float | None:
+    """Ollama's `keep_alive`: seconds as a number, a duration ("5m", "1h30m", "0"), or a
+    negative value for "keep it loaded"; None when not sent (the service's idle timeout)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise invalid('`keep_alive` must be a duration such as "5m", or seconds.', "keep_alive")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"-?\d+(?:\.\d+)?", text):
+            return float(text)
+        if text.startswith("-"):
+            return -1.0
+        if _DURATION.match(text):
+            return sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION_PART.findall(text))
+    raise invalid('`keep_alive` must be a duration such as "5m", or seconds.', "keep_alive")

@@ -1,0 +1,265 @@
+"""Ollama's API on the service's port (`/api/…`), with our bearer tokens and scopes: models
+(`version`, `tags`, `ps`, `show`) and generation (`chat`, `generate`), each generation a task
+like any other (listed, cancelled when its client goes away, recovered, idempotent). Errors
+have Ollama's shape, `{"error": "…"}`. Embeddings answer 501 until the service has them."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from aiohttp import web
+
+from lmsp_desktop.core.api.answering import (
+    cancel_on_disconnect,
+    cancel_quietly,
+    create_from_request,
+    holding_key,
+    settle_key,
+)
+from lmsp_desktop.core.api.creation import Intake
+from lmsp_desktop.core.api.ollama import CHAT_INTAKE, GENERATE_INTAKE
+from lmsp_desktop.core.api.ollama.render import (
+    OLLAMA_VERSION,
+    AnswerRenderer,
+    Clock,
+    running,
+    show,
+    tag,
+)
+from lmsp_desktop.core.auth import Principal
+from lmsp_desktop.core.context_window import effective_context
+from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid
+from lmsp_desktop.core.scopes import MODELS_READ, RESPONSES_WRITE
+from lmsp_desktop.core.service.bodies import read_json
+from lmsp_desktop.core.service.context import ServiceContext, errors_shaped, requires
+
+routes = web.RouteTableDef()
+NDJSON = "application/x-ndjson"
+
+
+def ollama_error(exc: LmspError) -> dict[str, Any]:
+    """Ollama's error body: the message alone."""
+    return {"error": exc.message}
+
+
+@routes.get("/api/version")
+@errors_shaped(ollama_error)
+@requires(MODELS_READ)
+async def version(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    return web.json_response({"version": OLLAMA_VERSION})
+
+
+@routes.get("/api/tags")
+@errors_shaped(ollama_error)
+@requires(MODELS_READ)
+async def tags(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    """The models that can run (missing, changed and invalid files are left out)."""
+    models = [tag(info) for info in await ctx.registry.list_models() if info.runnable]
+    return web.json_response({"models": models})
+
+
+@routes.get("/api/ps")
+@errors_shaped(ollama_error)
+@requires(MODELS_READ)
+async def ps(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    """The models loaded now, with when the idle timeout will unload them."""
+    models = []
+    runner = ctx.runner
+    for info in await ctx.registry.list_models():
+        if runner is None or runner.loaded_state(info.id) != "loaded":
+            continue
+        length = effective_context(info.context_length, ctx.settings.max_context)
+        models.append(running(info, runner.idle_seconds_left(info.id), length))
+    return web.json_response({"models": models})
+
+
+@routes.post("/api/show")
+@errors_shaped(ollama_error)
+@requires(MODELS_READ)
+async def show_model(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    body = await read_json(request)
+    name = body.get("model") or body.get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name:
+        raise invalid("`model` is required: the name of a model from GET /api/tags.", "model")
+    info = await ctx.registry.get(name)
+    length = effective_context(info.context_length, ctx.settings.max_context)
+    return web.json_response(show(info, length))
+
+
+@routes.post("/api/chat")
+@errors_shaped(ollama_error)
+@requires(RESPONSES_WRITE)
+async def chat(request: web.Request, ctx: ServiceContext, caller: Principal) -> web.StreamResponse:
+    return await _generate(request, ctx, caller, CHAT_INTAKE, "chat")
+
+
+@routes.post("/api/generate")
+@errors_shaped(ollama_error)
+@requires(RESPONSES_WRITE)
+async def generate(
+    request: web.Request, ctx: ServiceContext, caller: Principal
+) -> web.StreamResponse:
+    return await _generate(request, ctx, caller, GENERATE_INTAKE, "generate")
+
+
+@routes.post("/api/embed")
+@routes.post("/api/embeddings")
+@errors_shaped(ollama_error)
+@requires(RESPONSES_WRITE)
+async def embeddings(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    raise LmspError(
+        "Embeddings are not available on this service yet; use a chat or generate request.",
+        code="not_implemented",
+        status=501,
+    )
+
+
+async def _generate(
+    request: web.Request, ctx: ServiceContext, caller: Principal, intake: Intake, endpoint: str
+) -> web.StreamResponse:
+    clock = Clock()
+    created = await create_from_request(request, ctx, caller, intake)
+    if created.replayed:
+        result = created.result
+        return web.json_response(
+            result.body, status=result.status, headers={"Idempotent-Replayed": "true"}
+        )
+    renderer = AnswerRenderer(created.request["model"], endpoint, clock)
+    async with holding_key(ctx, created.claim):
+        if created.mode == "stream":
+            response = await _stream(request, ctx, created.task_id, renderer)
+        else:
+            async with cancel_on_disconnect(request, ctx, created.task_id):
+                await _follow(ctx, created.task_id, renderer, None)
+            if not renderer.finished:
+                raise ShuttingDownError()  # the task is left for recovery
+            if renderer.failure is not None:
+                raise LmspError(renderer.failure, code="generation_failed", status=500)
+            response = web.json_response(renderer.final())
+    final = renderer.final() if renderer.finished and renderer.failure is None else None
+    await settle_key(ctx, created.claim, final)
+    return response
+
+
+async def _stream(
+    request: web.Request, ctx: ServiceContext, task_id: str, renderer: AnswerRenderer
+) -> web.StreamResponse:
+    """One JSON object per line as the task's events commit; the last has `done: true`. A
+    client that goes away cancels the task (its partial output is kept)."""
+    response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    gone = False
+    try:
+        async with cancel_on_disconnect(request, ctx, task_id):
+            await _follow(ctx, task_id, renderer, response)
+    except (ConnectionResetError, RuntimeError):
+        gone = True
+    if gone:
+        await cancel_quietly(ctx, task_id, "its stream's client went away")
+    with contextlib.suppress(ConnectionResetError, RuntimeError):
+        await response.write_eof()
+    return response
+
+
+async def _follow(
+    ctx: ServiceContext, task_id: str, renderer: AnswerRenderer, out: web.StreamResponse | None
+) -> None:
+    async with contextlib.aclosing(ctx.follower.follow_batches(task_id, 0)) as batches:
+        async for batch in batches:
+            data = b""
+            for event in batch:
+                data += renderer.render(event)
+                if renderer.finished:
+                    break
+            if out is not None and data:
+                await out.write(data)
+            if renderer.finished:
+                return
+
+
+# -- /v1/openapi.json ------------------------------------------------------------------------
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string"}},
+}
+_OBJECT = {"type": "object"}
+
+
+def _answer(description: str, *types: str) -> dict[str, Any]:
+    return {"description": description, "content": {t: {"schema": _OBJECT} for t in types}}
+
+
+def _operation(
+    summary: str, scope: str, ok: dict[str, Any], codes: tuple[int, ...], body: bool
+) -> dict[str, Any]:
+    errors = {str(c): _answer("error", "application/json") for c in codes}
+    for answer in errors.values():
+        answer["content"]["application/json"]["schema"] = ERROR_SCHEMA
+    op: dict[str, Any] = {
+        "summary": summary,
+        "description": f"Needs scope `{scope}`. Ollama's API; errors are `{{error}}`.",
+        "responses": {"200": ok, **errors},
+    }
+    if body:
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _OBJECT}},
+        }
+    return op
+
+
+_READ_ERRORS = (401, 403, 503)
+_WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 500, 503, 507)
+_GENERATED = _answer("the answer: NDJSON lines unless `stream: false`", "application/json", NDJSON)
+OPENAPI_PATHS = {
+    "/api/version": {
+        "get": _operation(
+            "Ollama API version", MODELS_READ, _answer("{version}", "application/json"),
+            _READ_ERRORS, False,
+        )
+    },
+    "/api/tags": {
+        "get": _operation(
+            "Models (Ollama)", MODELS_READ, _answer("{models}", "application/json"),
+            _READ_ERRORS, False,
+        )
+    },
+    "/api/ps": {
+        "get": _operation(
+            "Loaded models (Ollama)", MODELS_READ, _answer("{models}", "application/json"),
+            _READ_ERRORS, False,
+        )
+    },
+    "/api/show": {
+        "post": _operation(
+            "A model's details (Ollama)", MODELS_READ, _answer("model", "application/json"),
+            (400, 401, 403, 404, 413, 503), True,
+        )
+    },
+    "/api/chat": {
+        "post": _operation(
+            "Chat (Ollama; a task like any other)", RESPONSES_WRITE, _GENERATED,
+            _WRITE_ERRORS, True,
+        )
+    },
+    "/api/generate": {
+        "post": _operation(
+            "Generate (Ollama; a task like any other)", RESPONSES_WRITE, _GENERATED,
+            _WRITE_ERRORS, True,
+        )
+    },
+    "/api/embed": {
+        "post": _operation(
+            "Embeddings (Ollama): 501 until the service has them", RESPONSES_WRITE,
+            _answer("embeddings", "application/json"), (400, 401, 403, 413, 501, 503), True,
+        )
+    },
+    "/api/embeddings": {
+        "post": _operation(
+            "Embeddings, older form (Ollama): 501 until the service has them", RESPONSES_WRITE,
+            _answer("embedding", "application/json"), (400, 401, 403, 413, 501, 503), True,
+        )
+    },
+}  # fmt: skip

@@ -1,0 +1,209 @@
+"""Ollama's API with the official `ollama` Python client, unchanged, against the real service
+and demo model: list, show, ps, chat (plain, streamed, tools), generate (options, format json
+and schema), errors in Ollama's shape, and each generation a task like any other."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import jsonschema
+import pytest
+from ollama import Client, ResponseError
+
+pytest.register_assert_rewrite("tests.integration.service_fixtures")
+
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore  # noqa: E402
+
+pytest_plugins = ["tests.integration.service_fixtures"]
+
+SHORT: dict[str, Any] = {"temperature": 0, "num_predict": 12}
+
+
+@pytest.fixture
+def ollama(live: LiveCore) -> Iterator[Client]:
+    token = live.token(*USER_SCOPES)
+    client = Client(host=live.url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    yield client
+    client._client.close()
+
+
+def test_list_show_and_version(ollama: Client) -> None:
+    [model] = [m for m in ollama.list().models if m.model == MODEL]
+    assert model.size and model.size > 50_000_000 and model.digest and len(model.digest) == 64
+    assert model.details and model.details.format == "gguf"
+    assert model.details.family == "llama" and model.details.quantization_level == "Q4_1"
+    shown = ollama.show(MODEL)
+    assert shown.details and shown.details.parameter_size == "135M"
+    assert shown.modelinfo and shown.modelinfo["llama.context_length"] == 8192
+    assert "im_start" in (shown.template or "")
+    assert ollama._client.get("/api/version").json()["version"]
+
+
+def test_chat_answers_with_counts_and_durations(ollama: Client, live: LiveCore) -> None:
+    answer = ollama.chat(
+        MODEL, [{"role": "user", "content": "Say hello."}], options=SHORT, stream=False
+    )
+    assert answer.message.role == "assistant" and answer.message.content
+    assert answer.done and answer.done_reason in ("stop", "length")
+    assert answer.prompt_eval_count and answer.prompt_eval_count > 5
+    assert answer.eval_count and 0 < answer.eval_count <= 12
+    assert answer.total_duration and answer.eval_duration is not None
+    assert answer.total_duration >= answer.eval_duration
+    # A task like any other, and the model is now loaded.
+    running = [m.model for m in ollama.ps().models]
+    assert MODEL in running
+
+
+def test_chat_streams_ndjson_and_ends_with_done(ollama: Client) -> None:
+    parts = list(
+        ollama.chat(
+            MODEL,
+            [{"role": "user", "content": "Count from one to five."}],
+            options=SHORT,
+            stream=True,
+        )
+    )
+    assert len(parts) > 3 and all(not p.done for p in parts[:-1])
+    last = parts[-1]
+    assert last.done and last.done_reason == "length" and last.eval_count == 12
+    text = "".join(p.message.content or "" for p in parts)
+    again = ollama.chat(
+        MODEL, [{"role": "user", "content": "Count from one to five."}], options=SHORT
+    )
+    assert text == again.message.content  # greedy: the same text streamed or not
+
+
+def test_generate_with_options(ollama: Client) -> None:
+    answer = ollama.generate(
+        MODEL,
+        "Write a poem about the sea.",
+        system="You are a poet.",
+        options={"temperature": 0, "num_predict": 5, "stop": ["\n\n"]},
+    )
+    assert answer.response and answer.done_reason == "length" and answer.eval_count == 5
+    streamed = "".join(
+        p.response or ""
+        for p in ollama.generate(
+            MODEL,
+            "Write a poem about the sea.",
+            system="You are a poet.",
+            options={"temperature": 0, "num_predict": 5},
+            stream=True,
+        )
+    )
+    assert streamed == answer.response
+
+
+def test_format_json_and_schema_go_through_the_grammar(ollama: Client) -> None:
+    loose = ollama.generate(
+        MODEL,
+        "Describe a cat as JSON.",
+        format="json",
+        options={"temperature": 0, "num_predict": 80},
+    )
+    assert isinstance(json.loads(loose.response), dict)
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer", "minimum": 0, "maximum": 30},
+        },
+        "required": ["name", "age"],
+    }
+    shaped = ollama.chat(
+        MODEL,
+        [{"role": "user", "content": "Describe a cat with a name and an age."}],
+        format=schema,
+        options={"temperature": 0, "num_predict": 80},
+    )
+    jsonschema.validate(json.loads(shaped.message.content or ""), schema)
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def test_tools_call_and_round_trip(ollama: Client, live: LiveCore) -> None:
+    """The demo model does not call tools by itself: the LMSP extension `tool_choice` (as on
+    Chat Completions) forces the call, sent raw; the round trip goes through the client."""
+    asked = [{"role": "user", "content": "What is the weather in Paris?"}]
+    forced = ollama._client.post(
+        "/api/chat",
+        json={
+            "model": MODEL,
+            "messages": asked,
+            "tools": [WEATHER],
+            "tool_choice": "required",
+            "stream": False,
+            "options": {"temperature": 0, "num_predict": 60},
+        },
+    )
+    assert forced.status_code == 200, forced.text
+    message = forced.json()["message"]
+    [call] = message["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    jsonschema.validate(call["function"]["arguments"], WEATHER["function"]["parameters"])
+    follow_up = [
+        *asked,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_name": "get_weather", "content": "Sunny, 21 degrees."},
+    ]
+    final = ollama.chat(
+        MODEL, follow_up, tools=[WEATHER], options={"temperature": 0, "num_predict": 30}
+    )
+    assert final.done and final.message.content and not final.message.tool_calls
+
+
+def test_errors_have_ollamas_shape(ollama: Client, live: LiveCore) -> None:
+    with pytest.raises(ResponseError) as unknown:
+        ollama.chat("no-such-model", [{"role": "user", "content": "Hi"}])
+    assert unknown.value.status_code == 404 and "no-such-model" in unknown.value.error
+    with pytest.raises(ResponseError) as bad:
+        ollama.generate(MODEL, "Hi", options={"temperature": "hot"})
+    assert bad.value.status_code == 400 and "options.temperature" in bad.value.error
+    with pytest.raises(ResponseError) as embed:
+        ollama.embed(MODEL, "Hi")
+    assert embed.value.status_code == 501 and "Embeddings" in embed.value.error
+    anonymous = Client(host=live.url)
+    with pytest.raises(ResponseError) as refused:
+        anonymous.list()
+    anonymous._client.close()
+    assert refused.value.status_code == 401 and "token" in refused.value.error.lower()
+
+
+async def test_a_stream_whose_client_leaves_is_cancelled(live: LiveCore) -> None:
+    token = live.token(*USER_SCOPES)
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
+        "options": {"temperature": 0, "num_predict": 400},
+    }
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{live.url}/api/chat", json=body, headers=headers) as response:
+            assert response.headers["Content-Type"].startswith("application/x-ndjson")
+            first = json.loads(await response.content.readline())
+            assert first["done"] is False and "message" in first
+        # Left after one line: the task is cancelled, with its partial output kept.
+        from tests.support.polling import until
+
+        async def cancelled() -> dict[str, Any] | None:
+            async with http.get(f"{live.url}/v1/tasks", headers=headers) as listed:
+                tasks = (await listed.json())["data"]
+            return tasks[0] if tasks and tasks[0]["state"] == "cancelled" else None
+
+        task = await until(cancelled, limit=60)
+        assert task["model"] == MODEL
