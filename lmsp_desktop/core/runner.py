@@ -359,6 +359,7 @@ class Runner:
             max_output_tokens=request_json.get("max_output_tokens"),
             temperature=request_json["temperature"],
             top_p=request_json["top_p"],
+            top_k=request_json.get("top_k"),
             seed=seed,
             resume_tokens=list(tokens),
             resume_text="".join(text),

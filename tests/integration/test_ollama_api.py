@@ -97,6 +97,17 @@ def test_generate_with_options(ollama: Client) -> None:
     assert streamed == answer.response
 
 
+def test_top_k_one_samples_as_greedy(ollama: Client) -> None:
+    greedy = ollama.generate(MODEL, "Name a color.", options={"temperature": 0, "num_predict": 8})
+    for seed in (1, 2):
+        hot = ollama.generate(
+            MODEL,
+            "Name a color.",
+            options={"temperature": 1.5, "top_k": 1, "seed": seed, "num_predict": 8},
+        )
+        assert hot.response == greedy.response
+
+
 def test_format_json_and_schema_go_through_the_grammar(ollama: Client) -> None:
     loose = ollama.generate(
         MODEL,

@@ -332,6 +332,7 @@ class BatchDecoder:
             sample_token,
             temperature=request.temperature,
             top_p=request.top_p,
+            top_k=request.top_k,
             seed=job.seed,
             position=job.position,
         )

@@ -37,9 +37,11 @@ def sample_token(
     top_p: float,
     seed: int,
     position: int,
+    top_k: int | None = None,
 ) -> int:
     """Pick the next token: greedy argmax at temperature 0, else nucleus (top_p) sampling of
-    softmax(logits / temperature) with one uniform draw from rng_for(seed, position).
+    softmax(logits / temperature) with one uniform draw from rng_for(seed, position). With
+    `top_k`, only the k most likely tokens (and any tied with the k-th) can be drawn.
 
     The token is exactly the one the original definition picks (sort the whole vocabulary
     by probability, ties in token-id order, keep the smallest prefix whose mass reaches
@@ -50,6 +52,9 @@ def sample_token(
     """
     if temperature <= 0.0:
         return int(np.argmax(logits))
+    if top_k is not None and 0 < top_k < len(logits):
+        kth = np.partition(logits, len(logits) - top_k)[len(logits) - top_k]
+        logits = np.where(logits >= kth, logits, -np.inf)
     probs = _probabilities(logits, temperature)
     n = len(probs)
     if not 0.0 < top_p < 1.0:

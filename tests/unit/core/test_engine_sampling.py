@@ -49,6 +49,26 @@ def test_top_p_keeps_only_the_nucleus() -> None:
     assert only_top == {3}
 
 
+def test_top_k_draws_among_the_k_most_likely_only() -> None:
+    logits = _logits(4)
+    best = set(np.argsort(-logits)[:3].tolist())
+    picks = {
+        sample_token(logits, temperature=2.0, top_p=1.0, top_k=3, seed=s, position=0)
+        for s in range(300)
+    }
+    assert picks == best
+    one = {
+        sample_token(logits, temperature=2.0, top_p=1.0, top_k=1, seed=s, position=0)
+        for s in range(30)
+    }
+    assert one == {int(np.argmax(logits))}
+    free = {
+        sample_token(logits, temperature=2.0, top_p=1.0, top_k=None, seed=s, position=0)
+        for s in range(300)
+    }
+    assert len(free) > 20  # without top_k the same draws spread far wider
+
+
 def test_low_temperature_sharpens_towards_the_argmax() -> None:
     logits = _logits(3)
     cold = [

@@ -106,10 +106,6 @@ def _task(
         for name in sorted(options)
         if name not in _USED_OPTIONS
     ]
-    if top_k:
-        notes.append(
-            f"`options.top_k` {top_k} is not applied: sampling uses temperature and top_p."
-        )
     if num_ctx:
         notes.append(
             f"`options.num_ctx` {num_ctx} is not applied: the model runs with its own context."
