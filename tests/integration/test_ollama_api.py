@@ -187,7 +187,7 @@ def test_errors_have_ollamas_shape(ollama: Client, live: LiveCore) -> None:
     assert bad.value.status_code == 400 and "options.temperature" in bad.value.error
     with pytest.raises(ResponseError) as embed:
         ollama.embed(MODEL, "Hi")
-    assert embed.value.status_code == 501 and "Embeddings" in embed.value.error
+    assert embed.value.status_code == 400 and "Embeddings are not available" in embed.value.error
     anonymous = Client(host=live.url)
     with pytest.raises(ResponseError) as refused:
         anonymous.list()

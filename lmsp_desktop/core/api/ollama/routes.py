@@ -1,7 +1,7 @@
 """Ollama's API on the service's port (`/api/…`), with our bearer tokens and scopes: models
 (`version`, `tags`, `ps`, `show`) and generation (`chat`, `generate`), each generation a task
 like any other (listed, cancelled when its client goes away, recovered, idempotent). Errors
-have Ollama's shape, `{"error": "…"}`. Embeddings answer 501 until the service has them."""
+have Ollama's shape, `{"error": "…"}`. Embeddings answer 400 until the service has them."""
 
 from __future__ import annotations
 
@@ -108,10 +108,13 @@ async def generate(
 @errors_shaped(ollama_error)
 @requires(RESPONSES_WRITE)
 async def embeddings(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    # As Ollama answers for a model without embeddings: the request cannot be served as
+    # sent (a 5xx would tell clients to retry).
     raise LmspError(
-        "Embeddings are not available on this service yet; use a chat or generate request.",
-        code="not_implemented",
-        status=501,
+        "Embeddings are not available on this service yet: no model here computes them. "
+        "Use /api/chat or /api/generate.",
+        code="embeddings_unavailable",
+        status=400,
     )
 
 
@@ -252,14 +255,14 @@ OPENAPI_PATHS = {
     },
     "/api/embed": {
         "post": _operation(
-            "Embeddings (Ollama): 501 until the service has them", RESPONSES_WRITE,
-            _answer("embeddings", "application/json"), (400, 401, 403, 413, 501, 503), True,
+            "Embeddings (Ollama): 400 until the service has them", RESPONSES_WRITE,
+            _answer("embeddings", "application/json"), (400, 401, 403, 413, 503), True,
         )
     },
     "/api/embeddings": {
         "post": _operation(
-            "Embeddings, older form (Ollama): 501 until the service has them", RESPONSES_WRITE,
-            _answer("embedding", "application/json"), (400, 401, 403, 413, 501, 503), True,
+            "Embeddings, older form (Ollama): 400 until the service has them", RESPONSES_WRITE,
+            _answer("embedding", "application/json"), (400, 401, 403, 413, 503), True,
         )
     },
 }  # fmt: skip
