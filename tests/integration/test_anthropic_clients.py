@@ -236,7 +236,7 @@ def test_x_api_key_beta_query_and_notes(served: Served) -> None:
     notes = task_of(served, message["id"])["notes"]
     assert any("context_management" in n for n in notes)
     assert any("thinking" in n.lower() for n in notes)
-    assert any("top_k" in n for n in notes)
+    assert not any("top_k" in n for n in notes)  # applied by the sampler, so not noted
 
 
 def test_idempotent_retry_gets_the_same_message(served: Served) -> None:

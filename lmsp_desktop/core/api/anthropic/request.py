@@ -63,8 +63,6 @@ def parse_common(body: Any, default_on_restart: str) -> dict[str, Any]:
     if body.get("thinking") not in (None, {"type": "disabled"}):
         notes.append("Extended thinking was asked for; the model answered without it.")
     top_k = fields.optional_int(body, "top_k", 0, 1_000_000)
-    if top_k:
-        notes.append(f"`top_k` {top_k} is not applied: sampling uses temperature and top_p.")
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise invalid('`metadata` must be an object such as {"user_id": "..."}.', "metadata")
