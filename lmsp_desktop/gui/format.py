@@ -176,3 +176,13 @@ def elide_path(text: str, keep_tail: str, width: int, metrics: QFontMetrics) -> 
     if metrics.horizontalAdvance("…" + keep_tail) <= width:
         return "…" + keep_tail
     return metrics.elidedText(keep_tail, Qt.TextElideMode.ElideLeft, width)
+
+
+# The window manager's icon and buttons beside a dialog's title (measured: openbox, ~110 px).
+TITLE_BAR_EXTRA = 140
+
+
+def title_width(title: str, metrics: QFontMetrics) -> int:
+    """A dialog width whose title bar shows `title` whole (small dialogs cut it to
+    "Scope…-script" and "Add a… server")."""
+    return metrics.horizontalAdvance(title) + TITLE_BAR_EXTRA

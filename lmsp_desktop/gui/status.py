@@ -94,7 +94,7 @@ class StatusBar(QStatusBar):
     def copy_url(self, *_: object) -> None:
         """Copy the base URL clients need (with /v1, as OpenAI SDKs and chat apps want it)."""
         QGuiApplication.clipboard().setText(f"{self.url}/v1")
-        self.showMessage(f"Copied {self.url}/v1", 2500)
+        self.showMessage("URL copied ✓", 2500)  # short: whole beside the network chip at 900 px
 
     # Temporary messages go to their own label, so they never hide the URL and the counts
     # (QStatusBar's own message replaces every normal widget while it shows).

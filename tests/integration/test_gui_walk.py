@@ -100,7 +100,7 @@ async def test_status_messages_are_seen_and_a_fresh_folder_says_it_has_no_report
         window.resize(900, 600)
         window.status.copy_url()
         await until(
-            lambda: window.status.message.shown_text().startswith("Copied"),
+            lambda: window.status.message.shown_text() == "URL copied ✓",  # whole, at 900 px
             what=lambda: f"'Copied …' in the status bar: {window.status.message.shown_text()!r}",
         )
         await window.open_last_report()
@@ -130,3 +130,33 @@ async def test_the_sort_arrow_points_down_while_the_newest_task_is_on_top(
         )
         await until(lambda: tasks.model.task_id(0) == older, what="oldest first after a click")
         assert header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder  # drawn ▲
+
+
+async def test_upstream_servers_tab_fills_the_tab_says_when_changes_apply_and_titles_fit(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        await core.add_upstream("gpu", "http://127.0.0.1:9/v1", None, 2)  # nobody listens
+        window.open_settings()
+        settings = window.dialog
+        section = settings.upstreams
+        settings.tabs.setCurrentWidget(section)
+        await until(lambda: section.table.rowCount() == 1, what="the upstream listed")
+        await until(lambda: section.table.isVisible(), what="the tab shown")
+        # The table fills the tab instead of floating 120 px tall in its middle...
+        assert section.table.height() >= section.height() * 0.6, section.table.height()
+        # ...its cells are whole or say the rest on hover (the URL), never "✗ down: cannot …".
+        status = section.table.item(0, 2)
+        assert status.text() == "✗ down" and status.toolTip()
+        assert section.table.item(0, 1).toolTip() == "http://127.0.0.1:9/v1"
+        # Add and Remove apply at once, unlike the rest of the dialog: it says so.
+        assert "take effect at once" in section.note.text() and "Cancel" in section.note.text()
+        section._ask()
+        add = section.dialog
+        assert add is not None
+        add.show()
+        await until(add.isVisible, what="Add an upstream server")
+        title = add.windowTitle()
+        assert add.width() >= add.fontMetrics().horizontalAdvance(title) + 100, title
+        add.reject()
+        settings.reject()

@@ -33,19 +33,20 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.storage.upstreams import DEFAULT_CONCURRENCY
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.format import title_width
 
 HEADERS = ["Name", "URL", "Status", "Latency", "Models", "Key"]
 REFRESH_MS = 1000  # the core probes on its own clock; the table follows it while shown
 
 
 def status_text(status: dict[str, Any]) -> str:
-    if status["reachable"]:
-        return "● up"
-    return f"✗ down: {status['error']}" if status.get("error") else "✗ down"
+    """Short enough for its column ("✗ down: cannot …" was cut); the reason is its tooltip."""
+    return "● up" if status["reachable"] else "✗ down"
 
 
 class UpstreamsSection(QGroupBox):
-    """The upstreams list inside the Settings dialog; changes apply at once."""
+    """The upstreams list inside the Settings dialog; Add and Remove apply at once (and
+    say so)."""
 
     def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
         super().__init__("Upstream servers (models appear as NAME/<model>)", parent)
@@ -55,8 +56,13 @@ class UpstreamsSection(QGroupBox):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.table.setMaximumHeight(120)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # URLs keep both ends
+        # The table fills the tab (it floated, 120 px tall, in the middle); the URL takes the
+        # room left, the short columns their content's width.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(HEADERS.index("URL"), QHeaderView.ResizeMode.Stretch)
         self.add_button = QPushButton("Add…")
         self.add_button.clicked.connect(self._ask)
         self.remove_button = QPushButton("Remove")
@@ -71,8 +77,15 @@ class UpstreamsSection(QGroupBox):
         row = QHBoxLayout()
         row.addWidget(self.table, 1)
         row.addLayout(buttons)
+        # Said plainly: these apply at once, unlike the rest of Settings (a server added is
+        # probed and its models offered right away; Cancel does not take it back).
+        self.note = QLabel(
+            "Add and Remove take effect at once: they are not undone by Cancel and need no Save."
+        )
+        self.note.setWordWrap(True)
         layout = QVBoxLayout(self)
-        layout.addLayout(row)
+        layout.addLayout(row, 1)
+        layout.addWidget(self.note)
         layout.addWidget(self.error)
         self.dialog: UpstreamDialog | None = None
         self._timer = QTimer(self, interval=REFRESH_MS)  # runs only while shown
@@ -103,7 +116,11 @@ class UpstreamsSection(QGroupBox):
                 str(status["model_count"]),
                 "set" if status["key_store"] != "none" else "none",
             ]
-            tips = {2: status.get("error") or "answering", 4: ", ".join(status["models"])}
+            tips = {
+                1: status["base_url"],
+                2: status.get("error") or "answering",
+                4: ", ".join(status["models"]),
+            }
             for c, text in enumerate(cells):
                 item = self.table.item(r, c)
                 if item is None:
@@ -146,6 +163,7 @@ class UpstreamDialog(QDialog):
     def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Add an upstream server")
+        self.setMinimumWidth(title_width(self.windowTitle(), self.fontMetrics()))
         self.core = core
         self.name = QLineEdit(placeholderText="gpu")
         self.url = QLineEdit(placeholderText="http://gpu-box:8000/v1")

@@ -26,6 +26,7 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.scopes import ADMIN, SCOPES
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
+from lmsp_desktop.gui.format import title_width
 from lmsp_desktop.gui.models.client_table import COL_CREATED, COL_SCOPES, ClientTableModel
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter
 
@@ -136,6 +137,7 @@ class ScopeDialog(QDialog):
     def __init__(self, client: dict[str, Any], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle(f"Scopes of {client['name']}")
+        self.setMinimumWidth(title_width(self.windowTitle(), self.fontMetrics()))
         self.client = client
         layout = QVBoxLayout(self)
         self.boxes: dict[str, QCheckBox] = {}

@@ -48,7 +48,7 @@ async def test_navigation_counters_status_bar_and_empty_state(window, store):
     assert window.status.counts_label.text() == "1 running · 1 queued"
     window.status.copy_url()
     assert QGuiApplication.clipboard().text() == "http://127.0.0.1:5677/v1"
-    assert window.status.currentMessage() == "Copied http://127.0.0.1:5677/v1"
+    assert window.status.currentMessage() == "URL copied ✓"
     assert window.status.url_label.isVisible()  # the message never hides the URL
     assert QSystemTrayIcon.isSystemTrayAvailable() is False and window.tray is None
 
