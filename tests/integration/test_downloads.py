@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,17 @@ async def test_recovery_applies_a_download_policy_and_the_bytes_on_disk_are_kept
         await second.stop()
     assert row["state"] == "completed", error_of(row)
     assert hub.server.ranges() == [f"bytes={kept}-"]  # continued, both ways
+
+
+async def test_an_unreachable_hub_says_so_and_creates_no_task(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    with pytest.raises(LmspError) as raised:
+        await pull(store.tasks, TINY_REPO, "Q4_K_M")
+    assert raised.value.code == "hub_unreachable"
+    assert "cannot be reached (Connection refused)" in raised.value.message
+    assert await store.tasks.count() == 0

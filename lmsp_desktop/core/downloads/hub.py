@@ -183,6 +183,7 @@ def search(query: str, token: str | None, limit: int = 30) -> list[dict[str, Any
 
 def _hub_call(call: Callable[[], T], what: str) -> T:
     """Run a hub call; its errors as sentences that say what to do."""
+    import httpx2
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -206,8 +207,19 @@ def _hub_call(call: Callable[[], T], what: str) -> T:
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "no"
         raise hub_unreachable(f"answered HTTP {status}") from exc
-    except OSError as exc:  # connection refused, DNS, TLS: the hub cannot be reached
-        raise hub_unreachable(type(exc).__name__) from exc
+    except (OSError, httpx2.TransportError) as exc:  # refused, DNS, TLS, timed out
+        raise hub_unreachable(_reason(exc)) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """The short cause of a connection failure ("Connection refused"), never a URL with a
+    token in it (the library's messages carry none, but say only the cause anyway)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__
 
 
 def gated_error(repo: str) -> LmspError:
