@@ -159,6 +159,37 @@ async def main(out: Path) -> None:
         await shoot(core, window, report, out)
     finally:
         window.hide()
+        window.stop_updates()
+        await core.stop()
+    await shoot_network_mode(data_dir, out)
+
+
+async def shoot_network_mode(data_dir: Path, out: Path) -> None:
+    """The same data folder served on every interface ("Let other devices on my network use
+    it"): the window shows this machine's URL and, for other devices, the LAN address."""
+    from PySide6.QtCore import QSettings
+
+    from lmsp_desktop.app import Core
+    from lmsp_desktop.gui.main_window import MainWindow
+
+    core = Core(data_dir, host="0.0.0.0", port=0)
+    await core.open()
+    await core.scan_models()
+    await core.start_service()
+    window = MainWindow(core, QSettings(str(data_dir / "gui.ini"), QSettings.Format.IniFormat))
+    window.resize(1280, 800)
+    window.show()
+    try:
+        await window.load()
+        await settle(0.6)
+        save(window, out, "network")
+        window.open_connect()
+        await settle(0.4)
+        save(window.dialog, out, "connect-network")
+        window.dialog.close()
+    finally:
+        window.hide()
+        window.stop_updates()
         await core.stop()
 
 
@@ -216,6 +247,16 @@ async def shoot(core: Any, window: Any, report: Any, out: Path) -> None:
     await settle(0.4)
     save(window.dialog, out, "settings")
     window.dialog.close()
+
+    # Settings › Upstream servers with a server registered that does not answer (nothing
+    # listens on port 9), as a user sees it after adding a machine that is switched off.
+    await core.add_upstream("gpu-box", "http://127.0.0.1:9/v1", None, 2)
+    window.open_settings()
+    window.dialog.tabs.setCurrentWidget(window.dialog.upstreams)
+    await settle(1.5)
+    save(window.dialog, out, "settings-upstreams")
+    window.dialog.close()
+    await core.remove_upstream("gpu-box")
     for task_id in ids:
         row = await core.store.tasks.get(task_id)
         if row["state"] in ("queued", "loading", "running"):

@@ -154,8 +154,11 @@ def short_digest(digest: str | None) -> str:
 
 
 def short_id(task_id: str, keep: int = 8) -> str:
-    prefix, _, rest = task_id.partition("_")
-    return f"{prefix}_{rest[:keep]}…" if len(rest) > keep else task_id
+    """`resp_8f2a91c0…`, and `chatcmpl-8f2a91c0…` alike: the Id column keeps one width
+    whichever API made the task (full chatcmpl- ids widened it while resp_ ones were cut)."""
+    cut = min((i for i in (task_id.find("_"), task_id.find("-")) if i >= 0), default=-1)
+    prefix, rest = task_id[: cut + 1], task_id[cut + 1 :]
+    return f"{prefix}{rest[:keep]}…" if len(rest) > keep else task_id
 
 
 def is_loopback(host: str) -> bool:

@@ -111,3 +111,13 @@ async def test_event_model_passes_qtmodeltester_and_grows_at_the_tail(qtmodeltes
     await model.follow(35)
     assert model.rowCount() == 35
     assert model.index(34, COL_DATA).data() == "'more'"
+
+
+def test_ids_of_every_api_shorten_alike():
+    """The Id column keeps one width: chat completions' `chatcmpl-…` ids widened it while
+    `resp_…` ids were cut (issue 24 item 21)."""
+    from lmsp_desktop.gui.format import short_id
+
+    assert short_id("resp_8f2a91c0aabbccdd") == "resp_8f2a91c0…"
+    assert short_id("chatcmpl-8f2a91c0aabbccddeeff") == "chatcmpl-8f2a91c0…"
+    assert short_id("resp_abc") == "resp_abc"
