@@ -5,6 +5,7 @@ by the real registry into a real SQLite store."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -235,3 +236,24 @@ async def test_the_stores_variables_and_older_folders_are_honoured(
     reg = registry(store)
     await reg.scan()
     assert {m.id for m in await reg.list_models()} == {OLLAMA_ID, HF_ID, "old/older-gguf:q4_1"}
+
+
+async def test_ollama_names_are_the_ones_ollama_list_shows(store: Store, home: Path) -> None:
+    def variant(n: int) -> Path:  # the demo with n bytes after its tensors: another blob
+        path = home.parent / f"variant{n}.gguf"
+        shutil.copyfile(stores.demo(), path)  # a copy: place() may hard-link the demo itself
+        with path.open("ab") as f:
+            f.write(b"\0" * n)
+        return path
+
+    stores.add_ollama_model(home, "qwen2.5", "latest")
+    stores.add_ollama_model(home, "qwen2.5", "7b")  # the same blob, tagged twice: one model
+    stores.add_ollama_model(home, "tiny", "1b", variant(32), registry="ollama.com")
+    stores.add_ollama_model(home, "mine", "latest", variant(64), namespace="someone")
+    stores.add_ollama_model(
+        home, "Repo-GGUF", "Q4_K_M", variant(96), namespace="org", registry="hf.co"
+    )
+    reg = registry(store)
+    await reg.scan()
+    ids = {m.id for m in await reg.list_models()}
+    assert ids == {"qwen2.5:7b", "tiny:1b", "someone/mine:latest", "hf.co/org/repo-gguf:q4_k_m"}

@@ -34,7 +34,8 @@ def sha256_hex(path: Path) -> str:
 
 def place(src: Path, dst: Path) -> Path:
     """A copy of `src` at `dst` (a hard link when the filesystem allows: same bytes, no copy;
-    its own path, so nothing dedupes it as the same file)."""
+    its own path, so nothing dedupes it as the same file). Never write to the result: with a
+    hard link that would write to `src`, the installed demo model."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(src, dst)
