@@ -5,6 +5,7 @@ boundary, and a worker that never outlives the service."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -93,3 +94,17 @@ async def test_a_worker_exits_when_the_service_goes_away() -> None:
     assert model._process.returncode == 0
     with pytest.raises(ProcessLookupError):
         os.kill(model.pid, 0)
+
+
+async def test_ctrl_c_in_the_terminal_is_left_to_the_service() -> None:
+    """SIGINT (Ctrl-C reaches the whole process group of `serve`) does not end a worker: the
+    service stops it itself, after it has begun to stop, so its tasks are not handled as
+    after a crash."""
+    model = await WorkerEngine(n_threads=1).load(demo())
+    try:
+        os.kill(model.pid, signal.SIGINT)
+        request = GenerationRequest(PROMPT, max_output_tokens=3, temperature=0)
+        result = await model.generate(request, lambda batch: _true())
+        assert result.output_tokens == 3 and model.crash is None
+    finally:
+        await model.unload()

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import resource
+import signal
 import socket
 import sys
 from dataclasses import asdict
@@ -128,6 +129,10 @@ async def run(fd: int) -> None:
 def main(argv: list[str]) -> int:
     """`FD [--limit-memory BYTES]`: serve the service on socket FD."""
     logging.basicConfig(level=logging.WARNING, format="engine worker: %(message)s")
+    # Ctrl-C in the terminal of `serve` reaches its whole process group: the service stops
+    # its workers itself (unload, or EOF), so a worker never dies of it before the service
+    # has begun to stop (its tasks would be handled as after a crash).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = int(argv[0])
     if "--limit-memory" in argv:  # a cap on the address space (tests, constrained hosts)
         limit = int(argv[argv.index("--limit-memory") + 1])
