@@ -55,6 +55,32 @@ def what_happened(item: RecoveryItem) -> str:
     return "Will start again from the beginning"
 
 
+# The summary's chips, in the rows' own words (a row's sentence starts with its chip's
+# phrase): "5 requeued" beside three rows saying "Still waiting in the queue" read as two
+# different stories, and `server_restarted` is a code, not words.
+OUTCOMES = (
+    "Failed: the service restarted",
+    "Still waiting in the queue",
+    "Will start again from the beginning",
+    "Resumed",
+    "Cancelled, as was asked",
+)
+
+
+def outcome(item: RecoveryItem) -> str:
+    sentence = what_happened(item)
+    return next(phrase for phrase in OUTCOMES if sentence.startswith(phrase))
+
+
+def summary(items: list[RecoveryItem]) -> str:
+    """One line of chips such as "3 failed: the service restarted · 2 still waiting in
+    the queue · 1 resumed"."""
+    counts = {phrase: 0 for phrase in OUTCOMES}
+    for item in items:
+        counts[outcome(item)] += 1
+    return " · ".join(f"{n} {phrase[0].lower()}{phrase[1:]}" for phrase, n in counts.items() if n)
+
+
 class RecoveryTableModel(RowTableModel):
     """One row per recovered task."""
 
@@ -108,7 +134,7 @@ class RecoveryDialog(QDialog):
         title = QLabel(
             f"<h3>Recovered {count} task{'s' if count != 1 else ''} {self.report.cause()}</h3>"
         )
-        self.summary = QLabel(self.report.summary() or "Nothing needed recovery.")
+        self.summary = QLabel(summary(self.report.items) or "Nothing needed recovery.")
         when = QLabel(
             f"At startup, {clock(self.report.started_at)}. "
             "The service is already serving while you read this."

@@ -116,7 +116,8 @@ async def test_recovery_dialog_lists_each_task_and_shows_it(qtmodeltester, windo
         in dialog.findChildren(type(dialog.summary))[0].text()
     )
     assert dialog.summary.text() == (
-        "1 failed with server_restarted, 1 requeued, 1 resumed, 1 cancelled"
+        "1 failed: the service restarted · 1 will start again from the beginning · "
+        "1 resumed · 1 cancelled, as was asked"
     )
     rows = {
         dialog.model.index(r, 0).data(257): [dialog.model.index(r, c).data() for c in range(5)]
