@@ -96,13 +96,16 @@ async def test_a_worker_exits_when_the_service_goes_away() -> None:
         os.kill(model.pid, 0)
 
 
-async def test_ctrl_c_in_the_terminal_is_left_to_the_service() -> None:
-    """SIGINT (Ctrl-C reaches the whole process group of `serve`) does not end a worker: the
-    service stops it itself, after it has begun to stop, so its tasks are not handled as
-    after a crash."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_stop_signal_to_the_whole_group_is_left_to_the_service(
+    sig: signal.Signals,
+) -> None:
+    """SIGINT (Ctrl-C reaches the whole process group of `serve`) and SIGTERM (systemd stops
+    every process of the unit) do not end a worker: the service stops it itself, after it
+    has begun to stop, so its tasks are not handled as after a crash."""
     model = await WorkerEngine(n_threads=1).load(demo())
     try:
-        os.kill(model.pid, signal.SIGINT)
+        os.kill(model.pid, sig)
         request = GenerationRequest(PROMPT, max_output_tokens=3, temperature=0)
         result = await model.generate(request, lambda batch: _true())
         assert result.output_tokens == 3 and model.crash is None

@@ -129,10 +129,12 @@ async def run(fd: int) -> None:
 def main(argv: list[str]) -> int:
     """`FD [--limit-memory BYTES]`: serve the service on socket FD."""
     logging.basicConfig(level=logging.WARNING, format="engine worker: %(message)s")
-    # Ctrl-C in the terminal of `serve` reaches its whole process group: the service stops
-    # its workers itself (unload, or EOF), so a worker never dies of it before the service
-    # has begun to stop (its tasks would be handled as after a crash).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C in the terminal of `serve` reaches its whole process group, and `systemctl stop`
+    # sends SIGTERM to every process of the unit: the service stops its workers itself
+    # (unload, or EOF), so a worker never dies of either before the service has begun to
+    # stop (its tasks would be handled as after a crash). SIGKILL still ends one.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.SIG_IGN)
     fd = int(argv[0])
     if "--limit-memory" in argv:  # a cap on the address space (tests, constrained hosts)
         limit = int(argv[argv.index("--limit-memory") + 1])
