@@ -22,7 +22,8 @@ from lmsp_desktop.core.storage.recovery import (
     RecoveryReport,
 )
 from lmsp_desktop.core.storage.task_reads import JOINED
-from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+from lmsp_desktop.core.storage.tasks import TaskStore
+from lmsp_desktop.core.views import TaskChange
 
 EVENT_OF = {
     TaskState.FAILED: "response.failed",

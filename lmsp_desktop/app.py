@@ -44,8 +44,6 @@ from lmsp_desktop.core.storage import model_settings as model_settings_store
 from lmsp_desktop.core.storage import upstreams as upstream_store
 from lmsp_desktop.core.storage.idempotency import purge_expired, release_in_flight
 from lmsp_desktop.core.storage.recovery import (
-    RecoveryItem,
-    RecoveryReport,
     last_report,
     next_boot,
     recover,
@@ -54,11 +52,10 @@ from lmsp_desktop.core.storage.retention import purge_finished
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import Row
 from lmsp_desktop.core.upstreams.catalog import UpstreamCatalog
-from lmsp_desktop.gui import data as task_queries
-from lmsp_desktop.gui.data import TaskFilter, TaskRow
+from lmsp_desktop.core.views import RecoveryItem, RecoveryReport, TaskFilter, TaskRow
 
 if TYPE_CHECKING:
-    from lmsp_desktop.gui.core_api import CoreListener
+    from lmsp_desktop.core.views import CoreListener
 
 log = logging.getLogger(__name__)
 # service_config keys: a clean stop leaves a note for the next start's recovery report.
@@ -356,10 +353,11 @@ class Core:
     async def task_page(
         self, flt: TaskFilter, offset: int, limit: int, sort: str, descending: bool
     ) -> list[TaskRow]:
-        return await task_queries.task_page(self.store.db, flt, offset, limit, sort, descending)
+        rows = await self.store.tasks.page(flt, offset, limit, sort, descending)
+        return [TaskRow.of(row) for row in rows]
 
     async def tasks_by_id(self, ids: Sequence[str], flt: TaskFilter | None = None) -> list[TaskRow]:
-        return await task_queries.tasks_by_id(self.store.db, ids, flt)
+        return [TaskRow.of(row) for row in await self.store.tasks.listed_by_id(ids, flt)]
 
     async def task_counts(self) -> dict[str, int]:
         return await self.store.tasks.counts()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmsp_desktop.core.engines.base import EngineCrashed, EngineError
-from lmsp_desktop.core.storage.recovery import RecoveryItem
+from lmsp_desktop.core.views import RecoveryItem
 
 HOLD_AFTER = 2  # crashes within HOLD_WINDOW_S after which a model waits for the user
 HOLD_WINDOW_S = 600.0

@@ -16,7 +16,8 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from lmsp_desktop.core.states import TERMINAL, TaskState
-from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+from lmsp_desktop.core.storage.tasks import TaskStore
+from lmsp_desktop.core.views import TaskChange
 
 PAGE = 500
 

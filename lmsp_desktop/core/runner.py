@@ -35,10 +35,11 @@ from lmsp_desktop.core.states import TaskKind, TaskState
 from lmsp_desktop.core.stops import StopScanner
 from lmsp_desktop.core.storage.recovery import recover_after_crash
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
-from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+from lmsp_desktop.core.storage.tasks import TaskStore
 from lmsp_desktop.core.tool_output import CallingOutput
 from lmsp_desktop.core.tools.grammars import max_calls
 from lmsp_desktop.core.tools.plan import plan_output
+from lmsp_desktop.core.views import TaskChange
 
 log = logging.getLogger(__name__)
 STORE_RETRY_S = 1.0  # pause before retrying after the store refused a write (disk full)

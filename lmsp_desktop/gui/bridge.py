@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from lmsp_desktop.core.models.info import ModelEvent
 from lmsp_desktop.core.states import TERMINAL, EventType
-from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.core.views import TaskChange
 from lmsp_desktop.gui.core_api import CoreApi
 
 DELTAS = (EventType.OUTPUT_TEXT_DELTA.value,)

@@ -2,7 +2,9 @@
 
 The real `Core` (lmsp_desktop/app.py) and the tests' fake core both implement `CoreApi`;
 mypy checks both against it. The window never reaches past it into the store, the runner's
-slots or the registry's tables, so those can change without touching a widget.
+slots or the registry's tables, so those can change without touching a widget: the types it
+names are the core's (core/views.py), never the store's, and tests/unit/test_import_graph.py
+keeps it so.
 """
 
 from __future__ import annotations
@@ -14,24 +16,11 @@ from typing import Any, Protocol
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.crashes import CrashRecord
 from lmsp_desktop.core.downloads.hub import GgufChoice
-from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
+from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.memory import ModelSettings, Plan
-from lmsp_desktop.core.storage.recovery import RecoveryReport
-from lmsp_desktop.core.storage.tasks import Row, TaskChange
-from lmsp_desktop.gui.data import TaskFilter, TaskRow
+from lmsp_desktop.core.views import CoreListener, Record, RecoveryReport, TaskFilter, TaskRow
 
-
-class CoreListener(Protocol):
-    """What the core tells the window (through the bridge). Called on the loop thread, except
-    `on_model` with hashing progress, which may come from a hashing thread."""
-
-    def on_task(self, change: TaskChange) -> None: ...
-
-    def on_model(self, event: ModelEvent | None) -> None: ...
-
-    def on_model_loaded(self, model_id: str, state: str) -> None: ...
-
-    def on_pairing(self) -> None: ...
+__all__ = ["CoreApi", "CoreListener"]
 
 
 class CoreApi(Protocol):
@@ -83,7 +72,7 @@ class CoreApi(Protocol):
 
     async def task_counts(self) -> dict[str, int]: ...
 
-    async def task(self, task_id: str) -> Row: ...
+    async def task(self, task_id: str) -> Record: ...
 
     async def task_events(
         self, task_id: str, after: int = 0, limit: int = 1000
@@ -91,7 +80,7 @@ class CoreApi(Protocol):
 
     async def task_event_rows(
         self, task_id: str, after: int = 0, limit: int = 1000
-    ) -> list[Row]: ...
+    ) -> Sequence[Record]: ...
 
     async def last_recovery_report(self) -> RecoveryReport | None: ...
 

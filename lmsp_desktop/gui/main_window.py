@@ -35,12 +35,11 @@ from lmsp_desktop.core.config import Settings, database_path
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import VERIFIED
 from lmsp_desktop.core.states import CANCELLABLE, TERMINAL, UNFINISHED, TaskState
-from lmsp_desktop.core.storage.recovery import RecoveryReport
+from lmsp_desktop.core.views import RecoveryReport, TaskFilter
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.addresses import local_url, reachable_url
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.data import TaskFilter
 from lmsp_desktop.gui.dialogs.connect_dialog import ConnectDialog
 from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
 from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog

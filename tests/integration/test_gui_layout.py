@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QHeaderView, QLabel, QPushButton, QTableView
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.core.states import TaskState
-from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.core.views import TaskChange
 from lmsp_desktop.gui import main_window
 from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
 from lmsp_desktop.gui.main_window import MainWindow

@@ -36,12 +36,11 @@ from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.core.storage import clients as client_store
 from lmsp_desktop.core.storage import model_settings as model_settings_store
 from lmsp_desktop.core.storage import upstreams as upstream_store
-from lmsp_desktop.core.storage.recovery import RecoveryItem, RecoveryReport, last_report
+from lmsp_desktop.core.storage.recovery import last_report
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask, Row
-from lmsp_desktop.gui import data as task_queries
+from lmsp_desktop.core.views import RecoveryItem, RecoveryReport, TaskFilter, TaskRow
 from lmsp_desktop.gui.core_api import CoreApi, CoreListener
-from lmsp_desktop.gui.data import TaskFilter, TaskRow
 
 
 def fake_model(model_id: str, state: str = "verified") -> ModelInfo:
@@ -135,10 +134,11 @@ class FakeCore:
     async def task_page(
         self, flt: TaskFilter, offset: int, limit: int, sort: str, descending: bool
     ) -> list[TaskRow]:
-        return await task_queries.task_page(self.store.db, flt, offset, limit, sort, descending)
+        rows = await self.store.tasks.page(flt, offset, limit, sort, descending)
+        return [TaskRow.of(row) for row in rows]
 
     async def tasks_by_id(self, ids: Sequence[str], flt: TaskFilter | None = None) -> list[TaskRow]:
-        return await task_queries.tasks_by_id(self.store.db, ids, flt)
+        return [TaskRow.of(row) for row in await self.store.tasks.listed_by_id(ids, flt)]
 
     async def task_counts(self) -> dict[str, int]:
         return await self.store.tasks.counts()

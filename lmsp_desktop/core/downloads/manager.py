@@ -24,7 +24,8 @@ from lmsp_desktop.core.downloads.hub import HubFile
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskKind, TaskState
 from lmsp_desktop.core.storage.downloads import record_progress
-from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+from lmsp_desktop.core.storage.tasks import TaskStore
+from lmsp_desktop.core.views import TaskChange
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 0.5  # at most two progress events a second per download

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from lmsp_desktop.core.models.registry import ModelRegistry
     from lmsp_desktop.core.pairing import PairingManager
     from lmsp_desktop.core.runner import Runner
-    from lmsp_desktop.core.storage.recovery import RecoveryReport
     from lmsp_desktop.core.storage.store import Store
     from lmsp_desktop.core.upstreams.catalog import UpstreamCatalog
+    from lmsp_desktop.core.views import RecoveryReport
 
 
 @dataclass

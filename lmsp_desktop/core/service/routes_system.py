@@ -15,7 +15,8 @@ from lmsp_desktop.core.service.context import API_PATHS, CONTEXT, ServiceContext
 from lmsp_desktop.core.service.openapi import openapi_document
 from lmsp_desktop.core.states import STATE_NAMES, TERMINAL
 from lmsp_desktop.core.storage.recovery import last_report
-from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+from lmsp_desktop.core.storage.tasks import TaskStore
+from lmsp_desktop.core.views import TaskChange
 
 routes = web.RouteTableDef()
 

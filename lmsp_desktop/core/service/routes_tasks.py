@@ -12,7 +12,7 @@ from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.bodies import list_body, query_int
 from lmsp_desktop.core.service.context import ServiceContext, requires
 from lmsp_desktop.core.states import STATE_NAMES
-from lmsp_desktop.core.storage.task_reads import TaskFilter
+from lmsp_desktop.core.views import TaskFilter
 
 routes = web.RouteTableDef()
 

@@ -21,8 +21,9 @@ from lmsp_desktop.core.states import EventType, RestartPolicy, TaskKind, TaskSta
 from lmsp_desktop.core.storage.events import response_of, with_response
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, mark_done
 from lmsp_desktop.core.storage.task_reads import queue_position_in, row_in
-from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore, _still_running
+from lmsp_desktop.core.storage.tasks import TaskStore, _still_running
 from lmsp_desktop.core.storage.transitions import append_events
+from lmsp_desktop.core.views import TaskChange
 
 
 @dataclass

@@ -13,7 +13,6 @@ import json
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from lmsp_desktop.core.states import (
@@ -25,73 +24,19 @@ from lmsp_desktop.core.states import (
 )
 from lmsp_desktop.core.storage.events import Row, carrying_response, closing_with
 from lmsp_desktop.core.storage.task_reads import JOINED
-from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+from lmsp_desktop.core.storage.tasks import TaskStore
 from lmsp_desktop.core.storage.transitions import Expr, Transition, requeued, transition_many
+from lmsp_desktop.core.views import (
+    RESTART_ERROR_CODE,
+    RecoveryItem,
+    RecoveryReport,
+    TaskChange,
+)
 
 log = logging.getLogger(__name__)
 BATCH = 2000  # tasks per recovery transaction (recovery runs before anything is served)
-ERROR_CODE = "server_restarted"
+ERROR_CODE = RESTART_ERROR_CODE
 ERROR_MESSAGE = "The service restarted while this task was unfinished, and its policy is fail."
-
-
-@dataclass(frozen=True)
-class RecoveryItem:
-    task_id: str
-    model: str
-    state_before: str
-    on_restart: str
-    state_after: str
-    event_type: str
-    sequence_number: int
-    # For a resumed task: how many generated tokens its snapshot kept (the resume continues
-    # after them). None for other outcomes, and in reports stored before this was recorded.
-    tokens_kept: int | None = None
-
-
-@dataclass
-class RecoveryReport:
-    started_at: float
-    finished_at: float
-    items: list[RecoveryItem]
-    # Set when the previous run was quit on purpose with this many tasks unfinished (their
-    # restart policies apply all the same); None after a crash or a kill.
-    quit_with_unfinished: int | None = None
-    # The signal that stopped that run ("SIGTERM", "SIGINT"): a stop the user did not choose
-    # in the window, so the report does not say "you quit". None when the user quit.
-    stopped_by_signal: str | None = None
-
-    def cause(self) -> str:
-        """What left the tasks behind, as the end of a sentence."""
-        if self.quit_with_unfinished is not None:
-            n = self.quit_with_unfinished
-            unfinished = f"with {n} task{'' if n == 1 else 's'} unfinished"
-            if self.stopped_by_signal:
-                who = f"LMSP Desktop was stopped by a signal ({self.stopped_by_signal})"
-                return f"after {who} {unfinished}"
-            return f"after you quit {unfinished}"
-        return "after an unclean shutdown"
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "started_at": int(self.started_at),
-            "finished_at": int(self.finished_at),
-            # vars() rather than dataclasses.asdict: asdict deep-copies, 0.5 s for 10k items.
-            "items": [dict(vars(i)) for i in self.items],
-        }
-
-    def summary(self) -> str:
-        """One line such as "3 failed with server_restarted, 2 requeued, 1 resumed"."""
-        counts: dict[str, int] = {}
-        for item in self.items:
-            word = {
-                EventType.FAILED: f"failed with {ERROR_CODE}",
-                EventType.QUEUED: "requeued",
-                EventType.RESUMED: "resumed",
-                EventType.CANCELLED: "cancelled",
-            }[EventType(item.event_type)]
-            counts[word] = counts.get(word, 0) + 1
-        order = [f"failed with {ERROR_CODE}", "requeued", "resumed", "cancelled"]
-        return ", ".join(f"{counts[w]} {w}" for w in order if w in counts)
 
 
 async def next_boot(store: TaskStore) -> int:

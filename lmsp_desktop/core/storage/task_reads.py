@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from lmsp_desktop.core.errors import not_found
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.events import Row, response_of
+from lmsp_desktop.core.views import TaskFilter
 
 # A task with its response: what transitions, recovery and the response object read.
 JOINED = """
@@ -82,41 +82,31 @@ def escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-@dataclass(frozen=True)
-class TaskFilter:
-    """Which tasks a list shows: states (empty: all), one model, one client's, and a text
-    found in the id, model, client id or client name (matched literally)."""
-
-    states: tuple[str, ...] = ()
-    text: str = ""
-    model: str | None = None
-    client_id: str | None = None
-
-    def where(self, *, scan_states: bool = False) -> tuple[list[str], list[Any]]:
-        """SQL conditions and their parameters. `scan_states`: for pages in task order, test
-        the state on each row walked newest first ("+" keeps SQLite off the state index):
-        the page is found after its own rows (43 ms at worst for 100k tasks), not after
-        sorting every finished task (1.4 s)."""
-        where: list[str] = []
-        params: list[Any] = []
-        if self.states:
-            state = "+t.state" if scan_states else "t.state"
-            where.append(f"{state} IN ({','.join('?' for _ in self.states)})")
-            params.extend(self.states)
-        if self.model:
-            where.append("t.model=?")
-            params.append(self.model)
-        if self.client_id:
-            where.append("t.client_id=?")
-            params.append(self.client_id)
-        if self.text:
-            where.append(
-                "(t.id LIKE ? ESCAPE '\\' OR t.model LIKE ? ESCAPE '\\'"
-                " OR IFNULL(t.client_id,'') LIKE ? ESCAPE '\\'"
-                " OR IFNULL(c.name,'') LIKE ? ESCAPE '\\')"
-            )
-            params.extend([f"%{escape_like(self.text)}%"] * 4)
-        return where, params
+def filter_where(flt: TaskFilter, *, scan_states: bool = False) -> tuple[list[str], list[Any]]:
+    """SQL conditions and their parameters for `flt`. `scan_states`: for pages in task order,
+    test the state on each row walked newest first ("+" keeps SQLite off the state index):
+    the page is found after its own rows (43 ms at worst for 100k tasks), not after sorting
+    every finished task (1.4 s)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if flt.states:
+        state = "+t.state" if scan_states else "t.state"
+        where.append(f"{state} IN ({','.join('?' for _ in flt.states)})")
+        params.extend(flt.states)
+    if flt.model:
+        where.append("t.model=?")
+        params.append(flt.model)
+    if flt.client_id:
+        where.append("t.client_id=?")
+        params.append(flt.client_id)
+    if flt.text:
+        where.append(
+            "(t.id LIKE ? ESCAPE '\\' OR t.model LIKE ? ESCAPE '\\'"
+            " OR IFNULL(t.client_id,'') LIKE ? ESCAPE '\\'"
+            " OR IFNULL(c.name,'') LIKE ? ESCAPE '\\')"
+        )
+        params.extend([f"%{escape_like(flt.text)}%"] * 4)
+    return where, params
 
 
 def _clause(where: list[str]) -> str:
@@ -192,7 +182,7 @@ class TaskReads:
     ) -> tuple[list[Row], bool]:
         """Tasks newest first (LISTED rows), paged by the id of the last task seen.
         Returns (rows, has_more)."""
-        where, params = flt.where()
+        where, params = filter_where(flt)
         if after:
             anchor = await self.db.fetchone("SELECT n FROM tasks WHERE id=?", (after,))
             if anchor is None:
@@ -222,7 +212,7 @@ class TaskReads:
         columns for those only. In one step SQLite computed every matching row's columns
         (json, subqueries) before sorting: 2.5 s for a page of 100k tasks sorted by model,
         while the window and the service waited for the reader."""
-        where, params = flt.where(scan_states=SORT_SQL.get(sort, "t.n") == "t.n")
+        where, params = filter_where(flt, scan_states=SORT_SQL.get(sort, "t.n") == "t.n")
         order = "DESC" if descending else "ASC"
         key = SORT_SQL.get(sort, "t.n")
         responses = " JOIN responses r ON r.id = t.id" if "r." in key else ""
@@ -237,7 +227,7 @@ class TaskReads:
         """The given tasks as LISTED rows (those matching `flt`, when given), newest first."""
         if not ids:
             return []
-        where, params = (flt or TaskFilter()).where()
+        where, params = filter_where(flt or TaskFilter())
         where.insert(0, f"t.id IN ({','.join('?' for _ in ids)})")
         sql = f"{LISTED}{_clause(where)} ORDER BY t.n DESC"
         return await self.db.fetchall(sql, (*ids, *params))

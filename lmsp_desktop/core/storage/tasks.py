@@ -24,7 +24,6 @@ from lmsp_desktop.core.states import (
     UNFINISHED,
     EventType,
     RestartPolicy,
-    TaskKind,
     TaskState,
 )
 from lmsp_desktop.core.storage.db import Database
@@ -51,23 +50,9 @@ from lmsp_desktop.core.storage.transitions import (
     write_events,
 )
 from lmsp_desktop.core.tools.parser import Event
+from lmsp_desktop.core.views import TaskChange
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TaskChange:
-    """What listeners hear after a commit: which task, its state and its last event number."""
-
-    task_id: str
-    state: TaskState
-    last_seq: int
-    model: str
-    event_types: tuple[str, ...] = ()
-    # The committed events themselves when the commit was text deltas (the streaming hot
-    # path), so followers need not read them back; empty otherwise.
-    events: tuple[dict[str, Any], ...] = ()
-    kind: str = TaskKind.RESPONSE  # who runs it: the runner, or the downloads
 
 
 @dataclass

@@ -15,10 +15,9 @@ from urllib.parse import urlsplit
 
 from lmsp_desktop.core.errors import LmspError, conflict, invalid, not_found
 from lmsp_desktop.core.storage.db import Database
-from lmsp_desktop.core.upstreams import keys
+from lmsp_desktop.core.upstreams import DEFAULT_CONCURRENCY, keys
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-DEFAULT_CONCURRENCY = 8
 DEFAULT_TIMEOUT_S = 60.0
 
 

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from lmsp_desktop.gui.data import TaskRow
+from lmsp_desktop.core.views import TaskRow
 
 # What the next start does with an unfinished task, by its on_restart policy.
 AT_NEXT_START = {

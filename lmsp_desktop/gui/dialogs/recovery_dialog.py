@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from lmsp_desktop.core.storage.recovery import RecoveryItem, RecoveryReport
+from lmsp_desktop.core.views import RecoveryItem, RecoveryReport
 from lmsp_desktop.gui.format import clock, short_id, state_icon
 from lmsp_desktop.gui.models.base import Index, RowTableModel
 

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.storage.upstreams import DEFAULT_CONCURRENCY
+from lmsp_desktop.core.upstreams import DEFAULT_CONCURRENCY
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import title_width

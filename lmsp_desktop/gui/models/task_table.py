@@ -9,10 +9,9 @@ from typing import Any, ClassVar
 from PySide6.QtCore import QModelIndex, Qt
 
 from lmsp_desktop.core.states import CANCELLABLE, EventType, TaskState
-from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.core.views import TaskChange, TaskFilter, TaskRow
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.data import TaskFilter, TaskRow
 from lmsp_desktop.gui.format import (
     clock,
     human_duration,

@@ -28,7 +28,7 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.fitting import is_local
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.states import TaskState
-from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.core.views import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi

@@ -27,8 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from lmsp_desktop.core.states import TERMINAL
-from lmsp_desktop.core.storage.tasks import TaskChange
-from lmsp_desktop.gui.data import TaskRow
+from lmsp_desktop.core.views import TaskChange, TaskRow
 from lmsp_desktop.gui.format import STATE_COLOURS, human_size, short_id, state_icon
 from lmsp_desktop.gui.status import ORDER  # the status bar lists the counts in the same order
 

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import CANCELLABLE, TaskState
-from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.core.views import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import STATE_COLOURS, human_duration, state_word

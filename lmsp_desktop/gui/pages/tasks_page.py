@@ -24,10 +24,10 @@ from qasync import asyncSlot
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import CANCELLABLE
-from lmsp_desktop.core.storage.tasks import TaskChange
+from lmsp_desktop.core.views import TaskChange, TaskFilter
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.data import STATE_FILTERS, TaskFilter
+from lmsp_desktop.gui.data import STATE_FILTERS
 from lmsp_desktop.gui.models.task_table import (
     COL_CREATED,
     COL_DURATION,

@@ -13,7 +13,7 @@ from lmsp_desktop.core.api.creation import IdempotencyInput, create_task
 from lmsp_desktop.core.api.responses import INTAKE as RESPONSES
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.storage.task_reads import TaskFilter
+from lmsp_desktop.core.views import TaskFilter
 from tests.unit.core.test_models_gguf_meta import write_gguf
 
 

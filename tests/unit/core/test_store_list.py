@@ -10,9 +10,13 @@ from lmsp_desktop.core.api.resource import task_object
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.store import Store
-from lmsp_desktop.core.storage.task_reads import TaskFilter
-from lmsp_desktop.gui.data import task_page
+from lmsp_desktop.core.views import TaskFilter, TaskRow
 from tests.support.store_helpers import create, drive, new_task, request
+
+
+async def listed(store: Store, flt: TaskFilter) -> list[TaskRow]:
+    """The window's first page for `flt`, as Core.task_page reads it."""
+    return [TaskRow.of(row) for row in await store.tasks.page(flt, 0, 10, "id", True)]
 
 
 async def test_list_is_newest_first_and_pages_with_after(store: Store) -> None:
@@ -101,7 +105,7 @@ async def test_filter_text_matches_percent_and_underscore_literally(store: Store
     assert await found("a%b") == {percent}
     assert await found("aXb") == {other}
     assert await found("a\\b") == set()
-    assert [r.id for r in await task_page(store.db, TaskFilter(text="a_b"), 0, 10)] == [underscored]
+    assert [r.id for r in await listed(store, TaskFilter(text="a_b"))] == [underscored]
 
 
 async def test_the_api_list_and_the_window_page_share_queue_positions(store: Store) -> None:
@@ -109,7 +113,7 @@ async def test_the_api_list_and_the_window_page_share_queue_positions(store: Sto
     await store.tasks.mark_loading(ids[0])
     rows, _ = await store.tasks.list_tasks(TaskFilter(), limit=10)
     assert {r["id"]: r["queue_position"] for r in rows} == {ids[0]: None, ids[1]: 1, ids[2]: 2}
-    page = await task_page(store.db, TaskFilter(), 0, 10)
+    page = await listed(store, TaskFilter())
     assert {r.id: r.queue_position for r in page} == {ids[0]: None, ids[1]: 1, ids[2]: 2}
 
 

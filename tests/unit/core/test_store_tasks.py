@@ -12,7 +12,8 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage import tasks as task_store_module
 from lmsp_desktop.core.storage.store import Store
-from lmsp_desktop.core.storage.tasks import TaskChange, TaskStore
+from lmsp_desktop.core.storage.tasks import TaskStore
+from lmsp_desktop.core.views import TaskChange
 from tests.support.store_helpers import check_invariants, drive, dump, event_types, new_task
 
 ALL_STATES = list(TaskState)

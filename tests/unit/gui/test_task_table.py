@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.views import TaskFilter
 from lmsp_desktop.gui import data
 from lmsp_desktop.gui.aio import spawn
 from lmsp_desktop.gui.bridge import CoreBridge
@@ -61,7 +62,9 @@ async def test_commits_show_after_a_bridge_flush(store, core):
     first = await make_task(store)
     model = TaskTableModel(core)
     await model.reload()
-    bridge = CoreBridge(core, interval_ms=20)
+    # The timer never fires within the test (a loaded machine could split the commits over
+    # two timer periods): the flush below is the one a period's end would make.
+    bridge = CoreBridge(core, interval_ms=600_000)
     flushes: list[int] = []
 
     def on_changes(changes):
@@ -71,6 +74,11 @@ async def test_commits_show_after_a_bridge_flush(store, core):
     bridge.tasks_changed.connect(on_changes)
     second = await make_task(store)
     await run_task(store, first, ["Once", " upon", " a time"], finish=False)
+    last_seq = (await store.tasks.get(first))["last_seq"]
+    # The commits' news reaches the bridge after each commit (a loop callback): wait for all.
+    await until(lambda: second in bridge._tasks and bridge._tasks[first].last_seq == last_seq)
+    assert flushes == []  # nothing shown before the period ends
+    bridge.flush()
     await until(lambda: model.rowCount() == 2 and model.task(first).output_tokens == 3)
     assert model.data(model.index(0, 0), Role.TASK_ID) == second  # inserted at the top
     assert model.data(model.index(1, COL_STATE)) == "running"
@@ -78,6 +86,8 @@ async def test_commits_show_after_a_bridge_flush(store, core):
     assert model.data(model.index(0, COL_STATE)) == "queued #1"
     assert len(flushes) == 1  # create + running + deltas of two tasks: one coalesced flush
     await store.tasks.cancel(first)
+    await until(lambda: first in bridge._tasks)
+    bridge.flush()
     await until(lambda: model.task(first).state == TaskState.CANCELLING)
     assert model.data(model.index(1, COL_STATE)) == "cancelling…"
     bridge.close()
@@ -88,9 +98,9 @@ async def test_state_filter_and_text_filter_query_the_store(store, core):
     await run_task(store, done, ["x"])
     await make_task(store, model="smollm2")
     model = TaskTableModel(core)
-    await model.set_filter(data.TaskFilter(states=data.STATE_FILTERS["Finished"]))
+    await model.set_filter(TaskFilter(states=data.STATE_FILTERS["Finished"]))
     assert [model.task_id(r) for r in range(model.rowCount())] == [done]
-    await model.set_filter(data.TaskFilter(text="smol"))
+    await model.set_filter(TaskFilter(text="smol"))
     assert model.rowCount() == 1 and model.task(done) is None
 
 

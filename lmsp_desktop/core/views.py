@@ -1,0 +1,205 @@
+"""The core's seam to any view of it: the read models and change events a window (or any
+other observer) gets, and the listener it implements.
+
+These types belong to the core, not to the store: storage builds them, `Core` hands them out,
+and the window (gui/core_api.py) names only these, so the store can change without touching a
+widget and a widget cannot reach the database around the core.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from lmsp_desktop.core.models.info import ModelEvent
+from lmsp_desktop.core.states import EventType, TaskKind, TaskState
+
+# The error a task gets when a restart finds it unfinished and its policy is fail (11.3).
+RESTART_ERROR_CODE = "server_restarted"
+
+
+class Record(Protocol):
+    """A stored row read by name (a task with its response, one event)."""
+
+    def __getitem__(self, key: str) -> Any: ...
+
+    def keys(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    """What listeners hear after a commit: which task, its state and its last event number."""
+
+    task_id: str
+    state: TaskState
+    last_seq: int
+    model: str
+    event_types: tuple[str, ...] = ()
+    # The committed events themselves when the commit was text deltas (the streaming hot
+    # path), so followers need not read them back; empty otherwise.
+    events: tuple[dict[str, Any], ...] = ()
+    kind: str = TaskKind.RESPONSE  # who runs it: the runner, or the downloads
+
+
+@dataclass(frozen=True)
+class RecoveryItem:
+    task_id: str
+    model: str
+    state_before: str
+    on_restart: str
+    state_after: str
+    event_type: str
+    sequence_number: int
+    # For a resumed task: how many generated tokens its snapshot kept (the resume continues
+    # after them). None for other outcomes, and in reports stored before this was recorded.
+    tokens_kept: int | None = None
+
+
+@dataclass
+class RecoveryReport:
+    started_at: float
+    finished_at: float
+    items: list[RecoveryItem]
+    # Set when the previous run was quit on purpose with this many tasks unfinished (their
+    # restart policies apply all the same); None after a crash or a kill.
+    quit_with_unfinished: int | None = None
+    # The signal that stopped that run ("SIGTERM", "SIGINT"): a stop the user did not choose
+    # in the window, so the report does not say "you quit". None when the user quit.
+    stopped_by_signal: str | None = None
+
+    def cause(self) -> str:
+        """What left the tasks behind, as the end of a sentence."""
+        if self.quit_with_unfinished is not None:
+            n = self.quit_with_unfinished
+            unfinished = f"with {n} task{'' if n == 1 else 's'} unfinished"
+            if self.stopped_by_signal:
+                who = f"LMSP Desktop was stopped by a signal ({self.stopped_by_signal})"
+                return f"after {who} {unfinished}"
+            return f"after you quit {unfinished}"
+        return "after an unclean shutdown"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "started_at": int(self.started_at),
+            "finished_at": int(self.finished_at),
+            # vars() rather than dataclasses.asdict: asdict deep-copies, 0.5 s for 10k items.
+            "items": [dict(vars(i)) for i in self.items],
+        }
+
+    def summary(self) -> str:
+        """One line such as "3 failed with server_restarted, 2 requeued, 1 resumed"."""
+        counts: dict[str, int] = {}
+        for item in self.items:
+            word = {
+                EventType.FAILED: f"failed with {RESTART_ERROR_CODE}",
+                EventType.QUEUED: "requeued",
+                EventType.RESUMED: "resumed",
+                EventType.CANCELLED: "cancelled",
+            }[EventType(item.event_type)]
+            counts[word] = counts.get(word, 0) + 1
+        order = [f"failed with {RESTART_ERROR_CODE}", "requeued", "resumed", "cancelled"]
+        return ", ".join(f"{counts[w]} {w}" for w in order if w in counts)
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """Which tasks a list shows: states (empty: all), one model, one client's, and a text
+    found in the id, model, client id or client name (matched literally)."""
+
+    states: tuple[str, ...] = ()
+    text: str = ""
+    model: str | None = None
+    client_id: str | None = None
+
+
+@dataclass
+class TaskRow:
+    """One row of the tasks table, as read from the store."""
+
+    n: int
+    id: str
+    client: str
+    model: str
+    state: str
+    on_restart: str
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    last_seq: int
+    output_tokens: int
+    queue_position: int | None
+    error: dict[str, Any] | None
+    # Its output spans a restart (resumed from a snapshot, or ended by the recovery): the
+    # tokens and times include the downtime, so it has no honest speed.
+    spans_restart: bool = False
+    # A download (kind `download`): its latest progress {bytes_done, bytes_total,
+    # bytes_per_s}, shown instead of tokens; None for responses and before the first bytes.
+    kind: str = "response"
+    progress: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, row: Any) -> TaskRow:
+        """The row of a list query (core/storage/task_reads.py's LISTED)."""
+        return cls(
+            n=row["n"],
+            id=row["id"],
+            client=row["client_name"] or row["client_id"] or "desktop",
+            model=row["model"],
+            state=row["state"],
+            on_restart=row["on_restart"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            last_seq=row["last_seq"],
+            output_tokens=row["output_tokens"],
+            queue_position=row["queue_position"],
+            error=json.loads(row["error"]) if row["error"] else None,
+            spans_restart=bool(row["spans_restart"]),
+            kind=row["kind"],
+            progress=json.loads(row["progress"]) if row["progress"] else None,
+        )
+
+    def duration(self, now: float | None = None) -> float | None:
+        if self.started_at is None:
+            return None
+        return max(0.0, (self.finished_at or now or time.time()) - self.started_at)
+
+    def download_fraction(self) -> float | None:
+        """How much of a download is on disk (0..1); None for other tasks or no total."""
+        if self.kind != "download" or not self.progress:
+            return None
+        total = self.progress.get("bytes_total") or 0
+        return min(1.0, self.progress.get("bytes_done", 0) / total) if total else None
+
+    def seconds_left(self) -> float | None:
+        """A running download's time left at its current speed."""
+        if self.kind != "download" or not self.progress or self.finished_at is not None:
+            return None
+        speed = self.progress.get("bytes_per_s")
+        left = (self.progress.get("bytes_total") or 0) - self.progress.get("bytes_done", 0)
+        return left / speed if speed and left >= 0 else None
+
+    def tokens_per_second(self, now: float | None = None) -> float | None:
+        """Output tokens per second of its run; None before any, and for output that spans a
+        restart (tokens from before it over a time that includes the downtime)."""
+        if self.spans_restart:
+            return None
+        spent = self.duration(now)
+        if not spent or not self.output_tokens:
+            return None
+        return self.output_tokens / spent
+
+
+class CoreListener(Protocol):
+    """What the core tells a view. Called on the loop thread, except `on_model` with hashing
+    progress, which may come from a hashing thread."""
+
+    def on_task(self, change: TaskChange) -> None: ...
+
+    def on_model(self, event: ModelEvent | None) -> None: ...
+
+    def on_model_loaded(self, model_id: str, state: str) -> None: ...
+
+    def on_pairing(self) -> None: ...
