@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import shiboken6
@@ -148,6 +149,7 @@ async def test_quit_asks_the_app_to_stop_and_remembers_the_layout(window, tmp_pa
 
 async def test_tokens_per_second_sparkline_follows_committed_deltas(window, store):
     rate = window.status.rate
+    window._rate_timer.stop()  # samples taken by the test alone, whatever the machine's load
     window.sample_rate()
     assert rate.label.text() == "0 tok/s"
     task_id = await make_task(store)
@@ -158,7 +160,8 @@ async def test_tokens_per_second_sparkline_follows_committed_deltas(window, stor
     await store.tasks.append_deltas(
         task_id, ["d", "e"], output_tokens=5, input_tokens=5, snapshot=None
     )
-    window._rate_seen = (window._rate_seen[0], window._rate_seen[1] - 1.0)  # a second ago
+    await until(lambda: window.bridge.delta_events == 5)  # the commits' news has arrived
+    window._rate_seen = (window._rate_seen[0], time.monotonic() - 1.0)  # sampled a second ago
     window.sample_rate()
     assert rate.label.text() in ("5 tok/s", "4 tok/s")  # five deltas in about a second
     points = rate.sparkline.points()
