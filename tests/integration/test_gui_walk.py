@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 from lmsp_desktop.core.engines.base import EngineError
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.gui.data import STATE_FILTERS
+from lmsp_desktop.gui.models.model_table import Role as ModelRole
 from tests.integration.gui_windows import client_token, open_app, post_background, slow_engine
 from tests.support.polling import until
 
@@ -160,3 +161,19 @@ async def test_upstream_servers_tab_fills_the_tab_says_when_changes_apply_and_ti
         assert add.width() >= add.fontMetrics().horizontalAdvance(title) + 100, title
         add.reject()
         settings.reject()
+
+
+@pytest.mark.qt_log_ignore("does not support QPlatformServices::openDocument")
+async def test_open_folder_without_a_file_manager_says_where_the_folder_is(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    # Offscreen, as on a server without a desktop, no file manager can open a folder.
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (_, window):
+        window.nav.setCurrentRow(1)
+        models = window.models
+        await until(lambda: models.model.rowCount() >= 1, what="the demo model listed")
+        models.table.selectRow(0)
+        qtbot.mouseClick(models.open_button, Qt.MouseButton.LeftButton)
+        folder = str(Path(models.model.index(0, 0).data(ModelRole.PATH)).parent)
+        assert folder in models.status.text() and "No file manager" in models.status.text()
+        assert QGuiApplication.clipboard().text() == folder

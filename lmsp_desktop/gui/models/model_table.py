@@ -141,6 +141,8 @@ class ModelTableModel(RowTableModel):
                     return f"Not run: {info.invalid_reason}"
                 return EXPLAIN.get(state)
         if role == Qt.ItemDataRole.DecorationRole and col == COL_LOADED:
+            if isinstance(info, UpstreamModelInfo):
+                return None  # no memory here: the cell says where it runs, in words
             loaded = self._loaded.get(info.id, "unloaded")
             return dot_icon("#3d85e0", hollow=loaded == "loading") if loaded != "unloaded" else None
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_SIZE, COL_PARAMS, COL_CONTEXT):
@@ -206,6 +208,8 @@ class ModelTableModel(RowTableModel):
         """Models loaded or loading, as the sidebar lists them: (name, file size, state)."""
         shown: list[tuple[str, int | None, str]] = []
         for info in self._rows:
+            if isinstance(info, UpstreamModelInfo):
+                continue  # runs on another machine: nothing of it is in this one's memory
             loaded = self._loaded.get(info.id, "unloaded")
             if loaded == "loading":
                 shown.append((str(info.id), info.size_bytes, "loading…"))

@@ -23,7 +23,8 @@ def upstream_cells(info: UpstreamModelInfo) -> dict[str, str]:
         "Context": f"{info.context_length:,}" if info.context_length else "—",
         "Digest": "—",
         "Status": status,
-        "Loaded": "",
+        # A blue dot alone said "loaded" even while the upstream was down: words instead.
+        "Loaded": f"on {info.upstream}" if info.reachable else "✗ down",
         "Folder": info.base_url,
     }
 

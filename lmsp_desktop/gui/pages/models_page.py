@@ -350,10 +350,19 @@ class ModelsPage(QWidget):
             self.download_dialog = DownloadDialog(self.core, self)
         self.download_dialog.open()
 
-    def open_folder(self) -> None:
+    def open_folder(self) -> bool:
+        """Open the selected model's folder in the file manager; where none exists, say
+        where the folder is and copy its path (the click did nothing visible)."""
         for row in self.selected_rows()[:1]:
-            path = Path(self.model.index(row, 0).data(ModelRole.PATH))
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent)))
+            folder = Path(self.model.index(row, 0).data(ModelRole.PATH)).parent
+            if QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+                return True
+            QGuiApplication.clipboard().setText(str(folder))
+            self.status.setText(
+                f"No file manager could open the folder. It is {folder} "
+                "(its path is copied: paste it in a terminal or file dialog)."
+            )
+        return False
 
     def copy_digest(self) -> None:
         rows = self.selected_rows()

@@ -7,13 +7,14 @@ import asyncio
 import gc
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QLineEdit
 
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.storage.upstreams import add_upstream, list_upstreams
 from lmsp_desktop.core.upstreams.catalog import UpstreamCatalog
 from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
-from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_NAME, COL_STATUS
+from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_LOADED, COL_NAME, COL_STATUS
 from lmsp_desktop.gui.pages.models_page import ModelsPage
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.polling import until
@@ -85,10 +86,18 @@ async def test_models_page_shows_upstream_models_up_and_down(qtbot, core, store)
         assert status.startswith("● gpu up ·") and status.endswith("· 1 model"), status
         assert " ms" in status
         assert model.index(0, COL_FOLDER).data() == fake.url
+        # Runs on the upstream: no "0 B in memory" in the sidebar, words in the Loaded cell
+        # rather than a bare blue dot (issue 24 item 6).
+        core.loaded["gpu/m1"] = "loaded"
+        await page.load()
+        assert model.in_memory() == []
+        assert model.index(0, COL_LOADED).data() == "on gpu"
+        assert model.index(0, COL_LOADED).data(Qt.ItemDataRole.DecorationRole) is None
         await fake.stop()
         await catalog.probe_all()
         await page.load()
         assert model.index(0, COL_STATUS).data() == "✗ gpu down"
+        assert model.index(0, COL_LOADED).data() == "✗ down"
         assert "does not answer" in model.index(0, COL_STATUS).data(3)  # ToolTipRole
     finally:
         await catalog.close()
