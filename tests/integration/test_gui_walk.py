@@ -4,6 +4,8 @@ state filters and status messages keep up, and failures explain themselves. A re
 
 from __future__ import annotations
 
+import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +179,35 @@ async def test_open_folder_without_a_file_manager_says_where_the_folder_is(
         folder = str(Path(models.model.index(0, 0).data(ModelRole.PATH)).parent)
         assert folder in models.status.text() and "No file manager" in models.status.text()
         assert QGuiApplication.clipboard().text() == folder
+
+
+async def test_clients_page_lines_tell_the_last_answer_and_let_go_of_expired_requests(
+    qtbot: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lmsp_desktop.gui.pages import clients_page
+
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        page = window.clients
+        window.nav.setCurrentRow(2)
+        await core.pairing.start("Laptop A", frozenset({"models:read"}), "10.0.0.7")
+        await until(lambda: len(page.cards) == 1, what="Laptop A's card")
+        await page.answer("approve", page.cards[0].request, ["models:read"])
+        assert page.notice.text().startswith("Approved Laptop A")
+        await core.pairing.start("Laptop B", frozenset({"models:read"}), "10.0.0.8")
+        await until(lambda: len(page.cards) == 1, what="Laptop B's card")
+        await page.answer("deny", page.cards[0].request, [])
+        assert page.notice.text().startswith("Denied Laptop B")  # not "Approved Laptop A"
+
+        await core.pairing.start("spam-bot", frozenset({"models:read"}), "10.0.0.9")
+        await until(lambda: len(page.cards) == 1, what="spam-bot's card")
+        await page.answer("ignore", page.cards[0].request, [])
+        await until(lambda: page.ignored_note.isVisibleTo(page), what="the ignored note")
+        # Its request runs out; nothing announces that, the page's clock notices.
+        later = core.pairing.expires_in + 1
+        core.pairing.clock = lambda: time.time() + later
+        monkeypatch.setattr(
+            clients_page,
+            "time",
+            types.SimpleNamespace(time=lambda: time.time() + later, monotonic=time.monotonic),
+        )
+        await until(lambda: not page.ignored_note.isVisibleTo(page), what="the note gone")

@@ -169,6 +169,7 @@ class ClientsPage(QWidget):
         self.core = core
         self.cards: list[PairingCard] = []
         self._answered_at = -1e9
+        self._expiries: list[float] = []  # when the shown requests run out
         self.dialog: QDialog | QMessageBox | None = None
         self.pending_title = QLabel("<b>Pairing requests</b>")
         self.cards_box = QVBoxLayout()
@@ -251,6 +252,9 @@ class ClientsPage(QWidget):
             "refused (access_denied) when it expires."
         )
         self.ignored_note.setVisible(bool(ignored))
+        # Nothing announces an expiry: the clock reloads when one of these runs out (the note
+        # said "still polling" about a request long expired).
+        self._expiries = [float(r["expires_at"]) for r in every]
         for card in self.cards:
             card.setParent(None)
             card.deleteLater()
@@ -278,8 +282,19 @@ class ClientsPage(QWidget):
                 self.notice.show()
             elif action == "deny":
                 await self.core.deny_pairing(request["pairing_id"])
+                # The line tells the last answer (it kept "Approved …" after a later Deny).
+                self.notice.setText(
+                    f"Denied {request['client_name']}: it is refused (access_denied) the next "
+                    "time it asks."
+                )
+                self.notice.show()
             else:
                 await self.core.ignore_pairing(request["pairing_id"])
+                self.notice.setText(
+                    f"Ignored {request['client_name']}: it keeps asking until its request "
+                    "expires, then it is refused."
+                )
+                self.notice.show()
         except LmspError as exc:
             aio.show_error(self, exc)
         await self.load()
@@ -287,6 +302,9 @@ class ClientsPage(QWidget):
     def _tick(self) -> None:
         for card in self.cards:
             card.tick()
+        if any(at <= time.time() for at in self._expiries):
+            self._expiries = []
+            aio.spawn(self.reload_pending(), self)
 
     # -- paired clients ----------------------------------------------------------------------
     def selected(self) -> dict[str, Any] | None:
