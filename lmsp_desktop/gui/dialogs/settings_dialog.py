@@ -49,7 +49,7 @@ class SettingsDialog(QDialog):
         self.host = QLineEdit(settings.host)
         self.host.textChanged.connect(self._warn)
         # Serving on the network is a visible choice, not an address to know by heart.
-        self.network = QCheckBox("Let other devices on my network use it (binds 0.0.0.0)")
+        self.network = QCheckBox("Let other devices on my network use it (every interface)")
         self.network.setChecked(settings.host in ("0.0.0.0", "::"))
         self.network.toggled.connect(lambda on: self.host.setText("0.0.0.0" if on else "127.0.0.1"))
         self.port = QSpinBox(minimum=0, maximum=65535, value=settings.port)
