@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.api.task_request import chat_messages
+from lmsp_desktop.core.engines.raw_prompt import fim_tokens, raw_prompt_tokens
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
 from lmsp_desktop.core.tools.plan import plan_output
 
@@ -51,6 +52,7 @@ class _Vocab:
         params.vocab_only = True
         self._model = internals.LlamaModel(path_model=str(path), params=params, verbose=False)
         self._add_bos = bool(self._model.add_bos_token())
+        self._fim = fim_tokens(lowlevel, lowlevel.llama_model_get_vocab(self._model.model))
         self._renderer = ChatRenderer(
             template,
             bos_token=self._text(self._model.token_bos()),
@@ -76,6 +78,18 @@ class _Vocab:
             # replaced (the run then fails or answers; admission must not crash).
             raw = prompt.encode("utf-8", "replace")
             return len(self._model.tokenize(raw, add_bos, True))
+
+    def count_raw(self, prompt: str, suffix: str | None) -> int:
+        """A legacy completion's prompt tokens, as the llama engine builds them (400 for a
+        suffix on a model without FIM tokens)."""
+
+        def tokenize(text: str, bos: bool) -> list[int]:
+            return list(self._model.tokenize(text.encode("utf-8", "replace"), bos, True))
+
+        with self._lock:
+            if self._closed:
+                raise ShuttingDownError()
+            return len(raw_prompt_tokens(tokenize, prompt, suffix, self._fim, self._add_bos))
 
     def close(self) -> None:
         """Free the tokenizer once no thread is counting with it (freeing it under a count
@@ -122,6 +136,11 @@ class TokenCounter:
         vocab = self._vocab(Path(info.path), int(info.mtime_ns), info.chat_template)
         if vocab is None:
             return None
+        if request.get("prompt") is not None:  # a legacy completion: its text as it is
+            count = vocab.count_raw(request["prompt"], request.get("suffix"))
+            if count >= limit:
+                raise context_exceeded(count, limit, False, param)
+            return count
 
         def counted(messages: list[dict[str, Any]]) -> int:
             # The prompt the runner will build: with the tool listing and output notes,

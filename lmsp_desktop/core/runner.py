@@ -368,6 +368,8 @@ class Runner:
             grammar=plan.grammar,
             tools=plan.tools,
             sink_interval=self.commit_interval,
+            prompt=request_json.get("prompt"),
+            suffix=request_json.get("suffix"),
         )
         state: dict[str, Any] = {"input_tokens": row["input_tokens"], "seed": seed}
         calls = None

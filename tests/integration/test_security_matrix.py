@@ -168,6 +168,7 @@ ENDPOINTS = [
     ("POST", "/v1/chat/completions", "responses:write", 200),
     ("POST", "/v1/messages", "responses:write", 200),
     ("POST", "/v1/messages/count_tokens", "models:read", 200),
+    ("POST", "/v1/completions", "responses:write", 200),
     ("GET", "/v1/chat/completions/{chat}", "responses:read", 200),
     ("DELETE", "/v1/chat/completions/chatcmpl-000000000000000000000000", "responses:write", 404),
     ("GET", "/v1/clients", "admin", 200),
@@ -216,6 +217,7 @@ BODIES = {
         "stream": False,
         "options": {"num_predict": 1, "temperature": 0},
     },
+    "/v1/completions": {"model": MODEL, "prompt": "Hi", "max_tokens": 1},
 }
 
 

@@ -28,6 +28,10 @@ DEFAULTS: dict[str, Any] = {
     # Responses only: the input items as sent (ids filled), and the chain they continue.
     "input_items": None,
     "previous_response_id": None,
+    # Legacy completions: the text to continue as it is (no chat template; `messages` is
+    # empty), and the text after the gap to fill (fill-in-the-middle).
+    "prompt": None,
+    "suffix": None,
     # A system text put before the messages (Responses `instructions`).
     "instructions": None,
     "temperature": DEFAULT_TEMPERATURE,

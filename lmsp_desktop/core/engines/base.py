@@ -106,6 +106,11 @@ class GenerationRequest:
     # held back, nor is anything once the generation ends; a cancel is not delayed by it
     # (the engine checks `cancel` itself before every token).
     sink_interval: float = 0.0
+    # Legacy completions: the text to continue as it is (no chat template; `messages` is
+    # then unused), and with `suffix` the middle to fill between them (the model's FIM
+    # tokens; core/engines/raw_prompt.py).
+    prompt: str | None = None
+    suffix: str | None = None
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,10 @@ class FakeModel:
         engine = self.engine
         tokens = list(engine.tokens)
         ids = token_ids(tokens)
-        prompt_tokens = len(self.render_prompt(request.messages).split())
+        shown = (
+            request.prompt if request.prompt is not None else self.render_prompt(request.messages)
+        )
+        prompt_tokens = len(shown.split())
         resume = list(request.resume_tokens)
         if resume != ids[: len(resume)]:
             raise EngineError(

@@ -46,7 +46,9 @@ from lmsp_desktop.core.engines.llama_batch import (
 from lmsp_desktop.core.engines.llama_chat import ChatRenderer
 from lmsp_desktop.core.engines.prefix_cache import PrefixStats
 from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, check_request, pump_started
+from lmsp_desktop.core.engines.raw_prompt import fim_tokens, raw_prompt_tokens
 from lmsp_desktop.core.engines.sampling import new_seed
+from lmsp_desktop.core.errors import LmspError
 
 log = logging.getLogger(__name__)
 DEFAULT_CONTEXT = 4096
@@ -300,6 +302,18 @@ class LlamaModel:
         )
         return native.tokenize(self._vocab, prompt, add_bos=add_bos)
 
+    def _raw_tokens(self, prompt: str, suffix: str | None) -> list[int]:
+        try:
+            return raw_prompt_tokens(
+                lambda text, bos: native.tokenize(self._vocab, text, add_bos=bos),
+                prompt,
+                suffix,
+                fim_tokens(self._lc, self._vocab),
+                bool(self._lc.llama_vocab_get_add_bos(self._vocab)),
+            )
+        except LmspError as exc:  # no FIM tokens: the same refusal as at admission
+            raise EngineError("invalid_input", exc.message) from None
+
     def token_bytes(self, token: int) -> bytes:
         """The bytes a token stands for (control tokens such as end-of-turn give b"")."""
         piece = self._pieces.get(token)
@@ -351,7 +365,10 @@ class LlamaModel:
 
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         with self._in_use():
-            prompt = self.tokenize_prompt(self.render_prompt(request.messages, request.tools))
+            if request.prompt is not None:  # a legacy completion: no chat template
+                prompt = self._raw_tokens(request.prompt, request.suffix)
+            else:
+                prompt = self.tokenize_prompt(self.render_prompt(request.messages, request.tools))
         if len(prompt) >= self.context_length:
             raise EngineError(
                 "context_length_exceeded",

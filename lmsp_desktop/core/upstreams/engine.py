@@ -100,6 +100,12 @@ class UpstreamModel:
         return None
 
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
+        if request.prompt is not None:
+            raise EngineError(
+                "unsupported_on_upstream",
+                "Legacy completions (POST /v1/completions) run on local models only. Send "
+                f"this request to a local model, or to {self.upstream.name}'s own API.",
+            )
         if (
             request.tools
             or request.grammar

@@ -1,0 +1,62 @@
+"""The legacy completions parser and chunk renderer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.api.completions.render import CompletionChunks
+from lmsp_desktop.core.api.completions.request import parse_completion
+from lmsp_desktop.core.errors import LmspError
+
+
+def parse(**fields: Any) -> dict[str, Any]:
+    return parse_completion({"model": "m", "prompt": "Hi", **fields}, "fail")
+
+
+def test_a_prompt_is_kept_as_text_without_chat_messages() -> None:
+    request = parse(suffix="end", stop="\n", echo=True, seed=3)
+    assert (request["prompt"], request["suffix"], request["messages"]) == ("Hi", "end", [])
+    assert request["stop"] == ["\n"] and request["seed"] == 3 and request["echo"] is True
+    assert request["max_output_tokens"] == 16  # OpenAI's default for this API
+    assert parse(prompt=["One"])["prompt"] == "One"
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": [1, 2, 3]}, "prompt"),
+        ({"prompt": None}, "prompt"),
+        ({"logprobs": 1}, "logprobs"),
+        ({"n": 2}, "n"),
+        ({"best_of": 3}, "best_of"),
+        ({"suffix": 5}, "suffix"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+    ],
+)
+def test_bad_fields_are_refused_naming_them(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(LmspError) as refused:
+        parse(**fields)
+    assert refused.value.status == 400 and refused.value.param == param
+
+
+def test_chunks_echo_the_prompt_then_stream_text_then_done() -> None:
+    request = parse(echo=True, stream=True, stream_options={"include_usage": True})
+    chunks = CompletionChunks({"id": "cmpl-1", "created_at": 1, "model": "m"}, request)
+    done = {"usage": {"input_tokens": 2, "output_tokens": 1}}
+    raw = chunks.opening() + b"".join(
+        chunks.render(e)
+        for e in [
+            {"type": "response.output_text.delta", "delta": ' "there"'},
+            {"type": "response.completed", "response": done},
+        ]
+    )
+    lines = raw.decode().strip().split("\n\n")
+    assert lines[-1] == "data: [DONE]" and chunks.finished
+    payloads = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert [p["choices"][0]["text"] for p in payloads[:2]] == ["Hi", ' "there"']
+    assert payloads[2]["choices"][0]["finish_reason"] == "stop"
+    assert payloads[3]["usage"] == {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}
