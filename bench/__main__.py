@@ -1,7 +1,8 @@
 """`python -m bench` (`make bench`): runs the benchmarks and prints one table of figures and
 ratios measured in the same run.
 
-    python -m bench [--quick] [--only B1,B3] [--json out.json] [--workdir DIR]
+    python -m bench [--quick] [--only B1,B3] [--json out.json] [--markdown docs/benchmarks.md]
+                    [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT
-from bench.report import Row, table, write_json
+from bench.report import Row, table, write_json, write_markdown
 
 BENCHES = {
     "B1": "bench.b1_accept",
@@ -80,6 +81,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test)")
     parser.add_argument("--only", default="", help="comma-separated ids, e.g. B1,B3")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
+    parser.add_argument(
+        "--markdown", type=Path, help="replace the table in this page (docs/benchmarks.md)"
+    )
     parser.add_argument("--workdir", type=Path, help="keep the databases here (default: temp)")
     args = parser.parse_args(argv)
     wanted = [b.strip().upper() for b in args.only.split(",") if b.strip()] or list(BENCHES)
@@ -130,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntotal {sum(took.values()):.0f} s; load average after {meta['load_after'][0]:.1f}")
     if args.json:
         write_json(args.json, rows, meta)
+    if args.markdown:
+        write_markdown(args.markdown, rows, meta)
     return 1 if crashed else 0
 
 

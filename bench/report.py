@@ -60,7 +60,7 @@ def show_pass(row: Row) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    """A Markdown table (readable in a terminal and pasteable into the README)."""
+    """A Markdown table (readable in a terminal; written into docs/benchmarks.md by --markdown)."""
     header = ["", "measure", "figure", "goal", "ratio", "pass"]
     body = [
         [r.bench, r.measure, show_figure(r.figure, r.unit), r.goal, show_ratio(r), show_pass(r)]
@@ -78,6 +78,33 @@ def table(rows: list[Row]) -> str:
         out.append("")
         out.extend(notes)
     return "\n".join(out)
+
+
+# docs/benchmarks.md holds one current table between these markers; `make bench ARGS=
+# "--markdown docs/benchmarks.md"` replaces it (older runs live in git history, not the page).
+TABLE_START = "<!-- bench:table -->"
+TABLE_END = "<!-- /bench:table -->"
+
+
+def markdown_run(rows: list[Row], meta: dict[str, Any]) -> str:
+    """The run's table with the facts a reader needs to trust it: when, which commit, what
+    machine, how busy it was."""
+    load = meta.get("load_before", (0.0,))[0]
+    return (
+        f"Run of {meta['date']} at commit `{meta['commit']}`: {meta['cpu']}, "
+        f"{meta['memory_gib']} GiB, Python {meta['python']}, SQLite {meta['sqlite']}, "
+        f"load average {load:.1f} before the run.\n\n{table(rows)}\n"
+    )
+
+
+def write_markdown(path: Path, rows: list[Row], meta: dict[str, Any]) -> None:
+    """Replace the table between TABLE_START and TABLE_END in `path` with this run's."""
+    text = path.read_text()
+    if TABLE_START not in text or TABLE_END not in text:
+        raise SystemExit(f"{path} has no {TABLE_START} … {TABLE_END} section to replace")
+    before, rest = text.split(TABLE_START, 1)
+    after = rest.split(TABLE_END, 1)[1]
+    path.write_text(f"{before}{TABLE_START}\n{markdown_run(rows, meta)}{TABLE_END}{after}")
 
 
 def write_json(path: Path, rows: list[Row], meta: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ class Settings:
     max_loaded_models: int = 1
     idle_unload_s: float = 600.0
     # Concurrent requests per loaded model: they share its weights and are decoded together
-    # (each costs its own KV cache; see README "Engine").
+    # (each costs its own KV cache; see docs/engine.md, "Batching").
     parallel_per_model: int = 4
     idempotency_ttl_s: int = 24 * 3600
     max_body_bytes: int = 1024 * 1024

@@ -48,7 +48,7 @@ STORE_RETRY_S = 1.0  # pause before retrying after the store refused a write (di
 # commit, its fsync and one SSE write (still one delta event per token). Each commit and the
 # thread wake-ups around it cost about 1 ms of CPU (the fsync alone 0.4 ms), which a model
 # decoding on every core loses from its own tokens: B3 measured 0.85x the engine in-process
-# committing every token, 0.94-1.0x at 30 ms, 0.98-1.01x at 50 ms (README, Benchmarks).
+# committing every token, 0.94-1.0x at 30 ms, 0.98-1.01x at 50 ms (docs/benchmarks.md history).
 # 50 ms is 20 updates a second, smooth for reading; a model slower than 20 tokens/s still
 # commits every token. The first token is never held back, nor is the end, nor a cancel.
 COMMIT_INTERVAL_S = 0.05

@@ -42,8 +42,23 @@ def test_benchmark_runs_at_tiny_size(bench: str, tmp_path: Path) -> None:
 def test_cli_prints_table_and_writes_json(tmp_path: Path) -> None:
     """`python -m bench --quick --only B6 --json …`: the command make bench runs."""
     out = tmp_path / "rows.json"
+    page = tmp_path / "benchmarks.md"
+    page.write_text(
+        "# Benchmarks\n\n<!-- bench:table -->\nold table\n<!-- /bench:table -->\n\nAfter.\n"
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", "B6", "--json", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--only",
+            "B6",
+            "--json",
+            str(out),
+            "--markdown",
+            str(page),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -58,6 +73,11 @@ def test_cli_prints_table_and_writes_json(tmp_path: Path) -> None:
     check_rows("B6", rows)
     rescan = next(r for r in rows if r.measure.startswith("bytes hashed rescanning"))
     assert rescan.figure == 0 and rescan.passed is True
+    # The page's one table is this run's, with its commit; the rest of the page is kept.
+    written = page.read_text()
+    assert "old table" not in written and "| B6 | registry sha256_file" in written
+    assert f"commit `{data['meta']['commit']}`" in written
+    assert written.startswith("# Benchmarks\n") and written.endswith("\n\nAfter.\n")
 
 
 def test_cli_refuses_unknown_benchmark() -> None:

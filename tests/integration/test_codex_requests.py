@@ -1,7 +1,7 @@
 """Codex CLI's own requests, replayed byte for byte against the real service and demo model.
 
 The bodies in tests/support/codex/ are what `codex exec` 0.171.0 sent to POST /v1/responses
-(recorded through a loopback proxy; README "Codex CLI" has the run): its first turn with
+(recorded through a loopback proxy; docs/clients.md "Codex CLI" has the run): its first turn with
 the default features, whose tool listing alone pushes the prompt past the demo model's
 8,192 tokens, and its first turn and tool-result turn with multi_agent and goals disabled.
 """

@@ -8,7 +8,7 @@ streams by one chunk per step, never by the whole prompt.
 
 Exactness (resume byte-identical): a sequence's logits must not depend on its batch
 neighbours nor on how its earlier tokens were split into chunks. `probe_exactness` checks
-both at load (on the demo model both hold, see README "Engine"); when a model fails the
+both at load (on the demo model both hold, see docs/engine.md, "Batching"); when a model fails the
 probe, every sequence is decoded alone with canonical chunks and no prefix reuse.
 """
 

@@ -5,7 +5,7 @@ The generic prompt follows the Hermes / Qwen format that llama.cpp's common/chat
 parses: the functions are listed as JSON inside `<tools>…</tools>` in the system message, a
 call is `<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`, and a result comes back
 inside `<tool_response>…</tool_response>`. Many small chat models have seen that format, and
-it leaves plain text free, so `auto` can answer in words or call a function. The README
+it leaves plain text free, so `auto` can answer in words or call a function. docs/clients.md
 documents it.
 """
 
