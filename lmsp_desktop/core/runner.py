@@ -120,6 +120,9 @@ class _Slot:
     remote: bool = False  # an upstream's model: no memory here, not counted against the limit
     busy: int = 0
     last_used: float = field(default_factory=time.monotonic)
+    # Idle seconds before unloading, as the last request on it asked (Ollama's keep_alive;
+    # negative: never); None: the runner's idle_unload_s.
+    keep_alive: float | None = None
 
 
 def _lane(model: str, index: int) -> str:
@@ -154,6 +157,7 @@ class Runner:
         self.engine = engine
         self.max_loaded_models = max_loaded_models
         self.idle_unload_s = idle_unload_s
+        self._idle_changed = asyncio.Event()  # a keep_alive changed: look again now
         # N lanes run N tasks of one model at once. Local lanes share the one loaded copy
         # (the llama engine decodes their sequences together); each upstream lane has its own
         # connection to the upstream.
@@ -227,7 +231,15 @@ class Runner:
         if not slots or any(s.model is None or s.busy for s in slots):
             return None
         last_used = max(s.last_used for s in slots)
-        return max(0.0, self.idle_unload_s - (time.monotonic() - last_used))
+        limit = max(self._idle_limit(s) for s in slots)
+        if limit == float("inf"):
+            return None
+        return max(0.0, limit - (time.monotonic() - last_used))
+
+    def _idle_limit(self, slot: _Slot) -> float:
+        if slot.keep_alive is None:
+            return self.idle_unload_s
+        return float("inf") if slot.keep_alive < 0 else slot.keep_alive
 
     # -- reacting to commits -----------------------------------------------------------
     def _on_change(self, change: TaskChange) -> None:
@@ -335,6 +347,9 @@ class Runner:
         finally:
             slot.busy -= 1
             slot.last_used = time.monotonic()
+            keep_alive = json.loads(row["request"]).get("keep_alive_s")
+            slot.keep_alive = float(keep_alive) if isinstance(keep_alive, int | float) else None
+            self._idle_changed.set()  # keep_alive 0 unloads now, not at the next round
 
     async def _generate(self, task_id: str, loaded: LoadedModel, resuming: bool) -> None:
         row = await self.tasks.get(task_id)
@@ -604,10 +619,19 @@ class Runner:
 
     async def _unload_idle_forever(self) -> None:
         while True:
-            await asyncio.sleep(min(30.0, max(self.idle_unload_s / 4, 0.05)))
+            limits = [self._idle_limit(s) for s in self._slots.values()] + [self.idle_unload_s]
+            # asyncio.wait, not wait_for: on 3.11 wait_for can swallow the cancel that stop()
+            # sends when the event is set at the same moment, and stop() would wait forever.
+            changed = asyncio.ensure_future(self._idle_changed.wait())
+            try:
+                await asyncio.wait({changed}, timeout=min(30.0, max(min(limits) / 4, 0.05)))
+            finally:
+                changed.cancel()
+            self._idle_changed.clear()
             now = time.monotonic()
             for lane, slot in list(self._slots.items()):
-                if slot.model and slot.busy == 0 and now - slot.last_used > self.idle_unload_s:
+                idle = now - slot.last_used
+                if slot.model and slot.busy == 0 and idle >= self._idle_limit(slot):
                     await self._unload(lane)
 
     def _notify_load(self, model_id: str, state: str, progress: float) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import jsonschema
 import pytest
-from ollama import Client, ResponseError
+from ollama import AsyncClient, Client, ResponseError
 
 pytest.register_assert_rewrite("tests.integration.service_fixtures")
 
@@ -55,6 +55,28 @@ def test_chat_answers_with_counts_and_durations(ollama: Client, live: LiveCore) 
     # A task like any other, and the model is now loaded.
     running = [m.model for m in ollama.ps().models]
     assert MODEL in running
+
+
+async def test_keep_alive_zero_unloads_and_negative_keeps(live: LiveCore) -> None:
+    from tests.support.polling import until
+
+    token = live.token(*USER_SCOPES)
+    client = AsyncClient(host=live.url, headers={"Authorization": f"Bearer {token}"})
+    asked = [{"role": "user", "content": "Hi"}]
+    try:
+        await client.chat(MODEL, asked, options=SHORT, keep_alive=-1)
+        [kept] = [m for m in (await client.ps()).models if m.model == MODEL]
+        assert kept.expires_at and kept.expires_at.year > 2100  # never, as Ollama shows it
+        await client.chat(MODEL, asked, options=SHORT, keep_alive=0)
+
+        async def unloaded() -> bool:
+            return MODEL not in [m.model for m in (await client.ps()).models]
+
+        await until(unloaded, limit=30, what="the model unloaded after keep_alive 0")
+        again = await client.chat(MODEL, asked, options=SHORT)  # loads it again
+        assert again.done and again.load_duration and again.load_duration > 0
+    finally:
+        await client._client.aclose()
 
 
 def test_chat_streams_ndjson_and_ends_with_done(ollama: Client) -> None:

@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     "frequency_penalty": 0.0,
     "max_output_tokens": None,
     "seed": None,
+    # Seconds the model stays loaded once idle after this request (Ollama's keep_alive;
+    # negative: until the service stops); None: the idle timeout in Settings.
+    "keep_alive_s": None,
     # Sample among the k most likely tokens only (None: no limit).
     "top_k": None,
     # Generation ends before the first of these texts; none of it reaches the client.

@@ -18,6 +18,7 @@ from lmsp_desktop.core.models.info import ModelInfo
 
 # The Ollama API level these routes follow (clients compare versions to pick features).
 OLLAMA_VERSION = "0.12.0"
+FOREVER = 4102444800.0 * 2  # a date past 2100
 
 
 def iso_now() -> str:
@@ -180,7 +181,8 @@ def running(
     info: ModelInfo, expires_in: float | None, context_length: int | None
 ) -> dict[str, Any]:
     """One model of `GET /api/ps` (no GPU here: size_vram is 0)."""
-    expires = time.time() + expires_in if expires_in is not None else time.time() + 10 * 365 * 86400
+    # Ollama shows a model kept "forever" (keep_alive -1) as expiring in the far future.
+    expires = time.time() + expires_in if expires_in is not None else FOREVER
     return {
         **tag(info),
         "expires_at": iso(expires),

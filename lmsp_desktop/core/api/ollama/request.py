@@ -110,12 +110,10 @@ def _task(
         notes.append(
             f"`options.num_ctx` {num_ctx} is not applied: the model runs with its own context."
         )
-    if keep_alive is not None:
-        notes.append("`keep_alive` is not applied: the idle timeout in Settings unloads models.")
     if body.get("think") not in (None, False):
         notes.append("Thinking was asked for; the model answered without it.")
     return task_request(
-        {"ollama": {"endpoint": endpoint, "keep_alive_s": keep_alive, "num_ctx": num_ctx}},
+        {"ollama": {"endpoint": endpoint, "num_ctx": num_ctx}},
         api=OLLAMA_API,
         via=f"Ollama (POST /api/{endpoint})",
         model=fields.model(body),
@@ -131,6 +129,7 @@ def _task(
         stop=_stops(options.get("stop")),
         stream=stream,
         on_restart=fields.on_restart(body, default_on_restart),
+        keep_alive_s=keep_alive,
         notes=notes,
         **tool_fields,
     )
