@@ -15,7 +15,7 @@ from bench.seed import Shape, seed
 from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import database_path
 from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS, Database
-from lmsp_desktop.core.storage.retention import purge_finished
+from lmsp_desktop.core.storage.retention import TERMINAL_SQL, purge_finished
 from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
 
 APPEND_EVERY_S = 0.01
@@ -94,7 +94,7 @@ async def _purge_with_appender(data_dir: Path) -> dict[str, float]:
 
 def raw_purge(data_dir: Path, batch: int = 200) -> float:
     """The limit: the same tasks deleted with raw sqlite3, `batch` tasks per transaction,
-    three set-based DELETEs each, at the same synchronous."""
+    read from the same index, three set-based DELETEs each, at the same synchronous."""
     conn = sqlite3.connect(database_path(data_dir), isolation_level=None)
     conn.execute(f"PRAGMA synchronous={DEFAULT_SYNCHRONOUS}")
     cutoff = time.time() - 7 * 86400
@@ -104,7 +104,8 @@ def raw_purge(data_dir: Path, batch: int = 200) -> float:
         ids = [
             r[0]
             for r in conn.execute(
-                "SELECT id FROM tasks WHERE finished_at < ? ORDER BY finished_at LIMIT ?",
+                "SELECT id FROM tasks INDEXED BY tasks_expiry WHERE state IN "
+                f"({TERMINAL_SQL}) AND finished_at < ? ORDER BY finished_at LIMIT ?",
                 (cutoff, batch),
             )
         ]
@@ -139,9 +140,10 @@ def run(work: Path, quick: bool) -> list[Row]:
             f"purge {events:,} events ({tasks:,} tasks), total",
             total,
             "s",
-            "",
+            "≥ 0.8× raw",
             raw_s / total,
             "raw speed",
+            raw_s / total >= 0.8,
             note=f"{events / total:,.0f} events/s; appender committed {found['appends']} "
             "times meanwhile",
         ),
@@ -150,19 +152,19 @@ def run(work: Path, quick: bool) -> list[Row]:
             "longest write-lock hold during purge",
             found["hold"],
             "ms",
-            "≤ 100 ms",
+            "≤ 50 ms",
             None,
             "",
-            found["hold"] <= 100,
+            found["hold"] <= 50,
         ),
         Row(
             "B5",
             f"worst append_deltas wait (one every {APPEND_EVERY_S * 1000:.0f} ms)",
             found["append"],
             "ms",
-            "≤ 150 ms",
+            "≤ 100 ms",
             None,
             "",
-            found["append"] <= 150,
+            found["append"] <= 100,
         ),
     ]

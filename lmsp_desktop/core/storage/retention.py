@@ -1,53 +1,87 @@
 """Retention (LMSP 11.2): finished tasks, their events and stored responses are purged after
-a configurable period, in small batches that never hold the write lock for long. Unfinished
-tasks are never purged, whatever their age."""
+a configurable period. Unfinished tasks are never purged, whatever their age.
+
+The purge shares the one writer with every running stream, so it must never hold the write
+lock for long: each transaction is a run of small steps that stops once it has worked for
+BATCH_WORK_S, whatever the size of the rows, the disk or the machine's load. A step is a
+range of the `tasks_expiry` index (finished tasks, oldest first) and the key ranges of their
+events and responses.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import time
+from collections.abc import Callable
 
 from lmsp_desktop.core.states import TERMINAL
 from lmsp_desktop.core.storage.db import Database
 
 DEFAULT_RETENTION_DAYS = 7.0
-EVENTS_PER_BATCH = 2000  # bounds the rows one transaction deletes
+BATCH_WORK_S = 0.020  # one transaction stops stepping after this long (plus its commit)
+EVENTS_PER_STEP = 500  # bounds one step: the time check comes between steps
+TASKS_PER_STEP = 100
+# The list of schema.py's tasks_expiry index, spelled the same: SQLite uses a partial index
+# only for a query whose WHERE names its condition.
 TERMINAL_SQL = ",".join(f"'{s}'" for s in sorted(TERMINAL))
 
 
 async def purge_finished(
-    db: Database, retention_days: float, *, now: float | None = None, pause_s: float = 0.0
+    db: Database,
+    retention_days: float,
+    *,
+    now: float | None = None,
+    pause_s: float = 0.0,
+    batch_s: float = BATCH_WORK_S,
 ) -> int:
     """Delete finished tasks older than the retention period. Returns how many were purged."""
     cutoff = (time.time() if now is None else now) - retention_days * 86400
+    batch = functools.partial(_purge_in, cutoff=cutoff, budget_s=batch_s)
     purged = 0
     while True:
-        done_in_batch = await _purge_batch(db, cutoff)
-        if done_in_batch < 0:
-            return purged
+        done_in_batch, more = await db.run(batch)
         purged += done_in_batch
+        if not more:
+            return purged
         # Let appenders and readers in between batches.
         await asyncio.sleep(pause_s)
 
 
-async def _purge_batch(db: Database, cutoff: float) -> int:
-    """One bounded transaction. Returns tasks fully purged, or -1 when nothing is left."""
-    return await db.run(lambda conn: _purge_in(conn, cutoff))
+def _purge_in(
+    conn: sqlite3.Connection,
+    *,
+    cutoff: float,
+    budget_s: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[int, bool]:
+    """In the writer thread, one transaction: steps until `budget_s` has passed. Returns the
+    tasks fully purged and whether expired tasks are left. The first step always runs, so
+    every batch makes progress."""
+    deadline = clock() + budget_s
+    purged = 0
+    while True:
+        done = _step(conn, cutoff)
+        if done < 0:
+            return purged, False
+        purged += done
+        if clock() >= deadline:
+            return purged, True
 
 
-def _purge_in(conn: sqlite3.Connection, cutoff: float) -> int:
-    """In the writer thread. Whole tasks go in set-based deletes while their events fit the
-    budget (last_seq bounds what is left of a log); a task too large for one batch is cut
-    from the tail over several batches."""
+def _step(conn: sqlite3.Connection, cutoff: float) -> int:
+    """Whole tasks in set-based deletes while their events fit the step (last_seq bounds what
+    is left of a log); a task too large for one step is cut from the tail over several.
+    Returns the tasks fully purged, or -1 when none is left to purge."""
     expired = conn.execute(
-        f"SELECT id, last_seq FROM tasks WHERE state IN ({TERMINAL_SQL}) AND finished_at < ? "
-        "ORDER BY finished_at LIMIT 200",
-        (cutoff,),
+        "SELECT id, last_seq FROM tasks INDEXED BY tasks_expiry "
+        f"WHERE state IN ({TERMINAL_SQL}) AND finished_at < ? ORDER BY finished_at LIMIT ?",
+        (cutoff, TASKS_PER_STEP),
     ).fetchall()
     if not expired:
         return -1
-    whole, budget = [], EVENTS_PER_BATCH
+    whole, budget = [], EVENTS_PER_STEP
     for task_id, last_seq in expired:
         if last_seq > budget:
             break
@@ -67,7 +101,7 @@ def _purge_large(conn: sqlite3.Connection, task_id: str) -> int:
     conn.execute(
         "DELETE FROM task_events WHERE task_id=? AND seq IN (SELECT seq FROM "
         "task_events WHERE task_id=? ORDER BY seq DESC LIMIT ?)",
-        (task_id, task_id, EVENTS_PER_BATCH),
+        (task_id, task_id, EVENTS_PER_STEP),
     )
     if conn.execute("SELECT 1 FROM task_events WHERE task_id=? LIMIT 1", (task_id,)).fetchone():
         return 0

@@ -172,6 +172,17 @@ CREATE TABLE model_settings (
 );
 """
 
+# Retention (issue 26): the purge walks the finished tasks oldest first. This partial index
+# holds exactly them, in that order, with what a purge step reads, so each step is one range
+# of it (the old index on finished_at alone made every step also scan the state index for
+# all finished tasks and sort them: 0.8 s per step at 100k tasks). The states are
+# core.states.TERMINAL; retention.py spells the same list, which lets SQLite use the index.
+SCHEMA_V7_EXPIRY_INDEX = """
+DROP INDEX tasks_finished;
+CREATE INDEX tasks_expiry ON tasks(finished_at, id, last_seq, state)
+    WHERE state IN ('cancelled', 'completed', 'failed', 'incomplete');
+"""
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1.
 MIGRATIONS: list[str] = [
     SCHEMA_V1,
@@ -180,5 +191,6 @@ MIGRATIONS: list[str] = [
     SCHEMA_V4_CACHED_TOKENS,
     SCHEMA_V5_TASK_KIND,
     SCHEMA_V6_MODEL_SETTINGS,
+    SCHEMA_V7_EXPIRY_INDEX,
 ]
 CURRENT_VERSION = len(MIGRATIONS)

@@ -78,19 +78,26 @@ async def test_unfinished_tasks_are_never_purged_at_any_age(store: Store) -> Non
     check_invariants(store.db.path)
 
 
-def instrument(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record how many task events each purge transaction deleted."""
-    deleted: list[int] = []
-    original = retention._purge_in
+def instrument(monkeypatch: pytest.MonkeyPatch, clock: Any = None) -> list[list[int]]:
+    """Record, per purge transaction, how many task events each of its steps deleted."""
+    batches: list[list[int]] = []
+    original_batch, original_step = retention._purge_in, retention._step
 
-    def counting(conn: sqlite3.Connection, cutoff: float) -> int:
+    def batch(conn: sqlite3.Connection, **kwargs: Any) -> tuple[int, bool]:
+        batches.append([])
+        return original_batch(conn, **kwargs, **({"clock": clock} if clock else {}))
+
+    def step(conn: sqlite3.Connection, cutoff: float) -> int:
         before = conn.execute("SELECT COUNT(*) FROM task_events").fetchone()[0]
-        result = original(conn, cutoff)
-        deleted.append(before - conn.execute("SELECT COUNT(*) FROM task_events").fetchone()[0])
+        result = original_step(conn, cutoff)
+        after = conn.execute("SELECT COUNT(*) FROM task_events").fetchone()[0]
+        if result >= 0:
+            batches[-1].append(before - after)
         return result
 
-    monkeypatch.setattr(retention, "_purge_in", counting)
-    return deleted
+    monkeypatch.setattr(retention, "_purge_in", batch)
+    monkeypatch.setattr(retention, "_step", step)
+    return batches
 
 
 async def add_events(store: Store, task_id: str, n: int) -> None:
@@ -99,13 +106,9 @@ async def add_events(store: Store, task_id: str, n: int) -> None:
     )
 
 
-@pytest.mark.parametrize("per_batch", [None, 50])
-async def test_batches_are_bounded(
-    store: Store, monkeypatch: pytest.MonkeyPatch, per_batch: int | None
-) -> None:
-    limit = per_batch or retention.EVENTS_PER_BATCH
-    monkeypatch.setattr(retention, "EVENTS_PER_BATCH", limit)
-    # One task far larger than a batch, and many small ones that together are too.
+async def old_tasks(store: Store, limit: int) -> tuple[list[str], str, int]:
+    """One task far larger than a step, many small ones that together are too, and one
+    unfinished task with a large log. Returns (old task ids, the kept id, old events)."""
     big = await drive(store.tasks, TaskState.RUNNING)
     await add_events(store, big, 2 * limit + 7)
     await store.tasks.finish(big, incomplete_reason=None, input_tokens=1, output_tokens=1)
@@ -114,15 +117,59 @@ async def test_batches_are_bounded(
     await add_events(store, keep, limit + 1)
     total_old = count(store, "task_events", "task_id<>?", (keep,))
     assert total_old > 2 * limit
+    return [big, *small], keep, total_old
 
-    deleted = instrument(monkeypatch)
-    purged = await purge_finished(store.db, 7, now=time.time() + 8 * DAY)
-    assert purged == len(small) + 1
-    assert max(deleted) <= limit, f"a transaction deleted {max(deleted)} events"
-    assert sum(deleted) == total_old
-    assert len([d for d in deleted if d]) >= 3
+
+@pytest.mark.parametrize("per_step", [None, 50])
+async def test_steps_are_bounded(
+    store: Store, monkeypatch: pytest.MonkeyPatch, per_step: int | None
+) -> None:
+    limit = per_step or retention.EVENTS_PER_STEP
+    monkeypatch.setattr(retention, "EVENTS_PER_STEP", limit)
+    old, _keep, total_old = await old_tasks(store, limit)
+
+    batches = instrument(monkeypatch)
+    # No time at all for a batch: each transaction does its one step, and no more.
+    purged = await purge_finished(store.db, 7, now=time.time() + 8 * DAY, batch_s=0)
+    steps = [deleted for batch in batches for deleted in batch]
+    assert purged == len(old)
+    assert all(len(batch) <= 1 for batch in batches)
+    assert max(steps) <= limit, f"a step deleted {max(steps)} events"
+    assert sum(steps) == total_old
+    assert len([d for d in steps if d]) >= 3
     assert count(store, "tasks") == 1
     check_invariants(store.db.path)
+
+
+async def test_a_batch_stops_by_time_not_by_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step costs 7 ms on this clock: a 20 ms batch takes three steps (the third ends
+    past the budget), whatever their size, and the next batch goes on where it stopped."""
+    monkeypatch.setattr(retention, "EVENTS_PER_STEP", 50)
+    old, keep, total_old = await old_tasks(store, 50)
+    ticks = iter(range(0, 10**6, 7))
+    batches = instrument(monkeypatch, clock=lambda: next(ticks) / 1000)
+
+    purged = await purge_finished(store.db, 7, now=time.time() + 8 * DAY, batch_s=0.020)
+    assert purged == len(old)
+    assert [len(batch) for batch in batches[:-1]] == [3] * (len(batches) - 1)
+    assert sum(map(sum, batches)) == total_old
+    assert count(store, "tasks") == 1 and count(store, "tasks", "id=?", (keep,)) == 1
+    check_invariants(store.db.path)
+
+
+async def test_the_purge_reads_finished_tasks_by_their_own_index(store: Store) -> None:
+    """A step is a range of tasks_expiry: it must not scan every finished task (the state
+    index and a sort cost 0.8 s per step at 100k tasks)."""
+    plan = await store.db.fetchall(
+        "EXPLAIN QUERY PLAN SELECT id, last_seq FROM tasks INDEXED BY tasks_expiry "
+        f"WHERE state IN ({retention.TERMINAL_SQL}) AND finished_at < ? "
+        "ORDER BY finished_at LIMIT 10",
+        (time.time(),),
+    )
+    details = " ".join(row["detail"] for row in plan)
+    assert "COVERING INDEX tasks_expiry" in details and "TEMP B-TREE" not in details
 
 
 async def test_idempotency_keys_expire_on_their_own_clock(store: Store) -> None:
