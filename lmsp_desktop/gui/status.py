@@ -128,7 +128,9 @@ class ElidingLabel(QLabel):
 
     def __init__(self) -> None:
         super().__init__()
-        self.setMinimumWidth(1)
+        # Never narrower than its "…": squeezed out entirely (a status message beside it at
+        # 900 px) the counts vanished without a trace; the "…" says there is more to hover.
+        self.setMinimumWidth(self.fontMetrics().horizontalAdvance("…") + 1)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
     def paintEvent(self, event: QPaintEvent) -> None:
