@@ -43,6 +43,7 @@ BENCHES = {
     "B20": "bench.b20_sources",
     "B21": "bench.b21_download",
     "B17": "bench.b17_engine_crash",
+    "B18": "bench.b18_embeddings",
 }
 
 

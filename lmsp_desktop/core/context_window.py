@@ -91,6 +91,15 @@ class _Vocab:
                 raise ShuttingDownError()
             return len(raw_prompt_tokens(tokenize, prompt, suffix, self._fim, self._add_bos))
 
+    def count_text(self, text: str) -> int:
+        """A plain text's tokens as the engine embeds it (BOS as the model wants, special
+        token text left as text)."""
+        with self._lock:
+            if self._closed:
+                raise ShuttingDownError()
+            raw = text.encode("utf-8", "replace")
+            return len(self._model.tokenize(raw, self._add_bos, False))
+
     def close(self) -> None:
         """Free the tokenizer once no thread is counting with it (freeing it under a count
         crashed the process)."""
@@ -167,6 +176,14 @@ class TokenCounter:
         self, info: Any, request: dict[str, Any], limit: int, param: str = "input"
     ) -> int | None:
         return await asyncio.to_thread(self.fit_sync, info, request, limit, param)
+
+    def count_inputs(self, info: Any, inputs: list[str | list[int]]) -> list[int] | None:
+        """Each embedding input's token count (token-id inputs as given); None when the
+        model cannot be read here."""
+        vocab = self._vocab(Path(info.path), int(info.mtime_ns), info.chat_template)
+        if vocab is None:
+            return None
+        return [vocab.count_text(i) if isinstance(i, str) else len(i) for i in inputs]
 
     async def count(self, info: Any, request: dict[str, Any]) -> int | None:
         """The prompt's token count as the runner will build it, with no limit to fit."""

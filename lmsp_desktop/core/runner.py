@@ -19,6 +19,8 @@ from typing import Any, Protocol
 from lmsp_desktop.core.api.task_request import chat_messages
 from lmsp_desktop.core.crashes import CrashLog, CrashRecord
 from lmsp_desktop.core.engines.base import (
+    EmbeddingRequest,
+    Embeds,
     Engine,
     EngineCrashed,
     EngineError,
@@ -31,8 +33,9 @@ from lmsp_desktop.core.engines.prefix_cache import CachesPrefixes, PrefixStats
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.shutdown import StopSteps
-from lmsp_desktop.core.states import TaskKind, TaskState
+from lmsp_desktop.core.states import RUNNER_KINDS, TaskKind, TaskState
 from lmsp_desktop.core.stops import StopScanner
+from lmsp_desktop.core.storage.embeddings import finish_embedding
 from lmsp_desktop.core.storage.recovery import recover_after_crash
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskStore
@@ -170,7 +173,8 @@ class Runner:
         self._claimed: set[str] = set()  # task ids a lane is running right now
         self._wakeups: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._active: dict[str, GenerationRequest] = {}  # task id → its running generation
+        # task id → its running generation or embedding (the runner only sets its cancel)
+        self._active: dict[str, GenerationRequest | EmbeddingRequest] = {}
         # Unloads under way: stop() waits for them, so one begun by the idle timer or to make
         # room is never cut short by the stop cancelling its caller.
         self._unloads: set[asyncio.Task[None]] = set()
@@ -184,7 +188,7 @@ class Runner:
         """Pick up tasks left queued or resumed-running by recovery, then follow new ones."""
         self.tasks.listeners.append(self._on_change)
         for row in await self.tasks.unfinished([TaskState.QUEUED, TaskState.RUNNING]):
-            if row["kind"] == TaskKind.RESPONSE:  # downloads have their own manager
+            if row["kind"] in RUNNER_KINDS:  # downloads have their own manager
                 self._wake(row["model"])
         self._janitor = asyncio.create_task(self._unload_idle_forever())
 
@@ -243,7 +247,7 @@ class Runner:
 
     # -- reacting to commits -----------------------------------------------------------
     def _on_change(self, change: TaskChange) -> None:
-        if change.kind != TaskKind.RESPONSE:
+        if change.kind not in RUNNER_KINDS:
             return  # a download: core/downloads/manager.py runs it
         if change.state == TaskState.QUEUED:
             self._wake(change.model)
@@ -343,7 +347,10 @@ class Runner:
         slot = self._slots[key]
         slot.busy += 1
         try:
-            await self._generate(task_id, loaded, resuming)
+            if row["kind"] == TaskKind.EMBEDDING:
+                await self._embed(row, loaded)
+            else:
+                await self._generate(task_id, loaded, resuming)
         finally:
             slot.busy -= 1
             slot.last_used = time.monotonic()
@@ -496,6 +503,42 @@ class Runner:
             # A cancel won the race in the store: never both completed and cancelled.
             await self.tasks.confirm_cancelled(task_id)
 
+    async def _embed(self, row: Any, loaded: LoadedModel) -> None:
+        """An embedding task: one call to the model, its vectors stored with its completion
+        (storage/embeddings.py). No token events; a cancel stops it between decodes."""
+        task_id = row["id"]
+        # A task left running by a restart (policy resume) starts over: nothing is partial.
+        started = row["state"] == TaskState.RUNNING
+        if not started and await self.tasks.mark_running(task_id, open_message=False) is None:
+            await self.tasks.confirm_cancelled(task_id)  # cancelled while queued or loading
+            return
+        if not isinstance(loaded, Embeds):
+            await self._fail_or_confirm(
+                task_id,
+                "embeddings_unsupported",
+                f"{row['model']} runs on an upstream server; embeddings are computed by local "
+                "models only.",
+            )
+            return
+        request = EmbeddingRequest(json.loads(row["request"])["input"])
+        self._active[task_id] = request
+        try:
+            result = await loaded.embed(request)
+        except EngineCrashed as exc:
+            await self._after_crash(row["model"], task_id, loaded, exc)
+            return
+        except EngineError as exc:
+            if exc.code == "cancelled" or request.cancel.is_set():
+                if not self._stopping:
+                    await self.tasks.confirm_cancelled(task_id)
+                return
+            await self._fail_or_confirm(task_id, exc.code, exc.message)
+            return
+        finally:
+            self._active.pop(task_id, None)
+        if not await finish_embedding(self.tasks, task_id, result):
+            await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
+
     async def _after_crash(
         self, model_id: str, task_id: str, loaded: LoadedModel | None, crash: EngineCrashed
     ) -> None:
@@ -518,7 +561,7 @@ class Runner:
             affected += [
                 row["id"]
                 for row in await self.tasks.unfinished([TaskState.QUEUED])
-                if row["model"] == model_id and row["kind"] == "response"
+                if row["model"] == model_id and row["kind"] in RUNNER_KINDS
             ]
         items = await recover_after_crash(self.tasks, affected, crash.code, crash.message)
         record.count(items)

@@ -49,6 +49,11 @@ class TaskKind(StrEnum):
 
     RESPONSE = "response"  # a generation, whichever API asked for it
     DOWNLOAD = "download"  # a model file from the Hugging Face hub
+    EMBEDDING = "embedding"  # vectors of texts, computed by a loaded model (no token events)
+
+
+# The kinds the runner runs (in one queue per model); downloads have their own manager.
+RUNNER_KINDS = frozenset({TaskKind.RESPONSE, TaskKind.EMBEDDING})
 
 
 class RestartPolicy(StrEnum):

@@ -208,8 +208,8 @@ def test_errors_have_ollamas_shape(ollama: Client, live: LiveCore) -> None:
         ollama.generate(MODEL, "Hi", options={"temperature": "hot"})
     assert bad.value.status_code == 400 and "options.temperature" in bad.value.error
     with pytest.raises(ResponseError) as embed:
-        ollama.embed(MODEL, "Hi")
-    assert embed.value.status_code == 400 and "Embeddings are not available" in embed.value.error
+        ollama.embed("no-such-model", "Hi")
+    assert embed.value.status_code == 404 and "no-such-model" in embed.value.error
     anonymous = Client(host=live.url)
     with pytest.raises(ResponseError) as refused:
         anonymous.list()

@@ -181,6 +181,9 @@ ENDPOINTS = [
     ("GET", "/api/ps", "models:read", 200),
     ("POST", "/api/show", "models:read", 200),
     ("POST", "/api/chat", "responses:write", 200),
+    ("POST", "/v1/embeddings", "responses:write", 200),
+    ("POST", "/api/embed", "responses:write", 200),
+    ("POST", "/api/embeddings", "responses:write", 200),
 ]
 CALLERS = [
     "no token",
@@ -211,6 +214,9 @@ BODIES = {
     "/v1/messages": MESSAGE,
     "/v1/messages/count_tokens": MESSAGE,
     "/api/show": {"model": MODEL},
+    "/v1/embeddings": {"model": MODEL, "input": "Hi."},
+    "/api/embed": {"model": MODEL, "input": "Hi."},
+    "/api/embeddings": {"model": MODEL, "prompt": "Hi."},
     "/api/chat": {
         "model": MODEL,
         "messages": [{"role": "user", "content": "Hi."}],

@@ -12,6 +12,7 @@ STATUS_OF_CODE = {
     "context_length_exceeded": 400,
     "invalid_input": 400,
     "chat_template_error": 400,
+    "embeddings_unsupported": 400,  # an upstream's model, a reranker
     "model_not_found": 404,
     "model_unverified": 409,
     "model_changed": 409,

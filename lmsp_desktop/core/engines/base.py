@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 FinishReason = Literal["stop", "length", "context", "cancelled"]
 KvType = Literal["f16", "q8_0"]
@@ -134,6 +134,25 @@ class GenerationResult:
     cached_tokens: int = 0
 
 
+@dataclass
+class EmbeddingRequest:
+    """What to embed: each input is a text (tokenized by the model, BOS as the model wants
+    it) or a list of token ids (taken as given)."""
+
+    inputs: list[str | list[int]]
+    # Set by the runner on cancel; checked between decodes (a worker is told by message).
+    cancel: threading.Event = field(default_factory=lambda: CancelEvent())
+
+
+@dataclass(frozen=True)
+class EmbeddingResult:
+    """One L2-normalised float32 vector per input, in input order, and the tokens read."""
+
+    vectors: Any  # numpy float32 array, shape (inputs, dimensions)
+    input_tokens: int
+    pooling: str  # mean, cls or last
+
+
 # Called on the event loop with every batch of new tokens. Returning False stops generation
 # before the next token (a cancel was committed, or the task is no longer running).
 TokenSink = Callable[[list[TokenPiece]], Awaitable[bool]]
@@ -151,6 +170,15 @@ class LoadedModel(Protocol):
         ...
 
     async def unload(self) -> None: ...
+
+
+@runtime_checkable
+class Embeds(Protocol):
+    """A loaded model that computes embeddings (local llama.cpp models; not upstreams)."""
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        """Raises EngineError (cancelled, context_length_exceeded, ...) on failure."""
+        ...
 
 
 class Engine(Protocol):

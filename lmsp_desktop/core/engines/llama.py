@@ -29,6 +29,8 @@ from typing import Any
 from lmsp_desktop.core.engines import llama_native as native
 from lmsp_desktop.core.engines.base import (
     ContextShape,
+    EmbeddingRequest,
+    EmbeddingResult,
     EngineError,
     GenerationRequest,
     GenerationResult,
@@ -44,6 +46,7 @@ from lmsp_desktop.core.engines.llama_batch import (
     probe_exactness,
 )
 from lmsp_desktop.core.engines.llama_chat import ChatRenderer
+from lmsp_desktop.core.engines.llama_embed import POOLING_NAMES, EmbeddingContext, declared_pooling
 from lmsp_desktop.core.engines.prefix_cache import PrefixStats
 from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, check_request, pump_started
 from lmsp_desktop.core.engines.raw_prompt import fim_tokens, raw_prompt_tokens
@@ -192,7 +195,13 @@ class LlamaEngine:
                 f"llama.cpp could not create a context for {path.name} ({exc}); lower the "
                 "concurrent requests per model or the context length.",
             ) from exc
-        return LlamaModel(weights, list(zip(contexts, layout, strict=True)), path=path, n_ctx=n_ctx)
+        return LlamaModel(
+            weights,
+            list(zip(contexts, layout, strict=True)),
+            path=path,
+            n_ctx=n_ctx,
+            n_threads=self.n_threads,
+        )
 
 
 def context_layout(
@@ -217,7 +226,13 @@ class LlamaModel:
     weights, one or more contexts over it, each decoding its sequences in its own thread."""
 
     def __init__(
-        self, weights: Any, contexts: list[tuple[Any, int]], *, path: Path, n_ctx: int
+        self,
+        weights: Any,
+        contexts: list[tuple[Any, int]],
+        *,
+        path: Path,
+        n_ctx: int,
+        n_threads: int = DEFAULT_THREADS,
     ) -> None:
         self._lc = native.lowlevel()
         self._weights: Any = weights
@@ -255,6 +270,10 @@ class LlamaModel:
             for index, (ctx, n_seq) in enumerate(contexts)
         ]
         self._all_decoders = list(self._decoders)
+        self._n_threads = n_threads
+        # Opened by the first embedding asked of this model, kept until the unload.
+        self._embedding: EmbeddingContext | None = None
+        self._embedding_lock = threading.Lock()
         self._last_job: Job | None = None
         self._unloading = asyncio.Lock()
         # Threads other than the decoders' inside llama.cpp with this model (a prompt being
@@ -347,6 +366,36 @@ class LlamaModel:
 
         return await pump_started(request, sink, start)
 
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        """Pooled, normalised vectors of the inputs, in a thread (llama_embed.py)."""
+        return await asyncio.to_thread(self._embed_sync, request)
+
+    def _embed_sync(self, request: EmbeddingRequest) -> EmbeddingResult:
+        with self._in_use():
+            inputs = [
+                self.tokenize_text(item) if isinstance(item, str) else list(item)
+                for item in request.inputs
+            ]
+            with self._embedding_lock:
+                if self._embedding is None:
+                    self._embedding = EmbeddingContext(
+                        self._weights,
+                        n_ctx=self.context_length,
+                        n_threads=self._n_threads,
+                        pooling=declared_pooling(self.metadata),
+                    )
+                context = self._embedding
+            vectors = context.embed(inputs, request.cancel)
+        return EmbeddingResult(
+            vectors, sum(len(tokens) for tokens in inputs), POOLING_NAMES[context.pooling]
+        )
+
+    def tokenize_text(self, text: str) -> list[int]:
+        """A plain text's tokens, as llama-cpp-python's Llama.tokenize gives them (BOS when
+        the model wants one, special-token text left as text)."""
+        add_bos = bool(self._lc.llama_vocab_get_add_bos(self._vocab))
+        return native.tokenize(self._vocab, text, add_bos=add_bos, special=False)
+
     def _choose(self, tokens: list[int]) -> BatchDecoder:
         """The least busy context (each is one core's worth of decoding), the one whose idle
         sequence holds the longest prefix of `tokens` among equally busy ones; a context
@@ -430,4 +479,6 @@ class LlamaModel:
             return
         for ctx in self._contexts:
             self._lc.llama_free(ctx)
+        if self._embedding is not None:
+            self._embedding.free()
         self._lc.llama_model_free(self._weights)

@@ -176,16 +176,18 @@ def model_metadata(model: Any) -> dict[str, str]:
     return out
 
 
-def tokenize(vocab: Any, text: str, *, add_bos: bool) -> list[int]:
+def tokenize(vocab: Any, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
+    """`special`: text such as `<|im_end|>` becomes its control token (prompts rendered by a
+    chat template); off for user text that is embedded as it is."""
     lc = lowlevel()
     data = text.encode("utf-8")
     capacity = len(data) + 8
     buf = (lc.llama_token * capacity)()
-    n = int(lc.llama_tokenize(vocab, data, len(data), buf, capacity, add_bos, True))
+    n = int(lc.llama_tokenize(vocab, data, len(data), buf, capacity, add_bos, special))
     if n < 0:
         capacity = -n
         buf = (lc.llama_token * capacity)()
-        n = int(lc.llama_tokenize(vocab, data, len(data), buf, capacity, add_bos, True))
+        n = int(lc.llama_tokenize(vocab, data, len(data), buf, capacity, add_bos, special))
     return [int(t) for t in buf[:n]]
 
 

@@ -9,6 +9,7 @@ from aiohttp import web
 from lmsp_desktop.core.api.anthropic import routes as anthropic_routes
 from lmsp_desktop.core.api.chat import routes as chat_routes
 from lmsp_desktop.core.api.completions import routes as completions_routes
+from lmsp_desktop.core.api.embeddings import routes as embeddings_routes
 from lmsp_desktop.core.api.ollama import routes as ollama_routes
 from lmsp_desktop.core.api.responses import routes as responses_routes
 from lmsp_desktop.core.service import (
@@ -36,6 +37,7 @@ def build_app(ctx: ServiceContext) -> web.Application:
         responses_routes,  # one line per API (core/api/)
         chat_routes,
         anthropic_routes,
+        embeddings_routes,
         ollama_routes,
         completions_routes,
         routes_tasks,

@@ -183,6 +183,13 @@ CREATE INDEX tasks_expiry ON tasks(finished_at, id, last_seq, state)
     WHERE state IN ('cancelled', 'completed', 'failed', 'incomplete');
 """
 
+# Embeddings (issue 22): an embedding task's vectors, stored with its completion: float32
+# little-endian, one row of `dimensions` per input, in input order. NULL for other tasks.
+SCHEMA_V8_EMBEDDINGS = """
+ALTER TABLE responses ADD COLUMN embeddings BLOB;
+ALTER TABLE responses ADD COLUMN embedding_dimensions INTEGER;
+"""
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1.
 MIGRATIONS: list[str] = [
     SCHEMA_V1,
@@ -192,5 +199,6 @@ MIGRATIONS: list[str] = [
     SCHEMA_V5_TASK_KIND,
     SCHEMA_V6_MODEL_SETTINGS,
     SCHEMA_V7_EXPIRY_INDEX,
+    SCHEMA_V8_EMBEDDINGS,
 ]
 CURRENT_VERSION = len(MIGRATIONS)

@@ -260,7 +260,7 @@ class TaskReads:
         were started before), then the oldest queued."""
         rows = await self.db.fetchall(
             "SELECT id FROM tasks WHERE model=? AND state IN ('running','queued') "
-            "AND kind='response' ORDER BY state='queued', n LIMIT ?",
+            "AND kind IN ('response', 'embedding') ORDER BY state='queued', n LIMIT ?",
             (model, limit),
         )
         return [str(r["id"]) for r in rows]

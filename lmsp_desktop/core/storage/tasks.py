@@ -24,6 +24,7 @@ from lmsp_desktop.core.states import (
     UNFINISHED,
     EventType,
     RestartPolicy,
+    TaskKind,
     TaskState,
 )
 from lmsp_desktop.core.storage.db import Database
@@ -65,6 +66,7 @@ class NewTask:
     mode: str = "background"
     client_id: str | None = None
     id: str = field(default_factory=lambda: new_id("resp"))
+    kind: TaskKind = TaskKind.RESPONSE  # run by the runner: a response or an embedding
 
 
 @dataclass
@@ -111,8 +113,16 @@ class TaskStore(TaskReads):
             )
             conn.execute(
                 "INSERT INTO tasks (id, client_id, model, state, on_restart, mode, created_at,"
-                " last_seq) VALUES (?, ?, ?, 'queued', ?, ?, ?, 0)",
-                (spec.id, spec.client_id, spec.model, str(spec.on_restart), spec.mode, now),
+                " last_seq, kind) VALUES (?, ?, ?, 'queued', ?, ?, ?, 0, ?)",
+                (
+                    spec.id,
+                    spec.client_id,
+                    spec.model,
+                    str(spec.on_restart),
+                    spec.mode,
+                    now,
+                    str(spec.kind),
+                ),
             )
             body = response_of(row_in(conn, spec.id), queue_position_in(conn, spec.id))
             body["task"]["last_sequence_number"] = 1  # the event below is number 1
@@ -123,8 +133,9 @@ class TaskStore(TaskReads):
 
         result = await self.db.run(work)
         if not result.replayed:
+            created = (EventType.CREATED,)
             self.publish(
-                [TaskChange(spec.id, TaskState.QUEUED, 1, spec.model, (EventType.CREATED,))]
+                [TaskChange(spec.id, TaskState.QUEUED, 1, spec.model, created, kind=spec.kind)]
             )
         return result
 

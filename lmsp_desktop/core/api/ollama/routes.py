@@ -1,7 +1,8 @@
 """Ollama's API on the service's port (`/api/…`), with our bearer tokens and scopes: models
 (`version`, `tags`, `ps`, `show`) and generation (`chat`, `generate`), each generation a task
 like any other (listed, cancelled when its client goes away, recovered, idempotent). Errors
-have Ollama's shape, `{"error": "…"}`. Embeddings answer 400 until the service has them."""
+have Ollama's shape, `{"error": "…"}`. Embeddings (`embed`, `embeddings`) are tasks of kind
+`embedding`, as `/v1/embeddings` (core/api/embeddings/)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from lmsp_desktop.core.api.answering import (
     settle_key,
 )
 from lmsp_desktop.core.api.creation import Intake
+from lmsp_desktop.core.api.embeddings.creation import create_embedding, finished_embedding
 from lmsp_desktop.core.api.ollama import CHAT_INTAKE, GENERATE_INTAKE
+from lmsp_desktop.core.api.ollama import embed as embed_request
 from lmsp_desktop.core.api.ollama.render import (
     OLLAMA_VERSION,
     AnswerRenderer,
@@ -104,18 +107,38 @@ async def generate(
 
 
 @routes.post("/api/embed")
+@errors_shaped(ollama_error)
+@requires(RESPONSES_WRITE)
+async def embed(request: web.Request, ctx: ServiceContext, caller: Principal) -> web.Response:
+    """`{"model", "embeddings": [[…]], "total_duration", "load_duration", "prompt_eval_count"}`."""
+    clock = Clock()
+    row, vectors = await _embedding(request, ctx, caller, embed_request.parse_embed)
+    timing = clock.fields(int(row["input_tokens"]), 0)
+    return web.json_response(
+        {
+            "model": row["model"],
+            "embeddings": vectors.tolist(),
+            **{k: timing[k] for k in ("total_duration", "load_duration", "prompt_eval_count")},
+        }
+    )
+
+
 @routes.post("/api/embeddings")
 @errors_shaped(ollama_error)
 @requires(RESPONSES_WRITE)
-async def embeddings(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
-    # As Ollama answers for a model without embeddings: the request cannot be served as
-    # sent (a 5xx would tell clients to retry).
-    raise LmspError(
-        "Embeddings are not available on this service yet: no model here computes them. "
-        "Use /api/chat or /api/generate.",
-        code="embeddings_unavailable",
-        status=400,
+async def embeddings(request: web.Request, ctx: ServiceContext, caller: Principal) -> web.Response:
+    """The older form: `{"embedding": […]}`."""
+    _row, vectors = await _embedding(request, ctx, caller, embed_request.parse_embeddings)
+    return web.json_response({"embedding": vectors[0].tolist()})
+
+
+async def _embedding(
+    request: web.Request, ctx: ServiceContext, caller: Principal, parse: Any
+) -> tuple[Any, Any]:
+    task_id, _stored = await create_embedding(
+        ctx, lambda: read_json(request), client_id=caller.client_id, parse=parse
     )
+    return await finished_embedding(request, ctx, task_id)
 
 
 async def _generate(
@@ -255,14 +278,14 @@ OPENAPI_PATHS = {
     },
     "/api/embed": {
         "post": _operation(
-            "Embeddings (Ollama): 400 until the service has them", RESPONSES_WRITE,
-            _answer("embeddings", "application/json"), (400, 401, 403, 413, 503), True,
+            "Embeddings (Ollama)", RESPONSES_WRITE,
+            _answer("embeddings", "application/json"), _WRITE_ERRORS, True,
         )
     },
     "/api/embeddings": {
         "post": _operation(
-            "Embeddings, older form (Ollama): 400 until the service has them", RESPONSES_WRITE,
-            _answer("embedding", "application/json"), (400, 401, 403, 413, 503), True,
+            "Embeddings, older form (Ollama)", RESPONSES_WRITE,
+            _answer("embedding", "application/json"), _WRITE_ERRORS, True,
         )
     },
 }  # fmt: skip

@@ -26,6 +26,8 @@ from typing import Any
 from lmsp_desktop.core.engines.base import (
     CancelEvent,
     ContextShape,
+    EmbeddingRequest,
+    EmbeddingResult,
     EngineCrashed,
     EngineError,
     GenerationRequest,
@@ -114,6 +116,7 @@ class WorkerModel:
         self._prefix = PrefixStats()
         self._next_id = 0
         self._pending: dict[int, tuple[TokenChannel, asyncio.Future[LoopOutcome]]] = {}
+        self._embeddings: dict[int, asyncio.Future[EmbeddingResult]] = {}
         loop = asyncio.get_running_loop()
         self._loaded: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._progress: ProgressSink | None = None
@@ -180,6 +183,8 @@ class WorkerModel:
                     result.cached_tokens,
                 ),
             )
+        elif kind == "embedded":
+            self._embedded(message[1], message[2])
         elif kind == "failed":
             self._end(message[1], EngineError(message[2], message[3]))
         elif kind == "progress":
@@ -197,7 +202,20 @@ class WorkerModel:
         self.parallel = facts["parallel"]
         self._prefix = PrefixStats(**facts["prefix_stats"])
 
+    def _embedded(self, gid: int, outcome: EmbeddingResult | BaseException) -> None:
+        done = self._embeddings.pop(gid, None)
+        if done is None or done.done():
+            return
+        if isinstance(outcome, BaseException):
+            done.set_exception(outcome)
+        else:
+            done.set_result(outcome)
+
     def _end(self, gid: int, outcome: LoopOutcome | BaseException) -> None:
+        if gid in self._embeddings:  # only failures end an embedding through here
+            if isinstance(outcome, BaseException):
+                self._embedded(gid, outcome)
+            return
         entry = self._pending.pop(gid, None)
         if entry is None:
             return
@@ -219,7 +237,7 @@ class WorkerModel:
         if not self._loaded.done():
             self._loaded.set_exception(self.crash)
             self._loaded.exception()  # retrieved: load() may not be waiting any more
-        for gid in list(self._pending):
+        for gid in [*self._pending, *self._embeddings]:
             self._end(gid, self.crash)
 
     # --- the LoadedModel contract --------------------------------------------------------
@@ -278,6 +296,30 @@ class WorkerModel:
             return await pump_started(here, sink, start)
         finally:
             self._pending.pop(gid, None)
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        """The worker's model embeds the inputs; a cancel is passed on as "stop"."""
+        if self.crash is not None:
+            raise self.crash
+        if self._closing:
+            raise EngineError("model_unloaded", "The model was unloaded; submit the request again.")
+        loop = asyncio.get_running_loop()
+        self._next_id += 1
+        gid = self._next_id
+        done: asyncio.Future[EmbeddingResult] = loop.create_future()
+        self._embeddings[gid] = done
+        self._send("embed", gid, request.inputs)
+
+        def stop() -> None:
+            if gid in self._embeddings:
+                self._send("stop", gid)
+
+        if isinstance(request.cancel, CancelEvent):
+            request.cancel.when_set(partial(_on_loop, loop, stop))
+        try:
+            return await done
+        finally:
+            self._embeddings.pop(gid, None)
 
     async def unload(self) -> None:
         """Ask the worker to free the model and exit; kill it if it does not in time."""

@@ -21,7 +21,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from lmsp_desktop.core.engines.base import EngineError, GenerationRequest, TokenPiece
+from lmsp_desktop.core.engines.base import (
+    EmbeddingRequest,
+    EngineError,
+    GenerationRequest,
+    TokenPiece,
+)
 from lmsp_desktop.core.engines.worker.protocol import encode, receive
 
 log = logging.getLogger("lmsp_desktop.engine_worker")
@@ -32,7 +37,7 @@ class Worker:
         self.reader = reader
         self.writer = writer
         self.model: Any = None
-        self.requests: dict[int, GenerationRequest] = {}
+        self.requests: dict[int, GenerationRequest | EmbeddingRequest] = {}
         self.running: set[asyncio.Task[None]] = set()
 
     def track(self, task: asyncio.Task[None]) -> None:
@@ -55,6 +60,8 @@ class Worker:
                 self.track(asyncio.create_task(self.load(*message[1:])))
             elif kind == "generate":
                 self.track(asyncio.create_task(self.generate(message[1], message[2])))
+            elif kind == "embed":
+                self.track(asyncio.create_task(self.embed(message[1], message[2])))
             elif kind == "stop":
                 request = self.requests.get(message[1])
                 if request is not None:
@@ -116,6 +123,21 @@ class Worker:
             self.send("failed", gid, "internal_error", f"Internal error in the engine: {exc!r}")
         else:
             self.send("done", gid, result, self.facts())
+        finally:
+            del self.requests[gid]
+
+    async def embed(self, gid: int, inputs: list[str | list[int]]) -> None:
+        request = EmbeddingRequest(inputs)
+        self.requests[gid] = request
+        try:
+            result = await self.model.embed(request)
+        except EngineError as exc:
+            self.send("failed", gid, exc.code, exc.message)
+        except Exception as exc:  # a bug: the service fails the task, the worker goes on
+            log.exception("embedding %d failed", gid)
+            self.send("failed", gid, "internal_error", f"Internal error in the engine: {exc!r}")
+        else:
+            self.send("embedded", gid, result)
         finally:
             del self.requests[gid]
 

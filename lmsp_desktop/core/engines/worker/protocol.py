@@ -2,10 +2,10 @@
 length, over a private socket pair (both ends are this program, started by the service).
 
 Service → worker: ("load", path, engine_options, load_kwargs), ("generate", id, fields),
-("stop", id), ("unload",).
+("embed", id, inputs), ("stop", id), ("unload",).
 Worker → service: ("progress", value), ("loaded", facts), ("load_failed", code, message),
 ("tokens", id, [(token_id, text), ...]), ("done", id, result, facts),
-("failed", id, code, message), ("unloaded",).
+("embedded", id, EmbeddingResult), ("failed", id, code, message), ("unloaded",).
 """
 
 from __future__ import annotations

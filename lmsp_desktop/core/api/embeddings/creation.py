@@ -1,0 +1,83 @@
+"""An embedding task, created through the same steps as every task (core/api/creation.py:
+refuse new work while paused, parse, model lookup, memory, fit the context, create) and
+answered once finished. Its inputs are fitted one by one: each must hold in the context."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from lmsp_desktop.core.api.answering import cancel_on_disconnect
+from lmsp_desktop.core.api.creation import BodyReader, refuse_new_work
+from lmsp_desktop.core.api.failures import task_failure
+from lmsp_desktop.core.api.resource import build_response
+from lmsp_desktop.core.context_window import effective_context
+from lmsp_desktop.core.errors import LmspError, ShuttingDownError
+from lmsp_desktop.core.ids import new_id
+from lmsp_desktop.core.models.info import INVALID
+from lmsp_desktop.core.models.messages import not_runnable
+from lmsp_desktop.core.service.context import ServiceContext
+from lmsp_desktop.core.states import TERMINAL, TaskKind, TaskState
+from lmsp_desktop.core.storage.embeddings import stored_vectors, vectors_of
+from lmsp_desktop.core.storage.tasks import NewTask
+
+Parser = Callable[[Any, str], dict[str, Any]]
+
+
+async def create_embedding(
+    ctx: ServiceContext, body: BodyReader, *, client_id: str | None, parse: Parser
+) -> tuple[str, dict[str, Any]]:
+    """Create the embedding task of a request body; its id and stored request. 400 for an
+    input longer than the model's context, before anything is stored."""
+    refuse_new_work(ctx)
+    request = parse(await body(), ctx.settings.default_on_restart)
+    info = await ctx.registry.get(request["model"])
+    if info.state == INVALID:
+        raise not_runnable(info)
+    limit = None
+    if ctx.fitter is not None:
+        loaded = ctx.runner.loaded_state(info.id) if ctx.runner is not None else "unloaded"
+        limit = await ctx.fitter.admit(info, loaded)
+    if ctx.tokens is not None and getattr(info, "source", "upstream") != "upstream":
+        counts = await asyncio.to_thread(ctx.tokens.count_inputs, info, request["input"])
+        context = limit or effective_context(info.context_length, ctx.settings.max_context)
+        for n, count in enumerate(counts or []):
+            if count > context:
+                raise LmspError(
+                    f"Input {n} is {count} tokens long, but this model's context holds "
+                    f"{context}; split it into shorter pieces.",
+                    code="context_length_exceeded",
+                    param="input",
+                    status=400,
+                )
+    result = await ctx.store.tasks.create(
+        NewTask(
+            model=request["model"],
+            request=request,
+            on_restart=request["on_restart"],
+            mode="sync",
+            client_id=client_id,
+            id=new_id("emb"),
+            kind=TaskKind.EMBEDDING,
+        )
+    )
+    return result.task_id, request
+
+
+async def finished_embedding(
+    request: web.Request, ctx: ServiceContext, task_id: str
+) -> tuple[Any, Any]:
+    """Wait for the task (cancelled if the client goes away); its row and vectors, or the
+    task's error as an LmspError. 503 when the service stops first (left for recovery)."""
+    async with cancel_on_disconnect(request, ctx, task_id):
+        await ctx.follower.wait_finished(task_id)
+    row = await ctx.store.tasks.get(task_id)
+    if TaskState(row["state"]) not in TERMINAL:
+        raise ShuttingDownError()
+    failure = task_failure(build_response(row), when_output=True)
+    if failure is not None:
+        raise failure
+    return row, stored_vectors(await vectors_of(ctx.store.tasks, task_id))

@@ -1,0 +1,87 @@
+"""An embedding's engine worker really killed (SIGKILL) while it computes: the embedding task
+gets its restart policy like any task (engine-proc's crash path): `retry` and `resume` run
+it again in a fresh worker and the waiting client gets the same vectors, `fail` answers the
+client with engine_crashed naming the signal."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.integration.serve_process import call
+from tests.integration.service_fixtures import ALL_SCOPES, MODEL, LiveCore
+from tests.support.polling import until_sync
+
+# Long enough to be still computing when the kill lands (several decodes of ~4k tokens).
+SENTENCE = "the lighthouse keeper watched the storm roll in. "
+INPUTS = [f"Paragraph {n}: " + SENTENCE * 25 for n in range(48)]
+
+
+@pytest.fixture(scope="module")
+def live_crash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
+    live = LiveCore(tmp_path_factory.mktemp("embedding-crash"))
+    try:
+        yield live
+    finally:
+        live.stop()
+
+
+def running_embedding(live: LiveCore, token: str) -> dict[str, Any]:
+    def found() -> dict[str, Any] | None:
+        _status, page = call(f"{live.url}/v1/tasks?state=running", token)
+        tasks = [t for t in page["data"] if t["kind"] == "embedding"]
+        return tasks[0] if tasks else None
+
+    return until_sync(found, 120, "the embedding task to be running", 0.01)
+
+
+@pytest.mark.parametrize("policy", ["retry", "resume", "fail"])
+def test_a_killed_worker_applies_the_embeddings_restart_policy(
+    live_crash: LiveCore, policy: str
+) -> None:
+    live = live_crash
+    token = live.token(*ALL_SCOPES)
+    sdk = OpenAI(base_url=live.url + "/v1", api_key=token, max_retries=0, timeout=600)
+    try:
+        first = sdk.embeddings.create(model=MODEL, input=INPUTS[:2])
+        expected = np.array([d.embedding for d in first.data])
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(
+                sdk.embeddings.create,
+                model=MODEL,
+                input=INPUTS,
+                extra_body={"on_restart": policy},
+            )
+            victim = running_embedding(live, token)
+            _status, model = call(f"{live.url}/v1/models/{MODEL}", token)
+            pid = model["engine_pid"]
+            assert pid and pid != os.getpid()
+            os.kill(pid, signal.SIGKILL)
+            if policy == "fail":
+                with pytest.raises(openai.APIStatusError) as failed:
+                    waiting.result(600)
+                assert failed.value.body["code"] == "engine_crashed"  # type: ignore[index]
+                assert "SIGKILL" in failed.value.message
+            else:
+                answer = waiting.result(600)
+                assert len(answer.data) == len(INPUTS)
+                got = np.array([d.embedding for d in answer.data[:2]])
+                assert np.allclose(got, expected, atol=3e-3)
+        _status, ended = call(f"{live.url}/v1/tasks/{victim['id']}", token)
+        assert ended["state"] == ("failed" if policy == "fail" else "completed"), ended
+        assert ended["kind"] == "embedding"
+        crash = call(f"{live.url}/v1/models/{MODEL}", token)[1]["engine_crash"]
+        outcome = {"resume": "resumed", "retry": "requeued", "fail": "failed"}[policy]
+        assert crash["signal"] == "SIGKILL" and crash["tasks"] == {outcome: 1}
+    finally:
+        sdk.close()
+    # A crash resets once the model is loaded again (two within 10 minutes hold it).
+    live.call(live.core.runner.load_again(MODEL), timeout=120)
