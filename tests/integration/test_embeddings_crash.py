@@ -20,9 +20,9 @@ from tests.integration.serve_process import call
 from tests.integration.service_fixtures import ALL_SCOPES, MODEL, LiveCore
 from tests.support.polling import until_sync
 
-# Long enough to be still computing when the kill lands (several decodes of ~4k tokens).
+# Long enough to be still computing when the kill lands (a few decodes, ~3k tokens).
 SENTENCE = "the lighthouse keeper watched the storm roll in. "
-INPUTS = [f"Paragraph {n}: " + SENTENCE * 25 for n in range(48)]
+INPUTS = [f"Paragraph {n}: " + SENTENCE * 9 for n in range(32)]
 
 
 @pytest.fixture(scope="module")
