@@ -139,10 +139,15 @@ async def test_bad_fields_are_400_naming_the_field(
             "input[0].content[1].type",
         ),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
-        (
+        (  # strict only: a non-strict schema's unenforceable keyword is dropped and noted
             {
                 "text": {
-                    "format": {"type": "json_schema", "name": "x", "schema": {"uniqueItems": True}}
+                    "format": {
+                        "type": "json_schema",
+                        "name": "x",
+                        "strict": True,
+                        "schema": {"uniqueItems": True},
+                    }
                 }
             },
             "text.format.schema.uniqueItems",
@@ -229,6 +234,11 @@ async def test_unknown_route_is_404(http: aiohttp.ClientSession, user: Client) -
     async with http.put("/v1/responses", headers=user.headers) as r:
         await expect_error(r, 405, "method_not_allowed")
         assert r.headers["Allow"] == "POST"
+    # /v1/models/pull is POST only, although GET /v1/models/{id} takes ids with a slash.
+    for method in ("GET", "OPTIONS"):
+        async with http.request(method, "/v1/models/pull", headers=user.headers) as r:
+            await expect_error(r, 405, "method_not_allowed")
+            assert r.headers["Allow"] == "POST"
     async with http.get("/v1/nothing") as r:  # no token: still a 404 for a route that is none
         await expect_error(r, 404, "unknown_route")
 

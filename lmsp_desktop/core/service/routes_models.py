@@ -46,7 +46,10 @@ async def list_models(request: web.Request, ctx: ServiceContext, _: Principal) -
     return web.json_response(list_body(models, False))
 
 
-@routes.get("/v1/models/{id:.+}")  # upstream models have a slash: gpu/llama-3-70b
+# Upstream and store models have a slash (gpu/llama-3-70b, org/repo:q4_k_m). Not `pull`,
+# which is POST /v1/models/pull's: GET or OPTIONS there answer 405 with `Allow: POST`, as the
+# OpenAPI document says (matching both, aiohttp answered `Allow: GET, POST`).
+@routes.get("/v1/models/{id:(?!pull$).+}")
 @requires(MODELS_READ)
 async def get_model(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     info = await ctx.registry.get(request.match_info["id"])
