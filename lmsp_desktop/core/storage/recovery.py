@@ -1,9 +1,8 @@
 """Recovery at startup (LMSP 11.3): every leftover task gets the outcome of its policy.
 
 Runs before anything is served. Each task's new state and its event are written in one
-transaction; many tasks share a transaction so that 10k leftovers recover in well under a
-second. A task already handled by this startup is skipped, so running recovery twice
-changes nothing more.
+transaction: at startup, one transaction for all leftovers and the report. A task already
+handled by this startup is skipped, so running recovery twice changes nothing more.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from lmsp_desktop.core.views import (
 )
 
 log = logging.getLogger(__name__)
-BATCH = 2000  # tasks per recovery transaction (recovery runs before anything is served)
+BATCH = 2000  # tasks per set-based statement
 ERROR_CODE = RESTART_ERROR_CODE
 ERROR_MESSAGE = "The service restarted while this task was unfinished, and its policy is fail."
 
@@ -55,29 +54,33 @@ async def next_boot(store: TaskStore) -> int:
 
 
 async def recover(store: TaskStore, boot: int) -> RecoveryReport:
-    """Apply table 11.3 to every task left queued, loading, running or cancelling."""
+    """Apply table 11.3 to every task left queued, loading, running or cancelling: one
+    transaction (one commit) for all of them and the report, since nothing is served
+    before it has finished. Each cell is a few set-based statements per slice of BATCH."""
     started = time.time()
-    items: list[RecoveryItem] = []
-    changes: list[TaskChange] = []
-    leftovers = [
-        row for row in await store.unfinished(sorted(UNFINISHED)) if row["recovered_boot"] != boot
-    ]
-    for first in range(0, len(leftovers), BATCH):
-        ids = [row["id"] for row in leftovers[first : first + BATCH]]
-        done = await store.db.run(
-            functools.partial(_recover_batch, ids=ids, boot=boot, now=started)
-        )
-        for item, change in done:
-            items.append(item)
-            changes.append(change)
-    report = RecoveryReport(started, time.time(), items)
-    if items:
-        await store.db.run(
-            lambda conn: conn.execute(
+    states = sorted(map(str, UNFINISHED))
+
+    def work(conn: sqlite3.Connection) -> tuple[RecoveryReport, list[TaskChange]]:
+        ids = [
+            row[0]
+            for row in conn.execute(
+                f"SELECT id FROM tasks WHERE state IN ({','.join('?' for _ in states)})"
+                " AND recovered_boot IS NOT ? ORDER BY n",
+                (*states, boot),
+            )
+        ]
+        done: list[tuple[RecoveryItem, TaskChange]] = []
+        for first in range(0, len(ids), BATCH):  # bounds the SQL variables of one statement
+            done += _recover_batch(conn, ids=ids[first : first + BATCH], boot=boot, now=started)
+        report = RecoveryReport(started, time.time(), [item for item, _change in done])
+        if report.items:
+            conn.execute(
                 "INSERT INTO recovery_reports (started_at, finished_at, items) VALUES (?,?,?)",
                 (report.started_at, report.finished_at, json.dumps(report.as_json()["items"])),
-            ).close()
-        )
+            )
+        return report, [change for _item, change in done]
+
+    report, changes = await store.db.run(work)
     store.publish(changes)
     return report
 

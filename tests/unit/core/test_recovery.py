@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lmsp_desktop.core.states import RECOVERY_TABLE, RestartPolicy, TaskState
+from lmsp_desktop.core.storage import recovery
 from lmsp_desktop.core.storage.recovery import last_report, next_boot, recover
 from lmsp_desktop.core.storage.store import Store
 from tests.support.store_helpers import check_invariants, drive, dump
@@ -243,4 +246,35 @@ async def test_concurrent_recoveries_handle_each_task_once(store: Store) -> None
     assert sorted(handled) == sorted(ids)
     for task_id in ids:
         assert (await store.tasks.get(task_id))["restarts"] <= 1
+    check_invariants(store.db.path)
+
+
+async def test_startup_recovery_is_one_transaction_with_its_report(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All leftovers and the report commit together: a failure on the last slice of tasks
+    leaves every task as it was and no report, and the next start recovers them all."""
+    ids = [await drive(store.tasks, s, on_restart=p) for s, p in CELLS]
+    before = {task_id: (await store.tasks.get(task_id))["state"] for task_id in ids}
+    monkeypatch.setattr(recovery, "BATCH", 5)  # three slices of the twelve tasks
+    original = recovery._recover_batch
+    slices: list[list[str]] = []
+
+    def failing_on_the_last(conn: sqlite3.Connection, **kwargs: Any) -> Any:
+        slices.append(kwargs["ids"])
+        if len(slices) == 3:
+            raise sqlite3.OperationalError("disk I/O error")
+        return original(conn, **kwargs)
+
+    monkeypatch.setattr(recovery, "_recover_batch", failing_on_the_last)
+    with pytest.raises(sqlite3.OperationalError):
+        await recover(store.tasks, await next_boot(store.tasks))
+    assert {t: (await store.tasks.get(t))["state"] for t in ids} == before
+    assert await last_report(store.tasks) is None
+
+    monkeypatch.setattr(recovery, "_recover_batch", original)
+    report = await recover(store.tasks, await next_boot(store.tasks))
+    assert sorted(item.task_id for item in report.items) == sorted(ids)
+    stored = await last_report(store.tasks)
+    assert stored is not None and len(stored["items"]) == len(ids)
     check_invariants(store.db.path)
