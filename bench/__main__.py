@@ -44,6 +44,7 @@ BENCHES = {
     "B21": "bench.b21_download",
     "B17": "bench.b17_engine_crash",
     "B18": "bench.b18_embeddings",
+    "B16": "bench.b16_prefill",
 }
 
 

@@ -2,6 +2,7 @@
 
     python -m bench.server --data-dir D --port P [--engine gated|fake|llama]
         [--models-dir M] [--demo] [--group-commit] [--threads T] [--parallel N]
+        [--max-context N]
 
 Prints one JSON line (url, admin token, when Core.start began and when it was listening)
 once it serves, and stops cleanly on SIGTERM.
@@ -58,9 +59,13 @@ async def main(args: argparse.Namespace) -> None:
     t_start = time.time()
     try:
         await core.start()
+        changes: dict[str, Any] = {}
         if args.parallel:
-            settings = dataclasses.replace(core.settings, parallel_per_model=args.parallel)
-            core.apply_settings(settings)
+            changes["parallel_per_model"] = args.parallel
+        if args.max_context:
+            changes["max_context"] = args.max_context
+        if changes:
+            core.apply_settings(dataclasses.replace(core.settings, **changes))
         t_listening = time.time()
         _, token = await create_client(core.store.db, "bench", frozenset({"admin"}))
         info = {"url": core.url, "token": token, "t_start": t_start, "t_listening": t_listening}
@@ -81,6 +86,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: default)")
     parser.add_argument(
         "--parallel", type=int, default=0, help="concurrent requests per model (0: default)"
+    )
+    parser.add_argument(
+        "--max-context", type=int, default=0, help="cap on every model's context (0: default)"
     )
     return parser.parse_args(argv)
 

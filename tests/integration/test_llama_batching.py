@@ -12,6 +12,7 @@ import pytest
 
 from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
 from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel
+from lmsp_desktop.core.engines.llama_batch import SHARED_CHUNK
 from lmsp_desktop.core.models.demo import demo_model_path
 
 THREADS = 1
@@ -52,7 +53,7 @@ async def model() -> AsyncIterator[LlamaModel]:
     path = demo_model_path()
     assert path is not None
     # One context holding all four sequences: every test here exercises shared decodes.
-    loaded = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=4, contexts=1).load(
+    loaded = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=4, contexts=1).load(
         Path(path)
     )
     try:
@@ -86,7 +87,13 @@ async def test_shared_decodes_give_each_sequence_its_solo_tokens(model: LlamaMod
         alone = [await solo(model, r) for r in requests]
         sinks = [Collector() for _ in requests]
         fresh = [
-            GenerationRequest(r.messages, r.max_output_tokens, r.temperature, r.top_p, r.seed)
+            GenerationRequest(
+                r.messages,
+                max_output_tokens=r.max_output_tokens,
+                temperature=r.temperature,
+                top_p=r.top_p,
+                seed=r.seed,
+            )
             for r in requests
         ]
         steps_before = model.steps
@@ -179,7 +186,7 @@ async def test_a_long_prompt_does_not_stall_a_running_stream(model: LlamaModel) 
 
     result = await model.generate(request(long_prompt, max_output_tokens=2), reader_sink)
     await running
-    assert result.input_tokens > 4 * 32  # several prompt chunks
+    assert result.input_tokens > 4 * SHARED_CHUNK  # several prompt chunks
     # The running stream kept getting tokens while the long prompt was being read.
     assert first_token_seen[0] - at_start >= 3
 
@@ -205,6 +212,49 @@ async def test_resume_inside_a_shared_batch_is_exact(model: LlamaModel) -> None:
         )
         assert full.ids[:cut] + resumed.ids == full.ids
         assert resumed.pieces == full.pieces[cut:]
+
+
+async def test_a_long_prompt_gives_the_same_tokens_however_it_was_read(
+    model: LlamaModel,
+) -> None:
+    """A prompt longer than one decode (n_batch) read alone, in large chunks on every core,
+    gives the tokens it gives when read in small chunks beside a generating stream, and a
+    resumed run (prompt in chunks, output replayed one token at a time) continues it."""
+    text = " ".join(
+        f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(60)
+    )
+    long_prompt = [{"role": "user", "content": text + " Summarise the notes."}]
+    alone = Collector()
+    first = await model.generate(request(long_prompt, max_output_tokens=20), alone)
+    assert first.input_tokens > 512  # more than one decode's worth
+    # Read again while another sequence generates: SHARED_CHUNK pieces, other numerics paths
+    # would show here. The prefix cache must not make it trivial: a fresh model.
+    path = demo_model_path()
+    assert path is not None
+    other = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=2, contexts=1).load(
+        Path(path)
+    )
+    try:
+        stream = Collector()
+        running = asyncio.create_task(
+            other.generate(request(PROMPTS[0], max_output_tokens=80), stream)
+        )
+        await stream.wait_for(2)
+        beside = Collector()
+        steps = other.steps
+        await other.generate(request(long_prompt, max_output_tokens=20), beside)
+        assert other.steps - steps > first.input_tokens // SHARED_CHUNK  # small chunks
+        await running
+        assert beside.ids == alone.ids
+        for cut in (1, 9):
+            resumed = Collector()
+            await other.generate(
+                request(long_prompt, max_output_tokens=20, resume_tokens=alone.ids[:cut]),
+                resumed,
+            )
+            assert alone.ids[:cut] + resumed.ids == alone.ids
+    finally:
+        await other.unload()
 
 
 async def test_resuming_a_run_that_filled_the_context_ends_there_too() -> None:

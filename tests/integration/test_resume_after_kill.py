@@ -4,6 +4,7 @@ on_restart=resume to byte-identical output (real demo model, temperature 0 and a
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,12 @@ def finished(task) -> bool:  # type: ignore[no-untyped-def]
 
 
 def reference_text(url: str, token: str, body: dict) -> str:  # type: ignore[type-arg]
-    status, response = call(f"{url}/v1/responses", token, "POST", body)
+    """An uninterrupted run's text (in the background: a long prompt outlasts a request's
+    timeout on a busy machine)."""
+    status, created = call(f"{url}/v1/responses", token, "POST", {**body, "background": True})
+    assert status == 202, created
+    wait_task(url, token, created["id"], finished, 600)
+    status, response = call(f"{url}/v1/responses/{created['id']}", token)
     assert status == 200, response
     assert response["usage"]["output_tokens"] > 20  # long enough to kill at several points
     return response["output_text"]  # type: ignore[no-any-return]
@@ -89,22 +95,59 @@ def test_kill_and_resume_gives_byte_identical_output(
     assert server.terminate() == 0
 
 
-def test_resume_is_exact_while_other_tasks_share_the_decodes(tmp_path: Path) -> None:
-    """The reference runs alone; the killed task runs and resumes next to three other
-    generating tasks (4 concurrent requests per model by default, so every context of the
-    model batches it with a neighbour), and still ends byte-identical."""
+# A prompt longer than one decode (512 tokens): read in large chunks on every core when
+# alone, in 64-token chunks between the neighbours' tokens when they generate.
+LONG_PROMPT = (
+    " ".join(f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(40))
+    + " Now write a short story about the keeper who lit these lamps."
+)
+
+
+def set_settings(data_dir: Path, **values: object) -> None:
+    """Store settings in a stopped service's database, as the Settings dialog would."""
+    with sqlite3.connect(data_dir / "lmsp.db") as conn:
+        row = conn.execute("SELECT value FROM service_config WHERE key='settings'").fetchone()
+        settings = {**(json.loads(row[0]) if row else {}), **values}
+        conn.execute(
+            "INSERT OR REPLACE INTO service_config (key, value) VALUES ('settings', ?)",
+            (json.dumps(settings),),
+        )
+
+
+@pytest.mark.parametrize(
+    ("neighbours", "settings"),
+    [
+        # One context of two sequences (two threads each): the neighbour shares every decode.
+        (1, {"engine_threads": 2, "parallel_per_model": 2}),
+        # The default: two contexts of two sequences.
+        (3, {}),
+        # Two contexts of four sequences: every sequence busy.
+        (7, {"parallel_per_model": 8}),
+    ],
+    ids=["1-neighbour", "3-neighbours", "7-neighbours"],
+)
+def test_resume_is_exact_while_other_tasks_share_the_decodes(
+    tmp_path: Path,
+    neighbours: int,
+    settings: dict,  # type: ignore[type-arg]
+) -> None:
+    """The reference runs alone; the killed task, its prompt longer than one decode, runs
+    and resumes beside generating tasks, and still ends byte-identical."""
     data_dir = tmp_path / "data"
     server = ServeProcess(data_dir)
+    server.start()
+    assert server.terminate() == 0
+    set_settings(data_dir, **settings)
     url = server.start()
     try:
-        _resume_among_neighbours(server, url, create_token(data_dir))
+        _resume_among_neighbours(server, url, create_token(data_dir), neighbours)
     finally:
         if server.proc is not None and server.proc.poll() is None:
             server.kill()  # never leave a server generating after a failure
 
 
-def _resume_among_neighbours(server: ServeProcess, url: str, token: str) -> None:
-    body = {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS, "seed": 77}
+def _resume_among_neighbours(server: ServeProcess, url: str, token: str, count: int) -> None:
+    body = {"model": MODEL, "input": LONG_PROMPT, "max_output_tokens": MAX_TOKENS, "seed": 77}
     body["temperature"] = 0.7
     expected = reference_text(url, token, body)
     background = {"background": True, "on_restart": "resume"}
@@ -112,7 +155,8 @@ def _resume_among_neighbours(server: ServeProcess, url: str, token: str) -> None
     assert status == 202, created
     task_id = created["id"]
     neighbours = []
-    for topic in ("volcanoes", "the moon", "bread"):
+    topics = ("volcanoes", "the moon", "bread", "rivers", "glass", "bees", "trains")
+    for topic in topics[:count]:
         other = {"model": MODEL, "input": f"Write a long essay about {topic}.", **background}
         other.update(temperature=0, max_output_tokens=600)
         status, made = call(f"{url}/v1/responses", token, "POST", other)
@@ -121,7 +165,7 @@ def _resume_among_neighbours(server: ServeProcess, url: str, token: str) -> None
     kills = 0
     for cut in (6, 30):
         task = wait_task(
-            url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t)
+            url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t), 600
         )
         if finished(task):
             break
@@ -129,7 +173,7 @@ def _resume_among_neighbours(server: ServeProcess, url: str, token: str) -> None
         kills += 1
         url = server.start()
     assert kills == 2, "the generation ended before the kills could happen"
-    wait_task(url, token, task_id, finished)
+    wait_task(url, token, task_id, finished, 600)
     status, response = call(f"{url}/v1/responses/{task_id}", token)
     assert response["output_text"] == expected
     for other_id in neighbours:  # they really were generating alongside

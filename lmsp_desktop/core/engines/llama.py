@@ -7,9 +7,10 @@ extra concurrent request costs its KV cache, never another copy of the weights. 
 generation leaves its tokens cached, so the next turn of a conversation (same system
 prompt, same history) evaluates only what is new (core/engines/prefix_cache.py).
 
-Exact resume: generated tokens are evaluated one per decode, sampling is a function of
-(seed, position), and the batch decoder keeps a sequence's numerics independent of its
-neighbours and of how its prompt was split (checked at load, see llama_batch.py).
+Exact resume: generated tokens are evaluated one per decode, prompts in chunks of two or
+more tokens, sampling is a function of (seed, position), and the batch decoder keeps a
+sequence's numerics independent of its neighbours, of thread counts and of how its prompt
+was split (checked at load, see llama_batch.py and docs/prefill.md).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from lmsp_desktop.core.engines.base import (
     TokenSink,
 )
 from lmsp_desktop.core.engines.llama_batch import (
-    PREFILL_CHUNK,
     BatchDecoder,
+    Cores,
     Job,
     Verdict,
     probe_exactness,
@@ -64,12 +65,16 @@ LONG_PREFIX = 256
 # process.
 RELEASE_WAIT_S = 60.0
 PROBE_TEXT = "The lighthouse keeper climbed the stairs as the storm rolled in from the sea. "
+# Long enough for llama.cpp's kernels for larger batches (flash attention switches at 64).
+PROBE_TOKENS = 80
 
 
 class LlamaEngine:
     """Loads GGUF files with llama.cpp. `n_ctx` caps each sequence's context (the model's own
-    training context is used when it is smaller); `n_threads` is used for prompt and tokens
-    alike; `parallel` is how many requests one loaded model serves at once."""
+    training context is used when it is smaller); `n_threads` is each context's thread count
+    (a prompt read while the model's other contexts are idle uses every core); `n_batch` is
+    the most prompt tokens one decode reads; `parallel` is how many requests one loaded
+    model serves at once."""
 
     def __init__(
         self,
@@ -146,8 +151,8 @@ class LlamaEngine:
             settings.parallel, self.n_threads, os.cpu_count() or 1, self.contexts
         )
         return [
-            # What one step can hold: a prompt chunk and a token per sequence.
-            ContextShape(n_seq, settings.context_length, max(64, (PREFILL_CHUNK + 1) * n_seq + 2))
+            # What one decode can hold: a prompt chunk, or one token of each sequence.
+            ContextShape(n_seq, settings.context_length, max(self.n_batch, n_seq))
             for n_seq in layout
         ]
 
@@ -201,6 +206,7 @@ class LlamaEngine:
             path=path,
             n_ctx=n_ctx,
             n_threads=self.n_threads,
+            n_batch=max(self.n_batch, 2),
         )
 
 
@@ -233,6 +239,7 @@ class LlamaModel:
         path: Path,
         n_ctx: int,
         n_threads: int = DEFAULT_THREADS,
+        n_batch: int = 512,
     ) -> None:
         self._lc = native.lowlevel()
         self._weights: Any = weights
@@ -249,12 +256,13 @@ class LlamaModel:
             bos_token=self._token_text(int(self._lc.llama_vocab_bos(self._vocab))),
             eos_token=self._token_text(int(self._lc.llama_vocab_eos(self._vocab))),
         )
-        probe_tokens = self.tokenize_prompt(PROBE_TEXT * 4)[: PREFILL_CHUNK + 1]
+        probe_tokens = self.tokenize_prompt(PROBE_TEXT * 8)[: min(PROBE_TOKENS, n_ctx - 1)]
         first_ctx, first_n_seq = contexts[0]
         self._verdict = Verdict()
+        cores = Cores(os.cpu_count() or 1)
 
         def probe() -> bool:
-            return probe_exactness(first_ctx, self._vocab, first_n_seq, probe_tokens)
+            return probe_exactness(first_ctx, self._vocab, first_n_seq, probe_tokens, cores.count)
 
         self._contexts = [ctx for ctx, _n in contexts]
         self._decoders: list[BatchDecoder] | None = [
@@ -263,6 +271,9 @@ class LlamaModel:
                 self._vocab,
                 n_seq=n_seq,
                 n_ctx_seq=n_ctx,
+                n_batch=n_batch,
+                threads=n_threads,
+                cores=cores,
                 token_bytes=self.token_bytes,
                 verdict=self._verdict,
                 probe=probe if index == 0 else None,

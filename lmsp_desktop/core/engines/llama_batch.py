@@ -1,15 +1,23 @@
 """Continuous batching: one thread decodes every running generation of a context together.
 
-Each step puts one token of every generating sequence, plus at most one prompt chunk of
-some sequences still reading their prompt, into one llama_decode; new generations join
+Each step evaluates one token of every generating sequence in one llama_decode, then one
+chunk of a prompt still being read in a llama_decode of its own; new generations join
 between steps, and a cancelled one leaves before its next token is evaluated or sampled.
-Prompts are read in chunks of PREFILL_CHUNK tokens, so a long prompt delays the running
-streams by one chunk per step, never by the whole prompt.
+A prompt is read in chunks of up to n_batch tokens (llama.cpp's own prompt speed) while
+nothing else runs in the context, and of SHARED_CHUNK tokens while other sequences of the
+context generate, so they keep streaming. While the model's other contexts are idle, a
+prompt chunk uses every core (Cores).
 
-Exactness (resume byte-identical): a sequence's logits must not depend on its batch
-neighbours nor on how its earlier tokens were split into chunks. `probe_exactness` checks
-both at load (on the demo model both hold, see docs/engine.md, "Batching"); when a model fails the
-probe, every sequence is decoded alone with canonical chunks and no prefix reuse.
+Exactness (resume byte-identical). With flash attention off (llama_native.open_context),
+llama.cpp computes a token read in a chunk of two or more tokens the same whatever the
+chunk's size, boundaries, thread count and batch neighbours, and a token read alone the
+same whatever its neighbours; the two differ from each other. So: prompts are only ever
+read in chunks of two or more tokens, generated tokens one at a time, and a resumed run
+replays its generated tokens one at a time after reading the prompt in chunks - the very
+numerics of the first run. The prefix cache reuses only what was read as prompt chunks.
+`probe_exactness` checks these properties at load (the demo model passes, see
+docs/prefill.md); a model that fails is decoded one sequence at a time, its prompts in
+chunks at fixed positions, on one thread, without prefix reuse.
 """
 
 from __future__ import annotations
@@ -40,13 +48,35 @@ from lmsp_desktop.core.engines.sampling import Utf8Stream, sample_token
 
 log = logging.getLogger(__name__)
 
-# Prompt tokens of one sequence per decode. Measured on the demo model: chunks of up to 56
-# tokens give bit-identical logits to token-by-token evaluation, 64 and more do not (see
-# bench/engine_choice.py); 32 leaves a margin.
-PREFILL_CHUNK = 32
-# Prompt tokens per step across sequences while others are generating: bounds how long a
-# long prompt holds up the running streams.
-PREFILL_BUDGET = PREFILL_CHUNK
+# Prompt tokens per step while other sequences of the context generate: bounds how long a
+# long prompt holds up their next token (one chunk's time), see docs/prefill.md.
+SHARED_CHUNK = 64
+# A model that fails the exactness probe reads prompts in chunks of this size at fixed
+# positions (0, 64, 128, ...), in the first run and in every resumed one alike.
+FIXED_CHUNK = 64
+
+
+class Cores:
+    """The cores one loaded model's contexts share: a context reading a prompt while the
+    others are idle uses them all; otherwise each decodes on its own thread count. (Two
+    llama.cpp thread teams on the same cores spin at their barriers: many times slower.)"""
+
+    def __init__(self, count: int) -> None:
+        self.count = max(1, count)
+        self._busy: set[int] = set()
+        self._lock = threading.Lock()
+
+    def set_busy(self, owner: int, busy: bool) -> None:
+        with self._lock:
+            if busy:
+                self._busy.add(owner)
+            else:
+                self._busy.discard(owner)
+
+    def alone(self, owner: int) -> bool:
+        """Whether no other context of the model has work."""
+        with self._lock:
+            return self._busy <= {owner}
 
 
 class Verdict:
@@ -75,9 +105,10 @@ class Job:
     prompt: list[int]
     done: concurrent.futures.Future[LoopOutcome]
     sequence: CachedSequence | None = None
-    # Token lists still to evaluate before sampling starts (prompt chunks, replayed tokens).
-    pending: deque[list[int]] = field(default_factory=deque)
+    reading: list[int] = field(default_factory=list)  # prompt tokens still to read
+    replay: deque[int] = field(default_factory=deque)  # a resumed run's tokens to re-evaluate
     evaluated: list[int] = field(default_factory=list)  # tokens in the sequence's cache
+    chunked: int = 0  # leading tokens of `evaluated` read as prompt chunks
     next_token: int | None = None  # sampled, emitted, not yet evaluated
     position: int = 0  # output position of the next sampled token
     sampled: int = 0
@@ -92,7 +123,9 @@ class Job:
 
 
 class BatchDecoder:
-    """Owns a llama.cpp context of `n_seq` sequences and the thread that decodes them."""
+    """Owns a llama.cpp context of `n_seq` sequences and the thread that decodes them.
+    `n_batch`: the most prompt tokens one decode reads; `threads`: the context's own thread
+    count; `cores` (shared by the model's contexts) lends it all cores for prompt chunks."""
 
     def __init__(
         self,
@@ -101,6 +134,9 @@ class BatchDecoder:
         *,
         n_seq: int,
         n_ctx_seq: int,
+        n_batch: int,
+        threads: int,
+        cores: Cores,
         token_bytes: Callable[[int], bytes],
         verdict: Verdict,
         probe: Callable[[], bool] | None = None,
@@ -114,21 +150,27 @@ class BatchDecoder:
         self._memory = self._lc.llama_get_memory(ctx)
         self.n_seq = n_seq
         self.n_ctx_seq = n_ctx_seq
+        self.n_batch = max(2, n_batch)
+        self._threads = threads
+        self._threads_now = -1  # set before the first decode (the probe changes it)
+        self._cores = cores
         self._token_bytes = token_bytes
-        # Whether sequences may share a decode and reuse cached prefixes without changing
-        # their numerics: probe_exactness, run by one decoder's thread before it serves (so
-        # the load itself stays short), shared by all through `verdict`.
+        # Whether sequences may share a decode, reuse cached prefixes and read prompts in
+        # chunks of any size on any thread count without changing their numerics:
+        # probe_exactness, run by one decoder's thread before it serves (so the load itself
+        # stays short), shared by all through `verdict`.
         self.verdict = verdict
         self._probe = probe
         self.exact = False
         self.cache = PrefixCache(n_seq)
-        self._batch = TokenBatch(max(PREFILL_CHUNK * n_seq, n_seq) + n_seq)
+        self._batch = TokenBatch(self.n_batch + n_seq)
         self._batch_freed = False
         self._waiting: deque[Job] = deque()
         self._running: list[Job] = []
         self._wake = threading.Condition()
         self._closing = False
         self.steps = 0
+        self.wide_chunks = 0  # prompt chunks read on all cores
         self.last_job: Job | None = None
         self._thread = threading.Thread(target=self._loop, name="llama-batch", daemon=True)
         self._thread.start()
@@ -180,10 +222,13 @@ class BatchDecoder:
         self.exact = self.verdict.wait()
         while True:
             with self._wake:
+                if not self._waiting and not self._running:
+                    self._cores.set_busy(id(self), False)
                 while not self._waiting and not self._running and not self._closing:
                     self._wake.wait()
                 if self._closing and not self._waiting and not self._running:
                     return
+                self._cores.set_busy(id(self), True)
                 arrivals: list[Job] = []
                 while self._waiting and len(self._running) + len(arrivals) < self.n_seq:
                     arrivals.append(self._waiting.popleft())
@@ -232,29 +277,20 @@ class BatchDecoder:
             # The earlier run filled the context: it ended there, and so does this one.
             self._complete(job, job.finish("context"))
             return
-        claimed = self.cache.claim(wanted, reuse=self.exact)
+        # At least the prompt's last two tokens are read again: a chunk of one token would
+        # be computed as a generated token is (see the module docstring).
+        claimed = self.cache.claim(wanted, reuse=self.exact, limit=len(job.prompt) - 2)
         assert claimed is not None  # admission is limited to free sequences
         sequence, keep = claimed
         self._lc.llama_memory_seq_rm(self._memory, sequence.seq_id, keep, -1)
         job.sequence = sequence
         job.evaluated = wanted[:keep]
-        # Only prompt tokens count as cached input: a resumed run's replayed output tokens
-        # found in the cache are output, not input.
-        job.cached = min(keep, len(job.prompt))
-        job.pending = deque(self._chunks(job, keep))
+        job.chunked = keep
+        job.cached = keep
+        job.reading = job.prompt[keep:]
+        job.replay = deque(request.resume_tokens)
         self._running.append(job)
         self.last_job = job
-
-    def _chunks(self, job: Job, keep: int) -> list[list[int]]:
-        """What to evaluate before the first sample. With exact batching every split gives
-        the same numerics; otherwise the prompt is split at fixed positions and replayed
-        tokens one by one, exactly as an uninterrupted run evaluated them."""
-        prompt, resume = job.prompt, job.request.resume_tokens
-        if self.exact:
-            rest = (prompt + list(resume))[keep:]
-            return [rest[i : i + PREFILL_CHUNK] for i in range(0, len(rest), PREFILL_CHUNK)]
-        chunks = [prompt[i : i + PREFILL_CHUNK] for i in range(0, len(prompt), PREFILL_CHUNK)]
-        return chunks + [[t] for t in resume]
 
     def _step(self) -> None:
         # A cancel (or refused sink) ends a generation before its next token is evaluated.
@@ -263,55 +299,73 @@ class BatchDecoder:
                 self._end(job, job.finish("cancelled"))
         if not self._running:
             return
-        generating = [j for j in self._running if not j.pending]
-        reading = [j for j in self._running if j.pending]
-        budget = PREFILL_BUDGET if generating else PREFILL_BUDGET * self.n_seq
-        groups: list[list[tuple[Job, list[int]]]] = []
-        shared: list[tuple[Job, list[int]]] = []
-        for job in generating:
-            assert job.next_token is not None
-            shared.append((job, [job.next_token]))
-        for job in reading:
-            if budget <= 0:
-                break
-            chunk = job.pending[0]
-            if len(chunk) > budget and (generating or shared):
-                if self.exact and len(chunk) > 1:
-                    # Split to the budget: any split gives the same numerics.
-                    job.pending[0] = chunk[budget:]
-                    job.pending.appendleft(chunk[:budget])
-                else:
-                    continue
-            chunk = job.pending.popleft()
-            budget -= len(chunk)
-            shared.append((job, chunk))
-        if self.exact:
-            groups.append(shared)
-        else:
-            groups.extend([entry] for entry in shared)
-        for group in groups:
-            self._decode(group)
+        singles = [j for j in self._running if not j.reading]
+        if singles:
+            groups = [singles] if self.exact else [[job] for job in singles]
+            for group in groups:
+                self._decode_singles(group)
+        readers = [j for j in self._running if j.reading]
+        if readers:
+            # The reader that joined first goes first; the others wait their turn.
+            generating = any(not j.reading for j in self._running)
+            self._read_chunk(readers[0], SHARED_CHUNK if generating else self.n_batch)
         self.steps += 1
 
-    def _decode(self, group: list[tuple[Job, list[int]]]) -> None:
+    def _decode_singles(self, group: list[Job]) -> None:
+        """One token of each job: the next replayed token, or the last sampled one."""
         batch = self._batch
         batch.clear()
         rows: list[tuple[Job, int]] = []
-        for job, tokens in group:
+        for job in group:
             assert job.sequence is not None
-            start = len(job.evaluated)
-            wants_logits = not job.pending  # the last chunk (or a generated token)
-            for i, token in enumerate(tokens):
-                last = i == len(tokens) - 1
-                index = batch.add(token, start + i, job.sequence.seq_id, last and wants_logits)
-                if last and wants_logits:
-                    rows.append((job, index))
+            token = job.replay.popleft() if job.replay else job.next_token
+            assert token is not None
+            wants_logits = not job.replay  # the last replayed token or a generated one
+            index = batch.add(token, len(job.evaluated), job.sequence.seq_id, wants_logits)
+            job.evaluated.append(token)
+            job.next_token = None
+            if wants_logits:
+                rows.append((job, index))
+        self._run(batch, self._threads)
+        self._sample_rows(rows)
+
+    def _read_chunk(self, job: Job, limit: int) -> None:
+        """Read the next chunk of the job's prompt: never a single token (unless the whole
+        prompt is one), at fixed positions when the model failed the probe."""
+        assert job.sequence is not None
+        rest = len(job.reading)
+        if not self.exact:
+            size = FIXED_CHUNK - len(job.evaluated) % FIXED_CHUNK
+        else:
+            size = min(limit, self.n_batch)
+            if rest - size == 1:
+                size -= 1  # leave two for the last chunk
+        chunk, job.reading = job.reading[:size], job.reading[size:]
+        wants_logits = not job.reading and not job.replay
+        batch = self._batch
+        batch.clear()
+        start = len(job.evaluated)
+        index = -1
+        for i, token in enumerate(chunk):
+            last = i == len(chunk) - 1
+            index = batch.add(token, start + i, job.sequence.seq_id, last and wants_logits)
+        wide = self.exact and len(chunk) > 1 and self._cores.alone(id(self))
+        self._run(batch, self._cores.count if wide else self._threads)
+        self.wide_chunks += wide
+        job.evaluated.extend(chunk)
+        job.chunked = len(job.evaluated)
+        if wants_logits:
+            self._sample_rows([(job, index)])
+
+    def _run(self, batch: TokenBatch, threads: int) -> None:
+        if threads != self._threads_now:
+            self._lc.llama_set_n_threads(self._ctx, threads, threads)
+            self._threads_now = -1  # set before the first decode (the probe changes it)
         status = batch.decode(self._ctx)
         if status != 0:
             raise RuntimeError(f"llama_decode returned {status}")
-        for job, tokens in group:
-            job.evaluated.extend(tokens)
-            job.next_token = None
+
+    def _sample_rows(self, rows: list[tuple[Job, int]]) -> None:
         emitted: list[tuple[TokenChannel, TokenPiece]] = []
         for job, index in rows:
             self._sample(job, self._calls.logits_row(self._ctx, index, self._n_vocab), emitted)
@@ -375,7 +429,7 @@ class BatchDecoder:
         self._running.remove(job)
         if job.sequence is not None:
             if keep_cache and error is None:
-                self.cache.release(job.sequence, job.evaluated)
+                self.cache.release(job.sequence, job.evaluated, job.chunked)
             else:
                 self._lc.llama_memory_seq_rm(self._memory, job.sequence.seq_id, -1, -1)
                 self.cache.forget(job.sequence)
@@ -404,45 +458,44 @@ def _engine_error(exc: Exception) -> EngineError:
     return EngineError("engine_error", f"llama.cpp failed during generation ({exc}).")
 
 
-def probe_exactness(ctx: Any, vocab: Any, n_seq: int, tokens: list[int]) -> bool:
-    """Whether this model's numerics allow sharing decodes and reusing prefixes exactly:
-    the logits after `tokens` read as one chunk equal those read one token at a time, and
-    the next token's logits do not change when another sequence shares its decode."""
+def probe_exactness(ctx: Any, vocab: Any, n_seq: int, tokens: list[int], threads: int) -> bool:
+    """Whether this model's numerics allow what the batch decoder does in exact mode: the
+    logits after `tokens` read as one chunk on one thread equal those after the same tokens
+    read as two chunks of other sizes on `threads` threads, and the next token's logits,
+    read alone, do not change when another sequence's token shares its decode."""
     lc = lowlevel()
     memory = lc.llama_get_memory(ctx)
     n_vocab = int(lc.llama_vocab_n_tokens(vocab))
     batch = TokenBatch(len(tokens) + 2)
-    chunk, last = tokens[:-1], tokens[-1]
+    prompt, last = tokens[:-1], tokens[-1]
+
+    def read(parts: list[list[int]], n_threads: int) -> tuple[Any, Any]:
+        lc.llama_memory_clear(memory, False)
+        lc.llama_set_n_threads(ctx, n_threads, n_threads)
+        start = 0
+        for part in parts:
+            batch.clear()
+            for i, token in enumerate(part):
+                batch.add(token, start + i, 0, i == len(part) - 1)
+            decode()
+            start += len(part)
+        read_logits = logits_row(ctx, len(parts[-1]) - 1, n_vocab)
+        lc.llama_set_n_threads(ctx, 1, 1)
+        batch.clear()
+        batch.add(last, len(prompt), 0, True)
+        if n_seq > 1 and parts != [prompt]:
+            batch.add(tokens[0], 0, 1, True)  # a neighbour in the same decode
+        decode()
+        return read_logits, logits_row(ctx, 0, n_vocab)
 
     def decode() -> None:
         if batch.decode(ctx) != 0:
             raise RuntimeError("llama_decode failed in the exactness probe")
 
     try:
-        lc.llama_memory_clear(memory, False)
-        batch.clear()
-        for i, token in enumerate(chunk):
-            batch.add(token, i, 0, i == len(chunk) - 1)
-        decode()
-        chunked = logits_row(ctx, len(chunk) - 1, n_vocab)
-        batch.clear()
-        batch.add(last, len(chunk), 0, True)
-        decode()
-        chunked_next = logits_row(ctx, 0, n_vocab)
-
-        lc.llama_memory_clear(memory, False)
-        for i, token in enumerate(chunk):
-            batch.clear()
-            batch.add(token, i, 0, i == len(chunk) - 1)
-            decode()
-        single = logits_row(ctx, 0, n_vocab)
-        batch.clear()
-        batch.add(last, len(chunk), 0, True)
-        if n_seq > 1:
-            batch.add(tokens[0], 0, 1, True)  # a neighbour in the same decode
-        decode()
-        single_next = logits_row(ctx, 0, n_vocab)
-        return bool(np.array_equal(chunked, single) and np.array_equal(chunked_next, single_next))
+        whole, whole_next = read([prompt], 1)
+        split, split_next = read([prompt[:3], prompt[3:]], threads)
+        return bool(np.array_equal(whole, split) and np.array_equal(whole_next, split_next))
     finally:
         lc.llama_memory_clear(memory, False)
         batch.free()

@@ -11,6 +11,7 @@ import ctypes
 import functools
 import importlib
 import logging
+import os
 import platform
 import sys
 import threading
@@ -27,7 +28,14 @@ log = logging.getLogger(__name__)
 
 def lowlevel() -> Any:
     """llama_cpp's ctypes bindings, imported late: the package has no usable type stubs and
-    loads a native library, which code that never runs a model should not pay for."""
+    loads a native library, which code that never runs a model should not pay for.
+
+    OpenMP threads wait at llama.cpp's barriers by sleeping, not spinning (unless the user
+    chose otherwise): a prompt read on every core while other processes want them ran
+    2.2x faster so (37 s against 84 s for 512 tokens at load 16; docs/prefill.md), and the
+    per-token decodes run on one thread, without OpenMP. libgomp reads this when it loads,
+    with the first import below."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     module = importlib.import_module("llama_cpp.llama_cpp")
     # llama.cpp logs every load at INFO on stderr; keep only its errors (as Llama does).
     importlib.import_module("llama_cpp._logger").set_verbose(False)
@@ -131,12 +139,17 @@ def open_context(
     """A context with `n_seq` sequences of `n_ctx_seq` tokens each. Each sequence has its
     own KV stream (kv_unified off), so one sequence's cache layout never depends on another.
     `kv_type` is K's and V's cache type; `flash_attn` forces flash attention on (llama.cpp
-    refuses a quantized V cache without it), else llama.cpp decides (auto)."""
+    refuses a quantized V cache without it), else it is off (as llama-cpp-python's Llama has
+    it): on the CPU its kernel for fewer than 64 query rows is a scalar loop (70 % of a
+    prompt's time in the profile), and with an f16 cache its results depend on the batch
+    size and the thread count; without it a token read in a chunk is computed the same
+    whatever the chunk (see llama_batch.py, docs/prefill.md)."""
     lc = lowlevel()
     params = lc.llama_context_default_params()
     params.type_k = params.type_v = kv_ggml_type(kv_type)
-    if flash_attn:
-        params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    params.flash_attn_type = (
+        lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
     params.n_ctx = n_ctx_seq * n_seq
     params.n_batch = n_batch
     params.n_ubatch = n_batch

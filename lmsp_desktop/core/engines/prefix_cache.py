@@ -5,6 +5,11 @@ A context holds a fixed number of sequences (the model's concurrent requests). A
 generation leaves its tokens in its sequence; the next generation takes the idle sequence
 whose tokens share the longest prefix with its own, else the least recently used one.
 Memory is bounded by the sequence count; least recently used contents go first.
+
+Only the part a sequence read as prompt chunks is reused: llama.cpp computes a token read
+one at a time (a generated one) with other numerics than a token read in a chunk, so the
+previous turn's answer is read again, as part of the next prompt, exactly as a fresh
+prompt read would (see llama_batch.py).
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ MIN_USEFUL_PREFIX = 16
 
 @dataclass
 class CachedSequence:
-    """One sequence of the context: the tokens its KV cache holds, position by position."""
+    """One sequence of the context: the tokens its KV cache holds, position by position;
+    the first `chunked` of them were read as prompt chunks."""
 
     seq_id: int
     tokens: list[int] = field(default_factory=list)
+    chunked: int = 0
     last_used: int = 0
     busy: bool = False
 
@@ -61,6 +68,11 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+def reusable(sequence: CachedSequence, tokens: list[int]) -> int:
+    """How many leading `tokens` the sequence holds as a fresh prompt read would."""
+    return min(common_prefix(sequence.tokens, tokens), sequence.chunked)
+
+
 class PrefixCache:
     """The sequences of one context and what each holds. Thread-safe (the batching thread
     claims and releases, the event loop reads the statistics)."""
@@ -78,16 +90,15 @@ class PrefixCache:
     def idle_match(self, tokens: list[int]) -> int:
         """The longest useful prefix of `tokens` an idle sequence holds (0 if none)."""
         with self._lock:
-            best = max(
-                (common_prefix(s.tokens, tokens) for s in self.sequences if not s.busy),
-                default=0,
-            )
+            best = max((reusable(s, tokens) for s in self.sequences if not s.busy), default=0)
         return best if best >= MIN_USEFUL_PREFIX else 0
 
-    def claim(self, tokens: list[int], *, reuse: bool) -> tuple[CachedSequence, int] | None:
+    def claim(
+        self, tokens: list[int], *, reuse: bool, limit: int | None = None
+    ) -> tuple[CachedSequence, int] | None:
         """An idle sequence for `tokens` and how many leading tokens its cache already holds
-        (never all of them: the last one is evaluated again for its logits); None when every
-        sequence is busy. The caller drops the cache past that point."""
+        (never all of them: the last one is evaluated again for its logits; at most `limit`);
+        None when every sequence is busy. The caller drops the cache past that point."""
         with self._lock:
             idle = [s for s in self.sequences if not s.busy]
             if not idle:
@@ -97,28 +108,31 @@ class PrefixCache:
             lru = min(idle, key=lambda s: s.last_used)
             chosen, keep = lru, 0
             if reuse:
-                best = max(idle, key=lambda s: (common_prefix(s.tokens, tokens), s.last_used))
-                best_len = common_prefix(best.tokens, tokens)
+                best = max(idle, key=lambda s: (reusable(s, tokens), s.last_used))
+                best_len = reusable(best, tokens)
                 if best_len >= MIN_USEFUL_PREFIX:
                     chosen, keep = best, best_len
                 else:
-                    keep = common_prefix(lru.tokens, tokens)
-            keep = min(keep, len(tokens) - 1)
+                    keep = reusable(lru, tokens)
+            keep = min(keep, len(tokens) - 1, len(tokens) if limit is None else limit)
             keep = max(keep, 0)
             chosen.busy = True
             chosen.last_used = self._clock
             del chosen.tokens[keep:]
+            chosen.chunked = keep
             if keep >= MIN_USEFUL_PREFIX:
                 self.stats.hits += 1
             self.stats.tokens_reused += keep
             self.stats.tokens_evaluated += len(tokens) - keep
             return chosen, keep
 
-    def release(self, sequence: CachedSequence, evaluated: list[int]) -> None:
-        """The generation ended; `evaluated` are the tokens now in the sequence's cache."""
+    def release(self, sequence: CachedSequence, evaluated: list[int], chunked: int) -> None:
+        """The generation ended; `evaluated` are the tokens now in the sequence's cache, the
+        first `chunked` of them read as prompt chunks."""
         with self._lock:
             self._clock += 1
             sequence.tokens = list(evaluated)
+            sequence.chunked = min(chunked, len(evaluated))
             sequence.last_used = self._clock
             sequence.busy = False
 
@@ -126,4 +140,5 @@ class PrefixCache:
         """The sequence's cache was cleared (an error): it holds nothing reusable."""
         with self._lock:
             sequence.tokens = []
+            sequence.chunked = 0
             sequence.busy = False
