@@ -45,6 +45,7 @@ BENCHES = {
     "B17": "bench.b17_engine_crash",
     "B18": "bench.b18_embeddings",
     "B16": "bench.b16_prefill",
+    "B19": "bench.b19_anthropic_stream",
 }
 
 

@@ -276,3 +276,40 @@ def test_a_stream_whose_client_goes_away_cancels_its_task(served: Served) -> Non
         f"{message_id} cancelled",
     )
     assert task["output_tokens"] >= 1  # its partial output is kept
+
+
+CLAUDE_CODE = Path(__file__).with_name("claude-code-request.json")
+
+
+def test_claude_codes_request_replayed(served: Served) -> None:
+    """The body Claude Code 2.1.197 posted for `claude -p "say hi"` (captured against serve;
+    trimmed to about 1,000 tokens, for a quick prefill on the demo: system texts cut to 600
+    characters, 2 of its 24 tools (Bash, Read) with 200-character descriptions), with its
+    headers and `?beta=true`:
+    answered as a stream, its unused fields noted. (The whole body, 20,053 tokens, got a
+    clear 400 context_length_exceeded from the demo when Claude Code itself sent it.)"""
+    captured = json.loads(CLAUDE_CODE.read_text())
+    body = captured["body"]
+    headers = {**captured["headers"], "Content-Type": "application/json"}
+    url = urlsplit(served.url)
+    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=600)
+    try:
+        conn.request(
+            "POST",
+            captured["path"],
+            json.dumps({**body, "max_tokens": 16, "temperature": 0}),
+            {**headers, "Authorization": f"Bearer {served.token}"},
+        )
+        answer = conn.getresponse()
+        raw = answer.read().decode()
+    finally:
+        conn.close()
+    assert answer.status == 200, raw
+    kinds = [line[7:] for line in raw.splitlines() if line.startswith("event: ")]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    start = json.loads(raw.split("data: ", 1)[1].split("\n", 1)[0])
+    task = task_of(served, start["message"]["id"])
+    assert task["state"] in ("completed", "incomplete") and task["api"] == "anthropic.messages"
+    assert any("context_management" in n for n in task["notes"])
+    assert any("output_config" in n for n in task["notes"])
+    assert any("thinking" in n.lower() for n in task["notes"])

@@ -113,7 +113,7 @@ def test_server_tools_are_dropped_and_unused_fields_noted() -> None:
             {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
             "messages[0].content[0].type",
         ),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
         ({"tool_choice": {"type": "tool", "name": "nope"}, "tools": [WEATHER]}, "tool_choice"),
     ],
 )
@@ -197,3 +197,17 @@ def test_a_failed_task_ends_the_stream_with_an_error_event() -> None:
         {"type": "error", "error": {"type": "api_error", "message": "The engine crashed."}}
     ]
     assert stream.finished
+
+
+def test_a_system_turn_among_the_messages_is_kept_in_place() -> None:
+    """Claude Code (2.1) sends its environment as a system turn after the first user turn."""
+    request = parse(
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "say hi"}]},
+            {"role": "system", "content": "Working directory: /tmp"},
+        ]
+    )
+    assert request["messages"] == [
+        {"role": "user", "content": "say hi"},
+        {"role": "system", "content": "Working directory: /tmp"},
+    ]

@@ -128,16 +128,19 @@ def _not_text(kind: str, where: str) -> Exception:
 
 
 def parse_turns(value: Any) -> list[dict[str, Any]]:
-    """User and assistant turns as the shared chat messages."""
+    """User and assistant turns as the shared chat messages; a system turn among them (Claude
+    Code sends one after the first user turn) as a system message there."""
     if not isinstance(value, list) or not value:
         raise invalid("`messages` must be a non-empty list of turns.", "messages")
     messages: list[dict[str, Any]] = []
     for i, turn in enumerate(value):
         where = f"messages[{i}]"
-        if not isinstance(turn, dict) or turn.get("role") not in ("user", "assistant"):
-            raise invalid(f"{where}.role must be user or assistant.", f"{where}.role")
+        if not isinstance(turn, dict) or turn.get("role") not in ("user", "assistant", "system"):
+            raise invalid(f"{where}.role must be user, assistant or system.", f"{where}.role")
         content = turn.get("content")
-        if isinstance(content, str):
+        if turn["role"] == "system":
+            messages.append({"role": "system", "content": _text_blocks(content, where)})
+        elif isinstance(content, str):
             messages.append({"role": turn["role"], "content": content})
         elif isinstance(content, list):
             messages += _blocks(turn["role"], content, f"{where}.content")
