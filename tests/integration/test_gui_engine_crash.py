@@ -45,7 +45,7 @@ async def test_the_window_shows_a_killed_engine_and_loads_it_again(
     models = window.models
     row = next(r for r in range(models.model.rowCount()) if models.model.model_id(r) == MODEL)
     cell = models.model.index(row, COL_LOADED)
-    await until(lambda: "engine crashed (SIGKILL" in str(cell.data()), 60, lambda: cell.data())
+    await until(lambda: "crashed (SIGKILL" in str(cell.data()), 60, lambda: cell.data())
     tooltip = str(models.model.index(row, COL_LOADED).data(3))  # ToolTipRole
     assert "SIGKILL" in tooltip and "1 failed" in tooltip
 

@@ -17,7 +17,6 @@ from lmsp_desktop.core.upstreams.catalog import UpstreamModelInfo
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import (
-    clock,
     date_time,
     dot_icon,
     human_count,
@@ -195,8 +194,12 @@ class ModelTableModel(RowTableModel):
         loaded = self._loaded.get(info.id, "unloaded")
         crash = self.core.model_crash(info.id) if loaded == "unloaded" else None
         if crash is not None:
+            # Short: at 900 px the Name, Status and Loaded columns are never cut, so a longer
+            # cell pushed the table into scrolling sideways. The tooltip says "engine" and
+            # gives the date and seconds.
             held = " · Load again" if crash.held else ""
-            return f"✗ engine crashed ({crash.cause}, {clock(crash.at)}){held}"
+            at = time.strftime("%H:%M", time.localtime(crash.at))
+            return f"✗ crashed ({crash.cause}, {at}){held}"
         if loaded == "unloaded" and info.id in self._load_errors:
             return "✗ failed to load"
         if loaded != "loaded":

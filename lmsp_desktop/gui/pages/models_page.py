@@ -173,8 +173,8 @@ class ModelsPage(QWidget):
                 COL_ARCH,
                 COL_CONTEXT,
                 COL_PARAMS,
+                COL_QUANT,  # mostly in the name already (…:q4_1) and in the file name
                 COL_SOURCE,
-                COL_QUANT,
                 COL_DIGEST,
                 COL_SIZE,
             ],

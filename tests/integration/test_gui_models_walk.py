@@ -1,0 +1,107 @@
+"""What the walk of the Models page in a real window found, on the real MainWindow over a real
+Core whose HOME holds the demo model in Ollama's store and the Hugging Face cache (so the
+table has the long hub names a new user's table has): the Source column shows at the first
+launch's size, and a crashed engine's row does not push the table into scrolling sideways
+at 900 px."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.gui.models.model_table import COL_LOADED, COL_SOURCE, COL_STATUS
+from tests.integration.gui_windows import client_token, post_background
+from tests.support import model_stores as stores
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
+
+OLLAMA_ID = "smollm2:135m"
+HF_ID = "huggingfacetb/smollm2-135m-instruct-gguf:q4_1"
+
+
+@pytest.fixture
+def walk_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    stores.add_ollama_model(home, "smollm2", "135m")
+    stores.add_hf_file(home, "SmolLM2-135M-Instruct-Q4_1.gguf")
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def row_of(window: Any, model_id: str) -> int | None:
+    table = window.models.model
+    return next((r for r in range(table.rowCount()) if table.model_id(r) == model_id), None)
+
+
+def cell(window: Any, model_id: str, col: int) -> str:
+    row = row_of(window, model_id)
+    return "" if row is None else str(window.models.model.index(row, col).data())
+
+
+def overflow(window: Any) -> str:
+    """Empty when the models table shows all its visible columns without scrolling
+    sideways; else what the columns take against the room."""
+    table = window.models.table
+    header = table.horizontalHeader()
+    if header.length() <= table.viewport().width() and table.horizontalScrollBar().maximum() == 0:
+        return ""
+    widths = {
+        window.models.model.headerData(c, header.orientation()): header.sectionSize(c)
+        for c in range(header.count())
+        if not header.isSectionHidden(c)
+    }
+    return f"columns {widths} take {header.length()} px of {table.viewport().width()}"
+
+
+async def test_the_source_column_shows_at_the_first_launch_size(
+    walk_home: Path, gui_app: tuple[Any, Any]
+) -> None:
+    _core, window = gui_app
+    window.resize(1200, 780)  # MainWindow.FIRST_SIZE: what a new user sees first
+    window.nav.setCurrentRow(1)
+    await until(lambda: window.models.table.viewport().width() > 900, what="the Models page")
+    await until(lambda: cell(window, HF_ID, COL_SOURCE) == "Hugging Face", what="the hub model")
+    assert cell(window, OLLAMA_ID, COL_SOURCE) == "Ollama"
+    window.models.fit_columns()  # as after any resize or new rows
+    header = window.models.table.horizontalHeader()
+    assert not header.isSectionHidden(COL_SOURCE), window.models.fitter.hidden_columns()
+    await until(lambda: not overflow(window), 10, lambda: overflow(window))
+
+
+async def test_a_crashed_engine_keeps_the_models_table_within_900_px(
+    walk_home: Path, gui_app: tuple[Any, Any]
+) -> None:
+    core, window = gui_app
+    window.resize(900, 600)
+    window.nav.setCurrentRow(1)
+    await until(
+        lambda: cell(window, HF_ID, COL_STATUS).startswith("✓ verified"),
+        60,
+        lambda: cell(window, HF_ID, COL_STATUS),
+    )
+    token = await client_token(core)
+    await post_background(
+        core, token, model=HF_ID, input="Write a long story.", max_output_tokens=300
+    )
+    await until(
+        lambda: core.runner.engine_pid(HF_ID) is not None and core.runner._active,
+        120,
+        "the task to be generating",
+    )
+    pid = core.runner.engine_pid(HF_ID)
+    assert pid is not None and pid != os.getpid()
+    os.kill(pid, signal.SIGKILL)
+    await until(
+        lambda: "crashed (SIGKILL, " in cell(window, HF_ID, COL_LOADED),
+        60,
+        lambda: cell(window, HF_ID, COL_LOADED),
+    )
+    window.models.fit_columns()
+    await until(lambda: not overflow(window), 10, lambda: overflow(window))
