@@ -19,6 +19,7 @@ from typing import Any
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import qasync
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QWidget
 
 from lmsp_desktop.core.api.responses.request import parse_create
@@ -193,6 +194,43 @@ async def shoot_network_mode(data_dir: Path, out: Path) -> None:
         await core.stop()
 
 
+async def shoot_download(window: Any, out: Path) -> None:
+    """Models › Download… against the tests' local hub (this machine reaches no real hub):
+    a search, a repo picked, a file picked with its fits / tight / won't-fit estimate."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' fake hub
+    from tests.support.fake_hub import FakeHub
+    from tests.support.hub_repos import hub_repos
+
+    hub = FakeHub(hub_repos())
+    await hub.start()
+    os.environ["HF_ENDPOINT"] = hub.url  # read at each call (core/downloads/hub.py)
+    try:
+        window.models.open_download()
+        dialog = window.models.download_dialog
+        dialog.resize(900, 520)
+        dialog.query.setText("lmsp-test")
+        await dialog.search()
+        repo = dialog.repos.findItems("SmolLM2", Qt.MatchFlag.MatchContains)[0]
+        dialog.repos.setCurrentItem(repo)
+
+        def fit_cell() -> str:
+            item = dialog.files.item(0, 3)  # "On this machine"
+            return "" if item is None else str(item.text())
+
+        deadline = time.monotonic() + 30
+        while not fit_cell() and time.monotonic() < deadline:
+            await settle(0.1)
+        dialog.files.selectRow(0)  # picking a file reads its header from the hub: the estimate
+        while "fits" not in fit_cell() and time.monotonic() < deadline:
+            await settle(0.1)
+        await settle(0.3)
+        save(dialog, out, "download")
+        dialog.close()
+    finally:
+        del os.environ["HF_ENDPOINT"]
+        await hub.stop()
+
+
 async def shoot(core: Any, window: Any, report: Any, out: Path) -> None:
     from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
 
@@ -223,6 +261,7 @@ async def shoot(core: Any, window: Any, report: Any, out: Path) -> None:
     window.models.table.selectRow(0)
     await settle(0.4)
     save(window, out, "models")
+    await shoot_download(window, out)
 
     await core.pairing.start(
         "Ana's laptop",
