@@ -1,8 +1,8 @@
 """What the walk of the Models page in a real window found, on the real MainWindow over a real
 Core whose HOME holds the demo model in Ollama's store and the Hugging Face cache (so the
 table has the long hub names a new user's table has): the Source column shows at the first
-launch's size, and a crashed engine's row does not push the table into scrolling sideways
-at 900 px."""
+launch's size, a crashed engine's row does not push the table into scrolling sideways at
+900 px, and the Load settings panel shows no stale values once no model is selected."""
 
 from __future__ import annotations
 
@@ -105,3 +105,27 @@ async def test_a_crashed_engine_keeps_the_models_table_within_900_px(
     )
     window.models.fit_columns()
     await until(lambda: not overflow(window), 10, lambda: overflow(window))
+
+
+async def test_the_load_settings_panel_forgets_the_last_model_when_none_is_selected(
+    walk_home: Path, gui_app: tuple[Any, Any]
+) -> None:
+    _core, window = gui_app
+    window.nav.setCurrentRow(1)
+    await until(lambda: row_of(window, HF_ID) is not None, what="the hub model")
+    panel = window.models.memory
+    window.models.table.selectRow(row_of(window, HF_ID))
+    await until(lambda: panel.last_plan is not None, 30, "the hub model's estimate")
+    panel.context.setValue(2048)
+    panel.kv_type.setCurrentText("q8_0")
+    await until(lambda: "2,048 tokens" in panel.runs_with.text(), what=panel.runs_with.text)
+
+    window.models.table.clearSelection()
+    await until(lambda: not panel.isEnabled(), what="the panel greyed out")
+    # Greyed out, it showed 2048 tokens and q8_0 still: read as the defaults, or as the
+    # model's, by someone who had not saved them.
+    assert panel.title() == "Load settings"
+    assert panel.context.text() == "auto (fit the memory)"
+    assert panel.kv_type.currentText() == "f16"
+    assert panel.runs_with.text().startswith("Select a model")
+    assert panel.estimate.text() == ""

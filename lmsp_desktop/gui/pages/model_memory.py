@@ -34,6 +34,7 @@ VERDICTS = {
     "wont_fit": ("#c62828", "will not fit"),
 }
 GPU_AUTO, GPU_ALL, GPU_NONE, GPU_NUMBER = "auto", "all", "none (CPU)", "a number:"
+NOTHING_SELECTED = "Select a model on this machine to see what loading it takes and to change it."
 
 
 class ModelMemoryPanel(QGroupBox):
@@ -101,9 +102,13 @@ class ModelMemoryPanel(QGroupBox):
         self.saved.clear()
         self.setTitle(f"Load settings: {model_id}" if model_id else "Load settings")
         if model_id is None:
+            # Greyed out with the last model's values, the panel read as this model's (or the
+            # defaults); it shows the defaults and says what to do instead.
+            self._fill(ModelSettings())
             self.setEnabled(False)
-            self.runs_with.clear()
+            self.runs_with.setText(NOTHING_SELECTED)
             self.estimate.clear()
+            self.last_plan = None
             return
         stored = await self.core.model_settings(model_id)
         if model_id != self.model_id:
