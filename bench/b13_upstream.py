@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from bench.common import ROOT, BenchServer, demo_model, free_port
-from bench.llm import PROMPT
+from bench.llm import LLAMA_SERVER_MAIN, PROMPT
 from bench.report import Row
 
 ALIAS = "smol"
@@ -84,7 +84,7 @@ def llama_server(work: Path) -> ServerProcess:
     """`python -m llama_cpp.server` on the demo model, one thread."""
     port = free_port()
     args = [
-        "-m", "llama_cpp.server", "--model", str(demo_model()),
+        "-c", LLAMA_SERVER_MAIN, "--model", str(demo_model()),
         "--host", "127.0.0.1", "--port", str(port), "--model_alias", ALIAS,
         "--n_threads", "1", "--interrupt_requests", "False",
     ]  # fmt: skip

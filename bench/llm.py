@@ -20,6 +20,20 @@ PROMPT = "Write a long, detailed story about a lighthouse keeper who lives throu
 MODEL_ID = "smollm2-135m-instruct"
 
 
+# `python -m llama_cpp.server` with the engine's AMX guard (llama_native.usable_buffers): on
+# machines whose CPU advertises AMX but whose kernel does not enable it, llama-cpp-python's
+# server died with SIGILL on its first prompt like the engine did. Used as `python -c
+# LLAMA_SERVER_MAIN <server flags>` by the upstream tests and B13.
+LLAMA_SERVER_MAIN = """
+import runpy
+import llama_cpp.llama_cpp as lc
+from lmsp_desktop.core.engines.llama_native import usable_buffers
+defaults = lc.llama_model_default_params
+lc.llama_model_default_params = lambda: usable_buffers(defaults())
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
 @dataclass
 class Stream:
     """Arrival times of the text tokens of one generation (one entry per token)."""

