@@ -101,7 +101,7 @@ async def _measure(work: Path, count: int, repeats: int) -> tuple[float, float]:
 
 
 def run(work: Path, quick: bool) -> list[Row]:
-    count, repeats = (32, 1) if quick else (128, 4)
+    count, repeats = (16, 1) if quick else (64, 3)
     service, peer = asyncio.run(_measure(work, count, repeats))
     return [
         Row("B18", "Llama.embed in-process", peer, "texts/s", note=f"best of {repeats}"),
