@@ -95,6 +95,16 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
 
         tasks.table.selectRow(tasks.model.row_of(task_id))
         await until(lambda: tasks.cancel_button.isEnabled(), what="Cancel enabled")
+        # The details say what a download is, not a generating model's cursor.
+        output = tasks.details.output
+        await until(
+            lambda: "writes a file" in output.placeholderText(), what=output.placeholderText
+        )
+        assert output.toPlainText() == ""
         tasks.cancel_button.click()
         await until(lambda: cell(COL_STATE) == "cancelled", what=lambda: cell(COL_STATE))
+        await until(
+            lambda: output.placeholderText().startswith("Download cancelled."),
+            what=output.placeholderText,
+        )
         await until(lambda: hub.leftovers(TINY_REPO) == [], what=lambda: hub.leftovers(TINY_REPO))

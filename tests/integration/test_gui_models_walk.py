@@ -114,6 +114,7 @@ async def test_the_load_settings_panel_forgets_the_last_model_when_none_is_selec
     window.nav.setCurrentRow(1)
     await until(lambda: row_of(window, HF_ID) is not None, what="the hub model")
     panel = window.models.memory
+    assert not panel.isEnabled() and panel.runs_with.text().startswith("Select a model")
     window.models.table.selectRow(row_of(window, HF_ID))
     await until(lambda: panel.last_plan is not None, 30, "the hub model's estimate")
     panel.context.setValue(2048)

@@ -60,7 +60,7 @@ class ModelMemoryPanel(QGroupBox):
         gpu.addWidget(self.gpu_mode)
         gpu.addWidget(self.gpu_layers)
         gpu.addStretch()
-        self.runs_with = QLabel()
+        self.runs_with = QLabel(NOTHING_SELECTED)
         self.estimate = QLabel()
         self.estimate.setWordWrap(True)
         self.saved = QLabel()

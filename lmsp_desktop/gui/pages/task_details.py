@@ -37,12 +37,26 @@ CURSOR = "▌"
 NOTHING_SELECTED = "The selected task's output appears here."
 
 
+DOWNLOAD_OUTPUT = {
+    TaskState.RUNNING: "A download writes a file, not text: its progress, speed and time left "
+    "are in the task table; the file lands in the Hugging Face cache.",
+    TaskState.COMPLETED: "Downloaded: the model is listed on the Models page.",
+    TaskState.CANCELLED: "Download cancelled. Models › Download… starts it again.",
+}
+
+
+def is_download(row: Any) -> bool:
+    return "kind" in row.keys() and row["kind"] == "download"  # noqa: SIM118
+
+
 def empty_output_reason(row: Any) -> str:
     """What the Output tab says while a task has no text: why, not just "no output"."""
     state = row["state"]
     error = json.loads(row["error"]) if row["error"] else None
     if state == TaskState.FAILED and error:
         return f"No output: the task failed ({error['code']}). {error['message']}"
+    if is_download(row):  # writes a file, not text: "the model wrote" would be wrong words
+        return DOWNLOAD_OUTPUT.get(state, DOWNLOAD_OUTPUT[TaskState.RUNNING])
     if state == TaskState.CANCELLED and row["started_at"] is None:
         return "No output: cancelled while it waited in the queue, before it started."
     if state == TaskState.CANCELLED:
@@ -282,7 +296,8 @@ class TaskDetails(QWidget):
         self.state = row["state"]
         self._show_header(row)
         self._set_placeholder(empty_output_reason(row))
-        self._show_output(output_shown(row), row["state"] in (TaskState.RUNNING,))
+        generating = row["state"] == TaskState.RUNNING and not is_download(row)
+        self._show_output(output_shown(row), generating)
         self._set_buttons()
         await self.events.follow(row["last_seq"])
 
