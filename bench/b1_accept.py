@@ -125,8 +125,7 @@ def run(work: Path, quick: bool) -> list[Row]:
     raw = raw_loop(work, n_raw)
     huey = huey_enqueue(work, n_huey)
     rate, lat = http_creates(work, "b1-core", n_http)
-    gc_rate, gc_lat = http_creates(work, "b1-group", n_http, "--group-commit")
-    p99, gc_p99 = percentile(lat, 99), percentile(gc_lat, 99)
+    p99 = percentile(lat, 99)
     sync = DEFAULT_SYNCHRONOUS
     return [
         Row(
@@ -159,25 +158,4 @@ def run(work: Path, quick: bool) -> list[Row]:
         ),
         Row("B1", "accept latency p50", percentile(lat, 50), "ms"),
         Row("B1", "accept latency p99", p99, "ms", "≤ 20 ms", None, "", p99 <= 20),
-        Row(
-            "B1",
-            "accept, group-commit prototype (bench/groupcommit.py)",
-            gc_rate,
-            "creates/s",
-            "≥ 1.0× raw",
-            gc_rate / raw,
-            "raw",
-            gc_rate >= raw,
-            note=f"vs huey {gc_rate / huey:.2f}×; vs current store {gc_rate / rate:.2f}×",
-        ),
-        Row(
-            "B1",
-            "accept p99, group-commit prototype",
-            gc_p99,
-            "ms",
-            "≤ 20 ms",
-            None,
-            "",
-            gc_p99 <= 20,
-        ),
     ]

@@ -24,12 +24,8 @@ TOKENS_PER_TASK = 256  # then the task completes and a new one starts in its pla
 MODEL = "bench-model"
 
 
-async def _store_rate(data_dir: Path, seconds: float, group: bool) -> tuple[float, str]:
+async def _store_rate(data_dir: Path, seconds: float) -> tuple[float, str]:
     store = Store(data_dir)
-    if group:
-        from bench.groupcommit import GroupCommitTaskStore
-
-        store.tasks = GroupCommitTaskStore(store.db)
     await store.open()
     tasks: TaskStore = store.tasks
     request = parse_create({"model": MODEL, "input": "Tell a story.", "background": True}, "fail")
@@ -158,8 +154,7 @@ def raw_rate(work: Path, seconds: float) -> float:
 def run(work: Path, quick: bool) -> list[Row]:
     seconds = 1.0 if quick else 8.0
     raw = raw_rate(work, seconds)
-    rate, checked = asyncio.run(_store_rate(work / "b2-store", seconds, group=False))
-    gc_rate, gc_checked = asyncio.run(_store_rate(work / "b2-group", seconds, group=True))
+    rate, checked = asyncio.run(_store_rate(work / "b2-store", seconds))
     return [
         Row(
             "B2",
@@ -173,21 +168,10 @@ def run(work: Path, quick: bool) -> list[Row]:
             f"append_deltas, {TASKS} tasks × {PER_CALL} deltas/call",
             rate,
             "events/s",
-            "≥ 50k/s",
+            "≥ 0.9× raw",
             rate / raw,
             "raw",
-            rate >= 50_000,
+            rate >= 0.9 * raw,
             note=checked,
-        ),
-        Row(
-            "B2",
-            "append_deltas, group-commit prototype",
-            gc_rate,
-            "events/s",
-            "≥ 50k/s",
-            gc_rate / raw,
-            "raw",
-            gc_rate >= 50_000,
-            note=f"{gc_checked}; {gc_rate / rate:.1f}× the current store",
         ),
     ]

@@ -1,7 +1,7 @@
 """The service as a bench target: `Core` with a chosen engine, in its own process.
 
     python -m bench.server --data-dir D --port P [--engine gated|fake|llama]
-        [--models-dir M] [--demo] [--group-commit] [--threads T] [--parallel N]
+        [--models-dir M] [--demo] [--threads T] [--parallel N]
         [--max-context N]
 
 Prints one JSON line (url, admin token, when Core.start began and when it was listening)
@@ -48,10 +48,6 @@ async def main(args: argparse.Namespace) -> None:
         engine=make_engine(args.engine, args.threads),
         include_demo=args.demo,
     )
-    if args.group_commit:
-        from bench.groupcommit import GroupCommitTaskStore
-
-        core.store.tasks = GroupCommitTaskStore(core.store.db)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -82,7 +78,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--engine", choices=["gated", "fake", "llama"], default="gated")
     parser.add_argument("--models-dir", action="append", default=[])
     parser.add_argument("--demo", action="store_true", help="register the demo model")
-    parser.add_argument("--group-commit", action="store_true")
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: default)")
     parser.add_argument(
         "--parallel", type=int, default=0, help="concurrent requests per model (0: default)"

@@ -1,0 +1,101 @@
+"""Creates by group commit (issue 26 item 1): concurrent creates share one transaction, yet
+each caller hears back only after its own rows are committed, and a group whose transaction
+fails fails every create in it with nothing written (idempotency claims included)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.storage import db as db_module
+from lmsp_desktop.core.storage.idempotency import IdempotencyClaim
+from lmsp_desktop.core.storage.store import Store
+from tests.support.polling import until
+from tests.support.store_helpers import check_invariants, new_task
+
+CREATES = 20
+HANG = 60.0  # a bound on a hang, not a timing assertion
+
+
+def committed(store: Store, table: str) -> int:
+    """Rows of `table` as another connection sees them: only what is committed."""
+    conn = sqlite3.connect(store.db.path)
+    try:
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+    finally:
+        conn.close()
+
+
+class Groups:
+    """Wraps storage.db._run_group: records each group's size, and can hold a group in the
+    writer thread after its work, before its COMMIT, or make it fail there as a disk would."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sizes: list[int] = []
+        self.release = threading.Event()
+        self.release.set()
+        self.holding = threading.Event()
+        self.fail_next = False
+        original = db_module._run_group
+
+        def last_unit(conn: sqlite3.Connection) -> None:
+            if self.fail_next:
+                self.fail_next = False
+                conn.execute("ROLLBACK")  # what SQLite does itself after an I/O error
+                raise sqlite3.OperationalError("disk I/O error")
+            if not self.release.is_set():
+                self.holding.set()
+                self.release.wait(HANG)
+
+        def run_group(conn: sqlite3.Connection, works: list[Any]) -> list[tuple[bool, Any]]:
+            self.sizes.append(len(works))
+            return original(conn, [*works, last_unit])[:-1]
+
+        monkeypatch.setattr(db_module, "_run_group", run_group)
+
+
+async def test_concurrent_creates_share_a_commit_and_answer_only_after_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups = Groups(monkeypatch)
+    groups.release.clear()
+    creates = [asyncio.create_task(store.tasks.create(new_task())) for _ in range(CREATES)]
+    await until(groups.holding.is_set, what="the group held before its COMMIT")
+    # Every row is written inside the open transaction; none is committed, none answered.
+    assert committed(store, "tasks") == 0
+    assert not any(create.done() for create in creates)
+    groups.release.set()
+    results = await asyncio.wait_for(asyncio.gather(*creates), HANG)
+    assert groups.sizes == [CREATES]  # one transaction, one fsync for all of them
+    assert committed(store, "tasks") == CREATES
+    assert sorted(r.body["task"]["queue_position"] for r in results) == list(range(1, CREATES + 1))
+    check_invariants(store.db.path)
+
+
+async def test_a_failed_group_fails_every_create_in_it_with_nothing_written(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups = Groups(monkeypatch)
+    groups.fail_next = True
+    claims = [IdempotencyClaim("client_a", f"key-{i}", f"digest-{i}") for i in range(CREATES)]
+    specs = [new_task(client_id="client_a") for _ in range(CREATES)]
+    outcomes = await asyncio.gather(
+        *(store.tasks.create(spec, claim) for spec, claim in zip(specs, claims, strict=True)),
+        return_exceptions=True,
+    )
+    assert groups.sizes == [CREATES]
+    assert all(isinstance(o, sqlite3.OperationalError) for o in outcomes), outcomes
+    for table in ("responses", "tasks", "task_events", "idempotency_keys"):
+        assert committed(store, table) == 0, table
+
+    # The keys were never claimed: the same requests retried now create their tasks.
+    retried = await asyncio.gather(
+        *(store.tasks.create(spec, claim) for spec, claim in zip(specs, claims, strict=True))
+    )
+    assert all(r.status == 202 and not r.replayed for r in retried)
+    assert committed(store, "tasks") == committed(store, "idempotency_keys") == CREATES
+    check_invariants(store.db.path)
