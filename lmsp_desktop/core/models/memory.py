@@ -167,9 +167,11 @@ def estimate(
 
 def _compute(shape: ModelShape, ctx: ContextShape) -> int:
     """llama.cpp's compute buffer and outputs for one context: the activations of one batch
-    (logits for every row), the attention mask over the context (flash attention, which
-    llama.cpp turns on for the CPU, never materialises the scores), the outputs, and a fixed
-    part; calibrated against real loads (docs/memory.md)."""
+    (logits for every row), the attention mask over the context, the outputs, and a fixed
+    part; calibrated against real loads (docs/memory.md). The engine runs without flash
+    attention since prefill reads 512-row chunks (docs/prefill.md): llama.cpp then reserves
+    room for the attention scores too, but only the rows a decode uses become resident, so
+    measured loads stay below this figure (see the table in docs/memory.md)."""
     rows = ctx.n_batch
     activations = rows * (shape.vocab + 2 * shape.feed_forward + 4 * shape.embd) * 4
     mask = rows * _pad(ctx.n_ctx_seq) * 4
