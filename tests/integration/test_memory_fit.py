@@ -146,7 +146,9 @@ def test_models_set_round_trip_applies_at_the_next_load(
         "gpu_layers": "all",
     }
     assert row["context_length"] == 2048
-    assert row["memory_estimate"] < before["memory_estimate"] / 4
+    # A quarter of the KV cells at half the bytes each; the compute part (512-row prompt
+    # batches since prefill's rework) does not shrink with them.
+    assert row["memory_estimate"] < before["memory_estimate"] / 2
 
     status, answer = ask(process.url, token, DEMO)
     assert status == 200, answer

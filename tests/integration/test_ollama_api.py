@@ -133,10 +133,12 @@ def test_top_k_one_samples_as_greedy(ollama: Client) -> None:
 def test_format_json_and_schema_go_through_the_grammar(ollama: Client) -> None:
     loose = ollama.generate(
         MODEL,
-        "Describe a cat as JSON.",
+        "Reply with a JSON object holding a cat's name.",
         format="json",
         options={"temperature": 0, "num_predict": 80},
     )
+    # Ended by the grammar's closing brace, not by the length: a whole JSON object.
+    assert loose.done_reason == "stop"
     assert isinstance(json.loads(loose.response), dict)
     schema = {
         "type": "object",
