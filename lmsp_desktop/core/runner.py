@@ -498,6 +498,7 @@ class Runner:
             # (its prompt evaluated again, usually from an empty cache: 0), matching its
             # input_tokens, which are that run's too; the first run's count is not kept.
             cached_tokens=result.cached_tokens,
+            stop_sequence=stops.matched if stopped else None,
         )
         if not done:
             # A cancel won the race in the store: never both completed and cancelled.

@@ -116,6 +116,34 @@ def test_stream_a_message(sdk: anthropic.Anthropic) -> None:
     assert plain.content[0].type == "text" and plain.content[0].text == text
 
 
+def test_a_stop_sequence_ends_the_message_and_is_named(sdk: anthropic.Anthropic) -> None:
+    """Anthropic's API: `stop_reason` "stop_sequence" with the matched string, in the body
+    and in the stream's message_delta; the text stops before it."""
+    asked: Any = {
+        "model": MODEL,
+        "max_tokens": 24,
+        "messages": [{"role": "user", "content": FRANCE}],
+        **GREEDY,
+    }
+    whole = sdk.messages.create(**asked)
+    full = "".join(b.text for b in whole.content if b.type == "text")
+    assert "Paris" in full and whole.stop_sequence is None
+    stops = ["Zanzibar", "Paris"]  # the second is the one met
+    message = sdk.messages.create(**asked, stop_sequences=stops)
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "Paris")
+    text = "".join(b.text for b in message.content if b.type == "text")
+    assert text == full[: full.index("Paris")]
+    with sdk.messages.stream(**asked, stop_sequences=stops) as stream:
+        deltas = [e for e in stream if e.type == "message_delta"]
+        final = stream.get_final_message()
+    assert [(d.delta.stop_reason, d.delta.stop_sequence) for d in deltas] == [
+        ("stop_sequence", "Paris")
+    ]
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "Paris")
+    unmet = sdk.messages.create(**asked, stop_sequences=["Zanzibar"])
+    assert (unmet.stop_reason, unmet.stop_sequence) == ("end_turn", None)
+
+
 def test_a_tool_round_trip(sdk: anthropic.Anthropic) -> None:
     question = {"role": "user", "content": "What is the weather in Paris?"}
     first = sdk.messages.create(

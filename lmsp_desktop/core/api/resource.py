@@ -44,7 +44,8 @@ def task_object(
     `api` says which API created it; `stored` is false for a `store: false` request, whose
     response cannot be retrieved or continued (its task stays visible until retention);
     `dropped_tools` names the tool types the request sent that the service cannot run (not
-    offered to the model).
+    offered to the model); `stop_sequence` is the request's stop sequence that ended the
+    output (null when none did, and in lists).
     """
     error = json.loads(row["error"]) if row["error"] else None
     if request is None:
@@ -70,7 +71,13 @@ def task_object(
         "api": request.get("api") or "responses",
         "kind": row["kind"] if "kind" in row.keys() else "response",  # noqa: SIM118
         "stored": request.get("store") in (None, True, 1),
+        "stop_sequence": _column(row, "stop_sequence"),
     }
+
+
+def _column(row: RowLike, name: str) -> Any:
+    """A column's value, None for rows read without it (lists, tests' plain mappings)."""
+    return row[name] if name in row.keys() else None  # noqa: SIM118
 
 
 def cached_tokens_of(row: RowLike) -> int:

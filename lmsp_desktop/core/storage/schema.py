@@ -190,6 +190,12 @@ ALTER TABLE responses ADD COLUMN embeddings BLOB;
 ALTER TABLE responses ADD COLUMN embedding_dimensions INTEGER;
 """
 
+# Stop sequences (issue 22): the one that ended a response's output, NULL when none did
+# (Anthropic's `stop_reason: "stop_sequence"` names it; the task object shows it).
+SCHEMA_V9_STOP_SEQUENCE = """
+ALTER TABLE responses ADD COLUMN stop_sequence TEXT;
+"""
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1.
 MIGRATIONS: list[str] = [
     SCHEMA_V1,
@@ -200,5 +206,6 @@ MIGRATIONS: list[str] = [
     SCHEMA_V6_MODEL_SETTINGS,
     SCHEMA_V7_EXPIRY_INDEX,
     SCHEMA_V8_EMBEDDINGS,
+    SCHEMA_V9_STOP_SEQUENCE,
 ]
 CURRENT_VERSION = len(MIGRATIONS)

@@ -284,9 +284,11 @@ class TaskStore(TaskReads):
         input_tokens: int,
         output_tokens: int,
         cached_tokens: int = 0,
+        stop_sequence: str | None = None,
     ) -> bool:
         """running → completed (or incomplete), closing the item, only if still running.
-        `cached_tokens`: of the input tokens, those the prefix cache held (usage shows it)."""
+        `cached_tokens`: of the input tokens, those the prefix cache held (usage shows it);
+        `stop_sequence`: the request's stop sequence that ended the output, if one did."""
         to_state = TaskState.INCOMPLETE if incomplete_reason else TaskState.COMPLETED
         final = EventType.INCOMPLETE if incomplete_reason else EventType.COMPLETED
         now = time.time()
@@ -302,6 +304,7 @@ class TaskStore(TaskReads):
                 "input_tokens": input_tokens,
                 "output_tokens": output_tokens,
                 "cached_tokens": cached_tokens,
+                "stop_sequence": stop_sequence,
             },
         )
         return bool(await self.transition(move))

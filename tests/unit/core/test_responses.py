@@ -203,5 +203,6 @@ def test_task_object_fields() -> None:
         "api": "responses",
         "kind": "response",  # a row read before kinds existed is a response
         "stored": True,
+        "stop_sequence": None,  # read without the column: no stop sequence ended it
     }
     assert task_object(row("queued"), 3)["queue_position"] == 3

@@ -52,6 +52,7 @@ async def test_tokens_after_a_stop_sequence_in_the_same_hand_over_are_not_counte
 
     assert row["state"] == "completed"
     assert row["output_text"] == " one two three."
+    assert row["stop_sequence"] == " END"  # Anthropic's answer names it
     # Five tokens made the text and the stop sequence; the three after it are not output.
     assert row["output_tokens"] == 5
     # Still one delta per token (the stop sequence's own token shows nothing).

@@ -36,3 +36,16 @@ def test_held_text_survives_a_resume_through_the_snapshot() -> None:
     first.feed("Hello EN")
     resumed = StopScanner(["END"], held=first.held)
     assert resumed.feed("D") == ("", True)
+
+
+def test_the_matched_stop_is_named() -> None:
+    scanner = StopScanner(["\n\n", "b"])
+    assert scanner.matched is None
+    scanner.feed("a")
+    assert scanner.matched is None
+    scanner.feed("bc\n\nd")
+    assert scanner.matched == "b"  # the earliest in the text, not the first listed
+    split = StopScanner(["END"])
+    split.feed("Hello EN")
+    split.feed("D!")
+    assert split.matched == "END"  # completed across two pieces

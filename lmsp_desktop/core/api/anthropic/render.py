@@ -41,13 +41,24 @@ def anthropic_error(exc: LmspError) -> dict[str, Any]:
 
 
 def stop_reason(response: Mapping[str, Any]) -> str:
-    """`max_tokens` when cut short, `tool_use` when the output calls tools, else `end_turn`."""
+    """`max_tokens` when cut short, `tool_use` when the output calls tools (the client has
+    them to run, whatever ended the text), `stop_sequence` when one of the request's
+    `stop_sequences` did, else `end_turn`."""
     state = TaskState(response["task"]["state"])
     if state == TaskState.INCOMPLETE:
         return "max_tokens"
     if any(item.get("type") == "function_call" for item in response.get("output", [])):
         return "tool_use"
+    if response["task"].get("stop_sequence") is not None:
+        return "stop_sequence"
     return "end_turn"
+
+
+def stop_delta(response: Mapping[str, Any]) -> dict[str, Any]:
+    """`stop_reason` and `stop_sequence` (the matched string, only with that reason)."""
+    reason = stop_reason(response)
+    matched = response["task"].get("stop_sequence") if reason == "stop_sequence" else None
+    return {"stop_reason": reason, "stop_sequence": matched}
 
 
 def usage(input_tokens: int, output_tokens: int, cached: int) -> dict[str, Any]:
@@ -90,8 +101,7 @@ def message_object(row: RowLike) -> dict[str, Any]:
         "role": "assistant",
         "model": row["model"],
         "content": content,
-        "stop_reason": stop_reason(response),
-        "stop_sequence": None,
+        **stop_delta(response),
         "usage": usage(row["input_tokens"], row["output_tokens"], cached_tokens_of(row)),
         "task": task_object(row),
     }
@@ -172,7 +182,7 @@ class MessageStream:
             response = event["response"]
             used = response.get("usage") or {}
             cached = (used.get("input_tokens_details") or {}).get("cached_tokens", 0)
-            delta = {"stop_reason": stop_reason(response), "stop_sequence": None}
+            delta = stop_delta(response)
             counts = usage(used.get("input_tokens", 0), used.get("output_tokens", 0), cached)
             return (
                 self._stop()
