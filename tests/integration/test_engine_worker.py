@@ -111,3 +111,44 @@ async def test_a_stop_signal_to_the_whole_group_is_left_to_the_service(
         assert result.output_tokens == 3 and model.crash is None
     finally:
         await model.unload()
+
+
+async def test_a_fresh_worker_for_a_model_probed_before_skips_the_probe(tmp_path: Path) -> None:
+    """The exactness probe (160 tokens read, seconds on a busy machine) runs once per file
+    and settings: the next worker for them (after an idle unload, or after a crash, where a
+    resumed task waits for it: B17) is given the verdict and serves at once, with the same
+    tokens. A replaced file is probed again."""
+    copy = tmp_path / "demo.gguf"
+    copy.write_bytes(demo().read_bytes())
+    engine = WorkerEngine(n_threads=1)
+    request = GenerationRequest(PROMPT, max_output_tokens=8, temperature=0)
+
+    async def tokens_of(model: WorkerModel) -> list[int]:
+        out: list[int] = []
+
+        async def sink(batch: list[TokenPiece]) -> bool:
+            out.extend(p.token_id for p in batch)
+            return True
+
+        await model.generate(request, sink)
+        return out
+
+    first = await engine.load(copy)
+    try:
+        assert first.exact_verdict is None  # probing: the load does not wait for it
+        expected = await tokens_of(first)
+        assert first.exact_verdict is True  # the demo model passes
+    finally:
+        await first.unload()
+    second = await engine.load(copy)
+    try:
+        assert second.exact_verdict is True  # given at load: no probe to wait for
+        assert await tokens_of(second) == expected
+    finally:
+        await second.unload()
+    os.utime(copy, ns=(0, copy.stat().st_mtime_ns + 1_000_000))  # the file was replaced
+    third = await engine.load(copy)
+    try:
+        assert third.exact_verdict is None
+    finally:
+        await third.unload()

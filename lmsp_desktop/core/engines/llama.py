@@ -97,10 +97,14 @@ class LlamaEngine:
         progress: ProgressSink | None = None,
         *,
         settings: LoadSettings | None = None,
+        exact: bool | None = None,
     ) -> LlamaModel:
         """`settings.context_length`: each sequence's context (the service passes what the
         memory planner chose); `n_ctx` when not given, and never past the trained length.
-        `settings.parallel`: sequences (else `parallel`); kv type and GPU layers as given."""
+        `settings.parallel`: sequences (else `parallel`); kv type and GPU layers as given.
+        `exact`: the exactness probe's verdict from an earlier load of the same file with
+        the same settings on this machine (LlamaModel.exact_verdict), which skips the probe;
+        None runs it."""
         loop = asyncio.get_running_loop()
         settings = self._complete(settings)
 
@@ -115,7 +119,7 @@ class LlamaEngine:
         if progress is not None:
             progress(0.0)
         loading = asyncio.ensure_future(
-            asyncio.to_thread(self._load_sync, Path(path), report, settings)
+            asyncio.to_thread(self._load_sync, Path(path), report, settings, exact)
         )
         try:
             model = await asyncio.shield(loading)
@@ -156,7 +160,9 @@ class LlamaEngine:
             for n_seq in layout
         ]
 
-    def _load_sync(self, path: Path, report: ProgressSink, settings: LoadSettings) -> LlamaModel:
+    def _load_sync(
+        self, path: Path, report: ProgressSink, settings: LoadSettings, exact: bool | None
+    ) -> LlamaModel:
         if not path.is_file():
             raise EngineError(
                 "model_file_missing",
@@ -207,6 +213,7 @@ class LlamaEngine:
             n_ctx=n_ctx,
             n_threads=self.n_threads,
             n_batch=max(self.n_batch, 2),
+            exact=exact,
         )
 
 
@@ -240,6 +247,7 @@ class LlamaModel:
         n_ctx: int,
         n_threads: int = DEFAULT_THREADS,
         n_batch: int = 512,
+        exact: bool | None = None,
     ) -> None:
         self._lc = native.lowlevel()
         self._weights: Any = weights
@@ -264,6 +272,12 @@ class LlamaModel:
         def probe() -> bool:
             return probe_exactness(first_ctx, self._vocab, first_n_seq, probe_tokens, cores.count)
 
+        if exact is not None:
+            # Known from an earlier load (the same file, settings and machine give the same
+            # numerics): the probe reads 160 tokens, seconds on a busy machine, before the
+            # first token; a resume after an engine crash must not pay it again (B17).
+            self._verdict.set(exact)
+
         self._contexts = [ctx for ctx, _n in contexts]
         self._decoders: list[BatchDecoder] | None = [
             BatchDecoder(
@@ -276,7 +290,7 @@ class LlamaModel:
                 cores=cores,
                 token_bytes=self.token_bytes,
                 verdict=self._verdict,
-                probe=probe if index == 0 else None,
+                probe=probe if index == 0 and exact is None else None,
             )
             for index, (ctx, n_seq) in enumerate(contexts)
         ]
@@ -297,6 +311,12 @@ class LlamaModel:
         """Whether sequences share decodes and cached prefixes (the exactness probe, run by
         the first context's thread before it serves, passed); waits for the probe."""
         return self._verdict.wait()
+
+    @property
+    def exact_verdict(self) -> bool | None:
+        """The exactness probe's verdict once known (None while it runs): what a later load
+        of the same file with the same settings may be given instead of probing again."""
+        return self._verdict.known()
 
     @property
     def prefix_stats(self) -> PrefixStats:

@@ -94,6 +94,10 @@ class Verdict:
         self._known.wait()
         return self._exact
 
+    def known(self) -> bool | None:
+        """The answer if the probe has run (or it was given), else None; never waits."""
+        return self._exact if self._known.is_set() else None
+
 
 @dataclass
 class Job:

@@ -73,6 +73,10 @@ class WorkerEngine:
     def __init__(self, *, memory_limit: int | None = None, **options: Any) -> None:
         self.options = options
         self.memory_limit = memory_limit
+        # Exactness verdicts of earlier workers (verdict_key): a fresh worker for the same
+        # file and settings skips the load-time probe (seconds before a resumed task's
+        # first token after a crash, B17; and after every idle unload).
+        self.verdicts: dict[tuple[Any, ...], bool] = {}
 
     @property
     def parallel(self) -> int | None:
@@ -92,13 +96,39 @@ class WorkerEngine:
     async def load(
         self, path: Path, progress: ProgressSink | None = None, **kwargs: Any
     ) -> WorkerModel:
+        key = verdict_key(Path(path), kwargs.get("settings"), self.options)
+        if key is not None and key in self.verdicts:
+            kwargs = {**kwargs, "exact": self.verdicts[key]}
         model = await WorkerModel.start(Path(path), self.memory_limit)
+        if key is not None:
+            model.on_verdict = partial(self.verdicts.__setitem__, key)
         try:
             await model.load(self.options, kwargs, progress)
         except BaseException:
             await model.kill()  # a failed or cut-short load: its memory goes with it
             raise
         return model
+
+
+def verdict_key(
+    path: Path, settings: LoadSettings | None, options: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    """What an exactness verdict holds for: the file as it is now (a replaced file is probed
+    again), the settings that change numerics (KV type and with it flash attention, GPU
+    layers) and the engine's options (threads). None when the file cannot be read."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    settings = settings or LoadSettings()
+    return (
+        str(path),
+        stat.st_size,
+        stat.st_mtime_ns,
+        settings.kv_type,
+        settings.gpu_layers,
+        tuple(sorted((k, repr(v)) for k, v in options.items())),
+    )
 
 
 class WorkerModel:
@@ -122,6 +152,9 @@ class WorkerModel:
         self._progress: ProgressSink | None = None
         self._closing = False
         self.crash: EngineCrashed | None = None  # set when the process died unasked
+        # Told the worker's exactness verdict once its probe has run (WorkerEngine.verdicts).
+        self.on_verdict: Callable[[bool], None] | None = None
+        self.exact_verdict: bool | None = None  # as of the worker's last facts
         self._reading = asyncio.create_task(self._read(reader), name=f"engine-worker:{self.pid}")
 
     @classmethod
@@ -201,6 +234,9 @@ class WorkerModel:
         self.context_length = facts["context_length"]
         self.parallel = facts["parallel"]
         self._prefix = PrefixStats(**facts["prefix_stats"])
+        self.exact_verdict = facts.get("exact")
+        if self.exact_verdict is not None and self.on_verdict is not None:
+            self.on_verdict(bool(self.exact_verdict))
 
     def _embedded(self, gid: int, outcome: EmbeddingResult | BaseException) -> None:
         done = self._embeddings.pop(gid, None)

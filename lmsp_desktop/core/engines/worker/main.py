@@ -103,6 +103,7 @@ class Worker:
             "context_length": model.context_length,
             "parallel": model.parallel,
             "prefix_stats": asdict(model.prefix_stats),
+            "exact": model.exact_verdict,
         }
 
     async def generate(self, gid: int, fields: dict[str, Any]) -> None:
