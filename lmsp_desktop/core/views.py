@@ -138,6 +138,10 @@ class TaskRow:
     # bytes_per_s}, shown instead of tokens; None for responses and before the first bytes.
     kind: str = "response"
     progress: dict[str, Any] | None = None
+    # A resumed task's current run: when it resumed and the output tokens it had then; its
+    # speed is that run's own (the tokens since, over the time since). None otherwise.
+    resumed_at: float | None = None
+    resumed_tokens: int = 0
 
     @classmethod
     def of(cls, row: Any) -> TaskRow:
@@ -159,6 +163,7 @@ class TaskRow:
             spans_restart=bool(row["spans_restart"]),
             kind=row["kind"],
             progress=json.loads(row["progress"]) if row["progress"] else None,
+            **_resumed_run(row["resumed_run"]),
         )
 
     def duration(self, now: float | None = None) -> float | None:
@@ -182,14 +187,28 @@ class TaskRow:
         return left / speed if speed and left >= 0 else None
 
     def tokens_per_second(self, now: float | None = None) -> float | None:
-        """Output tokens per second of its run; None before any, and for output that spans a
-        restart (tokens from before it over a time that includes the downtime)."""
+        """Output tokens per second of its current run; None before any, and for output that
+        spans a restart without a run of its own since (ended by the recovery). A resumed
+        task's run counts the tokens since the resume over the time since (the tokens kept
+        from before it and the downtime would make a speed no run had)."""
+        if self.resumed_at is not None:
+            tokens = self.output_tokens - self.resumed_tokens
+            run = (self.finished_at or now or time.time()) - self.resumed_at
+            return tokens / run if tokens > 0 and run > 0 else None
         if self.spans_restart:
             return None
         spent = self.duration(now)
         if not spent or not self.output_tokens:
             return None
         return self.output_tokens / spent
+
+
+def _resumed_run(raw: str | None) -> dict[str, Any]:
+    """TaskRow's resumed_at and resumed_tokens from LISTED's resumed_run ('[at, tokens]')."""
+    if not raw:
+        return {}
+    at, tokens = json.loads(raw)
+    return {"resumed_at": float(at), "resumed_tokens": int(tokens)}
 
 
 class CoreListener(Protocol):

@@ -176,12 +176,13 @@ async def test_startup_recovers_every_leftover_and_the_dialog_lists_each_outcome
     assert not (data_dir / "service.json").exists()
 
 
-async def test_a_task_resumed_across_a_restart_shows_no_speed_but_why(
+async def test_a_task_resumed_across_a_restart_shows_the_speed_of_its_own_run(
     qtbot: Any, tmp_path: Path
 ) -> None:
     """Leftovers of a killed run; the real demo model finishes them after the restart. The
-    resumed task's tokens came from two runs with the downtime between: its Tok/s cell says
-    "—" and why, while a task that started over shows its speed."""
+    resumed task's Tok/s is that of the run after the resume (it said "—" while its tokens
+    grew): the tokens since, over the time since, and the tooltip says so; a task that
+    started over shows its speed; one ended by the recovery has none, and says why."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     leftovers = await leave_leftovers(data_dir)
@@ -208,8 +209,14 @@ async def test_a_task_resumed_across_a_restart_shows_no_speed_but_why(
 
         await until(lambda: finished_row(resumed) and finished_row(retried), what="rows")
         assert (await core.task(resumed))["output_tokens"] > 3  # it generated after the resume
-        assert tps_cell(resumed).data() == "—"
-        assert "across a restart" in tps_cell(resumed).data(Qt.ItemDataRole.ToolTipRole)
+        assert tps_cell(resumed).data() != "—", tps_cell(resumed).data(3)  # its run has a speed
+        run = rows.task(resumed)
+        assert run is not None and run.resumed_at is not None and run.finished_at is not None
+        since = run.output_tokens - 3  # the 3 tokens kept from the killed run are not counted
+        speed = float(tps_cell(resumed).data())
+        assert speed == pytest.approx(since / (run.finished_at - run.resumed_at), abs=0.06)
+        tip = tps_cell(resumed).data(Qt.ItemDataRole.ToolTipRole)
+        assert f"{since} tokens since" in tip and "the 3 from before it" in tip
         assert float(tps_cell(retried).data()) > 0  # started over: one run, a true speed
         assert tps_cell(retried).data(Qt.ItemDataRole.ToolTipRole) is None
         # Ended by the recovery with the tokens of the killed run: no speed either (it showed
@@ -217,4 +224,4 @@ async def test_a_task_resumed_across_a_restart_shows_no_speed_but_why(
         for ended in (failed, cancelled):
             assert (await core.task(ended))["output_tokens"] == 3
             assert tps_cell(ended).data() == "—"
-            assert "across a restart" in tps_cell(ended).data(Qt.ItemDataRole.ToolTipRole)
+            assert "Ended by the recovery" in tps_cell(ended).data(Qt.ItemDataRole.ToolTipRole)

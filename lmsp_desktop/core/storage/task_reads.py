@@ -48,6 +48,16 @@ SPANS_RESTART = """CASE
             ORDER BY e.seq DESC LIMIT 1), 0)
   ELSE 0 END"""
 
+# The run a resumed task is on (its last start was a resume): when it began and the output
+# tokens it began with, so the window shows that run's own speed ('[at, tokens]' or NULL).
+RESUMED_RUN = """CASE WHEN t.restarts > 0 THEN
+  (SELECT CASE WHEN e.type = 'response.resumed' THEN
+            json_array(e.created_at,
+                       IFNULL(json_extract(e.data, '$.response.usage.output_tokens'), 0)) END
+   FROM task_events e
+   WHERE e.task_id = t.id AND e.type IN ('response.in_progress', 'response.resumed')
+   ORDER BY e.seq DESC LIMIT 1) END"""
+
 # A task as lists show it (the task object of the API, a row of the window's table): the
 # client's name and the queue position; of the request only what the task object shows
 # (its dropped tools), not the whole prompt, nor the output text.
@@ -55,7 +65,7 @@ LISTED = f"""
 SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_restart, t.mode,
        t.kind, t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
        r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
-       {SPANS_RESTART} AS spans_restart,
+       {SPANS_RESTART} AS spans_restart, {RESUMED_RUN} AS resumed_run,
        CASE WHEN t.kind='download' THEN t.snapshot END AS progress,
        json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')),
                    'api', json_extract(r.request, '$.api'),

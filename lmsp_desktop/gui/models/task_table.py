@@ -160,10 +160,16 @@ class TaskTableModel(RowTableModel):
             return self._display(row, col)
         if col == COL_STATE and row.error:
             return f"{row.error.get('code')}: {row.error.get('message')}"
+        if col == COL_TPS and row.resumed_at is not None:
+            return (
+                f"The speed of the run resumed at {clock(row.resumed_at)} after a restart: "
+                f"{max(0, row.output_tokens - row.resumed_tokens)} tokens since, not counting "
+                f"the {row.resumed_tokens} from before it."
+            )
         if col == COL_TPS and row.spans_restart:
             return (
-                "Ran across a restart: its tokens and time include the downtime (a run resumed "
-                "after it, or ended by the recovery), so no speed is shown."
+                "Ended by the recovery after a restart: its tokens are from the run before it "
+                "and its time includes the downtime, so no speed is shown."
             )
         return None
 
