@@ -18,6 +18,7 @@ from lmsp_desktop.core.engines.base import EngineError
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.gui.data import STATE_FILTERS
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
+from lmsp_desktop.gui.models.task_table import COL_ID
 from tests.integration.gui_windows import client_token, open_app, post_background, slow_engine
 from tests.support.polling import until
 
@@ -211,3 +212,39 @@ async def test_clients_page_lines_tell_the_last_answer_and_let_go_of_expired_req
             types.SimpleNamespace(time=lambda: time.time() + later, monotonic=time.monotonic),
         )
         await until(lambda: not page.ignored_note.isVisibleTo(page), what="the note gone")
+
+
+async def test_a_narrow_window_lets_the_least_useful_task_columns_go_first(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """At 900 px On restart and Created step aside (the details header has both) and the Id
+    is cut in the middle before Duration (a download's time left) or the speed go; before,
+    Duration dropped first and the Id kept its whole width."""
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        tasks = window.tasks
+        token = await client_token(core, "a-client-with-a-long-name")
+        task_id = await post_background(core, token)
+        await until(lambda: tasks.model.row_of(task_id) is not None, what="its row")
+        header = tasks.table.horizontalHeader()
+
+        def shown() -> list[str]:
+            return [
+                tasks.model.headerData(c, Qt.Orientation.Horizontal)
+                for c in range(header.count())
+                if not header.isSectionHidden(c)
+            ]
+
+        window.resize(900, 600)
+        keep = ["Id", "Client", "Model", "State", "Duration", "Tokens", "Tok/s"]
+        await until(
+            lambda: shown() == keep and tasks.table.horizontalScrollBar().maximum() == 0,
+            what=lambda: f"{keep} at 900 px, shown: {shown()}",
+        )
+        window.resize(760, 600)  # narrower still: the Id is elided in the middle first
+        row = tasks.model.row_of(task_id)
+        assert row is not None
+        ids = tasks.table.sizeHintForColumn(COL_ID)
+        await until(
+            lambda: "Duration" in shown() and header.sectionSize(COL_ID) < ids,
+            what=lambda: f"the Id narrowed, Duration kept: {shown()}",
+        )

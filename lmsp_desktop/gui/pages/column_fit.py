@@ -9,7 +9,7 @@ from typing import cast
 
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QHeaderView, QTableView
+from PySide6.QtWidgets import QHeaderView, QStyledItemDelegate, QStyleOptionViewItem, QTableView
 
 Index = QModelIndex | QPersistentModelIndex
 DIGITS = str.maketrans("0123456789", "0000000000")  # UI fonts draw digits equally wide
@@ -22,9 +22,11 @@ class ColumnFitter(QObject):
     `stretch` columns share the room left over; each asks for its content width, kept
     between its (minimum, maximum) — a long folder path is then elided rather than pushing
     useful columns out. The other columns are exactly as wide as their content. When these
-    do not fit, columns are hidden in `drop_order` (first the least needed) until they do, and
-    come back when the table widens. Whatever is hidden stays reachable elsewhere (tooltips,
-    the details pane), so narrowing the window hides no information for good.
+    do not fit, the steps of `drop_order` are taken in turn (first the least needed) until
+    they do: a column number hides that column; a (column, minimum) pair narrows that column
+    down to its minimum, its cells elided (an id in the middle), before a more useful column
+    has to go. Columns come back when the table widens. Whatever is hidden or elided stays
+    reachable elsewhere (tooltips, the details pane), so narrowing hides nothing for good.
 
     Cost: this runs while a model streams (each flush changes a few rows), and the event
     loop is the service's too. Qt's own ResizeToContents (and `sizeHintForColumn`) measure
@@ -37,7 +39,7 @@ class ColumnFitter(QObject):
         self,
         table: QTableView,
         stretch: dict[int, tuple[int, int]],
-        drop_order: list[int],
+        drop_order: Sequence[int | tuple[int, int]],
     ) -> None:
         super().__init__(table)
         self.table = table
@@ -135,10 +137,15 @@ class ColumnFitter(QObject):
         for col, (least, most) in self.stretch.items():
             needed[col] = min(max(needed[col], least), most)
         hidden: set[int] = set()
-        for col in self.drop_order:
-            if sum(w for c, w in needed.items() if c not in hidden) <= room:
+        for step in self.drop_order:
+            excess = sum(w for c, w in needed.items() if c not in hidden) - room
+            if excess <= 0:
                 break
-            hidden.add(col)
+            if isinstance(step, tuple):  # narrowed (elided) only as far as needed
+                col, least = step
+                needed[col] = max(min(least, needed[col]), needed[col] - excess)
+            else:
+                hidden.add(step)
         for col in range(header.count()):
             if header.isSectionHidden(col) != (col in hidden):
                 header.setSectionHidden(col, col in hidden)
@@ -149,3 +156,12 @@ class ColumnFitter(QObject):
     def hidden_columns(self) -> list[int]:
         header = self.table.horizontalHeader()
         return [c for c in range(header.count()) if header.isSectionHidden(c)]
+
+
+class ElideMiddle(QStyledItemDelegate):
+    """Cells cut in the middle when narrowed: an id keeps its prefix and its last letters
+    (`resp_8f2a…91c0`), which tell it apart from the others."""
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: Index) -> None:
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideMiddle

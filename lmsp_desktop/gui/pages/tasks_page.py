@@ -29,8 +29,10 @@ from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.data import STATE_FILTERS
 from lmsp_desktop.gui.models.task_table import (
+    COL_CLIENT,
     COL_CREATED,
     COL_DURATION,
+    COL_ID,
     COL_MODEL,
     COL_ON_RESTART,
     COL_TOKENS,
@@ -38,7 +40,7 @@ from lmsp_desktop.gui.models.task_table import (
     DOWN_ARROW,
     TaskTableModel,
 )
-from lmsp_desktop.gui.pages.column_fit import ColumnFitter
+from lmsp_desktop.gui.pages.column_fit import ColumnFitter, ElideMiddle
 from lmsp_desktop.gui.pages.download_delegate import DownloadProgressDelegate
 from lmsp_desktop.gui.pages.task_details import TaskDetails
 
@@ -108,17 +110,28 @@ class TasksPage(QWidget):
         self.table.setWordWrap(False)
         self.table.setItemDelegateForColumn(COL_TOKENS, DownloadProgressDelegate(self.table))
         header = self.table.horizontalHeader()
-        # Newest first is creation order: the arrow sits on Created, where it means that
+        # Newest first is submission order, the Id's (ids sort as submitted): the arrow sits
+        # on Id, a column a narrow window keeps, where Created steps aside early
         # (▼: newest first; Qt calls that arrow AscendingOrder, see TaskTableModel.sort).
-        header.setSortIndicator(COL_CREATED, DOWN_ARROW)
-        # Columns fit their content and Model takes what is left; in a narrow window Duration,
-        # then On restart (both in the details header), then Created step aside.
+        header.setSortIndicator(COL_ID, DOWN_ARROW)
+        # Columns fit their content and Model takes what is left. In a narrow window the least
+        # useful go first: On restart and Created (both in the details header), then the Id is
+        # cut in the middle and the Client's name at its end (whole in their tooltips), and
+        # only then Duration (a download's time left) and the speed step aside.
         header.setMinimumSectionSize(40)
         letters = self.fontMetrics().averageCharWidth()
+        self.table.setItemDelegateForColumn(COL_ID, ElideMiddle(self.table))
         self.fitter = ColumnFitter(
             self.table,
             stretch={COL_MODEL: (letters * 12, letters * 32)},
-            drop_order=[COL_DURATION, COL_ON_RESTART, COL_CREATED, COL_TPS],
+            drop_order=[
+                COL_ON_RESTART,
+                COL_CREATED,
+                (COL_ID, letters * 10),
+                (COL_CLIENT, letters * 8),
+                COL_DURATION,
+                COL_TPS,
+            ],
         )
         self.table.setSortingEnabled(True)
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
