@@ -4,6 +4,7 @@ state filters and status messages keep up, and failures explain themselves. A re
 
 from __future__ import annotations
 
+import asyncio
 import time
 import types
 from pathlib import Path
@@ -11,15 +12,23 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QGuiApplication, QImage
+from PySide6.QtGui import QGuiApplication, QImage, QTextDocumentFragment
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from lmsp_desktop.core.engines.base import EngineError
 from lmsp_desktop.core.engines.fake import FakeEngine
+from lmsp_desktop.core.upstreams import engine as upstream_engine
 from lmsp_desktop.gui.data import STATE_FILTERS
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
 from lmsp_desktop.gui.models.task_table import COL_ID
-from tests.integration.gui_windows import client_token, open_app, post_background, slow_engine
+from tests.integration.gui_windows import (
+    MODEL,
+    client_token,
+    open_app,
+    post_background,
+    slow_engine,
+)
+from tests.support.fake_upstream import Behaviour, FakeUpstream
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
@@ -248,3 +257,50 @@ async def test_a_narrow_window_lets_the_least_useful_task_columns_go_first(
             lambda: "Duration" in shown() and header.sectionSize(COL_ID) < ids,
             what=lambda: f"the Id narrowed, Duration kept: {shown()}",
         )
+
+
+async def test_a_failed_upstream_tasks_header_keeps_two_lines_and_the_tabs_in_place(
+    qtbot: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upstream that answers 500 with a long reason: its task fails, and the details
+    header still takes two lines at 900 px (it wrapped to three and pushed the tabs down),
+    the reason on the second, whole in the tooltip."""
+    monkeypatch.setattr(upstream_engine, "BACKOFF_S", 0.01)  # its retries, quickly
+    reason = "CUDA out of memory while allocating the KV cache of every sequence " * 2
+    fake = FakeUpstream(
+        [Behaviour("error", status=500, message=reason)] * 10,
+        models=("qwen2.5-coder-7b-instruct-q4_k_m",),
+    )
+    url = await fake.start()
+    try:
+        async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+            window.resize(900, 600)
+            await core.add_upstream("lab-gpu-box", url, None, 2)
+            model = "lab-gpu-box/qwen2.5-coder-7b-instruct-q4_k_m"
+            await until(lambda: core.upstreams.engine_for(model), what="the upstream's model")
+            tasks, details = window.tasks, window.tasks.details
+            done = await post_background(core, await client_token(core), model=MODEL)
+            failed = await post_background(core, await client_token(core, "b"), model=model)
+            await until(lambda: tasks.model.row_of(done) is not None, what="the local task")
+            tasks.table.selectRow(tasks.model.row_of(done))
+            await until(lambda: details.task_id == done and "·" in details.header.text())
+            tabs_at = details.tabs.mapTo(window, QPoint(0, 0)).y()
+            await until(
+                lambda: (tasks.model.task(failed) or types.SimpleNamespace(state="")).state
+                == "failed",
+                what="the upstream task failed",
+            )
+            tasks.table.selectRow(tasks.model.row_of(failed))
+            await until(lambda: details.state == "failed", what="its details")
+            for _ in range(5):  # relaid out
+                await asyncio.sleep(0.05)
+            header = details.header.text()
+            assert header.count("<br>") == 1 and "HTTP 500" in header.split("<br>")[1], header
+            assert reason.strip() in details.header.toolTip()
+            assert details.tabs.mapTo(window, QPoint(0, 0)).y() == tabs_at
+            metrics = details.header.fontMetrics()
+            for line in header.split("<br>"):
+                plain = QTextDocumentFragment.fromHtml(line).toPlainText()
+                assert metrics.horizontalAdvance(plain) <= details.header.width() * 1.1, plain
+    finally:
+        await fake.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import STATE_COLOURS, human_duration, state_word
 from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
+from lmsp_desktop.gui.pages.details_header import DetailsHeader, Fact
 
 CURSOR = "▌"
 NOTHING_SELECTED = "The selected task's output appears here."
@@ -66,11 +66,6 @@ def empty_output_reason(row: Any) -> str:
     if state == TaskState.LOADING:
         return "Loading the model; the output appears here as the model writes it."
     return "No output yet."  # shown after the text while the model is still generating
-
-
-def keep_together(phrase: str) -> str:
-    """A phrase of the header that wraps as a whole, never as "on" / "restart: fail"."""
-    return phrase.replace(" ", "\u00a0")
 
 
 def output_shown(row: Any) -> str:
@@ -184,11 +179,9 @@ class TaskDetails(QWidget):
         self.task_id: str | None = None
         self.state: str | None = None
         self._output = ""
-        self.header = QLabel("Select a task to see its output and events.")
-        self.header.setWordWrap(True)
         # Two lines always (a failure's reason takes the second): the tabs below stay put
         # from one selected task to the next.
-        self.header.setMinimumHeight(self.header.fontMetrics().lineSpacing() * 2 + 4)
+        self.header = DetailsHeader("Select a task to see its output and events.")
         self.copy_button = QPushButton("Copy id")
         self.copy_button.clicked.connect(self.copy_id)
         self.cancel_button = QPushButton("Cancel")
@@ -260,11 +253,11 @@ class TaskDetails(QWidget):
         self._at_bottom = True
         self._set_buttons()
         if task_id is None:
-            self.header.setText("Select a task to see its output and events.")
+            self.header.show_plain("Select a task to see its output and events.")
             self._set_placeholder(NOTHING_SELECTED)
         else:
             self._set_placeholder("")  # never another task's reason, even for a moment
-            self.header.setText(f"<b>{task_id}</b> …")
+            self.header.show_plain(f"<b>{task_id}</b> …")
         return aio.spawn(self._load(task_id), self)
 
     async def show_task(self, task_id: str | None) -> None:
@@ -306,30 +299,28 @@ class TaskDetails(QWidget):
             aio.spawn(self.refresh(), self)
 
     def _show_header(self, row: Any) -> None:
-        colour = STATE_COLOURS.get(row["state"], "#8c8c8c")
         error = json.loads(row["error"]) if row["error"] else None
-        parts = [
-            f"<b>{row['id']}</b>",
-            row["model"],
-            f"<span style='color:{colour}'>●</span> {state_word(row['state'])}",
-            keep_together(f"on restart: {row['on_restart']}"),
+        state = state_word(row["state"])
+        if error:
+            state += f" ({error['code']})"
+        facts = [
+            Fact(row["id"], bold=True),
+            Fact(row["model"]),
+            Fact(state, colour=STATE_COLOURS.get(row["state"], "#8c8c8c")),
         ]
+        optional = [Fact(f"on restart: {row['on_restart']}")]
         if row["started_at"] is not None:  # the table's Duration steps aside in a narrow window
             end = row["finished_at"] or time.time()
-            parts.append(keep_together(f"ran {human_duration(end - row['started_at'])}"))
+            optional.append(Fact(f"ran {human_duration(end - row['started_at'])}"))
         if row["restarts"]:
-            parts.append(f"restarted {row['restarts']}×")
-        if error:
-            parts[2] += f" ({html.escape(str(error['code']))})"
-        text = " · ".join(parts)
-        if error:  # the reason in words on a line of its own, not only in a tooltip
-            text += f"<br>{html.escape(str(error.get('message') or ''))}"
-        self.header.setToolTip(f"{error['code']}: {error['message']}" if error else "")
+            optional.append(Fact(f"restarted {row['restarts']}×"))
+        # The reason in words on a line of its own, not only in a tooltip.
+        second = str(error.get("message") or "") if error else ""
         dropped = json.loads(row["request"]).get("dropped_tools") or []
-        if dropped:
-            names = ", ".join(html.escape(name) for name in dropped)
-            text += f"<br>Tools not offered to the model (this service cannot run them): {names}"
-        self.header.setText(text)
+        if dropped and not second:
+            names = ", ".join(dropped)
+            second = f"Tools not offered to the model (this service cannot run them): {names}"
+        self.header.show_facts(facts, optional, second)
 
     def _set_placeholder(self, text: str) -> None:
         """Why the Output tab is empty. Qt does not repaint a changed placeholder by itself:

@@ -1,0 +1,101 @@
+"""The details pane's header: a task's facts in exactly two lines, whatever its width, so the
+tabs below never move from one task to the next (a failed upstream task's long model name and
+reason wrapped to three lines and pushed them down)."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
+from PySide6.QtWidgets import QLabel, QWidget
+
+SEP = " · "
+
+
+@dataclass(frozen=True)
+class Fact:
+    text: str  # plain text
+    colour: str | None = None  # a coloured dot before it (the state)
+    bold: bool = False
+
+
+class DetailsHeader(QLabel):
+    """Line one: the facts that name the task (id, model, state), then the optional ones
+    (on restart, time run, restarts) while they fit. Line two: the reason it failed (or the
+    tools not offered), cut at its end; without one, the optional facts that did not fit.
+    What is cut or left out is in the tooltip, whole."""
+
+    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setWordWrap(False)
+        self.setFixedHeight(self.fontMetrics().lineSpacing() * 2 + 4)
+        self._facts: list[Fact] = []
+        self._optional: list[Fact] = []
+        self._second = ""
+
+    def show_facts(self, facts: list[Fact], optional: list[Fact], second: str = "") -> None:
+        self._facts, self._optional, self._second = facts, optional, second
+        whole = SEP.join(f.text for f in [*facts, *optional])
+        self.setToolTip(f"{whole}\n{second}" if second else whole)
+        self._lay_out()
+
+    def show_plain(self, text: str) -> None:
+        """A header that is not a task's (nothing selected, loading)."""
+        self._facts, self._optional, self._second = [], [], ""
+        self.setToolTip("")
+        self.setText(text)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._facts and event.size().width() != event.oldSize().width():
+            self._lay_out()
+
+    def _lay_out(self) -> None:
+        room = self.contentsRect().width() - 2
+        if room <= 40:  # not laid out yet: the resize that follows fits it
+            room = 1 << 20
+        facts = list(self._facts)
+        line = [*facts]
+        rest = list(self._optional)
+        while rest and self._width([*line, rest[0]]) <= room:
+            line.append(rest.pop(0))
+        if self._width(line) > room and len(facts) > 1:  # the model's name gives way
+            model = facts[1]
+            over = self._width(line) - room
+            kept = self.fontMetrics().horizontalAdvance(model.text) - over
+            short = self.fontMetrics().elidedText(
+                model.text, Qt.TextElideMode.ElideMiddle, max(kept, 40)
+            )
+            line[1] = Fact(short, model.colour, model.bold)
+        text = SEP.join(self._html(f) for f in line)
+        if self._second:
+            elided = self.fontMetrics().elidedText(self._second, Qt.TextElideMode.ElideRight, room)
+            text += "<br>" + html.escape(elided)
+        elif rest:  # short facts: whatever is left of them fits the line
+            text += "<br>" + SEP.join(self._html(f) for f in rest)
+        self.setText(text)
+
+    def _width(self, facts: list[Fact]) -> int:
+        metrics, bold = self.fontMetrics(), QFontMetrics(self._bold())
+        dot = metrics.horizontalAdvance("● ")
+        return metrics.horizontalAdvance(SEP) * (len(facts) - 1) + sum(
+            (bold if f.bold else metrics).horizontalAdvance(f.text) + (dot if f.colour else 0)
+            for f in facts
+        )
+
+    def _bold(self) -> QFont:
+        font = QFont(self.font())
+        font.setBold(True)
+        return font
+
+    @staticmethod
+    def _html(fact: Fact) -> str:
+        text = html.escape(fact.text).replace(" ", "\u00a0")  # a fact never breaks inside
+        if fact.bold:
+            text = f"<b>{text}</b>"
+        if fact.colour:
+            text = f"<span style='color:{fact.colour}'>●</span> {text}"
+        return text
