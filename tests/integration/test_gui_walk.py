@@ -286,8 +286,9 @@ async def test_a_failed_upstream_tasks_header_keeps_two_lines_and_the_tabs_in_pl
             await until(lambda: details.task_id == done and "·" in details.header.text())
             tabs_at = details.tabs.mapTo(window, QPoint(0, 0)).y()
             await until(
-                lambda: (tasks.model.task(failed) or types.SimpleNamespace(state="")).state
-                == "failed",
+                lambda: (
+                    (tasks.model.task(failed) or types.SimpleNamespace(state="")).state == "failed"
+                ),
                 what="the upstream task failed",
             )
             tasks.table.selectRow(tasks.model.row_of(failed))
