@@ -305,3 +305,34 @@ async def test_a_failed_upstream_tasks_header_keeps_two_lines_and_the_tabs_in_pl
                 assert metrics.horizontalAdvance(plain) <= details.header.width() * 1.1, plain
     finally:
         await fake.stop()
+
+
+async def test_output_of_a_run_started_over_stays_on_screen_and_says_so(
+    qtbot: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Policy `retry`: the upstream cuts the stream after some words, the task starts over,
+    and the new run fails (500). The words already shown stay in the Output tab, marked as
+    the discarded run's, with why the task ended (they vanished when it started over)."""
+    monkeypatch.setattr(upstream_engine, "BACKOFF_S", 0.01)
+    words = ["Once", " upon", " a", " time"]
+    fake = FakeUpstream(
+        [Behaviour("cut", words=words), *[Behaviour("error", status=500)] * 10], models=("m1",)
+    )
+    url = await fake.start()
+    try:
+        async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+            await core.add_upstream("gpu", url, None, 2)
+            await until(lambda: core.upstreams.engine_for("gpu/m1"), what="the upstream model")
+            tasks, details = window.tasks, window.tasks.details
+            token = await client_token(core)
+            task_id = await post_background(core, token, model="gpu/m1", on_restart="retry")
+            await until(lambda: tasks.model.row_of(task_id) is not None, what="its row")
+            tasks.table.selectRow(tasks.model.row_of(task_id))
+            await until(lambda: details.state == "failed", what="the task failed")
+            shown = details.output.toPlainText()
+            assert "Once upon a time" in shown, shown
+            assert "Started over 1×" in shown and "discarded" in shown
+            assert "HTTP 500" in shown and "[This run]" in shown
+            assert (await core.task(task_id))["output_text"] == ""  # the answer has none
+    finally:
+        await fake.stop()
