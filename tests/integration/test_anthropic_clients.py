@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anthropic
+import jsonschema
 import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
@@ -310,33 +311,44 @@ CLAUDE_CODE = Path(__file__).with_name("claude-code-request.json")
 
 
 def test_claude_codes_request_replayed(served: Served) -> None:
-    """The body Claude Code 2.1.197 posted for `claude -p "say hi"` (captured against serve;
-    trimmed to about 1,000 tokens, for a quick prefill on the demo: system texts cut to 600
-    characters, 2 of its 24 tools (Bash, Read) with 200-character descriptions), with its
-    headers and `?beta=true`:
-    answered as a stream, its unused fields noted. (The whole body, 20,053 tokens, got a
-    clear 400 context_length_exceeded from the demo when Claude Code itself sent it.)"""
+    """The body Claude Code 2.1.328 posted for `claude -p "say hi"` (captured against serve),
+    trimmed for a quick prefill on the demo model (about 2,500 tokens of its 12,279: system
+    texts cut to 600 characters, tool descriptions to 200, no descriptions inside the input
+    schemas), with its shape kept: three system blocks with cache_control, a system turn
+    after the user's, all 12 tools with their input schemas (Workflow's `maxLength: 524288`
+    crashed the engine while its grammar was written out), thinking, metadata,
+    context_management, output_config, its headers and `?beta=true`. Sent through the
+    anthropic SDK's beta stream, as Claude Code sends it: the events make a message the SDK
+    accepts, and a tool call names one of the tools with input that follows its schema."""
     captured = json.loads(CLAUDE_CODE.read_text())
-    body = captured["body"]
-    headers = {**captured["headers"], "Content-Type": "application/json"}
-    url = urlsplit(served.url)
-    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=600)
-    try:
-        conn.request(
-            "POST",
-            captured["path"],
-            json.dumps({**body, "max_tokens": 16, "temperature": 0}),
-            {**headers, "Authorization": f"Bearer {served.token}"},
-        )
-        answer = conn.getresponse()
-        raw = answer.read().decode()
-    finally:
-        conn.close()
-    assert answer.status == 200, raw
-    kinds = [line[7:] for line in raw.splitlines() if line.startswith("event: ")]
+    assert captured["path"] == "/v1/messages?beta=true"  # what the beta client posts to
+    body = dict(captured["body"])
+    assert body.pop("stream") is True
+    headers = {k: v for k, v in captured["headers"].items() if k != "anthropic-beta"}
+    betas = captured["headers"]["anthropic-beta"].split(",")
+    extra = {k: body.pop(k) for k in ("context_management", "output_config")}
+    client = anthropic.Anthropic(
+        base_url=served.url,
+        auth_token=served.token,
+        default_headers=headers,
+        max_retries=0,
+        timeout=600,
+    )
+    with client.beta.messages.stream(
+        **{**body, "max_tokens": 48}, betas=betas, extra_body={**extra, "temperature": 0}
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    client.close()
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
-    start = json.loads(raw.split("data: ", 1)[1].split("\n", 1)[0])
-    task = task_of(served, start["message"]["id"])
+    assert final.stop_reason in ("end_turn", "max_tokens", "tool_use") and final.content
+    schemas = {tool["name"]: tool["input_schema"] for tool in body["tools"]}
+    for block in final.content:
+        if block.type == "tool_use":
+            jsonschema.validate(block.input, schemas[block.name])
+        else:
+            assert block.type == "text" and block.text
+    task = task_of(served, final.id)
     assert task["state"] in ("completed", "incomplete") and task["api"] == "anthropic.messages"
     assert any("context_management" in n for n in task["notes"])
     assert any("output_config" in n for n in task["notes"])

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from lmsp_desktop.core.api.anthropic.request import parse_messages_request
 from lmsp_desktop.core.engines.base import EngineError, GenerationRequest
 from lmsp_desktop.core.engines.grammar import GrammarConstraint
 from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel
 from lmsp_desktop.core.models.demo import demo_model_path
+from lmsp_desktop.core.tools.grammars import output_grammar
 from lmsp_desktop.core.tools.schema import schema_grammar
 from tests.integration.test_llama_engine import THREADS, Collector
 
@@ -285,3 +287,31 @@ def native_tokens(model: LlamaModel, text: str) -> list[int]:
     from lmsp_desktop.core.engines import llama_native
 
     return llama_native.tokenize(model._vocab, text, add_bos=False)
+
+
+CLAUDE_CODE = Path(__file__).with_name("claude-code-request.json")
+
+
+def test_claude_codes_tools_make_a_grammar_llama_cpp_takes(model: LlamaModel) -> None:
+    """Claude Code's 12 tools under `auto`: its Workflow tool's `maxLength: 524288`, written
+    out by the Python converter as nested optionals, made a 5.8 MB grammar on which llama.cpp
+    died with SIGSEGV (the engine process, twice, then the model was held unloaded). The
+    length is now left out of the grammar, and said so; lengths up to 2000 are written as
+    GBNF repetitions, which llama.cpp takes."""
+    request = parse_messages_request(json.loads(CLAUDE_CODE.read_text())["body"], "fail")
+    assert request["schema_notes"] == ["tools[9].parameters.properties.script.maxLength"]
+    grammar = output_grammar(request)
+    assert grammar is not None
+    constraint = GrammarConstraint(model._vocab, model._n_vocab, grammar)
+    assert constraint.allows(model.tokenize_prompt("Hi")[-1])  # free text, under `auto`
+    constraint.close()
+    bounded = schema_grammar(
+        {
+            "type": "object",
+            "properties": {
+                "text": {"type": "string", "maxLength": 2000},
+                "rows": {"type": "array", "items": {"type": "integer"}, "maxItems": 2000},
+            },
+        }
+    )
+    GrammarConstraint(model._vocab, model._n_vocab, bounded).close()  # parsed: no EngineError

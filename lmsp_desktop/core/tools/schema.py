@@ -36,6 +36,17 @@ ANNOTATIONS = frozenset(
 # String formats the converter has rules for (others would accept any string).
 FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4"})
 TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
+# llama.cpp's grammar parser repeats an item at most this many times (MAX_REPETITION_THRESHOLD
+# in llama-grammar.cpp; a larger maximum it quietly treats as unbounded, a larger minimum it
+# refuses). A longer minLength / maxLength / minItems / maxItems, or a pattern quantifier
+# past it, is a keyword the grammar cannot enforce. (Claude Code's Workflow tool has
+# `maxLength: 524288`: written out, that grammar crashed the engine.)
+MAX_REPETITION = 2000
+# A pattern's {m,n} the Python converter writes out as nested optionals, which llama.cpp
+# refuses from about 1,100 deep (measured: `^[a-z]{0,1000}$` parses, `{0,1100}` does not).
+MAX_PATTERN_REPETITION = 1000
+LENGTHS = ("minLength", "maxLength", "minItems", "maxItems")
+_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 # Keywords whose value is a schema, a list of schemas, or a map of names to schemas.
 _SCHEMA = ("items", "additionalProperties")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -114,6 +125,10 @@ def _enforceable(schema: Any, path: str, notes: list[str] | None) -> Any:
             isinstance(value, str) and value.startswith("^") and value.endswith("$")
         ):
             unsupported("pattern", where, "a pattern must be anchored with ^ and $")
+        elif key == "pattern" and _longest_quantifier(value) > MAX_PATTERN_REPETITION:
+            unsupported("pattern", where, f"a quantifier past {{{MAX_PATTERN_REPETITION}}}")
+        elif key in LENGTHS and _whole(value) and value > MAX_REPETITION:
+            unsupported(key, where, f"llama.cpp's grammar holds lengths up to {MAX_REPETITION}")
         elif key == "$ref" and not (isinstance(value, str) and value.startswith("#/")):
             unsupported("$ref", where, "only local references (#/...) are followed")
         elif key in _SCHEMA and not isinstance(value, bool):
@@ -142,6 +157,46 @@ def _enforceable(schema: Any, path: str, notes: list[str] | None) -> Any:
             out[key] = value
     _check_bounds(out, path, unsupported)
     return out
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _longest_quantifier(pattern: str) -> int:
+    """The largest count in the pattern's {m}, {m,} and {m,n} quantifiers (0 without)."""
+    counts = [int(n) for found in _QUANTIFIER.findall(pattern) for n in found if n]
+    return max(counts, default=0)
+
+
+def _repeat(item: str, low: int, high: int | None) -> str:
+    """`item` from `low` to `high` (None: any number of) times, in GBNF's own `{m,n}`, which
+    llama.cpp turns into rules itself. (The Python converter writes `(x (x (x)?)?)?` instead:
+    llama.cpp refuses that nesting past about 1,000 and crashed on 524,288.)"""
+    return f"{item}{{{low},{'' if high is None else high}}}"
+
+
+def _string_rule(schema: dict[str, Any], char: str) -> str:
+    """A string of minLength to maxLength characters."""
+    low, high = schema.get("minLength", 0), schema.get("maxLength")
+    chars = _repeat(char, low, high) + " " if high != 0 else ""
+    return f'"\\"" {chars}"\\"" space'
+
+
+def _array_rule(schema: dict[str, Any], item: str) -> str:
+    """An array of minItems to maxItems items, comma-separated."""
+    low, high = schema.get("minItems", 0), schema.get("maxItems")
+    if high == 0:
+        return '"[" space "]" space'
+    rest = (
+        ""
+        if high == 1
+        else " " + _repeat(f'("," space {item})', max(low - 1, 0), high and high - 1)
+    )
+    full = f'"[" space {item}{rest} "]" space'
+    # Not `(items)?`: llama.cpp counts the rules a repetition copies, and would refuse a
+    # `?` over the `{0,1999}` inside it.
+    return f'"[" space "]" space | {full}' if low == 0 else full
 
 
 def _check_bounds(schema: dict[str, Any], path: str, unsupported: Any) -> None:
@@ -184,6 +239,21 @@ def _converter_class() -> Any:
                 return str(self._add_rule(rule_name, f"({body}) space"))
             if kinds == "number" and bounded:
                 return str(self._add_rule(rule_name, f"({number_range(schema)}) space"))
+            if (
+                kinds == "string"
+                and any(k in schema for k in LENGTHS[:2])
+                and not ({"pattern", "format"} & set(schema))
+            ):
+                char = self._add_primitive("char", module.PRIMITIVE_RULES["char"])
+                return str(self._add_rule(rule_name, _string_rule(schema, char)))
+            items = schema.get("items")
+            if (
+                kinds == "array"
+                and isinstance(items, dict)
+                and any(k in schema for k in LENGTHS[2:])
+            ):
+                item = self.visit(items, f"{name}{'-' if name else ''}item")
+                return str(self._add_rule(rule_name, _array_rule(schema, item)))
             if not any(key not in ANNOTATIONS for key in schema):
                 # {} accepts any value (the base class would ask for an object).
                 value = self._add_primitive("value", module.PRIMITIVE_RULES["value"])

@@ -18,6 +18,10 @@ from lmsp_desktop.core.tools.schema import UnsupportedSchema, check, enforceable
         ({"not": {"type": "null"}}, "s.not"),
         ({"$ref": "https://example.com/x.json"}, "s.$ref"),
         ({"anyOf": [{"type": "string"}, {"if": {}}]}, "s.anyOf[1].if"),
+        # Longer than llama.cpp's grammar repeats (Claude Code's Workflow tool: 524288).
+        ({"type": "string", "maxLength": 524288}, "s.maxLength"),
+        ({"type": "array", "items": {"type": "string"}, "minItems": 2001}, "s.minItems"),
+        ({"type": "string", "pattern": "^[a-z]{0,5000}$"}, "s.pattern"),
     ],
 )
 def test_unenforceable_keywords_are_named(schema: dict[str, object], param: str) -> None:
@@ -79,3 +83,35 @@ def test_a_loose_schema_loses_only_what_the_grammar_cannot_enforce() -> None:
 def test_an_empty_schema_accepts_any_value() -> None:
     grammar = schema_grammar({"type": "object", "properties": {"x": {}}, "required": ["x"]})
     assert "\ns-x ::= s-value\n" in grammar
+
+
+def test_a_long_max_length_is_dropped_from_a_loose_schema() -> None:
+    schema = {"type": "object", "properties": {"script": {"type": "string", "maxLength": 524288}}}
+    kept, notes = enforceable(schema, "p")
+    assert notes == ["p.properties.script.maxLength"]
+    assert kept["properties"]["script"] == {"type": "string"}
+
+
+def test_lengths_are_written_as_gbnf_repetitions() -> None:
+    """`{m,n}` for llama.cpp to expand, not the Python converter's nested optionals (which
+    llama.cpp refuses past about 1,000); up to 2000 items or characters."""
+    grammar = schema_grammar(
+        {
+            "type": "object",
+            "properties": {
+                "s": {"type": "string", "minLength": 1, "maxLength": 2000},
+                "a": {"type": "array", "items": {"type": "integer"}, "maxItems": 2000},
+                "b": {"type": "array", "items": {"type": "integer"}, "minItems": 3},
+                "e": {"type": "string", "maxLength": 0},
+            },
+        }
+    )
+    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines())
+    assert rules["s-s"] == '"\\"" s-char{1,2000} "\\"" s-space'
+    assert rules["s-a"] == (
+        '"[" s-space "]" s-space | "[" s-space s-integer ("," s-space s-integer){0,1999} "]" '
+        "s-space"
+    )
+    assert rules["s-b"] == '"[" s-space s-integer ("," s-space s-integer){2,} "]" s-space'
+    assert rules["s-e"] == '"\\"" "\\"" s-space'
+    assert "(s-char (s-char" not in grammar
