@@ -94,14 +94,16 @@ def state_word(state: str, queue_position: int | None = None) -> str:
 
 
 def human_size(n: int | float | None) -> str:
+    """Sizes in binary units named as such (MiB, GiB), the units of the memory estimates:
+    one system everywhere in the window (it mixed "98.0 MB" files with "180 MiB" caches)."""
     if n is None:
         return "—"
     size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return f"{size:.1f} TB"
+    return f"{size:.1f} TiB"
 
 
 def human_duration(seconds: float | None) -> str:

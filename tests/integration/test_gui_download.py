@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
 
 from lmsp_desktop.gui.models.task_table import COL_DURATION, COL_STATE, COL_TOKENS, COL_TPS, Role
 from tests.integration.gui_windows import open_app, slow_engine
@@ -67,11 +68,16 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
         assert not any("mmproj" in label for label in labels)  # projectors are not models
         q8 = labels.index("tiny-Q8_0.gguf")
         assert dialog.files.item(q8, 1).text() == "Q8_0"
-        assert dialog.files.item(q8, 2).text() == "3.0 MB"
+        assert dialog.files.item(q8, 2).text() == "3.0 MiB"
         dialog.files.selectRow(q8)
         assert dialog.download_button.isEnabled()
         # Its bytes are no GGUF header (test data): the estimate says it does not know.
-        await until(lambda: dialog.files.item(q8, 3).text() == "unknown", what=fit)
+        await until(lambda: dialog.files.item(q8, 3).text().startswith("unknown"), what=fit)
+        # Why, in words on the dialog (it was only in a tooltip), about the file selected:
+        await until(lambda: "could not be read" in dialog.status.text(), what=dialog.status.text)
+        assert "tiny-Q8_0.gguf (3.0 MiB)" in dialog.status.text()
+        repo_text = dialog.repos.item(0).text()  # the repo pane shows its line whole
+        assert dialog.repos.viewport().width() >= dialog.fontMetrics().horizontalAdvance(repo_text)
         started: list[str] = []
         dialog.started.connect(started.append)
         dialog.download_button.click()
@@ -89,9 +95,21 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
 
         await until(lambda: (cell(COL_TOKENS, Role.PROGRESS) or 0) > 0.05, what="progress")
         assert cell(COL_STATE) == "running"
-        assert cell(COL_TOKENS).endswith("/ 3.0 MB")  # bytes so far of the whole
-        await until(lambda: str(cell(COL_TPS)).endswith("KB/s"), what=lambda: cell(COL_TPS))
+        assert cell(COL_TOKENS).endswith("/ 3.0 MiB")  # bytes so far of the whole
+        await until(lambda: str(cell(COL_TPS)).endswith("KiB/s"), what=lambda: cell(COL_TPS))
         assert str(cell(COL_DURATION)).endswith("left")  # its time left at this speed
+        # At 900 px the time left stays in view, and the headers over the bytes and the speed
+        # fit a download too (its bytes sat under "Tokens", its speed under "Tok/s").
+        window.resize(900, 600)
+        header = tasks.table.horizontalHeader()
+        await until(
+            lambda: tasks.fitter.hidden_columns() and not header.isSectionHidden(COL_DURATION),
+            what=lambda: f"Duration shown at 900 px; hidden: {tasks.fitter.hidden_columns()}",
+        )
+        titles = [
+            tasks.model.headerData(c, Qt.Orientation.Horizontal) for c in (COL_TOKENS, COL_TPS)
+        ]
+        assert titles == ["Output", "Speed"]
 
         tasks.table.selectRow(tasks.model.row_of(task_id))
         await until(lambda: tasks.cancel_button.isEnabled(), what="Cancel enabled")

@@ -197,7 +197,7 @@ async def test_sidebar_shows_service_counts_loaded_models_and_recent_tasks(
         other = await post_background(core, token)
         await until(lambda: "2 running" in side.counts.text(), what=side.counts.text)
         await until(lambda: MODEL in side.loaded.text(), what="the loaded model")
-        assert "MB" in side.loaded.text()
+        assert "MiB" in side.loaded.text()
         # Each line whole in the sidebar, also the longest countdown; the name never wraps.
         side.set_loaded([(MODEL, 98_000_000, "unloads in 59 min")])
         metrics = side.loaded.fontMetrics()

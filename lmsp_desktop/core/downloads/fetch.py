@@ -320,7 +320,7 @@ def _check_space(folder: Path, needed: int) -> None:
 
 
 def disk_full(folder: Path, needed: int | None = None) -> LmspError:
-    more = f" It needs {needed / 1e9:.2f} GB more." if needed else ""
+    more = f" It needs {needed / (1 << 30):.2f} GiB more." if needed else ""
     return LmspError(
         f"The disk holding the Hugging Face cache ({folder}) is full.{more} Free some space "
         "(or point HF_HUB_CACHE at a larger disk) and pull again.",

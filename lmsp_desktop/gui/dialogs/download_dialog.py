@@ -52,12 +52,16 @@ class DownloadDialog(QDialog):
         self.choices: list[GgufChoice] = []
         self.repo = ""
         self.estimating: set[tuple[str, str]] = set()  # (repo, file) asked of the core
+        # What each file's estimate said, for the status line of the file selected.
+        self.fit_notes: dict[tuple[str, str], str] = {}
         self.query = QLineEdit()
         self.query.setPlaceholderText("Search the hub, e.g. qwen2.5 7b instruct, or owner/repo")
         self.query.returnPressed.connect(lambda: aio.spawn(self.search(), self))
         self.search_button = QPushButton("Search")
         self.search_button.clicked.connect(lambda: aio.spawn(self.search(), self))
         self.repos = QListWidget()
+        # Repo ids are long ("bartowski/Qwen2.5-Coder-7B-Instruct-GGUF"): the list gets room.
+        self.repos.setMinimumWidth(self.fontMetrics().averageCharWidth() * 34)
         self.repos.currentItemChanged.connect(self._repo_picked)
         self.files = QTableWidget(0, len(FILE_COLUMNS))
         self.files.setHorizontalHeaderLabels(FILE_COLUMNS)
@@ -93,7 +97,9 @@ class DownloadDialog(QDialog):
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.repos)
         split.addWidget(self.files)
-        split.setStretchFactor(1, 2)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
+        split.setSizes([340, 480])
         layout = QVBoxLayout(self)
         layout.addLayout(search_row)
         layout.addWidget(split, 1)
@@ -121,6 +127,7 @@ class DownloadDialog(QDialog):
         self.repos.clear()
         for repo in found:
             item = QListWidgetItem(f"{repo['id']}  ·  {repo.get('downloads') or 0} downloads")
+            item.setToolTip(item.text())
             item.setData(Qt.ItemDataRole.UserRole, repo["id"])
             self.repos.addItem(item)
         if "/" in text and text not in {r["id"] for r in found}:
@@ -224,6 +231,17 @@ class DownloadDialog(QDialog):
         if choice is not None and (self.repo, choice.name) not in self.estimating:
             self.estimating.add((self.repo, choice.name))
             aio.spawn(self.estimate(self.repo, choice), self)
+        if choice is not None:
+            self._describe(choice)
+
+    def _describe(self, choice: GgufChoice) -> None:
+        """The status line speaks of the file selected now (it kept the last repo's listing
+        or an earlier download's line), with what its estimate said."""
+        note = self.fit_notes.get((self.repo, choice.name), "checking what it needs…")
+        self.status.setText(
+            f"{choice.label()} ({human_size(choice.size)}): {note} Download fetches it into "
+            "the Hugging Face cache, shared with other tools."
+        )
 
     async def estimate(self, repo: str, choice: GgufChoice) -> None:
         """Fill the file's "On this machine" cell: the memory plan from its header on the
@@ -239,12 +257,17 @@ class DownloadDialog(QDialog):
         if cell is None:
             return
         if plan is None:
-            cell.setText("unknown")
-            cell.setToolTip("Its header could not be read from the hub, so no estimate.")
-            return
-        cell.setText(
-            f"{FIT_WORDS[plan.fit]} · {human_size(plan.estimate.total)} "
-            f"at {plan.context_length:,} tokens"
-        )
-        cell.setForeground(QColor(FIT_COLORS[plan.fit]))
-        cell.setToolTip(plan.reason or "Fits the memory free now, with the default settings.")
+            note = "no memory estimate: its GGUF header could not be read from the hub."
+            cell.setText("unknown: header unreadable")
+            cell.setToolTip(note)
+        else:
+            cell.setText(
+                f"{FIT_WORDS[plan.fit]} · {human_size(plan.estimate.total)} "
+                f"at {plan.context_length:,} tokens"
+            )
+            cell.setForeground(QColor(FIT_COLORS[plan.fit]))
+            note = plan.reason or "fits the memory free now, with the default settings."
+            cell.setToolTip(note)
+        self.fit_notes[(repo, choice.name)] = note[:1].lower() + note[1:]
+        if self.selected_choice() == choice:
+            self._describe(choice)

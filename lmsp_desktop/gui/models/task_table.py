@@ -41,8 +41,8 @@ HEADERS = [
     "On restart",
     "Created",
     "Duration",
-    "Tokens",
-    "Tok/s",
+    "Output",
+    "Speed",
 ]
 SORT_KEYS = {
     COL_ID: "id",
@@ -72,8 +72,9 @@ class TaskTableModel(RowTableModel):
     headers = HEADERS
     header_tips: ClassVar[dict[int, str]] = {
         COL_ON_RESTART: "What happens to the task if the service restarts before it ends",
-        COL_TOKENS: "Output tokens generated so far",
-        COL_TPS: "Output tokens per second",
+        COL_DURATION: "How long it has run; for a download, the time left while it runs",
+        COL_TOKENS: "Output tokens generated so far; for a download, the bytes on disk",
+        COL_TPS: "Output tokens per second; for a download, bytes per second",
     }
 
     def __init__(self, core: CoreApi, page_size: int = 200, parent: Any = None) -> None:
@@ -131,8 +132,8 @@ class TaskTableModel(RowTableModel):
             return human_duration(row.duration())
         if col == COL_TOKENS:
             return str(row.output_tokens) if row.started_at is not None else "—"
-        tps = row.tokens_per_second()  # COL_TPS
-        return f"{tps:.1f}" if tps is not None else "—"
+        tps = row.tokens_per_second()  # COL_TPS: the unit says which speed it is
+        return f"{tps:.1f} tok/s" if tps is not None else "—"
 
     @staticmethod
     def _download_cell(row: TaskRow, col: int) -> str:
