@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from pathlib import Path
 
 import aiohttp
 
 from bench.common import BenchServer
-from bench.llm import MODEL_ID, PROMPT, Stream, sse_generate
+from bench.llm import MODEL_ID, PROMPT, Stream, against_responses
 from bench.report import Row
-from lmsp_desktop.core.engines.llama import DEFAULT_THREADS
 
 
 async def chat_generate(server: BenchServer, max_tokens: int) -> Stream:
@@ -54,35 +52,11 @@ async def chat_generate(server: BenchServer, max_tokens: int) -> Stream:
     return stream
 
 
-def _best(streams: list[Stream]) -> Stream:
-    """The fastest of the repeats: the CPU is shared, and the best run is the one least
-    disturbed by others (the same rule for both APIs)."""
-    valid = [s for s in streams if not math.isnan(s.rate())]
-    return max(valid, key=lambda s: s.rate())
-
-
-async def _measure(work: Path, max_tokens: int, repeats: int) -> tuple[Stream, Stream]:
-    chat: list[Stream] = []
-    responses: list[Stream] = []
-    with BenchServer(
-        work / "b14", "--engine", "llama", "--demo", "--threads", str(DEFAULT_THREADS)
-    ) as server:
-        server.start()
-        await sse_generate(server, 16)  # loads the model and warms it up
-        for i in range(repeats):
-            # Interleaved, each going first in turn: slow phases of the shared machine hit
-            # both alike.
-            if i % 2:
-                chat.append(await chat_generate(server, max_tokens))
-            responses.append(await sse_generate(server, max_tokens))
-            if not i % 2:
-                chat.append(await chat_generate(server, max_tokens))
-    return _best(chat), _best(responses)
-
-
 def run(work: Path, quick: bool) -> list[Row]:
     max_tokens, repeats = (16, 1) if quick else (128, 6)
-    chat, responses = asyncio.run(_measure(work, max_tokens, repeats))
+    chat, responses = asyncio.run(
+        against_responses(work / "b14", chat_generate, max_tokens, repeats)
+    )
     same = "same text" if chat.text == responses.text else "texts differ"
     return [
         Row(

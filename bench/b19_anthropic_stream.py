@@ -11,11 +11,9 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.b14_chat_stream import _best
 from bench.common import BenchServer
-from bench.llm import MODEL_ID, PROMPT, Stream, sse_generate
+from bench.llm import MODEL_ID, PROMPT, Stream, against_responses
 from bench.report import Row
-from lmsp_desktop.core.engines.llama import DEFAULT_THREADS
 
 
 async def messages_generate(server: BenchServer, max_tokens: int) -> Stream:
@@ -53,28 +51,11 @@ async def messages_generate(server: BenchServer, max_tokens: int) -> Stream:
     return stream
 
 
-async def _measure(work: Path, max_tokens: int, repeats: int) -> tuple[Stream, Stream]:
-    anthropic: list[Stream] = []
-    responses: list[Stream] = []
-    with BenchServer(
-        work / "b19", "--engine", "llama", "--demo", "--threads", str(DEFAULT_THREADS)
-    ) as server:
-        server.start()
-        await sse_generate(server, 16)  # loads the model and warms it up
-        for i in range(repeats):
-            # Interleaved, each going first in turn: slow phases of the shared machine hit
-            # both alike.
-            if i % 2:
-                anthropic.append(await messages_generate(server, max_tokens))
-            responses.append(await sse_generate(server, max_tokens))
-            if not i % 2:
-                anthropic.append(await messages_generate(server, max_tokens))
-    return _best(anthropic), _best(responses)
-
-
 def run(work: Path, quick: bool) -> list[Row]:
     max_tokens, repeats = (16, 1) if quick else (128, 6)
-    anthropic, responses = asyncio.run(_measure(work, max_tokens, repeats))
+    anthropic, responses = asyncio.run(
+        against_responses(work / "b19", messages_generate, max_tokens, repeats)
+    )
     same = "same text" if anthropic.text == responses.text else "texts differ"
     return [
         Row(

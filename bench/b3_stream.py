@@ -5,20 +5,12 @@ llama_cpp.Llama.create_completion (the limit)."""
 from __future__ import annotations
 
 import asyncio
-import math
 from pathlib import Path
 
 from bench.common import BenchServer
-from bench.llm import Stream, in_subprocess, sse_generate
+from bench.llm import Stream, best, in_subprocess, sse_generate
 from bench.report import Row
 from lmsp_desktop.core.engines.llama import DEFAULT_THREADS
-
-
-def _best(streams: list[Stream]) -> Stream:
-    """The fastest of the repeats: the CPU is shared, and the best run is the one least
-    disturbed by others (the same rule for all three paths)."""
-    valid = [s for s in streams if not math.isnan(s.rate())]
-    return max(valid, key=lambda s: s.rate())
 
 
 async def _measure(work: Path, max_tokens: int, repeats: int) -> dict[str, list[Stream]]:
@@ -42,7 +34,7 @@ async def _measure(work: Path, max_tokens: int, repeats: int) -> dict[str, list[
 def run(work: Path, quick: bool) -> list[Row]:
     max_tokens, repeats = (16, 1) if quick else (128, 3)
     found = asyncio.run(_measure(work, max_tokens, repeats))
-    sse, engine, llama = (_best(found[k]) for k in ("sse", "engine", "llama"))
+    sse, engine, llama = (best(found[k]) for k in ("sse", "engine", "llama"))
     counts = "/".join(str(len(s.times)) for s in (sse, engine, llama))
     return [
         Row(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from bench.common import ROOT, BenchServer, demo_model
+from lmsp_desktop.core.engines.llama import DEFAULT_THREADS
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper who lives through a storm."
 MODEL_ID = "smollm2-135m-instruct"
@@ -106,6 +109,40 @@ async def sse_generate(
                 stream.end_type, stream.end_time = kind, now
                 break
     return stream
+
+
+# One API's stream of the same generation as `sse_generate` (B14 Chat Completions, B19
+# Anthropic Messages).
+StreamOf = Callable[[BenchServer, int], Awaitable[Stream]]
+
+
+def best(streams: list[Stream]) -> Stream:
+    """The fastest of the repeats: the CPU is shared, and the best run is the one least
+    disturbed by others (the same rule for both streams compared)."""
+    valid = [s for s in streams if not math.isnan(s.rate())]
+    return max(valid, key=lambda s: s.rate())
+
+
+async def against_responses(
+    work: Path, other: StreamOf, max_tokens: int, repeats: int
+) -> tuple[Stream, Stream]:
+    """The best of `repeats` streams of `other` and of the Responses API, from one service
+    on the demo model, interleaved with each going first in turn (slow phases of the shared
+    machine hit both alike)."""
+    others: list[Stream] = []
+    responses: list[Stream] = []
+    with BenchServer(
+        work, "--engine", "llama", "--demo", "--threads", str(DEFAULT_THREADS)
+    ) as server:
+        server.start()
+        await sse_generate(server, 16)  # loads the model and warms it up
+        for i in range(repeats):
+            if i % 2:
+                others.append(await other(server, max_tokens))
+            responses.append(await sse_generate(server, max_tokens))
+            if not i % 2:
+                others.append(await other(server, max_tokens))
+    return best(others), best(responses)
 
 
 def measure_in_process(kind: str, max_tokens: int) -> Stream:

@@ -8,10 +8,49 @@ from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.states import RestartPolicy
 
 TEXT_PARTS = ("input_text", "output_text", "text")
+MAX_STOPS = 4  # OpenAI's limit on `stop` sequences
+
+# Fields a client may send that the models here cannot honour: for each, the values that
+# would be accepted (None: leave it out) and why others are refused.
+Refused = dict[str, tuple[tuple[Any, ...], str]]
 
 
 def unsupported(message: str, param: str) -> LmspError:
     return LmspError(message, code="unsupported_parameter", param=param, status=400)
+
+
+def refuse(body: dict[str, Any], refused: Refused) -> None:
+    """A 400 naming the first field of `refused` the body sends with a value not accepted."""
+    for name, (accepted, why) in refused.items():
+        if body.get(name) not in accepted:
+            raise unsupported(f"{why} Leave `{name}` out.", name)
+
+
+def streaming(body: dict[str, Any]) -> tuple[bool, bool]:
+    """`stream`, and `stream_options.include_usage` (the options only with `stream: true`),
+    as OpenAI's Chat Completions and completions read them."""
+    stream = flag(body, "stream", False)
+    options = body.get("stream_options")
+    if options is not None and (not isinstance(options, dict) or not stream):
+        raise invalid(
+            "`stream_options` is an object and only allowed with `stream: true`.",
+            "stream_options",
+        )
+    return stream, flag(options or {}, "include_usage", False)
+
+
+def stop(value: Any) -> list[str]:
+    """OpenAI's `stop`: a string or a list of up to 4 strings."""
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(stops, list)
+        or len(stops) > MAX_STOPS
+        or not all(isinstance(s, str) and s for s in stops)
+    ):
+        raise invalid("`stop` must be a non-empty string or a list of up to 4 of them.", "stop")
+    return list(stops)
 
 
 def content_text(content: Any, where: str) -> str:

@@ -12,11 +12,8 @@ from lmsp_desktop.core.tools.fields import parse_tool_fields
 
 CHAT_API = "chat.completions"
 ROLES = ("system", "developer", "user", "assistant", "tool")
-MAX_STOPS = 4
 
-# Fields a client may send that the models here cannot honour: a 400 naming the field, with
-# the value that would be accepted (None: leave it out).
-_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
+_REFUSED: fields.Refused = {
     "logprobs": ((None, False), "This service does not return log probabilities."),
     "top_logprobs": ((None, 0), "This service does not return log probabilities."),
     "logit_bias": ((None, {}), "Logit bias is not supported."),
@@ -40,17 +37,8 @@ def parse_chat(body: Any, default_on_restart: str) -> dict[str, Any]:
         raise unsupported(
             "Only one choice per request is supported: send `n: 1` or leave it out.", "n"
         )
-    for name, (accepted, why) in _REFUSED.items():
-        if body.get(name) not in accepted:
-            raise unsupported(f"{why} Leave `{name}` out.", name)
-    stream = fields.flag(body, "stream", False)
-    options = body.get("stream_options")
-    if options is not None and (not isinstance(options, dict) or not stream):
-        raise invalid(
-            "`stream_options` is an object and only allowed with `stream: true`.",
-            "stream_options",
-        )
-    include_usage = fields.flag(options or {}, "include_usage", False)
+    fields.refuse(body, _REFUSED)
+    stream, include_usage = fields.streaming(body)
     max_tokens = fields.optional_int(body, "max_tokens", 1, 1_000_000)
     max_completion = fields.optional_int(body, "max_completion_tokens", 1, 1_000_000)
     effort = body.get("reasoning_effort")
@@ -76,23 +64,10 @@ def parse_chat(body: Any, default_on_restart: str) -> dict[str, Any]:
         metadata=fields.metadata(body),
         on_restart=fields.on_restart(body, default_on_restart),
         user=fields.optional_str(body, "user"),
-        stop=parse_stop(body.get("stop")),
+        stop=fields.stop(body.get("stop")),
         **echoed,
         **parse_tool_fields(body, CHAT_API),
     )
-
-
-def parse_stop(value: Any) -> list[str]:
-    if value is None:
-        return []
-    stops = [value] if isinstance(value, str) else value
-    if (
-        not isinstance(stops, list)
-        or len(stops) > MAX_STOPS
-        or not all(isinstance(s, str) and s for s in stops)
-    ):
-        raise invalid("`stop` must be a non-empty string or a list of up to 4 of them.", "stop")
-    return list(stops)
 
 
 def parse_messages(value: Any) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from lmsp_desktop.core.api import fields
-from lmsp_desktop.core.api.chat.request import parse_stop
 from lmsp_desktop.core.api.fields import unsupported
 from lmsp_desktop.core.api.task_request import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, task_request
 from lmsp_desktop.core.errors import invalid
@@ -17,7 +16,7 @@ from lmsp_desktop.core.errors import invalid
 COMPLETIONS_API = "completions"
 # OpenAI's default for this API: a short continuation, as editors ask for.
 DEFAULT_MAX_TOKENS = 16
-_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
+_REFUSED: fields.Refused = {
     "logprobs": ((None, 0), "This service does not return log probabilities."),
     "logit_bias": ((None, {}), "Logit bias is not supported."),
     "best_of": ((None, 1), "Only one candidate per request is generated."),
@@ -34,21 +33,13 @@ def parse_completion(body: Any, default_on_restart: str) -> dict[str, Any]:
     suffix = body.get("suffix")
     if suffix is not None and not isinstance(suffix, str):
         raise invalid("`suffix` must be a string.", "suffix")
-    for name, (accepted, why) in _REFUSED.items():
-        if body.get(name) not in accepted:
-            raise unsupported(f"{why} Leave `{name}` out.", name)
-    stream = fields.flag(body, "stream", False)
-    options = body.get("stream_options")
-    if options is not None and (not isinstance(options, dict) or not stream):
-        raise invalid(
-            "`stream_options` is an object and only allowed with `stream: true`.",
-            "stream_options",
-        )
+    fields.refuse(body, _REFUSED)
+    stream, include_usage = fields.streaming(body)
     max_tokens = fields.optional_int(body, "max_tokens", 1, 1_000_000)
     return task_request(
         {
             "echo": fields.flag(body, "echo", False),
-            "stream_options": {"include_usage": fields.flag(options or {}, "include_usage", False)},
+            "stream_options": {"include_usage": include_usage},
         },
         api=COMPLETIONS_API,
         via="Completions (POST /v1/completions)",
@@ -61,7 +52,7 @@ def parse_completion(body: Any, default_on_restart: str) -> dict[str, Any]:
         frequency_penalty=fields.number(body, "frequency_penalty", 0.0, -2.0, 2.0),
         max_output_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
         seed=fields.optional_int(body, "seed", -(2**63), 2**63 - 1),
-        stop=parse_stop(body.get("stop")),
+        stop=fields.stop(body.get("stop")),
         stream=stream,
         on_restart=fields.on_restart(body, default_on_restart),
         user=fields.optional_str(body, "user"),
