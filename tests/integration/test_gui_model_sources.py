@@ -4,6 +4,8 @@ Hugging Face cache (one blob there damaged), plus a manifest naming a missing bl
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
-from lmsp_desktop.gui.models.model_table import COL_DIGEST, COL_SOURCE, COL_STATUS
+from lmsp_desktop.gui.models.model_table import COL_DIGEST, COL_FOLDER, COL_SOURCE, COL_STATUS
+from tests.integration.gui_windows import open_app, slow_engine
 from tests.support import model_stores as stores
 from tests.support.polling import until
 
@@ -94,3 +97,44 @@ async def test_a_source_switched_off_in_settings_leaves_the_table(
     )
     assert LMS_ID in cells(window, COL_SOURCE)
     assert core.stored_settings.disabled_sources == ["ollama"]
+
+
+async def test_a_hugging_face_file_deleted_then_downloaded_again_reads_right(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot: Any
+) -> None:
+    """The HF cache holds the demo under its published digest. Its Folder reads as the repo
+    (it showed the snapshot's commit hash); deleted, its Digest says missing (it kept "✓
+    matches"); downloaded again (a new file, a new mtime), it is verified afresh and matches
+    (it showed "⚠ changed")."""
+    home = tmp_path / "home"
+    link = stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    async with open_app(qtbot, tmp_path / "data", engine=slow_engine()) as (core, window):
+        window.nav.setCurrentRow(1)
+        await until(
+            lambda: cells(window, COL_DIGEST).get(HF_ID) == "✓ matches Hugging Face's digest",
+            what=lambda: cells(window, COL_DIGEST),
+        )
+        assert cells(window, COL_FOLDER)[HF_ID] == stores.HF_REPO
+
+        blob = link.resolve()
+        link.unlink()
+        blob.unlink()
+        await core.rescan_models()
+        await until(
+            lambda: cells(window, COL_STATUS).get(HF_ID, "").startswith("✗ missing"),
+            what=lambda: cells(window, COL_STATUS),
+        )
+        assert cells(window, COL_DIGEST)[HF_ID] == "✗ file missing"
+
+        # Downloaded again: huggingface_hub writes a new blob and links the snapshot to it.
+        shutil.copyfile(stores.demo(), blob)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+        await core.rescan_models()
+        await until(
+            lambda: cells(window, COL_STATUS).get(HF_ID, "").startswith("✓ verified"),
+            what=lambda: cells(window, COL_STATUS),
+        )
+        assert cells(window, COL_DIGEST)[HF_ID] == "✓ matches Hugging Face's digest"

@@ -259,8 +259,10 @@ class ModelRegistry:
                 # Back (or never confirmed) with the recorded size and mtime: hash and compare.
                 updates.append((UNVERIFIED, file.size_bytes, file.mtime_ns, row["id"]))
                 jobs.append(_HashJob(row["id"], from_scan=True))
-            elif state == INVALID and not same:
-                # Replaced (a finished download, a fixed copy): read its header again.
+            elif state in (INVALID, MISSING) and not same:
+                # Replaced (a finished download, a fixed copy), or back after it was deleted
+                # (downloaded again): a new file, read and verified afresh (a re-download
+                # showed "changed"). A published digest still has to match.
                 meta = await asyncio.to_thread(read_meta, file.path)
                 values = insert_values(row["id"], file, meta)
                 repoints.append((*values[1:-1], row["id"]))

@@ -295,6 +295,8 @@ def digest_text(info: ModelInfo) -> str:
     """The Digest cell: the publisher's verdict where the store published a digest, else our
     own digest, shortened."""
     publisher = publisher_of(info.source)
+    if info.state == "missing":  # no file to match anything: it kept "✓ matches"
+        return "✗ file missing"
     if info.digest_matches is True:
         return f"✓ matches {publisher}'s digest"
     if info.digest_matches is False:
@@ -339,7 +341,15 @@ def minutes(seconds: float) -> str:
 
 
 def folder_text(path: Path) -> str:
-    """The folder holding a model, with the home folder as ~ (the full path is on hover)."""
+    """The folder holding a model, with the home folder as ~ (the full path is on hover).
+    A file in the Hugging Face cache shows its repo (`owner/name`), not the folder named by
+    the snapshot's commit hash that holds it."""
+    parts = path.parts
+    if "snapshots" in parts[:-2]:
+        at = len(parts) - 1 - parts[::-1].index("snapshots")
+        if at >= 1 and parts[at - 1].startswith("models--"):
+            repo = parts[at - 1].removeprefix("models--").replace("--", "/")
+            return "/".join([repo, *parts[at + 2 : -1]])  # with folders inside the snapshot
     folder = path.parent
     try:
         return str(Path("~") / folder.relative_to(Path.home()))
