@@ -296,14 +296,20 @@ async def test_a_failed_upstream_tasks_header_keeps_two_lines_and_the_tabs_in_pl
                 ),
                 what="the upstream task failed",
             )
+            window.resize(1600, 1000)  # its facts on one wide line, then narrowed again
             tasks.table.selectRow(tasks.model.row_of(failed))
             await until(lambda: details.state == "failed", what="its details")
             for _ in range(5):  # relaid out
+                await asyncio.sleep(0.05)
+            window.resize(900, 600)
+            for _ in range(5):
                 await asyncio.sleep(0.05)
             header = details.header.text()
             assert header.count("<br>") == 1 and "HTTP 500" in header.split("<br>")[1], header
             assert reason.strip() in details.header.toolTip()
             assert details.tabs.mapTo(window, QPoint(0, 0)).y() == tabs_at
+            assert window.width() == 900  # a long header never widens the window
+            assert window.minimumSizeHint().width() <= 900
             metrics = details.header.fontMetrics()
             for line in header.split("<br>"):
                 plain = QTextDocumentFragment.fromHtml(line).toPlainText()

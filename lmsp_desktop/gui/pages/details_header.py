@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 SEP = " · "
 
@@ -32,6 +32,11 @@ class DetailsHeader(QLabel):
         self.setTextFormat(Qt.TextFormat.RichText)
         self.setWordWrap(False)
         self.setFixedHeight(self.fontMetrics().lineSpacing() * 2 + 4)
+        # Its width is what the row leaves it, never its text's: laid out on one wide line at
+        # 1600 px, the text held the window at 1,419 px when narrowed to 900 (a label's
+        # minimum is its text). The text is refit to the width given instead.
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.setMinimumWidth(120)
         self._facts: list[Fact] = []
         self._optional: list[Fact] = []
         self._second = ""
