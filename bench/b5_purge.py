@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from bench.report import Row
-from bench.seed import Shape, seed
+from bench.seed import Shape, seed, settle
 from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import database_path
 from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS, Database
@@ -127,6 +127,7 @@ def run(work: Path, quick: bool) -> list[Row]:
     shape = Shape(tasks=tasks, events_per_task=10, finished_age_days=30)
     events = seed(work / "b5-store", shape)
     shutil.copytree(work / "b5-store", work / "b5-raw")
+    settle(work / "b5-raw")
     raw_s = raw_purge(work / "b5-raw")
     shutil.rmtree(work / "b5-raw")
     found = asyncio.run(_purge_with_appender(work / "b5-store"))

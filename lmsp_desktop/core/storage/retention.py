@@ -56,18 +56,23 @@ def _purge_in(
     budget_s: float,
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[int, bool]:
-    """In the writer thread, one transaction: steps until `budget_s` has passed. Returns the
-    tasks fully purged and whether expired tasks are left. The first step always runs, so
-    every batch makes progress."""
-    deadline = clock() + budget_s
+    """In the writer thread, one transaction: steps while the next one, if it takes as long
+    as the last, still ends within `budget_s` (stopping only once past it would overrun the
+    budget by a whole step, and the write lock with it). Returns the tasks fully purged and
+    whether expired tasks are left. The first step always runs, so every batch makes
+    progress."""
+    last = clock()
+    deadline = last + budget_s
     purged = 0
     while True:
         done = _step(conn, cutoff)
         if done < 0:
             return purged, False
         purged += done
-        if clock() >= deadline:
+        now = clock()
+        if now + (now - last) > deadline:
             return purged, True
+        last = now
 
 
 def _step(conn: sqlite3.Connection, cutoff: float) -> int:
