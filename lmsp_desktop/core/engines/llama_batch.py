@@ -363,8 +363,10 @@ class BatchDecoder:
 
     def _run(self, batch: TokenBatch, threads: int) -> None:
         if threads != self._threads_now:
+            # Only on a change: a ctypes call releases the GIL and may wait a switch interval
+            # to take it back while the event loop runs (see GilHoldingCalls).
             self._lc.llama_set_n_threads(self._ctx, threads, threads)
-            self._threads_now = -1  # set before the first decode (the probe changes it)
+            self._threads_now = threads
         status = batch.decode(self._ctx)
         if status != 0:
             raise RuntimeError(f"llama_decode returned {status}")
