@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
+# `make test` runs the suite in this many worker processes (pytest-xdist; most tests wait on a
+# model, a subprocess or a socket, so two keep both cores busy). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 # llama-cpp-python compiles llama.cpp for this CPU (-march=native) unless told otherwise. On
 # CPUs that report AMX (Sapphire Rapids and later) inside VMs that do not enable its tile state,
 # llama.cpp's AMX kernels die with SIGILL on the first prompt batch (seen on these machines:
@@ -34,7 +37,7 @@ serve: $(STAMP)
 	$(BIN)/lmsp-desktop serve $(ARGS)
 
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(ARGS)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

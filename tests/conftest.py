@@ -36,12 +36,26 @@ def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any]:
     return {"asyncio": asyncio.new_event_loop}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the marks
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    # A test that uses Qt's application through a fixture is a GUI test even if its module
-    # forgot the mark, so that `-m "not gui"` really runs the core alone (qutebrowser does so).
     for item in items:
+        # A test that uses Qt's application through a fixture is a GUI test even if its module
+        # forgot the mark, so that `-m "not gui"` really runs the core alone (qutebrowser does).
         if is_gui(item) and item.get_closest_marker("gui") is None:
             item.add_marker(pytest.mark.gui)
+        # `make test` spreads the tests over workers (pytest-xdist, --dist loadgroup). Tests
+        # that share a module-scoped fixture (a `serve` process, a loaded model) go to one
+        # worker together, so that it is built once; the others go wherever a worker is free.
+        shares = shared_fixture_module(item)
+        if shares is not None:
+            item.add_marker(pytest.mark.xdist_group(shares))
+
+
+def shared_fixture_module(item: Any) -> str | None:
+    """The module whose module-scoped fixture this test shares with its neighbours, if any.
+    Session-scoped fixtures are no reason: each worker builds its own once."""
+    scopes = {definitions[-1].scope for definitions in item._fixtureinfo.name2fixturedefs.values()}
+    return str(item.module.__name__) if scopes & {"module", "class"} else None
 
 
 @pytest.fixture
