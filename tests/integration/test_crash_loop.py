@@ -7,11 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.torture import CrashLoop
 
 KILLS = 30
 
 
+# Heavy by design: on a loaded machine (make test's two workers plus other work) it took
+# over 300 s, the suite's hang bound; this is a bound on a hang, not on its speed.
+@pytest.mark.timeout(900)
 async def test_thirty_sigkills_break_no_promise_of_chapter_11(tmp_path: Path) -> None:
     figures = await CrashLoop(tmp_path, seed=20261129).run(KILLS)
 

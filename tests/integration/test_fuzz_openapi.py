@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.fuzz import run_schemathesis
 
 EXAMPLES = 200  # per operation (`make torture ARGS=--fuzz-examples N` runs more)
@@ -15,6 +17,9 @@ EXAMPLES = 200  # per operation (`make torture ARGS=--fuzz-examples N` runs more
 KNOWN_DEFECTS = ("positive_data_acceptance", "unsupported_method")
 
 
+# Heavy by design: on a loaded machine (make test's two workers plus other work) it took
+# over 300 s, the suite's hang bound; this is a bound on a hang, not on its speed.
+@pytest.mark.timeout(900)
 def test_schemathesis_all_checks_find_no_failure(tmp_path: Path) -> None:
     result = run_schemathesis(tmp_path, EXAMPLES, exclude=KNOWN_DEFECTS)
     print(result.summary())
