@@ -38,6 +38,10 @@ def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any]:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the marks
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    # Tests of a module that shares a module-scoped fixture stay on one worker together, the
+    # fixture-less ones too: some check what the module's earlier tests left (tokens issued,
+    # logs written) and would see only part of it on another worker.
+    shared_modules = {m for m in map(shared_fixture_module, items) if m is not None}
     for item in items:
         # A test that uses Qt's application through a fixture is a GUI test even if its module
         # forgot the mark, so that `-m "not gui"` really runs the core alone (qutebrowser does).
@@ -46,9 +50,8 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
         # `make test` spreads the tests over workers (pytest-xdist, --dist loadgroup). Tests
         # that share a module-scoped fixture (a `serve` process, a loaded model) go to one
         # worker together, so that it is built once; the others go wherever a worker is free.
-        shares = shared_fixture_module(item)
-        if shares is not None:
-            item.add_marker(pytest.mark.xdist_group(shares))
+        if item.module.__name__ in shared_modules:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 def shared_fixture_module(item: Any) -> str | None:

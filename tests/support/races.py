@@ -157,7 +157,7 @@ async def http_races(
         task_id = await create()
         await _wait_final(http, headers, task_id)
         samples.append(time.monotonic() - started)
-    typical = sorted(samples)[len(samples) // 2]
+    typical = calibrated = sorted(samples)[len(samples) // 2]
     for i in range(count):
         task_id = await create()
         await asyncio.sleep(rng.uniform(0.3, 1.3) * typical)
@@ -176,12 +176,16 @@ async def http_races(
         types = await _events(http, headers, task_id)
         figures.races += 1
         figures.outcomes[task["state"]] += 1
+        # Follow the machine's pace: the calibration drifts when the load changes (another
+        # test worker starts or ends), and offsets that all land after the completion race
+        # nothing. Nudge the delay towards the moment both sides win equally often.
+        typical *= 0.95 if task["state"] == "completed" else 1.05
         figures.violations += history_violations(task_id, task["state"], types)
         if said.endswith("409") and task["state"] not in ("completed", "incomplete"):
             figures.violations.append(f"{task_id}: cancel refused (409) but {task['state']}")
         if said.endswith(("ok", "200")) and task["state"] != "cancelled":
             figures.violations.append(f"{task_id}: cancel accepted but {task['state']}: {types}")
-    figures.outcomes["calibrated_ms"] = int(typical * 1000)
+    figures.outcomes["calibrated_ms"] = int(calibrated * 1000)
     return figures
 
 
