@@ -5,9 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
-# `make test` runs the suite in this many worker processes (pytest-xdist; most tests wait on a
-# model, a subprocess or a socket, so two keep both cores busy). TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 2
+# `make test` runs the suite in one process by default. TEST_WORKERS=2 spreads it over two
+# pytest-xdist workers, but the fresh-clone CI showed tests of one module landing on both
+# workers (their xdist_group marks were not applied), which breaks modules whose last test
+# checks what the earlier ones left: parallel runs stay opt-in until that is fixed.
+TEST_WORKERS ?= 0
 # llama-cpp-python compiles llama.cpp for this CPU (-march=native) unless told otherwise. On
 # CPUs that report AMX (Sapphire Rapids and later) inside VMs that do not enable its tile state,
 # llama.cpp's AMX kernels die with SIGILL on the first prompt batch (seen on these machines:
