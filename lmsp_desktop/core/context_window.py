@@ -148,7 +148,7 @@ class TokenCounter:
         if request.get("prompt") is not None:  # a legacy completion: its text as it is
             count = vocab.count_raw(request["prompt"], request.get("suffix"))
             if count >= limit:
-                raise context_exceeded(count, limit, False, param)
+                raise context_exceeded(count, limit, False, param, info)
             return count
 
         def counted(messages: list[dict[str, Any]]) -> int:
@@ -168,7 +168,7 @@ class TokenCounter:
             messages = shorter
             count = counted(messages)
         if count >= limit:
-            raise context_exceeded(count, limit, truncate, param)
+            raise context_exceeded(count, limit, truncate, param, info)
         request["messages"] = messages
         return count
 
@@ -213,12 +213,24 @@ def drop_oldest_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | N
     ]
 
 
-def context_exceeded(count: int, limit: int, truncated: bool, param: str) -> LmspError:
+def context_exceeded(
+    count: int, limit: int, truncated: bool, param: str, info: Any = None
+) -> LmspError:
     how = (
         "even with only the system messages and the last turn left"
         if truncated
         else 'send `truncation: "auto"` to drop the oldest turns, or shorten the input'
     )
+    trained = int(getattr(info, "context_length", 0) or 0)
+    if trained > limit:
+        # The usual case with agents (Claude Code's first prompt is ~20k tokens): the model
+        # could take more, the service runs it with less to spare memory.
+        wanted = min(trained, 1 << max(count, 1).bit_length())
+        how += (
+            f". The model was trained for {trained} tokens: run it with a larger context, "
+            f"memory permitting: `lmsp-desktop models set {info.id} --context {wanted}` "
+            "(or the Models page's settings)"
+        )
     return LmspError(
         f"The input is {count} tokens long, but this model's context holds {limit} "
         f"(input and output together); {how}.",

@@ -1,0 +1,50 @@
+"""A prompt too long for the context the model runs with, when the model was trained for
+more: the error says how to give it more (agents' first prompts are 8-20k tokens, and the
+service runs a 128k-declared model with less to spare memory)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.context_window import TokenCounter
+from lmsp_desktop.core.errors import LmspError
+
+
+class CharVocab:
+    def count(self, messages: list[dict[str, Any]], tools: Any = None) -> int:
+        return sum(len(m["content"]) for m in messages)
+
+
+class Model:
+    path = "m.gguf"
+    mtime_ns = 1
+    chat_template = None
+    id = "qwen2.5-7b-instruct"
+
+    def __init__(self, trained: int) -> None:
+        self.context_length = trained
+
+
+def refusal(trained: int, limit: int) -> str:
+    counter = TokenCounter()
+    counter._vocabs[("m.gguf", 1)] = CharVocab()  # type: ignore[assignment]
+    request = {"api": "responses", "messages": [{"role": "user", "content": "x" * 300}]}
+    with pytest.raises(LmspError) as caught:
+        counter.fit_sync(Model(trained), request, limit)
+    assert caught.value.code == "context_length_exceeded"
+    return caught.value.message
+
+
+def test_a_model_trained_for_more_names_the_command_that_gives_it_more() -> None:
+    message = refusal(trained=131072, limit=256)
+    assert "300 tokens" in message and "holds 256" in message
+    assert "trained for 131072 tokens" in message
+    # The next power of two above the prompt: a context that takes it.
+    assert "`lmsp-desktop models set qwen2.5-7b-instruct --context 512`" in message
+
+
+def test_a_model_at_its_trained_context_is_not_offered_more() -> None:
+    message = refusal(trained=256, limit=256)
+    assert "models set" not in message and "truncation" in message
