@@ -79,6 +79,7 @@ class Core:
         engine: Engine | None = None,
         include_demo: bool = True,
         no_sources: list[str] | None = None,
+        allowed_origins: list[str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store = Store(self.data_dir)
@@ -86,6 +87,7 @@ class Core:
         self._flag_dirs = [Path(d) for d in model_dirs or []]
         self._flag_host, self._flag_port = host, port
         self._flag_no_sources = list(no_sources or [])
+        self._flag_origins = list(allowed_origins or [])
         self._engine = engine
         self._include_demo = include_demo
         # What the user set (stored) and what this run uses: the stored settings with the
@@ -252,12 +254,14 @@ class Core:
         """The settings this run uses: `stored` with the command line's flags on top."""
         flag_dirs = [str(d) for d in self._flag_dirs if str(d) not in stored.model_dirs]
         off = [s for s in self._flag_no_sources if s not in stored.disabled_sources]
+        origins = [o for o in self._flag_origins if o not in stored.allowed_origins]
         return dataclasses.replace(
             stored,
             host=stored.host if self._flag_host is None else self._flag_host,
             port=stored.port if self._flag_port is None else self._flag_port,
             model_dirs=[*stored.model_dirs, *flag_dirs],
             disabled_sources=[*stored.disabled_sources, *off],
+            allowed_origins=[*stored.allowed_origins, *origins],
         ).validate()
 
     @property
@@ -273,6 +277,8 @@ class Core:
             flags["model_dirs"] = " ".join(f"--models-dir {d}" for d in self._flag_dirs)
         if self._flag_no_sources:
             flags["disabled_sources"] = " ".join(f"--no-source {s}" for s in self._flag_no_sources)
+        if self._flag_origins:
+            flags["allowed_origins"] = " ".join(f"--allow-origin {o}" for o in self._flag_origins)
         return flags
 
     def apply_settings(self, settings: Settings) -> bool:
@@ -286,7 +292,7 @@ class Core:
         live.max_loaded_models = settings.max_loaded_models
         live.max_context = settings.max_context  # models loaded from now on
         live.idle_unload_s = settings.idle_unload_s
-        live.allowed_origins = list(settings.allowed_origins)
+        live.allowed_origins = self._with_flags(settings).allowed_origins
         self.runner.max_loaded_models = settings.max_loaded_models
         self.runner.idle_unload_s = settings.idle_unload_s
         live.parallel_per_model = self.runner.parallel_per_model = settings.parallel_per_model

@@ -40,6 +40,14 @@ def _add_service_flags(parser: argparse.ArgumentParser, *, sub: bool = False) ->
         "(repeatable; all three are looked in by default)",
     )
     parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=argparse.SUPPRESS if sub else [],
+        metavar="ORIGIN",
+        help="let browser pages from ORIGIN (e.g. http://localhost:3000) call the service "
+        "(repeatable; no origin is allowed by default)",
+    )
+    parser.add_argument(
         "--host",
         default=keep,
         help="address to bind (default 127.0.0.1; anything else is reachable from other machines)",
@@ -117,6 +125,7 @@ async def serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         no_sources=args.no_source,
+        allowed_origins=args.allow_origin,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

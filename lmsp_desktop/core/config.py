@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from lmsp_desktop.core.states import RestartPolicy
 APP_NAME = "lmsp-desktop"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5677
+# What a browser sends as `Origin`: scheme://host[:port], nothing after it (app:// and
+# tauri:// too: desktop apps built on web views, Obsidian's plugins say app://obsidian.md).
+ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+")
 
 
 def default_data_dir() -> Path:
@@ -74,6 +78,13 @@ class Settings:
             raise invalid("The context cap must be 0 (none) or a number of tokens.", "max_context")
         if self.parallel_per_model < 1:
             raise invalid("Concurrent requests per model must be at least 1.", "parallel_per_model")
+        for origin in self.allowed_origins:
+            if not ORIGIN.fullmatch(origin):
+                raise invalid(
+                    f"{origin!r} is not a browser origin: write the scheme, host and port the "
+                    "page is served from, without a path, e.g. http://localhost:3000.",
+                    "allowed_origins",
+                )
         from lmsp_desktop.core.models.sources import SOURCES
 
         unknown = [s for s in self.disabled_sources if s not in SOURCES]

@@ -79,6 +79,7 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
         host=args.host,
         port=args.port,
         no_sources=args.no_source,
+        allowed_origins=args.allow_origin,
     )
     scan: asyncio.Future[None] | None = None
     try:

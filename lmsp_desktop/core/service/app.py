@@ -21,7 +21,7 @@ from lmsp_desktop.core.service import (
     routes_tasks,
 )
 from lmsp_desktop.core.service.context import API_PATHS, CONTEXT, ServiceContext
-from lmsp_desktop.core.service.middleware import auth, errors, guards
+from lmsp_desktop.core.service.middleware import auth, cross_origin_headers, errors, guards
 
 
 def build_app(ctx: ServiceContext) -> web.Application:
@@ -29,6 +29,7 @@ def build_app(ctx: ServiceContext) -> web.Application:
         middlewares=[errors, guards, auth], client_max_size=ctx.settings.max_body_bytes
     )
     app[CONTEXT] = ctx
+    app.on_response_prepare.append(cross_origin_headers)
     documented: dict[str, Any] = {}
     for module in (
         routes_system,

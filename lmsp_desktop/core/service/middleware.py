@@ -23,6 +23,7 @@ PUBLIC = {
     ("POST", "/v1/pairing"),
     ("POST", "/v1/pairing/claim"),
 }
+PREFLIGHT = "Access-Control-Request-Method"  # what makes an OPTIONS a browser's CORS preflight
 # The catch-all route: an unknown path answers 404 whether or not a token came with it.
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
 HTTP_ERRORS = {
@@ -109,17 +110,38 @@ async def guards(request: web.Request, handler: Handler) -> web.StreamResponse:
     origin = request.headers.get("Origin")
     if origin is not None and origin not in ctx.settings.allowed_origins:
         raise LmspError(
-            f"Browser pages from {origin} may not use this service. Add the origin to "
-            "allowed_origins in the settings if you trust it.",
+            f"Browser pages from {origin} may not use this service. If you trust it, add it "
+            "to the browser origins allowed (the window's Settings › Service, or start with "
+            f"`--allow-origin {origin}`).",
             code="origin_not_allowed",
             status=403,
             type="permission_error",
         )
-    response = await handler(request)
-    if origin is not None and isinstance(response, web.Response):
+    if origin is not None and request.method == "OPTIONS" and PREFLIGHT in request.headers:
+        # A browser asks before it sends a token cross-origin, and asks without the token:
+        # answered here, before auth, and only for an allow-listed origin (checked above).
+        return web.Response(
+            status=204,
+            headers={
+                "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+                "Access-Control-Allow-Headers": request.headers.get(
+                    "Access-Control-Request-Headers", ""
+                ),
+                "Access-Control-Max-Age": "600",
+            },
+        )
+    return await handler(request)
+
+
+async def cross_origin_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every answer to an allow-listed origin — errors and event streams too, which a
+    middleware sees only after their headers are sent — the origin itself (never `*`), so
+    the page may read it, with the headers SDKs read (request ids, Location, Retry-After)."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin in request.app[CONTEXT].settings.allowed_origins:
         response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = "*"
         response.headers["Vary"] = "Origin"
-    return response
 
 
 def _credentials(request: web.Request) -> str | None:

@@ -1,4 +1,5 @@
-"""Settings: port, bind address, model folders, retention, restart policy, model memory."""
+"""Settings: port, bind address, model folders, retention, restart policy, model memory,
+browser origins."""
 
 from __future__ import annotations
 
@@ -89,6 +90,12 @@ class SettingsDialog(QDialog):
             "They share one copy of the weights, but each holds its own KV cache (for the demo "
             "model at 8,192 tokens, 180 MiB each). Applies when the model next loads."
         )
+        self.origins = QLineEdit(" ".join(settings.allowed_origins))
+        self.origins.setPlaceholderText("none (e.g. http://localhost:3000)")
+        self.origins.setToolTip(
+            "Web pages (and web-view apps) from these origins may call the service from a "
+            "browser, with a token; any other page is refused. Separate them with spaces."
+        )
         self.warning = QLabel()
         self.warning.setWordWrap(True)
         form = QFormLayout()
@@ -114,6 +121,7 @@ class SettingsDialog(QDialog):
         form.addRow("Unload idle models after", self.idle)
         form.addRow("Max context", self.max_context)
         form.addRow("Concurrent requests per model", self.parallel)
+        form.addRow("Browser origins allowed", self.origins)
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #e04848")
@@ -177,6 +185,7 @@ class SettingsDialog(QDialog):
             max_context=self.max_context.value(),
             parallel_per_model=self.parallel.value(),
             disabled_sources=self.sources.disabled(),
+            allowed_origins=self.origins.text().replace(",", " ").split(),
         )
 
     async def save(self) -> None:
