@@ -31,8 +31,8 @@ def not_runnable(info: ModelInfo) -> LmspError:
     if info.state == CHANGED:
         return _conflict(
             f"The file of model {info.id} ({info.path}) changed since it was verified, so it "
-            "is not run. Verify it again (Models → Verify now) or rescan; if you replaced it "
-            "on purpose, accept the new file when verifying.",
+            "is not run. Verify it again (Models page, Verify selected) or rescan; if you "
+            "replaced it on purpose, accept the new file when verifying.",
             "model_changed",
         )
     return _conflict(
