@@ -14,7 +14,7 @@ from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.ids import TOKEN_PREFIX, token_hash
 from lmsp_desktop.core.scopes import ADMIN, DEFAULT_SCOPES
 from lmsp_desktop.core.scopes import SCOPES as SCOPES  # re-exported: older imports use auth's
-from lmsp_desktop.core.storage.clients import touch_client
+from lmsp_desktop.core.storage.clients import client_by_token_hash, touch_client
 
 if TYPE_CHECKING:
     from lmsp_desktop.core.storage.db import Database
@@ -121,11 +121,7 @@ async def authenticate(db: Database, authorization: str | None, peer: str | None
             + _HOW_TO_PAIR,
         )
     digest = token_hash(token)
-    row = await db.fetchone(
-        "SELECT id, name, token_hash, scopes, last_seen_at, last_seen_addr, revoked_at"
-        " FROM clients WHERE token_hash=?",
-        (digest,),
-    )
+    row = await client_by_token_hash(db, digest)
     # The lookup is by a hash of 256 random bits; the constant-time comparison guards the
     # last step anyway, so no timing difference depends on how much of a guess was right.
     if row is None or not hmac.compare_digest(str(row["token_hash"]), digest):

@@ -139,13 +139,17 @@ def _int_or_none(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def build_response(row: RowLike, queue_position: int | None = None) -> dict[str, Any]:
-    """A valid Open Responses `ResponseResource` for a joined tasks+responses row.
+def build_response(
+    row: RowLike, queue_position: int | None = None, request: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A valid Open Responses `ResponseResource` for a joined tasks+responses row (`request`:
+    its request column already decoded, when the caller has it).
 
     Every required field is present; nullable ones are null rather than missing; sampling
     settings are the values actually used.
     """
-    request = json.loads(row["request"])
+    if request is None:
+        request = json.loads(row["request"])
     state = TaskState(row["state"])
     output: list[dict[str, Any]] = []
     items = _output_items(row)

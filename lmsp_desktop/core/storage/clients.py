@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from lmsp_desktop.core.errors import invalid, not_found
 from lmsp_desktop.core.ids import new_id, new_token, token_display_prefix, token_hash
@@ -16,6 +18,25 @@ if TYPE_CHECKING:
 MAX_NAME_LENGTH = 100
 
 COLUMNS = "id, name, token_prefix, scopes, created_at, last_seen_at, last_seen_addr, revoked_at"
+
+# How long a verified token's client row is trusted without reading it again. Revoking a
+# client or changing its scopes through this module forgets the rows at once; only a change
+# another process makes to the same file (`lmsp-desktop clients revoke` while `serve` runs)
+# waits for this. Reading the row on every request was a hop to the reader thread per
+# request (B1: creates through HTTP).
+VERIFIED_FOR_S = 1.0
+
+
+@dataclass
+class _Verified:
+    """One open database's verified tokens: token hash → (its client's row, when read)."""
+
+    rows: dict[str, tuple[sqlite3.Row, float]] = field(default_factory=dict)
+    generation: int = 0  # moves on at every forget: a read begun before it is not kept
+
+
+_verified: WeakKeyDictionary[Database, _Verified] = WeakKeyDictionary()
+_clock = time.monotonic
 
 
 def clean_name(name: object, param: str) -> str:
@@ -78,6 +99,33 @@ def insert_client(
     return client, token
 
 
+async def client_by_token_hash(db: Database, digest: str) -> sqlite3.Row | None:
+    """The `clients` row holding this token hash (revoked or not), or None: a live client's
+    row from memory while younger than VERIFIED_FOR_S, else read."""
+    verified = _verified.setdefault(db, _Verified())
+    now = _clock()
+    hit = verified.rows.get(digest)
+    if hit is not None and now - hit[1] < VERIFIED_FOR_S:
+        return hit[0]
+    generation = verified.generation
+    row = await db.fetchone(
+        "SELECT id, name, token_hash, scopes, last_seen_at, last_seen_addr, revoked_at"
+        " FROM clients WHERE token_hash=?",
+        (digest,),
+    )
+    if row is not None and row["revoked_at"] is None and verified.generation == generation:
+        verified.rows[digest] = (row, now)
+    return row
+
+
+def _forget_verified(db: Database) -> None:
+    """After a client's scopes or revocation changed: every token is read again."""
+    verified = _verified.get(db)
+    if verified is not None:
+        verified.rows.clear()
+        verified.generation += 1
+
+
 async def create_client(
     db: Database, name: str, scopes: frozenset[str]
 ) -> tuple[dict[str, Any], str]:
@@ -105,7 +153,7 @@ async def list_clients(db: Database, *, include_revoked: bool = True) -> list[di
 
 
 async def revoke_client(db: Database, client_id: str) -> dict[str, Any]:
-    """Revoke a client's token; the next request with it is refused (nothing is cached)."""
+    """Revoke a client's token; the next request with it is refused."""
     await _update_one(
         db,
         client_id,
@@ -148,7 +196,9 @@ async def _update_one(db: Database, client_id: str, sql: str, params: tuple[Any,
     def work(conn: sqlite3.Connection) -> int:
         return conn.execute(sql, params).rowcount
 
-    if await db.run(work) == 0:
+    changed = await db.run(work)
+    _forget_verified(db)  # only after the commit: a read in between must not be kept
+    if changed == 0:
         raise _unknown(client_id)
 
 

@@ -23,7 +23,7 @@ import aiosqlite
 
 from lmsp_desktop.core.errors import DatabaseLockedError, LmspError, StorageFullError
 from lmsp_desktop.core.listeners import notify
-from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS
+from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS, WRITER_TEMP_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class Database:
             await self._enable_wal(self._writer)
             await self._writer.execute("PRAGMA wal_autocheckpoint=0")  # see CHECKPOINT_FRAMES
             await self._migrate()
+            await self._run_script(WRITER_TEMP_SCHEMA)
             self._reader = await self._connect(readonly=True)
             self._shm = os.open(f"{self.path}-shm", os.O_RDONLY)
         except sqlite3.DatabaseError as exc:

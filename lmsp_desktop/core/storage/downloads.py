@@ -20,7 +20,7 @@ from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.states import EventType, RestartPolicy, TaskKind, TaskState
 from lmsp_desktop.core.storage.events import response_of, with_response
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, mark_done
-from lmsp_desktop.core.storage.task_reads import queue_position_in, row_in
+from lmsp_desktop.core.storage.task_reads import queue_length_in, row_in
 from lmsp_desktop.core.storage.tasks import TaskStore, _still_running
 from lmsp_desktop.core.storage.transitions import append_events
 from lmsp_desktop.core.views import TaskChange
@@ -70,10 +70,11 @@ async def create_download(
             (spec.id, spec.client_id, spec.model, str(spec.on_restart), now, TaskKind.DOWNLOAD),
         )
         row = row_in(conn, spec.id)
-        body = response_of(row, queue_position_in(conn, spec.id))
+        position = queue_length_in(conn, spec.model)  # the new task is its queue's last
+        body = response_of(row, position)
         body["task"]["last_sequence_number"] = 1
         append_events(conn, spec.id, 0, [with_response(EventType.CREATED, body)])
-        task = task_object(row_in(conn, spec.id), queue_position_in(conn, spec.id))
+        task = task_object(row_in(conn, spec.id), position)
         if claim is not None:
             mark_done(conn, claim, 202, task)
         return task

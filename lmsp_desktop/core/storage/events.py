@@ -32,6 +32,13 @@ def numbered(task_id: str, seq: int, event: dict[str, Any], now: float) -> tuple
     return (task_id, seq, str(event["type"]), now, json.dumps(event))
 
 
+def created_event_row(task_id: str, response_json: str, now: float) -> tuple[Any, ...]:
+    """The `task_events` row of a new task's `response.created` (number 1), put together from
+    the response's JSON text (which the 202 answer reuses): the text `numbered` would give."""
+    data = f'{{"type": "{EventType.CREATED}", "response": {response_json}, "sequence_number": 1}}'
+    return (task_id, 1, str(EventType.CREATED), now, data)
+
+
 def numbered_deltas(
     task_id: str, item_id: str | None, deltas: Sequence[str], first: int, now: float
 ) -> list[tuple[Any, ...]]:

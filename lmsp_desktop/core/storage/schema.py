@@ -196,6 +196,37 @@ SCHEMA_V9_STOP_SEQUENCE = """
 ALTER TABLE responses ADD COLUMN stop_sequence TEXT;
 """
 
+# The writer connection's own count of each model's queued tasks, rebuilt at every open and
+# kept by TEMP triggers (they fire for the writer's statements only, and only the writer
+# writes tasks): a new task's queue position is its model's count, one key read, instead of
+# counting the queue (B1: with 8,000 tasks queued that COUNT was half the writer's time per
+# create). Nothing in the file changes; savepoints and rollbacks undo the counts with the rows.
+# No trigger on DELETE: unfinished tasks are never deleted (LMSP 11.2).
+WRITER_TEMP_SCHEMA = """
+PRAGMA temp_store=MEMORY;
+CREATE TEMP TABLE IF NOT EXISTS queue_lengths (
+    model  TEXT PRIMARY KEY,
+    queued INTEGER NOT NULL
+) WITHOUT ROWID;
+DELETE FROM temp.queue_lengths;
+INSERT INTO temp.queue_lengths (model, queued)
+    SELECT model, COUNT(*) FROM main.tasks WHERE state = 'queued' GROUP BY model;
+CREATE TEMP TRIGGER IF NOT EXISTS queue_joined AFTER INSERT ON main.tasks
+WHEN NEW.state = 'queued' BEGIN
+    INSERT INTO queue_lengths (model, queued) VALUES (NEW.model, 1)
+        ON CONFLICT (model) DO UPDATE SET queued = queued + 1;
+END;
+CREATE TEMP TRIGGER IF NOT EXISTS queue_left AFTER UPDATE OF state, model ON main.tasks
+WHEN OLD.state = 'queued' AND (NEW.state IS NOT 'queued' OR NEW.model IS NOT OLD.model) BEGIN
+    UPDATE queue_lengths SET queued = queued - 1 WHERE model = OLD.model;
+END;
+CREATE TEMP TRIGGER IF NOT EXISTS queue_rejoined AFTER UPDATE OF state, model ON main.tasks
+WHEN NEW.state = 'queued' AND (OLD.state IS NOT 'queued' OR NEW.model IS NOT OLD.model) BEGIN
+    INSERT INTO queue_lengths (model, queued) VALUES (NEW.model, 1)
+        ON CONFLICT (model) DO UPDATE SET queued = queued + 1;
+END;
+"""
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1.
 MIGRATIONS: list[str] = [
     SCHEMA_V1,

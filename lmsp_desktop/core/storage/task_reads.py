@@ -136,10 +136,11 @@ def row_in(conn: sqlite3.Connection, task_id: str, client_id: str | None = None)
     return cast(Row, row)
 
 
-def queue_position_in(conn: sqlite3.Connection, task_id: str) -> int | None:
-    found = conn.execute(f"SELECT {QUEUE_POSITION} FROM tasks t WHERE t.id=?", (task_id,))
-    row = found.fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+def queue_length_in(conn: sqlite3.Connection, model: str) -> int:
+    """How many tasks of `model` are queued, from the writer's running count (schema.py
+    WRITER_TEMP_SCHEMA): the queue position of a task queued last, such as one just created."""
+    row = conn.execute("SELECT queued FROM temp.queue_lengths WHERE model=?", (model,)).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 class TaskReads:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lmsp_desktop.core.api.resource import build_response
 from lmsp_desktop.core.errors import conflict
 from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.listeners import notify
@@ -33,16 +34,15 @@ from lmsp_desktop.core.storage.events import (
     Row,
     carrying_response,
     closing_with,
+    created_event_row,
     delta_events,
     in_progress,
     message_opened,
     numbered_deltas,
-    response_of,
-    with_response,
 )
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, claim_key, mark_done
 from lmsp_desktop.core.storage.output_items import apply_events, load_items
-from lmsp_desktop.core.storage.task_reads import TaskReads, queue_position_in, row_in
+from lmsp_desktop.core.storage.task_reads import TaskReads, queue_length_in, row_in
 from lmsp_desktop.core.storage.transitions import (
     Transition,
     append_events,
@@ -77,6 +77,40 @@ class CreateResult:
     status: int
     body: dict[str, Any]
     replayed: bool = False
+    body_json: str | None = None  # `body` as JSON text when a new task's commit wrote it
+
+
+def created_row(spec: NewTask, now: int, request_json: str) -> dict[str, Any]:
+    """The joined row (task_reads.JOINED) of a task `create` has just inserted, with its
+    `response.created` counted (last_seq 1): the columns it wrote and the table defaults."""
+    return {
+        "n": None,
+        "id": spec.id,
+        "client_id": spec.client_id,
+        "model": spec.model,
+        "state": TaskState.QUEUED,
+        "on_restart": str(spec.on_restart),
+        "mode": spec.mode,
+        "created_at": now,
+        "recovered_boot": None,
+        "kind": str(spec.kind),
+        "started_at": None,
+        "finished_at": None,
+        "restarts": 0,
+        "last_seq": 1,
+        "snapshot": None,
+        "request": request_json,
+        "output_text": "",
+        "item_id": None,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "completed_at": None,
+        "error": None,
+        "incomplete_reason": None,
+        "output_items": None,
+        "cached_tokens": 0,
+        "stop_sequence": None,
+    }
 
 
 class TaskStore(TaskReads):
@@ -101,6 +135,7 @@ class TaskStore(TaskReads):
         The caller may answer 202 as soon as this returns: the commit has happened.
         """
         now = int(time.time())
+        request_json = json.dumps(spec.request)
 
         def work(conn: sqlite3.Connection) -> CreateResult:
             if idempotency is not None:
@@ -109,7 +144,7 @@ class TaskStore(TaskReads):
                     return CreateResult(replay.task_id, replay.status, replay.body, True)
             conn.execute(
                 "INSERT INTO responses (id, created_at, model, request) VALUES (?, ?, ?, ?)",
-                (spec.id, now, spec.model, json.dumps(spec.request)),
+                (spec.id, now, spec.model, request_json),
             )
             conn.execute(
                 "INSERT INTO tasks (id, client_id, model, state, on_restart, mode, created_at,"
@@ -124,12 +159,19 @@ class TaskStore(TaskReads):
                     str(spec.kind),
                 ),
             )
-            body = response_of(row_in(conn, spec.id), queue_position_in(conn, spec.id))
-            body["task"]["last_sequence_number"] = 1  # the event below is number 1
-            append_events(conn, spec.id, 0, [with_response(EventType.CREATED, body)])
+            # Built from what was just inserted, not read back: the queue position is the
+            # model's queue length, the new task being its last.
+            body = build_response(
+                created_row(spec, now, request_json),
+                queue_length_in(conn, spec.model),
+                spec.request,
+            )
+            body_json = json.dumps(body)
+            write_events(conn, spec.id, [created_event_row(spec.id, body_json, time.time())])
             if idempotency is not None and spec.mode == "background":
                 mark_done(conn, idempotency, 202, body)  # a retry replays the 202 at once
-            return CreateResult(spec.id, 202 if spec.mode == "background" else 200, body)
+            status = 202 if spec.mode == "background" else 200
+            return CreateResult(spec.id, status, body, body_json=body_json)
 
         result = await self.db.run(work)
         if not result.replayed:

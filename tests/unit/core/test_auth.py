@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+from typing import Any
+
 import pytest
 
 from lmsp_desktop.core import auth
 from lmsp_desktop.core.auth import OWNER, Principal, authenticate, parse_scopes
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.storage import clients as clients_module
 from lmsp_desktop.core.storage.clients import create_client, get_client, revoke_client, set_scopes
 from lmsp_desktop.core.storage.store import Store
 
@@ -87,8 +91,49 @@ async def test_revocation_takes_effect_at_the_next_request(store: Store) -> None
     assert "revoked" in info.value.message
 
 
+async def test_a_revoke_by_another_process_is_seen_within_a_second(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Verified tokens are kept in memory for VERIFIED_FOR_S; a revoke written to the file by
+    another process (the CLI while `serve` runs) is seen once that has passed."""
+    now = [100.0]
+    monkeypatch.setattr(clients_module, "_clock", lambda: now[0])
+    client, token = await create_client(store.db, "laptop", READ)
+    await authenticate(store.db, f"Bearer {token}", None)
+    with sqlite3.connect(store.db.path) as other:  # another process's connection
+        other.execute("UPDATE clients SET revoked_at=1 WHERE id=?", (client["id"],))
+    now[0] += clients_module.VERIFIED_FOR_S
+    with pytest.raises(LmspError) as info:
+        await authenticate(store.db, f"Bearer {token}", None)
+    assert "revoked" in info.value.message
+
+
+async def test_a_revoke_during_a_tokens_first_read_is_not_forgotten(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that read its client just before a revoke committed is let through (it came
+    first), but what it read is not kept: the next request is refused."""
+    client, token = await create_client(store.db, "laptop", READ)
+    original = store.db.fetchone
+    revoked: list[dict[str, Any]] = []
+
+    async def read_then_revoke(sql: str, params: Any = ()) -> Any:
+        row = await original(sql, params)
+        if "token_hash=?" in sql and not revoked:
+            revoked.append(await revoke_client(store.db, client["id"]))
+        return row
+
+    monkeypatch.setattr(store.db, "fetchone", read_then_revoke)
+    await authenticate(store.db, f"Bearer {token}", None)
+    assert revoked and revoked[0]["revoked"]
+    with pytest.raises(LmspError) as info:
+        await authenticate(store.db, f"Bearer {token}", None)
+    assert "revoked" in info.value.message
+
+
 async def test_changed_scopes_apply_at_the_next_request(store: Store) -> None:
     client, token = await create_client(store.db, "laptop", READ)
+    assert (await authenticate(store.db, f"Bearer {token}", None)).scopes == READ
     await set_scopes(store.db, client["id"], frozenset({"responses:write"}))
     principal = await authenticate(store.db, f"Bearer {token}", None)
     assert principal.scopes == frozenset({"responses:write"})

@@ -129,7 +129,7 @@ async def test_key_and_task_are_committed_together(
     def broken_append(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("crash after claiming the key")
 
-    monkeypatch.setattr(task_store_module, "append_events", broken_append)
+    monkeypatch.setattr(task_store_module, "write_events", broken_append)
     with pytest.raises(RuntimeError):
         await store.tasks.create(new_task(client_id="client_a"), claim())
     assert dump(store.db.path)["idempotency_keys"] == []

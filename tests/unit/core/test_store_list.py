@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from lmsp_desktop.core.api.resource import task_object
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage.recovery import next_boot, recover
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.views import TaskFilter, TaskRow
 from tests.support.store_helpers import create, drive, new_task, request
@@ -89,6 +91,44 @@ async def test_created_body_reports_its_queue_position(store: Store) -> None:
     second = await store.tasks.create(new_task())
     assert first.body["task"]["queue_position"] == 1
     assert second.body["task"]["queue_position"] == 2
+
+
+async def test_created_body_counts_the_queue_through_moves_recovery_and_reopening(
+    data_dir: Path,
+) -> None:
+    """The 202's queue position comes from the writer's running count of each model's queue
+    (not a COUNT per create): after tasks leave and rejoin the queue, are deleted, are
+    requeued by recovery, or the store is reopened, a new task still sees its true place."""
+    store = Store(data_dir)
+    await store.open()
+    try:
+        queued_a = [await create(store.tasks, model="a") for _ in range(3)]
+        await create(store.tasks, model="b")
+        assert await store.tasks.mark_loading(queued_a[0])  # leaves the queue
+        await store.tasks.cancel(queued_a[1])  # leaves it for good
+        await store.tasks.delete(queued_a[1])
+        retried = await drive(store.tasks, TaskState.RUNNING, model="a", on_restart="retry")
+        assert (await store.tasks.create(new_task(model="a"))).body["task"]["queue_position"] == 2
+    finally:
+        await store.close()
+    store = Store(data_dir)
+    await store.open()
+    try:
+        # Table 11.3: the queued and loading tasks (policy fail) fail, `retried` is queued.
+        await recover(store.tasks, await next_boot(store.tasks))
+        assert (await store.tasks.get(retried))["state"] == TaskState.QUEUED
+        for model in ("a", "b", "c"):
+            created = await store.tasks.create(new_task(model=model))
+            stored = await store.tasks.response_object(created.task_id)
+            assert created.body["task"]["queue_position"] == stored["task"]["queue_position"]
+        positions = [
+            (await store.tasks.create(new_task(model=m))).body["task"]["queue_position"]
+            for m in ("a", "b", "c")
+        ]
+        # a: `retried`, this loop's task, this one; b and c: the loop's task, this one.
+        assert positions == [3, 2, 2]
+    finally:
+        await store.close()
 
 
 async def test_filter_text_matches_percent_and_underscore_literally(store: Store) -> None:

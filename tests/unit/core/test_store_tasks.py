@@ -9,12 +9,19 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.states import TaskKind, TaskState
 from lmsp_desktop.core.storage import tasks as task_store_module
 from lmsp_desktop.core.storage.store import Store
-from lmsp_desktop.core.storage.tasks import TaskStore
+from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
 from lmsp_desktop.core.views import TaskChange
-from tests.support.store_helpers import check_invariants, drive, dump, event_types, new_task
+from tests.support.store_helpers import (
+    check_invariants,
+    drive,
+    dump,
+    event_types,
+    new_task,
+    request,
+)
 
 ALL_STATES = list(TaskState)
 
@@ -92,11 +99,36 @@ async def test_sync_and_stream_creates_answer_200(store: Store) -> None:
         assert (await store.tasks.get(result.task_id))["mode"] == mode
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        new_task(),
+        new_task(mode="stream", client_id="client_a", on_restart="resume"),
+        NewTask(
+            model="m",
+            request=request(
+                tools=[{"name": "f", "parameters": {}}], metadata={"k": "v"}, store=False
+            ),
+            kind=TaskKind.EMBEDDING,
+        ),
+    ],
+)
+async def test_created_body_is_the_stored_response(store: Store, spec: NewTask) -> None:
+    """The 202 body is built from what the create wrote, not read back: it must be what a
+    read right after gives, and what the `response.created` event carries."""
+    created = await store.tasks.create(spec)
+    stored = await store.tasks.response_object(created.task_id)
+    assert created.body == stored
+    assert created.body_json is not None and json.loads(created.body_json) == stored
+    [event] = await store.tasks.events(created.task_id)
+    assert event == {"type": "response.created", "response": stored, "sequence_number": 1}
+
+
 async def test_create_is_all_or_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken_append(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("disk gone mid-transaction")
 
-    monkeypatch.setattr(task_store_module, "append_events", broken_append)
+    monkeypatch.setattr(task_store_module, "write_events", broken_append)
     with pytest.raises(RuntimeError):
         await store.tasks.create(new_task())
     assert fresh_read(store, "SELECT * FROM tasks") == []

@@ -62,8 +62,11 @@ async def create_response(
             result.body, status=result.status, headers={"Idempotent-Replayed": "true"}
         )
     if created.mode == "background" and not created.request["stream"]:
-        return web.json_response(
-            result.body, status=202, headers={"Location": f"/v1/responses/{task_id}"}
+        return web.Response(  # the JSON text the commit wrote into `response.created`
+            text=result.body_json or json.dumps(result.body),
+            status=202,
+            content_type="application/json",
+            headers={"Location": f"/v1/responses/{task_id}"},
         )
     if created.mode == "background":  # background and stream: the key already holds the 202
         response, _ = await stream_events(request, ctx, task_id, 0, responses_view)
