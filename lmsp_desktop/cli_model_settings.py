@@ -150,11 +150,15 @@ def _gpu_text(layers: int | None) -> str:
     return "auto" if layers is None else "all" if layers < 0 else str(layers)
 
 
+def _requests(parallel: int) -> str:
+    return "1 request at a time" if parallel == 1 else f"{parallel} concurrent requests"
+
+
 def _fit_line(decided: Any) -> str:
     words = {"fits": "fits", "tight": "tight", "wont_fit": "will not fit"}
     line = (
         f"Now it would load with a {decided.context_length}-token context, "
-        f"{decided.settings.parallel} concurrent requests: about {gib(decided.estimate.total)} "
+        f"{_requests(decided.settings.parallel)}: about {gib(decided.estimate.total)} "
         f"of the {gib(decided.budget.available)} available ({words[decided.fit]})."
     )
     return f"{line} {decided.reason}" if decided.reason else line
