@@ -52,7 +52,7 @@ class Settings:
     # llama.cpp threads; 0 means one less than the cores, leaving one for the service and GUI
     # (on 2 busy cores two spinning llama.cpp threads ran 10-20x slower than one).
     engine_threads: int = 0
-    # Caps every model's context (tokens); 0 runs each model with its trained context.
+    # Caps every model's context (tokens); 0: each fitted to memory up to the default cap.
     max_context: int = 0
     # Other apps' model stores not looked in (lmstudio, ollama, huggingface); all are by default.
     disabled_sources: list[str] = field(default_factory=list)

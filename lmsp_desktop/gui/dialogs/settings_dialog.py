@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.memory import DEFAULT_CONTEXT_CAP
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
@@ -78,11 +79,17 @@ class SettingsDialog(QDialog):
         self.idle = QSpinBox(
             minimum=0, maximum=86400, value=int(settings.idle_unload_s), suffix=" s"
         )
-        # 0 runs each model with the context it was trained for.
+        # 0: each model's context fitted to memory, up to 8,192 or its trained length (the
+        # fitter's default cap); a number is meant: up to it, memory permitting.
         self.max_context = QSpinBox(
             minimum=0, maximum=1_048_576, singleStep=1024, value=settings.max_context
         )
-        self.max_context.setSpecialValueText("as trained")
+        self.max_context.setSpecialValueText(f"auto (up to {DEFAULT_CONTEXT_CAP:,})")
+        self.max_context.setToolTip(
+            "The longest context any model gets, in tokens. Auto fits each model's context to "
+            f"the memory free, up to {DEFAULT_CONTEXT_CAP:,} tokens; a model's own setting (Models "
+            "page) overrides it. Longer contexts cost memory: the Models page shows how much."
+        )
         self.max_context.setSuffix(" tokens")
         self.parallel = QSpinBox(minimum=1, maximum=64, value=settings.parallel_per_model)
         self.parallel.setToolTip(
