@@ -223,7 +223,11 @@ class Core:
         await self.registry.scan()
 
     async def start_service(self) -> str:
-        """Start the runner and listen; announce the URL like `serve` does."""
+        """Scan the models, start the runner and listen; announce the URL like `serve` does.
+        The scan runs in the background (unless one ran already): this returns without
+        waiting for it, and the runner waits for a model the scan has not recorded or
+        hashed yet instead of failing its tasks (core/models/scan_gate.py)."""
+        self.registry.start_scan()
         self.upstreams.start()
         await self.runner.start()
         await self.downloads.start()
@@ -237,7 +241,6 @@ class Core:
 
     async def start(self) -> str:
         await self.open()
-        await self.scan_models()
         return await self.start_service()
 
     # -- running -----------------------------------------------------------------------

@@ -81,16 +81,11 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
         no_sources=args.no_source,
         allowed_origins=args.allow_origin,
     )
-    scan: asyncio.Future[None] | None = None
     try:
         report = await core.open()
-        scan = asyncio.ensure_future(core.scan_models())  # hashing runs while serving
-        await core.start_service()
+        await core.start_service()  # the model scan runs in the background, as for `serve`
     except Exception as exc:  # port in use, a locked or damaged database, a bug
         # Say why in a dialog (never a window that just vanishes), after a quiet cleanup.
-        if scan is not None:
-            scan.cancel()
-            await asyncio.gather(scan, return_exceptions=True)
         try:
             await core.stop()
         except Exception:
@@ -132,7 +127,6 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
         await steps.run("closing the second-launch socket", later_launches.close)
         await steps.run("hiding the window", window.hide)
         await steps.run("stopping the window's updates", window.stop_updates)
-        await steps.run("stopping the model scan", scan.cancel)
         await steps.run("stopping the core", core.stop)
     return 1 if steps.failures else 0  # each failure is in the log with its traceback
 

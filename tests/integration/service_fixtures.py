@@ -57,6 +57,9 @@ class LiveCore:
         self.core = Core(data_dir, port=0, model_dirs=model_dirs, engine=engine)
         self._stopping: concurrent.futures.Future[None] | None = None
         self.url = self.call(self.core.start(), timeout=120)
+        # The start-up scan hashes in the background: the tests here read the demo model's
+        # digest and state as a settled service shows them.
+        self.call(self.core.registry.gate.wait_settled(), timeout=120)
         self.call(self._one_task_per_model())
         self.port = int(self.url.rsplit(":", 1)[1])
 

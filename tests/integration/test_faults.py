@@ -250,9 +250,14 @@ async def test_a_model_replaced_after_its_digest_is_not_run(tmp_path: Path) -> N
         ) as core,
         session(core, await token(core)) as http,
     ):
-        async with http.get("/v1/models/tiny") as r:
-            info = await r.json()
-            assert r.status == 200 and info["digest"].startswith("sha256:"), info
+
+        async def digest_known() -> bool:  # hashed in the background after the start
+            async with http.get("/v1/models/tiny") as r:
+                info = await r.json()
+                assert r.status == 200, info
+                return bool(info["digest"] and info["digest"].startswith("sha256:"))
+
+        await until(digest_known, what="the model's digest")
         # A task queued behind a running one, and the file swapped meanwhile.
         body = {"model": "tiny", "input": "x", "background": True}
         async with http.post("/v1/responses", json=body) as r:

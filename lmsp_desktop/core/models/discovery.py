@@ -112,3 +112,20 @@ def find_model_files(
         resolved = candidate.resolve()
         found.setdefault(resolved, FoundFile(resolved, st.st_size, st.st_mtime_ns))
     return [found[p] for p in sorted(found)]
+
+
+def incomplete_split(file: FoundFile, problems: list[SourceProblem]) -> bool:
+    """Whether `file` is the first part of a split model missing other parts (a problem
+    noted in `problems`: such a model is not listed)."""
+    missing = missing_parts(file.path)
+    if missing:
+        problems.append(
+            SourceProblem(
+                file.source,
+                str(file.path),
+                f"{file.path.name} is the first part of a split model whose other parts are "
+                f"not all beside it (missing: {', '.join(missing)}); it is not listed. Put "
+                "every part in the same folder (an unfinished download? get it again).",
+            )
+        )
+    return bool(missing)

@@ -27,7 +27,7 @@ from lmsp_desktop.core.models.discovery import (
     FoundFile,
     SourceProblem,
     find_model_files,
-    missing_parts,
+    incomplete_split,
     stat_file,
 )
 from lmsp_desktop.core.models.ids import (
@@ -46,6 +46,7 @@ from lmsp_desktop.core.models.info import (
     ModelInfo,
     source_of,
 )
+from lmsp_desktop.core.models.scan_gate import HashProgress, ScanGate
 from lmsp_desktop.core.models.scan_rows import insert_values, moved_row, read_meta
 from lmsp_desktop.core.models.sources import find_in_sources, publisher_of
 from lmsp_desktop.core.storage.db import Database
@@ -104,6 +105,8 @@ class ModelRegistry:
         self._hashing: set[str] = set()
         self._stop = threading.Event()
         self._background: set[asyncio.Task[None]] = set()
+        self.gate = ScanGate()  # lookups and runs wait for what a scan has not settled
+        self.scanned = False  # a scan has recorded the files at least once in this run
         # Models on upstream servers (core.upstreams.catalog.UpstreamCatalog), listed and
         # looked up as `<upstream>/<model>` beside the local files.
         self.upstreams: Any = None
@@ -111,6 +114,7 @@ class ModelRegistry:
     # -- reading -------------------------------------------------------------------------
     async def list_models(self) -> list[ModelInfo]:
         """Every model: the local files, then the upstreams' models."""
+        await self.gate.wait_recorded()  # not a half-recorded list during a scan
         rows = await self.db.fetchall("SELECT * FROM models ORDER BY id")
         local = [
             ModelInfo.from_row(r, hashing=r["id"] in self._hashing) for r in rows if self._listed(r)
@@ -127,6 +131,9 @@ class ModelRegistry:
             model_id = model_id.lower()  # ids are lowercase; `Qwen2.5:7B` names the same model
         check_model_id(model_id)
         row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
+        if (row is None or not self._listed(row)) and self.gate.recording:
+            await self.gate.wait_recorded()  # it may be among the files being recorded
+            row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
         if row is None or not self._listed(row):
             if self.upstreams is not None and "/" in model_id:
                 self.upstreams.info(model_id)  # says which upstream is missing
@@ -134,8 +141,13 @@ class ModelRegistry:
         return ModelInfo.from_row(row, hashing=model_id in self._hashing)
 
     async def path_for_run(self, model_id: str) -> Path:
-        """The file to load for `model_id`, after checking it is still the verified file."""
+        """The file to load for `model_id`, after checking it is still the verified file.
+        A file a scan is recording or hashing is waited for, not refused."""
+        await self.gate.wait_recorded()
         info = await self.get(model_id)
+        if info.state == UNVERIFIED:
+            await self.gate.wait_hashed(info.id)
+            info = await self.get(model_id)
         if info.state != VERIFIED:
             raise messages.not_runnable(info)
         st = await asyncio.to_thread(stat_file, info.path)
@@ -169,8 +181,33 @@ class ModelRegistry:
         With `wait=False` it returns once the files are recorded (listed as `hashing`, not
         yet runnable) and hashes in a background task, so a service can listen meanwhile.
         """
-        async with self._scan_lock:
-            jobs = await self._discover_and_record()
+        self.gate.begin_recording()
+        await self._scan(wait=wait)
+
+    def start_scan(self) -> None:
+        """The start-up scan, in the background (unless this run has scanned already): the
+        service listens meanwhile; lookups wait for the recording, runs for the hashing."""
+        if self.scanned:
+            return
+        self.gate.begin_recording()  # before the task's first step: runs wait from now
+        task = asyncio.create_task(self._scan(wait=True))
+        self._background.add(task)
+        task.add_done_callback(self._scan_done)
+
+    def _scan_done(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the model scan failed", exc_info=task.exception())
+
+    async def _scan(self, *, wait: bool) -> None:
+        """`scan` once the gate says a scan is recording."""
+        jobs: builtins.list[_HashJob] = []
+        try:
+            async with self._scan_lock:
+                jobs = await self._discover_and_record()
+            self.scanned = True
+        finally:
+            self.gate.end_recording(j.model_id for j in jobs)
         if wait:
             await self._hash_then_announce(jobs)
         else:
@@ -203,7 +240,7 @@ class ModelRegistry:
         found = find_model_files(list(self.folders), [demo] if demo else [], problems)
         found = [dataclasses.replace(f, source=DEMO) if f.path == demo else f for f in found]
         found += find_in_sources(self.sources, problems)
-        found = [f for f in found if not _incomplete_split(f, problems)]
+        found = [f for f in found if not incomplete_split(f, problems)]
         for problem in problems:
             log.warning("%s", problem.message)
         self.problems = problems
@@ -315,12 +352,23 @@ class ModelRegistry:
         return info
 
     async def _run_jobs(self, jobs: builtins.list[_HashJob]) -> None:
-        sizes = await self._sizes([j.model_id for j in jobs])
-        progress = _Progress(total_bytes=sum(sizes.values()))
-        for job in jobs:
-            async with self._hash_lock:
-                await self._hash_one(job, progress)
-            progress.finish_file(sizes.get(job.model_id, 0))
+        left = list(jobs)
+        try:
+            sizes = await self._sizes([j.model_id for j in jobs])
+            progress = HashProgress(total_bytes=sum(sizes.values()))
+            while left:
+                job = left[0]
+                async with self._hash_lock:
+                    await self._hash_one(job, progress)
+                progress.finish_file(sizes.get(job.model_id, 0))
+                self._settled(left.pop(0))
+        finally:
+            for job in left:  # abandoned (shutdown): runs waiting for them see it unverified
+                self._settled(job)
+
+    def _settled(self, job: _HashJob) -> None:
+        if job.from_scan:  # the scan queued it through the gate; a verify did not
+            self.gate.hash_done(job.model_id)
 
     async def _sizes(self, ids: builtins.list[str]) -> dict[str, int]:
         if not ids:
@@ -330,7 +378,7 @@ class ModelRegistry:
         stats = await asyncio.to_thread(lambda: {r["id"]: stat_file(Path(r["path"])) for r in rows})
         return {k: st.st_size for k, st in stats.items() if st is not None}
 
-    async def _hash_one(self, job: _HashJob, progress: _Progress) -> None:
+    async def _hash_one(self, job: _HashJob, progress: HashProgress) -> None:
         row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (job.model_id,))
         if row is None or (job.from_scan and row["state"] != UNVERIFIED):
             return  # deleted, or settled by a verify that ran meanwhile
@@ -458,41 +506,3 @@ class ModelRegistry:
 
     def _emit(self, event: ModelEvent) -> None:
         notify(self.listeners, event)  # one broken listener must not stop a scan
-
-
-def _incomplete_split(file: FoundFile, problems: builtins.list[SourceProblem]) -> bool:
-    missing = missing_parts(file.path)
-    if missing:
-        problems.append(
-            SourceProblem(
-                file.source,
-                str(file.path),
-                f"{file.path.name} is the first part of a split model whose other parts are "
-                f"not all beside it (missing: {', '.join(missing)}); it is not listed. Put "
-                "every part in the same folder (an unfinished download? get it again).",
-            )
-        )
-    return bool(missing)
-
-
-class _Progress:
-    """Overall progress of one scan or verify across all the files it hashes."""
-
-    def __init__(self, total_bytes: int) -> None:
-        self.total_bytes = total_bytes
-        self.finished = 0
-
-    def event(self, model_id: str, done: int, total: int) -> ModelEvent:
-        overall = min(self.finished + done, max(self.total_bytes, self.finished + total))
-        return ModelEvent(
-            "progress",
-            model_id,
-            "hashing",
-            bytes_done=done,
-            bytes_total=total,
-            total_done=overall,
-            total_bytes=max(self.total_bytes, self.finished + total),
-        )
-
-    def finish_file(self, size: int) -> None:
-        self.finished += size
