@@ -32,7 +32,7 @@ from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import STATE_COLOURS, human_duration, state_word
 from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
 from lmsp_desktop.gui.pages.details_header import DetailsHeader, Fact
-from lmsp_desktop.gui.pages.earlier_run import earlier_output, with_earlier
+from lmsp_desktop.gui.pages.earlier_run import EarlierRuns, with_earlier
 
 CURSOR = "▌"
 NOTHING_SELECTED = "The selected task's output appears here."
@@ -180,8 +180,8 @@ class TaskDetails(QWidget):
         self.task_id: str | None = None
         self.state: str | None = None
         self._output = ""
-        # The output of the run before the last start-over, read once per (task, restarts).
-        self._earlier: tuple[tuple[str, int] | None, str] = (None, "")
+        # The output of the run before the last start-over, read once per task and restart.
+        self._earlier = EarlierRuns(core)
         # Two lines always (a failure's reason takes the second): the tabs below stay put
         # from one selected task to the next.
         self.header = DetailsHeader("Select a task to see its output and events.")
@@ -293,11 +293,11 @@ class TaskDetails(QWidget):
         self._show_header(row)
         self._set_placeholder(empty_output_reason(row))
         generating = row["state"] == TaskState.RUNNING and not is_download(row)
-        if row["restarts"] and self._earlier[0] != (task_id, row["restarts"]):
-            self._earlier = ((task_id, row["restarts"]), await earlier_output(self.core, task_id))
+        earlier = ""
+        if row["restarts"]:
+            earlier = await self._earlier.text(task_id, row["restarts"])
             if task_id != self.task_id:
                 return
-        earlier = self._earlier[1] if self._earlier[0] == (task_id, row["restarts"]) else ""
         self._show_output(with_earlier(row, earlier, output_shown(row)), generating)
         self._set_buttons()
         await self.events.follow(row["last_seq"])
