@@ -5,11 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
-# `make test` runs the suite in one process by default. TEST_WORKERS=2 spreads it over two
-# pytest-xdist workers, but the fresh-clone CI showed tests of one module landing on both
-# workers (their xdist_group marks were not applied), which breaks modules whose last test
-# checks what the earlier ones left: parallel runs stay opt-in until that is fixed.
-TEST_WORKERS ?= 0
+# `make test` spreads the suite over two pytest-xdist worker processes (TEST_WORKERS=0: one
+# process), a whole test module to one worker (--dist loadfile): a module's module-scoped
+# `serve` process or loaded model is built once, and modules whose last test checks what their
+# earlier tests left see all of it. (--dist loadgroup cannot do this with pytest 9.2: xdist 3.8
+# tags a grouped test by rewriting `item._nodeid`, which pytest 9.2's nodeid no longer reads,
+# so no test was ever grouped.) Heavy modules are collected first (tests/conftest.py), and
+# --no-loadscope-reorder keeps that order instead of xdist's largest-test-count-first.
+TEST_WORKERS ?= 2
 # llama-cpp-python compiles llama.cpp for this CPU (-march=native) unless told otherwise. On
 # CPUs that report AMX (Sapphire Rapids and later) inside VMs that do not enable its tile state,
 # llama.cpp's AMX kernels die with SIGILL on the first prompt batch (seen on these machines:
@@ -39,7 +42,7 @@ serve: $(STAMP)
 	$(BIN)/lmsp-desktop serve $(ARGS)
 
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -36,29 +36,42 @@ def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any]:
     return {"asyncio": asyncio.new_event_loop}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the marks
+# The modules that take longest (summed --durations of the two-worker runs of 2026-12-01),
+# longest first. `make test` hands whole modules to its two workers in collection order
+# (--dist loadfile --no-loadscope-reorder): these are collected first, so that no worker
+# starts a five-minute module when the other is nearly done. A module missing here only
+# runs later; an unknown name here is ignored.
+LONGEST_FIRST = (
+    "test_resume_after_kill.py",
+    "test_real_clients.py",
+    "test_llama_batching.py",
+    "test_fuzz_openapi.py",
+    "test_crash_loop.py",
+    "test_embeddings_crash.py",
+    "test_llama_grammar.py",
+    "test_llama_engine.py",
+    "test_bench_smoke.py",
+    "test_cancel_races.py",
+    "test_anthropic_clients.py",
+    "test_model_sources_serve.py",
+    "test_engine_worker_crash.py",
+    "test_completions_clients.py",
+    "test_memory_fit.py",
+    "test_open_responses_schema.py",
+    "test_download_serve.py",
+    "test_readme_tools.py",
+)
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    # Tests of a module that shares a module-scoped fixture stay on one worker together, the
-    # fixture-less ones too: some check what the module's earlier tests left (tokens issued,
-    # logs written) and would see only part of it on another worker.
-    shared_modules = {m for m in map(shared_fixture_module, items) if m is not None}
+    # A test that uses Qt's application through a fixture is a GUI test even if its module
+    # forgot the mark, so that `-m "not gui"` really runs the core alone (qutebrowser does).
     for item in items:
-        # A test that uses Qt's application through a fixture is a GUI test even if its module
-        # forgot the mark, so that `-m "not gui"` really runs the core alone (qutebrowser does).
         if is_gui(item) and item.get_closest_marker("gui") is None:
             item.add_marker(pytest.mark.gui)
-        # `make test` spreads the tests over workers (pytest-xdist, --dist loadgroup). Tests
-        # that share a module-scoped fixture (a `serve` process, a loaded model) go to one
-        # worker together, so that it is built once; the others go wherever a worker is free.
-        if item.module.__name__ in shared_modules:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-
-
-def shared_fixture_module(item: Any) -> str | None:
-    """The module whose module-scoped fixture this test shares with its neighbours, if any.
-    Session-scoped fixtures are no reason: each worker builds its own once."""
-    scopes = {definitions[-1].scope for definitions in item._fixtureinfo.name2fixturedefs.values()}
-    return str(item.module.__name__) if scopes & {"module", "class"} else None
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    # A stable sort: each module's tests keep their order and stay together.
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture
