@@ -127,6 +127,11 @@ class Core:
         quit_note = await self.store.get_config(QUIT_NOTE)
         if quit_note is not None:
             await self.store.set_config(QUIT_NOTE, None)
+        # Before recovery: its large commit is followed by a checkpoint of the WAL it wrote,
+        # which the next write waits for.
+        released = await release_in_flight(self.store.db)
+        if released:
+            log.info("released %d idempotency keys left in flight", released)
         boot = await next_boot(self.store.tasks)
         self.recovery_report = await recover(self.store.tasks, boot)
         if self.recovery_report.items and isinstance(quit_note, dict):
@@ -140,9 +145,6 @@ class Core:
                 "signal": signal_name,
             }
             await self.store.set_config(RECOVERY_AFTER_QUIT, after_quit)
-        released = await release_in_flight(self.store.db)
-        if released:
-            log.info("released %d idempotency keys left in flight", released)
         self._log_report(self.recovery_report)
         self.registry = ModelRegistry(
             self.store.db,

@@ -187,9 +187,10 @@ class Runner:
     async def start(self) -> None:
         """Pick up tasks left queued or resumed-running by recovery, then follow new ones."""
         self.tasks.listeners.append(self._on_change)
-        for row in await self.tasks.unfinished([TaskState.QUEUED, TaskState.RUNNING]):
-            if row["kind"] in RUNNER_KINDS:  # downloads have their own manager
-                self._wake(row["model"])
+        # Downloads have their own manager.
+        waiting = [TaskState.QUEUED, TaskState.RUNNING]
+        for model in await self.tasks.models_with(waiting, sorted(RUNNER_KINDS)):
+            self._wake(model)
         self._janitor = asyncio.create_task(self._unload_idle_forever())
 
     async def stop(self) -> None:

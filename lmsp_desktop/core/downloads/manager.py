@@ -72,9 +72,9 @@ class DownloadManager:
     async def start(self) -> None:
         """Follow new download tasks, and pick up those left queued or running (resumed)."""
         self.tasks.listeners.append(self._on_change)
-        for row in await self.tasks.unfinished([TaskState.QUEUED, TaskState.RUNNING]):
-            if row["kind"] == TaskKind.DOWNLOAD:
-                self._spawn(row["id"])
+        waiting = [TaskState.QUEUED, TaskState.RUNNING]
+        for row in await self.tasks.unfinished(waiting, [TaskKind.DOWNLOAD]):
+            self._spawn(row["id"])
 
     async def stop(self) -> None:
         """Stop the transfers; their tasks stay as they are, for recovery at the next start,

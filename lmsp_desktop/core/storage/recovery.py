@@ -22,7 +22,6 @@ from lmsp_desktop.core.states import (
     TaskState,
 )
 from lmsp_desktop.core.storage.events import Row, carrying_response, closing_with
-from lmsp_desktop.core.storage.task_reads import JOINED
 from lmsp_desktop.core.storage.tasks import TaskStore
 from lmsp_desktop.core.storage.transitions import Expr, Transition, requeued, transition_many
 from lmsp_desktop.core.views import (
@@ -112,7 +111,10 @@ def _recover_batch(
     (state, policy) cell of table 11.3, one set-based transition per cell. `boot` marks the
     tasks as handled by this startup (None: after an engine crash, unmarked)."""
     marks = ",".join("?" for _ in ids)
-    rows = conn.execute(JOINED + f" WHERE t.id IN ({marks}) ORDER BY t.n", ids).fetchall()
+    rows = conn.execute(
+        f"SELECT id, state, on_restart, recovered_boot FROM tasks WHERE id IN ({marks}) ORDER BY n",
+        ids,
+    ).fetchall()
     cells: dict[tuple[TaskState, RestartPolicy], list[str]] = {}
     order = {row["id"]: i for i, row in enumerate(rows)}
     for row in rows:

@@ -260,11 +260,28 @@ class TaskReads:
             (pattern, pattern, *params),
         )
 
-    async def unfinished(self, states: Sequence[TaskState]) -> list[Row]:
+    async def unfinished(
+        self, states: Sequence[TaskState], kinds: Sequence[str] | None = None
+    ) -> list[Row]:
+        """The joined rows of the tasks in `states` (of `kinds`, when given), oldest first."""
         marks = ",".join("?" for _ in states)
+        of_kind = f" AND t.kind IN ({','.join('?' for _ in kinds)})" if kinds else ""
         return await self.db.fetchall(
-            JOINED + f" WHERE t.state IN ({marks}) ORDER BY t.n", tuple(map(str, states))
+            JOINED + f" WHERE t.state IN ({marks}){of_kind} ORDER BY t.n",
+            (*map(str, states), *(kinds or ())),
         )
+
+    async def models_with(self, states: Sequence[TaskState], kinds: Sequence[str]) -> list[str]:
+        """The models with tasks of `kinds` in `states`, the one whose oldest such task is
+        oldest first (at startup: which models have work, without reading every task)."""
+        state_marks = ",".join("?" for _ in states)
+        kind_marks = ",".join("?" for _ in kinds)
+        rows = await self.db.fetchall(
+            f"SELECT model FROM tasks WHERE state IN ({state_marks}) AND kind IN ({kind_marks})"
+            " GROUP BY model ORDER BY MIN(n)",
+            (*map(str, states), *kinds),
+        )
+        return [str(row["model"]) for row in rows]
 
     async def next_runnable(self, model: str, limit: int) -> list[str]:
         """Ids of a model's tasks a lane may run, in order: resumed running tasks first (they

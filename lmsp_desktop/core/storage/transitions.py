@@ -8,7 +8,6 @@ it to any number of tasks in a handful of statements (recovery moves 10k at once
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence, Sized
@@ -21,7 +20,6 @@ from lmsp_desktop.core.storage.events import (
     Row,
     carrying_response,
     numbered,
-    response_of,
 )
 from lmsp_desktop.core.storage.task_reads import JOINED
 
@@ -86,6 +84,7 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
         )
     rows = [dict(r) for r in conn.execute(JOINED + f" WHERE t.id IN ({marks(changed)})", changed)]
     event_rows: list[tuple[Any, ...]] = []
+    last_events: list[tuple[str, str]] = []  # each task's last event (JSON), its id
     now = time.time()
     for row in rows:
         seq = row["last_seq"]
@@ -93,15 +92,17 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
             seq += 1
             event_rows.append(numbered(row["id"], seq, event, now))
         row["last_seq"] = seq
+        last_events.append((event_rows[-1][4], row["id"]))
     conn.executemany(INSERT_EVENT, event_rows)
     conn.executemany(
         "UPDATE tasks SET last_seq=? WHERE id=?", [(r["last_seq"], r["id"]) for r in rows]
     )
     if move.to_state in TERMINAL:
-        # The stored response (11.1 `responses`) is written with the terminal event.
+        # The stored response (11.1 `responses`) is written with the terminal event: the
+        # response that event carries (every move to a terminal state ends with one), taken
+        # from its JSON by SQLite rather than built and serialised a second time.
         conn.executemany(
-            "UPDATE responses SET final=? WHERE id=?",
-            [(json.dumps(response_of(cast(Row, r))), r["id"]) for r in rows],
+            "UPDATE responses SET final=json_extract(?, '$.response') WHERE id=?", last_events
         )
     return cast("list[Row]", rows)
 

@@ -11,6 +11,7 @@ import pytest
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskKind, TaskState
 from lmsp_desktop.core.storage import tasks as task_store_module
+from lmsp_desktop.core.storage.recovery import next_boot, recover
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
 from lmsp_desktop.core.views import TaskChange
@@ -122,6 +123,25 @@ async def test_created_body_is_the_stored_response(store: Store, spec: NewTask) 
     assert created.body_json is not None and json.loads(created.body_json) == stored
     [event] = await store.tasks.events(created.task_id)
     assert event == {"type": "response.created", "response": stored, "sequence_number": 1}
+
+
+async def test_a_finished_task_stores_the_response_its_last_event_carries(store: Store) -> None:
+    """`responses.final` (11.1's stored response) is the object the closing event carries,
+    and what a read gives, however the task ended: by the runner, a cancel, or recovery."""
+    ended = [
+        await drive(store.tasks, state)
+        for state in (TaskState.COMPLETED, TaskState.INCOMPLETE, TaskState.FAILED)
+    ]
+    ended.append(await drive(store.tasks, TaskState.CANCELLED))
+    cancelling = await drive(store.tasks, TaskState.CANCELLING)
+    assert await store.tasks.confirm_cancelled(cancelling)
+    left_running = await drive(store.tasks, TaskState.RUNNING)
+    await recover(store.tasks, await next_boot(store.tasks))  # policy fail: failed
+    for task_id in [*ended, cancelling, left_running]:
+        [final] = fresh_read(store, "SELECT final FROM responses WHERE id=?", (task_id,))
+        last = (await store.tasks.events(task_id))[-1]
+        stored = await store.tasks.response_object(task_id)
+        assert json.loads(final[0]) == last["response"] == stored, task_id
 
 
 async def test_create_is_all_or_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
