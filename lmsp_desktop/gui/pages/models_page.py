@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QStyle,
     QStyledItemDelegate,
-    QStyleOptionProgressBar,
     QStyleOptionViewItem,
     QTableView,
     QVBoxLayout,
@@ -50,29 +49,7 @@ from lmsp_desktop.gui.models.model_table import (
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter
 from lmsp_desktop.gui.pages.model_memory import ModelMemoryPanel
-
-
-class ProgressDelegate(QStyledItemDelegate):
-    """Paints a progress bar in the status cell of a model being hashed."""
-
-    def paint(
-        self,
-        painter: QPainter,
-        option: QStyleOptionViewItem,
-        index: QModelIndex | QPersistentModelIndex,
-    ) -> None:
-        fraction = index.data(ModelRole.PROGRESS)
-        if fraction is None:
-            super().paint(painter, option, index)
-            return
-        bar = QStyleOptionProgressBar()
-        bar.rect = option.rect.adjusted(2, 3, -2, -3)
-        bar.minimum, bar.maximum = 0, 100
-        bar.progress = int(fraction * 100)
-        bar.text = f"hashing {fraction:.0%}"
-        bar.textVisible = True
-        style = QApplication.style()
-        style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter)
+from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
 
 
 class FolderDelegate(QStyledItemDelegate):
@@ -156,7 +133,9 @@ class ModelsPage(QWidget):
         self.table.setModel(self.model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.verticalHeader().hide()
-        self.table.setItemDelegateForColumn(COL_STATUS, ProgressDelegate(self.table))
+        self.table.setItemDelegateForColumn(
+            COL_STATUS, ProgressBarDelegate(ModelRole.PROGRESS, self.table)
+        )
         self.folder_delegate = FolderDelegate(self.table)
         self.table.setItemDelegateForColumn(COL_FOLDER, self.folder_delegate)
         header = self.table.horizontalHeader()

@@ -40,8 +40,9 @@ from lmsp_desktop.gui.models.task_table import (
     DOWN_ARROW,
     TaskTableModel,
 )
+from lmsp_desktop.gui.models.task_table import Role as TaskRole
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter, ElideMiddle
-from lmsp_desktop.gui.pages.download_delegate import DownloadProgressDelegate
+from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
 from lmsp_desktop.gui.pages.task_details import TaskDetails
 
 
@@ -108,7 +109,9 @@ class TasksPage(QWidget):
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
         self.table.setWordWrap(False)
-        self.table.setItemDelegateForColumn(COL_TOKENS, DownloadProgressDelegate(self.table))
+        self.table.setItemDelegateForColumn(
+            COL_TOKENS, ProgressBarDelegate(TaskRole.PROGRESS, self.table)
+        )
         header = self.table.horizontalHeader()
         # Newest first is submission order, the Id's (ids sort as submitted): the arrow sits
         # on Id, a column a narrow window keeps, where Created steps aside early

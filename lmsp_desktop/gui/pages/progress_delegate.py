@@ -1,4 +1,5 @@
-"""The task table's Tokens cell of a download: a progress bar with its bytes."""
+"""One progress-bar cell for every table: a download's bytes in the task table, a file being
+hashed on the Models page."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ from PySide6.QtWidgets import (
     QStyledItemDelegate,
     QStyleOptionProgressBar,
     QStyleOptionViewItem,
+    QWidget,
 )
 
-from lmsp_desktop.gui.models.task_table import Role
 
+class ProgressBarDelegate(QStyledItemDelegate):
+    """Paints a bar where the model gives a fraction (0..1) at `role`, with the cell's text on
+    it; every other cell as usual."""
 
-class DownloadProgressDelegate(QStyledItemDelegate):
-    """Paints a bar where the model gives a download's fraction (Role.PROGRESS); every other
-    cell as usual."""
+    def __init__(self, role: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.role = role
 
     def paint(
         self,
@@ -25,10 +29,12 @@ class DownloadProgressDelegate(QStyledItemDelegate):
         option: QStyleOptionViewItem,
         index: QModelIndex | QPersistentModelIndex,
     ) -> None:
-        fraction = index.data(Role.PROGRESS)
+        fraction = index.data(self.role)
         if fraction is None:
             super().paint(painter, option, index)
             return
+        widget = option.widget
+        style = widget.style() if widget is not None else QApplication.style()
         bar = QStyleOptionProgressBar()
         bar.rect = option.rect.adjusted(2, 3, -2, -3)
         bar.minimum, bar.maximum = 0, 1000
@@ -36,6 +42,4 @@ class DownloadProgressDelegate(QStyledItemDelegate):
         bar.text = str(index.data(Qt.ItemDataRole.DisplayRole))
         bar.textVisible = True
         bar.state = option.state
-        widget = option.widget
-        style = widget.style() if widget is not None else QApplication.style()
         style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter, widget)
