@@ -39,7 +39,6 @@ from lmsp_desktop.core.engines.grammar import GrammarConstraint, advance, open_c
 from lmsp_desktop.core.engines.llama_native import (
     GilHoldingCalls,
     TokenBatch,
-    logits_row,
     lowlevel,
 )
 from lmsp_desktop.core.engines.prefix_cache import CachedSequence, PrefixCache
@@ -51,6 +50,8 @@ log = logging.getLogger(__name__)
 # Prompt tokens per step while other sequences of the context generate: bounds how long a
 # long prompt holds up their next token (one chunk's time), see docs/prefill.md.
 SHARED_CHUNK = 64
+# llama_decode's answer when the abort callback stopped it.
+_ABORTED = 2
 # A model that fails the exactness probe reads prompts in chunks of this size at fixed
 # positions (0, 64, 128, ...), in the first run and in every resumed one alike.
 FIXED_CHUNK = 64
@@ -169,12 +170,19 @@ class BatchDecoder:
         self.cache = PrefixCache(n_seq)
         self._batch = TokenBatch(self.n_batch + n_seq)
         self._batch_freed = False
+        # A cancel stops a prompt chunk mid-way: llama.cpp asks this between two operations
+        # of the chunk's graph (set for prompt chunks only: a Python call per operation
+        # would cost the per-token decodes their speed). Kept here so it outlives the calls.
+        self._abort_check = self._lc.ggml_abort_callback(self._chunk_cancelled)
+        self._no_abort = self._lc.ggml_abort_callback()  # null: llama.cpp checks nothing
+        self._chunk_job: Job | None = None
         self._waiting: deque[Job] = deque()
         self._running: list[Job] = []
         self._wake = threading.Condition()
         self._closing = False
         self.steps = 0
         self.wide_chunks = 0  # prompt chunks read on all cores
+        self.aborted_chunks = 0  # prompt chunks a cancel stopped part-way
         self.last_job: Job | None = None
         self._thread = threading.Thread(target=self._loop, name="llama-batch", daemon=True)
         self._thread.start()
@@ -335,8 +343,12 @@ class BatchDecoder:
 
     def _read_chunk(self, job: Job, limit: int) -> None:
         """Read the next chunk of the job's prompt: never a single token (unless the whole
-        prompt is one), at fixed positions when the model failed the probe."""
+        prompt is one), at fixed positions when the model failed the probe. A cancel ends
+        the job between chunks or, through llama.cpp's abort callback, inside one."""
         assert job.sequence is not None
+        if job.channel.should_stop():  # cancelled while this step's other decode ran
+            self._end(job, job.finish("cancelled"))
+            return
         rest = len(job.reading)
         if not self.exact:
             size = FIXED_CHUNK - len(job.evaluated) % FIXED_CHUNK
@@ -354,22 +366,48 @@ class BatchDecoder:
             last = i == len(chunk) - 1
             index = batch.add(token, start + i, job.sequence.seq_id, last and wants_logits)
         wide = self.exact and len(chunk) > 1 and self._cores.alone(id(self))
-        self._run(batch, self._cores.count if wide else self._threads)
+        if not self._run(batch, self._cores.count if wide else self._threads, abortable=job):
+            # Cancelled mid-chunk: llama.cpp removed the chunk's cells (said again here so
+            # the sequence surely holds only what `evaluated` says); the job ends with the
+            # tokens read before this chunk, which the prefix cache may reuse.
+            self._lc.llama_memory_seq_rm(self._memory, job.sequence.seq_id, start, -1)
+            self.aborted_chunks += 1
+            self._end(job, job.finish("cancelled"))
+            return
         self.wide_chunks += wide
         job.evaluated.extend(chunk)
         job.chunked = len(job.evaluated)
         if wants_logits:
             self._sample_rows([(job, index)])
 
-    def _run(self, batch: TokenBatch, threads: int) -> None:
+    def _run(self, batch: TokenBatch, threads: int, abortable: Job | None = None) -> bool:
+        """Decode `batch`; False when `abortable` (the one job in it) was cancelled during
+        the decode and llama.cpp stopped it part-way (and dropped the batch's cells)."""
         if threads != self._threads_now:
             # Only on a change: a ctypes call releases the GIL and may wait a switch interval
             # to take it back while the event loop runs (see GilHoldingCalls).
             self._lc.llama_set_n_threads(self._ctx, threads, threads)
             self._threads_now = threads
-        status = batch.decode(self._ctx)
+        if abortable is None:
+            status = batch.decode(self._ctx)
+        else:
+            self._chunk_job = abortable
+            self._lc.llama_set_abort_callback(self._ctx, self._abort_check, None)
+            try:
+                status = batch.decode(self._ctx)
+            finally:
+                self._lc.llama_set_abort_callback(self._ctx, self._no_abort, None)
+                self._chunk_job = None
+            if status == _ABORTED:
+                return False
         if status != 0:
             raise RuntimeError(f"llama_decode returned {status}")
+        return True
+
+    def _chunk_cancelled(self, _data: Any) -> bool:
+        """llama.cpp's abort callback (its decoding thread, between graph operations)."""
+        job = self._chunk_job
+        return job is not None and job.channel.should_stop()
 
     def _sample_rows(self, rows: list[tuple[Job, int]]) -> None:
         emitted: list[tuple[TokenChannel, TokenPiece]] = []
@@ -462,46 +500,3 @@ class BatchDecoder:
 
 def _engine_error(exc: Exception) -> EngineError:
     return EngineError("engine_error", f"llama.cpp failed during generation ({exc}).")
-
-
-def probe_exactness(ctx: Any, vocab: Any, n_seq: int, tokens: list[int], threads: int) -> bool:
-    """Whether this model's numerics allow what the batch decoder does in exact mode: the
-    logits after `tokens` read as one chunk on one thread equal those after the same tokens
-    read as two chunks of other sizes on `threads` threads, and the next token's logits,
-    read alone, do not change when another sequence's token shares its decode."""
-    lc = lowlevel()
-    memory = lc.llama_get_memory(ctx)
-    n_vocab = int(lc.llama_vocab_n_tokens(vocab))
-    batch = TokenBatch(len(tokens) + 2)
-    prompt, last = tokens[:-1], tokens[-1]
-
-    def read(parts: list[list[int]], n_threads: int) -> tuple[Any, Any]:
-        lc.llama_memory_clear(memory, False)
-        lc.llama_set_n_threads(ctx, n_threads, n_threads)
-        start = 0
-        for part in parts:
-            batch.clear()
-            for i, token in enumerate(part):
-                batch.add(token, start + i, 0, i == len(part) - 1)
-            decode()
-            start += len(part)
-        read_logits = logits_row(ctx, len(parts[-1]) - 1, n_vocab)
-        lc.llama_set_n_threads(ctx, 1, 1)
-        batch.clear()
-        batch.add(last, len(prompt), 0, True)
-        if n_seq > 1 and parts != [prompt]:
-            batch.add(tokens[0], 0, 1, True)  # a neighbour in the same decode
-        decode()
-        return read_logits, logits_row(ctx, 0, n_vocab)
-
-    def decode() -> None:
-        if batch.decode(ctx) != 0:
-            raise RuntimeError("llama_decode failed in the exactness probe")
-
-    try:
-        whole, whole_next = read([prompt], 1)
-        split, split_next = read([prompt[:3], prompt[3:]], threads)
-        return bool(np.array_equal(whole, split) and np.array_equal(whole_next, split_next))
-    finally:
-        lc.llama_memory_clear(memory, False)
-        batch.free()
