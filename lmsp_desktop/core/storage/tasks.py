@@ -44,6 +44,7 @@ from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, claim_key, m
 from lmsp_desktop.core.storage.output_items import apply_events, load_items
 from lmsp_desktop.core.storage.task_reads import TaskReads, queue_length_in, row_in
 from lmsp_desktop.core.storage.transitions import (
+    INSERT_EVENT,
     Transition,
     append_events,
     transition_many,
@@ -293,21 +294,27 @@ class TaskStore(TaskReads):
         snapshot_json = json.dumps(snapshot) if isinstance(snapshot, dict) else snapshot
 
         def work(conn: sqlite3.Connection) -> tuple[int, str, str, int] | None:
-            found = _still_running(conn, task_id, snapshot_json)
-            if found is None:
+            # The hot path (B2): three statements. The compare-and-set on `running` stores the
+            # snapshot and moves last_seq past these deltas at once (write_events' second
+            # UPDATE saved); the text is appended and the item id read in one.
+            found = conn.execute(
+                "UPDATE tasks SET snapshot=?, last_seq=last_seq+? WHERE id=? AND state='running'"
+                " RETURNING last_seq, model",
+                (snapshot_json, len(deltas), task_id),
+            ).fetchall()  # fetched to the end: a statement in progress blocks RELEASE
+            if not found:
                 return None
-            item_id = conn.execute(
-                "SELECT item_id FROM responses WHERE id=?", (task_id,)
-            ).fetchone()[0]
-            first = found[0] + 1
-            rows = numbered_deltas(task_id, item_id, deltas, first, time.time())
-            last = write_events(conn, task_id, rows)
-            conn.execute(
+            last, model = int(found[0][0]), str(found[0][1])
+            first = last - len(deltas) + 1
+            [(item_id,)] = conn.execute(
                 "UPDATE responses SET output_text = output_text || ?, output_tokens=?,"
-                " input_tokens=? WHERE id=?",
+                " input_tokens=? WHERE id=? RETURNING item_id",
                 ("".join(deltas), output_tokens, input_tokens, task_id),
+            ).fetchall()
+            conn.executemany(
+                INSERT_EVENT, numbered_deltas(task_id, item_id, deltas, first, time.time())
             )
-            return last, found[1], item_id, first
+            return last, model, item_id, first
 
         done = await self.db.run(work)
         if done is None:

@@ -260,10 +260,11 @@ async def test_snapshot_and_deltas_fail_together(
     task_id = await drive(store.tasks, TaskState.RUNNING)
     before = dump(store.db.path)
 
-    def broken_append(*args: Any, **kwargs: Any) -> int:
+    def broken_events(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("crash between snapshot and deltas")
 
-    monkeypatch.setattr(task_store_module, "write_events", broken_append)
+    # Called once the snapshot, last_seq and text are updated, before the events are written.
+    monkeypatch.setattr(task_store_module, "numbered_deltas", broken_events)
     with pytest.raises(RuntimeError):
         await store.tasks.append_deltas(
             task_id, ["!"], output_tokens=3, input_tokens=3, snapshot={"tokens": [1, 2, 3]}
