@@ -1,4 +1,4 @@
-"""The crash loop in the normal suite: a real `serve` with the demo model, SIGKILLed 30 times
+"""The crash loop in the normal suite: a real `serve` with the demo model, SIGKILLed 12 times
 at random moments under mixed load (background tasks of all three restart policies, streams,
 sync requests, cancels, idempotent retries) and restarted; chapter 11 checked on disk after
 every kill and every restart (`make torture` runs the same loop 500 times)."""
@@ -11,18 +11,21 @@ import pytest
 
 from bench.torture import CrashLoop
 
-KILLS = 30
+# Each kill costs a `serve` start (a model load, recovery); 12 land in every kind of moment
+# the loop makes (early, midway, once a task is seen queued or running, after a cancel).
+KILLS = 12
 
 
-# Heavy by design: on a loaded machine (make test's two workers plus other work) it took
-# over 300 s, the suite's hang bound; this is a bound on a hang, not on its speed.
+# A bound on a hang, not on its speed: a loaded machine starts `serve` many times slower.
 @pytest.mark.timeout(900)
-async def test_thirty_sigkills_break_no_promise_of_chapter_11(tmp_path: Path) -> None:
+async def test_sigkills_at_random_moments_break_no_promise_of_chapter_11(tmp_path: Path) -> None:
     figures = await CrashLoop(tmp_path, seed=20261129).run(KILLS)
+    print(figures.summary())
 
     assert figures.violations == [], "\n".join(figures.violations[:20])
     assert figures.kills == KILLS
-    # The loop really exercised what it claims to check.
+    # The loop really exercised what it claims to check. (Queued and running tasks at a kill
+    # are waited for, not timed: until a kill caught each, every other kill waits for one.)
     assert len(figures.acknowledged) >= 2 * KILLS, figures.summary()
     assert figures.replays_checked >= KILLS, figures.summary()
     policies = {policy for _, policy in figures.leftovers}
