@@ -9,6 +9,7 @@ FakeEngine instead (the store, runner, registry and HTTP service stay real).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gc
 from collections.abc import AsyncIterator
@@ -21,11 +22,19 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
 from lmsp_desktop.app import Core
+from lmsp_desktop.cli import build_parser
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.storage.clients import create_client
 from lmsp_desktop.gui.main_window import MainWindow
 
 MODEL = "smollm2-135m-instruct"
+
+
+def launch_args(data_dir: Path, port: int = 0) -> argparse.Namespace:
+    """What `lmsp-desktop --data-dir DIR --port PORT` hands `launch.main`, from the real
+    parser: a flag added to the command line is never missing here (twice a hand-made
+    Namespace lacked one, no_source then allow_origin, and five launch tests failed)."""
+    return build_parser().parse_args(["--data-dir", str(data_dir), "--port", str(port)])
 
 
 def slow_engine(tokens: int = 4000, delay: float = 0.02) -> FakeEngine:

@@ -4,7 +4,6 @@ A real core (store, runner, HTTP service) with a scripted engine that keeps task
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import os
@@ -24,6 +23,7 @@ from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
 from tests.integration.gui_windows import (
     MODEL,
     client_token,
+    launch_args,
     open_app,
     post_background,
     slow_engine,
@@ -142,7 +142,7 @@ async def test_sigterm_to_the_app_is_reported_as_a_signal_not_as_your_quit(
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     monkeypatch.setattr(app_module, "Core", functools.partial(Core, engine=slow_engine()))
-    args = argparse.Namespace(data_dir=data_dir, models_dir=[], host=None, port=0, no_source=[])
+    args = launch_args(data_dir)
     qsettings = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     app = asyncio.ensure_future(launch.main(args, qsettings))
     await until(lambda: the_window(data_dir) is not None, what="the main window")

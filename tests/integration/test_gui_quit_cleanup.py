@@ -3,7 +3,6 @@ finds the data directory free and no `service.json` left behind, as after any cl
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 from pathlib import Path
@@ -15,7 +14,7 @@ from PySide6.QtCore import QSettings
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.gui import launch
 from lmsp_desktop.gui.main_window import MainWindow
-from tests.integration.gui_windows import running_window
+from tests.integration.gui_windows import launch_args, running_window
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
@@ -25,7 +24,7 @@ async def test_a_failing_window_teardown_still_stops_the_core(
     qtbot: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     data = tmp_path / "data"
-    args = argparse.Namespace(data_dir=data, models_dir=None, host=None, port=0, no_source=[])
+    args = launch_args(data)
     ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     run = asyncio.ensure_future(launch.main(args, ini))
     window = await until(lambda: running_window() or run.done(), what="the window")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from lmsp_desktop.gui import launch
 from lmsp_desktop.gui.dialogs.recovery_dialog import TASK_ID, RecoveryDialog
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.models.task_table import COL_STATE, COL_TPS
-from tests.integration.gui_windows import open_app
+from tests.integration.gui_windows import launch_args, open_app
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
@@ -109,7 +108,7 @@ async def test_startup_recovers_every_leftover_and_the_dialog_lists_each_outcome
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     leftovers = await leave_leftovers(data_dir)
-    args = argparse.Namespace(data_dir=data_dir, models_dir=[], host=None, port=0, no_source=[])
+    args = launch_args(data_dir)
     settings = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     app = asyncio.ensure_future(launch.main(args, settings))
     window: MainWindow | None = None

@@ -6,7 +6,6 @@ and exits 0. The running app is `launch.main` with a real core; the second launc
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -22,7 +21,7 @@ from PySide6.QtCore import QSettings
 from lmsp_desktop.gui import launch
 from lmsp_desktop.gui.main_window import MainWindow
 from lmsp_desktop.gui.single_instance import server_name
-from tests.integration.gui_windows import running_window
+from tests.integration.gui_windows import launch_args, running_window
 from tests.support.polling import until
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("does not support raise")]
@@ -32,7 +31,7 @@ pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("does not support raise
 async def running_app(tmp_path: Path) -> AsyncIterator[tuple[Path, MainWindow]]:
     """`lmsp-desktop --port 0` as it runs (launch.main), until its window quits."""
     data = tmp_path / "data"
-    args = argparse.Namespace(data_dir=data, models_dir=None, host=None, port=0, no_source=[])
+    args = launch_args(data)
     ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     run = asyncio.ensure_future(launch.main(args, ini))
     window = await until(lambda: running_window() or run.done(), what="the window")

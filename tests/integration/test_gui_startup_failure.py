@@ -10,7 +10,6 @@ box appears."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import logging
@@ -24,6 +23,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from lmsp_desktop.gui import launch
+from tests.integration.gui_windows import launch_args
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
@@ -53,9 +53,7 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
         taken.listen()
         port = taken.getsockname()[1]
         data = tmp_path / "data"
-        args = argparse.Namespace(
-            data_dir=data, models_dir=None, host=None, port=port, no_source=[]
-        )
+        args = launch_args(data, port)
         ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
         run = asyncio.ensure_future(launch.main(args, ini))
         await until(lambda: shown_box() is not None or run.done(), what="a message box")
@@ -109,9 +107,7 @@ def test_the_whole_launch_as_lmsp_desktop_runs_it(qapp: Any, tmp_path: Path) -> 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        args = argparse.Namespace(
-            data_dir=tmp_path / "data", models_dir=None, host=None, port=port, no_source=[]
-        )
+        args = launch_args(tmp_path / "data", port)
         QTimer.singleShot(0, answer_the_box)
         assert launch.run_gui(args) == 1
     assert len(seen) == 1, seen
