@@ -18,6 +18,13 @@ KvType = Literal["f16", "q8_0"]
 KV_TYPES: tuple[KvType, ...] = ("f16", "q8_0")
 # gpu_layers meaning "every layer" (llama_model_params.n_gpu_layers: negative means all).
 ALL_LAYERS = -1
+# The most tokens one embedding input holds: the size of a model's embedding context (opened
+# on its first embedding, kept until the unload). llama.cpp computes a row of logits for
+# every token of an input and keeps a copy (2 x vocabulary x 4 bytes a token: 384 KiB for
+# the demo model, 1.2 MiB for a 151k vocabulary), so that context costs what its longest
+# input does: capped at what embedding inputs are (retrieval chunks), not the chat context,
+# and counted in the memory estimate (core/models/memory.py, docs/memory.md).
+EMBEDDING_CONTEXT = 2048
 
 
 @dataclass(frozen=True)

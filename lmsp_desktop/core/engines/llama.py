@@ -29,6 +29,7 @@ from typing import Any
 
 from lmsp_desktop.core.engines import llama_native as native
 from lmsp_desktop.core.engines.base import (
+    EMBEDDING_CONTEXT,
     ContextShape,
     EmbeddingRequest,
     EmbeddingResult,
@@ -411,7 +412,7 @@ class LlamaModel:
                 if self._embedding is None:
                     self._embedding = EmbeddingContext(
                         self._weights,
-                        n_ctx=self.context_length,
+                        n_ctx=min(self.context_length, EMBEDDING_CONTEXT),
                         n_threads=self._n_threads,
                         pooling=declared_pooling(self.metadata),
                     )

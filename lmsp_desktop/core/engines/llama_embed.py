@@ -94,8 +94,9 @@ class EmbeddingContext:
             if len(tokens) > self.n_ctx:
                 raise EngineError(
                     "context_length_exceeded",
-                    f"Input {n} is {len(tokens)} tokens long, but this model's context holds "
-                    f"{self.n_ctx}; split it into shorter pieces.",
+                    f"Input {n} is {len(tokens)} tokens long, but an embedding input holds "
+                    f"at most {self.n_ctx} tokens with this model; split it into shorter "
+                    "pieces.",
                 )
         out = np.zeros((len(inputs), self.dimensions), dtype=np.float32)
         with self._lock:

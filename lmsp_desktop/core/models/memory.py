@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from lmsp_desktop.core.engines.base import ALL_LAYERS, ContextShape, KvType, LoadSettings
+from lmsp_desktop.core.engines.base import (
+    ALL_LAYERS,
+    EMBEDDING_CONTEXT,
+    ContextShape,
+    KvType,
+    LoadSettings,
+)
 from lmsp_desktop.core.models.gguf_meta import GGUFMeta
 
 GIB = 1 << 30
@@ -114,17 +120,19 @@ def _swa_layers(arch: str, values: dict[str, Any], layers: int) -> tuple[bool, .
 
 @dataclass(frozen=True)
 class Estimate:
-    """Bytes a load takes: in RAM (weights not offloaded, KV cache, compute) and on the GPU."""
+    """Bytes a load takes: in RAM (weights not offloaded, KV cache, compute, the embedding
+    context a first embedding opens) and on the GPU."""
 
     weights: int
     kv_cache: int
     compute: int
     gpu: int = 0
+    embedding: int = 0
 
     @property
     def total(self) -> int:
         """RAM the load takes (the `memory_estimate` of /v1/models)."""
-        return self.weights + self.kv_cache + self.compute
+        return self.weights + self.kv_cache + self.compute + self.embedding
 
 
 def _pad(n: int) -> int:
@@ -158,12 +166,28 @@ def estimate(
     gpu_weights = sum(shape.layer_bytes[first_gpu:]) if on_gpu else 0
     flash_attn = LoadSettings(kv_type=kv_type).flash_attn  # as the engine opens them
     compute = sum(_compute(shape, ctx, flash_attn) for ctx in contexts)
+    longest = max((ctx.n_ctx_seq for ctx in contexts), default=EMBEDDING_CONTEXT)
     return Estimate(
         weights=shape.file_bytes - gpu_weights,
         kv_cache=int(host_kv),
         compute=compute,
         gpu=int(gpu_kv + gpu_weights),
+        embedding=_embedding(shape, longest),
     )
+
+
+def _embedding(shape: ModelShape, n_ctx: int) -> int:
+    """The embedding context a model's first embedding opens (llama_embed.py), at its worst:
+    an input as long as it holds (the chat context, at most EMBEDDING_CONTEXT). Its KV cache
+    (f16, one stream; counted in RAM even with GPU layers), the logits llama.cpp computes for
+    every token of the input and copies out (2 x vocabulary x 4 bytes a token), the layers'
+    activations and a fixed part. Measured for the demo (docs/memory.md): 211 MiB after a
+    512-token input, 833 MiB after a 2,048-token one; this gives 219 and 860 MiB."""
+    rows = min(n_ctx, EMBEDDING_CONTEXT)
+    per_token = sum(shape.kv_bytes_per_token("f16", layer) for layer in range(shape.layers))
+    logits = rows * shape.vocab * 4 * 2
+    activations = rows * (2 * shape.feed_forward + 4 * shape.embd) * 4
+    return int(_pad(rows) * per_token) + logits + activations + COMPUTE_BASE
 
 
 def _compute(shape: ModelShape, ctx: ContextShape, flash_attn: bool) -> int:
@@ -386,7 +410,7 @@ def _with_gpu_layers(
 def _why(cost: Estimate, budget: Budget, settings: LoadSettings, verdict: Fit) -> str:
     need = (
         f"needs about {gib(cost.total)} (weights {gib(cost.weights)}, KV cache "
-        f"{gib(cost.kv_cache)}, buffers {gib(cost.compute)})"
+        f"{gib(cost.kv_cache)}, buffers {gib(cost.compute)}, embeddings {gib(cost.embedding)})"
     )
     if verdict == "tight":
         return (

@@ -193,7 +193,8 @@ class ModelMemoryPanel(QGroupBox):
         text = (
             f'<span style="color:{colour}">●</span> <b>{word}</b>: about {gib(cost.total)} '
             f"(weights {gib(cost.weights)}, KV cache {gib(cost.kv_cache)}, buffers "
-            f"{gib(cost.compute)}) of {gib(decided.budget.available)} free"
+            f"{gib(cost.compute)}, embeddings {gib(cost.embedding)}) of "
+            f"{gib(decided.budget.available)} free"
         )
         if cost.gpu:
             text += f"; {gib(cost.gpu)} on the GPU"

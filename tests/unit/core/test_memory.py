@@ -3,11 +3,12 @@ the budget rule, the default context, the refusal's message and GPU layer fittin
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from lmsp_desktop.core.engines.base import ALL_LAYERS, ContextShape, LoadSettings
+from lmsp_desktop.core.engines.base import ALL_LAYERS, EMBEDDING_CONTEXT, ContextShape, LoadSettings
 from lmsp_desktop.core.engines.llama import LlamaEngine
 from lmsp_desktop.core.models import machine
 from lmsp_desktop.core.models.demo import demo_model_path
@@ -93,8 +94,9 @@ def test_the_context_never_exceeds_the_trained_one_or_the_global_cap() -> None:
 
 def test_the_default_context_shrinks_to_the_budget() -> None:
     shape = demo_shape(trained=131_072)
-    # Leave 2 GiB free (the minimum reserve): the budget is what is left of 2.5 GiB.
-    tight = Budget(total=8 * GIB, available=2 * GIB + 400 * MIB, source="test")
+    # Leave 2 GiB free (the minimum reserve): the budget is what is left of 2.5 GiB beyond
+    # the embedding context (860 MiB for the demo, whatever the chat context).
+    tight = Budget(total=8 * GIB, available=2 * GIB + 1260 * MIB, source="test")
     decided = plan(shape, ModelSettings(), tight, one, default_parallel=4)
     assert 2048 <= decided.context_length < DEFAULT_CONTEXT_CAP
     assert decided.context_length % 256 == 0
@@ -120,7 +122,8 @@ def test_a_load_that_cannot_fit_says_the_numbers_and_what_to_lower() -> None:
     small = Budget(total=4 * GIB, available=300 * MIB, source="MemAvailable")
     decided = plan(shape, ModelSettings(context_length=131_072), small, one, default_parallel=4)
     assert decided.fit == "wont_fit"
-    assert "needs about 11.8" in decided.reason and "KV cache 11.25 GiB" in decided.reason
+    assert "needs about 12.64" in decided.reason and "KV cache 11.25 GiB" in decided.reason
+    assert "embeddings 860 MiB" in decided.reason
     assert "300 MiB available (MemAvailable)" in decided.reason
     assert "context length or concurrent requests" in decided.reason
     assert "q8_0" in decided.reason
@@ -136,6 +139,23 @@ def test_the_compute_part_covers_a_long_prompts_attention_scores() -> None:
     assert 227 * MIB <= f16.compute <= 1.15 * 227 * MIB
     q8 = estimate(shape, [ContextShape(2, 8192, 512)], "q8_0")
     assert q8.compute < 50 * MIB
+
+
+def test_the_embedding_context_is_counted_at_its_capped_size() -> None:
+    """Measured (docs/memory.md): the demo's embedding context holds 211 MiB after a
+    512-token input and 833 MiB after a 2,048-token one (logits of every token, twice). The
+    estimate counts it for the longest input the context holds: the chat context, at most
+    EMBEDDING_CONTEXT tokens, so a longer chat context does not make it grow."""
+    shape = demo_shape()
+    small = estimate(shape, [ContextShape(4, 512, 512)])
+    assert 211 * MIB <= small.embedding <= 1.1 * 211 * MIB
+    capped = estimate(shape, [ContextShape(4, EMBEDDING_CONTEXT, 512)])
+    assert 833 * MIB <= capped.embedding <= 1.1 * 833 * MIB
+    assert estimate(shape, [ContextShape(4, 8192, 512)]).embedding == capped.embedding
+    assert capped.total == (capped.weights + capped.kv_cache + capped.compute + capped.embedding)
+    # It grows with the vocabulary (a row of logits per token).
+    wide = replace(shape, vocab=4 * shape.vocab)
+    assert estimate(wide, [ContextShape(4, 512, 512)]).embedding > 3 * small.embedding
 
 
 def test_q8_0_roughly_halves_the_kv_cache() -> None:

@@ -15,6 +15,7 @@ from lmsp_desktop.core.api.creation import BodyReader, refuse_new_work
 from lmsp_desktop.core.api.failures import task_failure
 from lmsp_desktop.core.api.resource import build_response
 from lmsp_desktop.core.context_window import effective_context
+from lmsp_desktop.core.engines.base import EMBEDDING_CONTEXT
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
 from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.models.info import INVALID
@@ -43,12 +44,13 @@ async def create_embedding(
         limit = await ctx.fitter.admit(info, loaded)
     if ctx.tokens is not None and getattr(info, "source", "upstream") != "upstream":
         counts = await asyncio.to_thread(ctx.tokens.count_inputs, info, request["input"])
-        context = limit or effective_context(info.context_length, ctx.settings.max_context)
+        chat = limit or effective_context(info.context_length, ctx.settings.max_context)
+        context = min(chat, EMBEDDING_CONTEXT)  # the embedding context's cap (engines/base.py)
         for n, count in enumerate(counts or []):
             if count > context:
                 raise LmspError(
-                    f"Input {n} is {count} tokens long, but this model's context holds "
-                    f"{context}; split it into shorter pieces.",
+                    f"Input {n} is {count} tokens long, but an embedding input holds at most "
+                    f"{context} tokens with this model; split it into shorter pieces.",
                     code="context_length_exceeded",
                     param="input",
                     status=400,
