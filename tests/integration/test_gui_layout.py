@@ -38,7 +38,7 @@ from lmsp_desktop.gui.models.task_table import (
     COL_STATE,
     COL_TOKENS,
 )
-from lmsp_desktop.gui.pages.sidebar import ago
+from lmsp_desktop.gui.pages.sidebar import ended_line
 from tests.integration.gui_windows import (
     MODEL,
     client_token,
@@ -210,9 +210,10 @@ async def test_sidebar_shows_service_counts_loaded_models_and_recent_tasks(
         # A task that ends goes on top of Recent; a click shows it in Tasks.
         await core.cancel(other)
         await until(lambda: side.recent.count() == 1, what="the cancelled task in Recent")
-        assert side.recent_texts()[0].split("\n")[1].startswith("cancelled · ")
+        # A time ago, not a duration ("cancelled · 0s" beside the table's "10.5 s").
+        assert re.fullmatch(r"cancelled \d+s ago", side.recent_texts()[0].split("\n")[1])
         room = side.recent.viewport().width() - side.recent.iconSize().width() - 12
-        widest = f"incomplete · {ago(59 * 60)}"  # the longest word and time a line can have
+        widest = ended_line("incomplete", 59 * 60)  # the longest word and time a line can have
         for line in [*side.recent_texts()[0].split("\n"), widest]:  # whole in the sidebar
             assert side.recent.fontMetrics().horizontalAdvance(line) <= room, line
         await until(lambda: "1 cancelled" in side.counts.text(), what=side.counts.text)

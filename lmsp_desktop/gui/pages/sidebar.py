@@ -55,6 +55,13 @@ def ago(seconds: float) -> str:
     return f"{int(seconds // 86400)}d"
 
 
+def ended_line(state: str, seconds: float) -> str:
+    """A Recent entry's second line: "cancelled 12s ago". Said as a time ago, never
+    "cancelled · 12s", which read as how long the task ran (the table's Duration beside it
+    said 10.5 s)."""
+    return f"{state} {ago(seconds)} ago"
+
+
 def process_memory() -> int | None:
     """This process's resident memory in bytes (model weights included), where the system
     says it (Linux's /proc); None elsewhere."""
@@ -268,10 +275,10 @@ class Sidebar(QWidget):
         self.recent.clear()
         now = time.time()
         for done in self._finished:
-            text = f"{short_id(done.task_id)}\n{done.state} · {ago(now - done.at)}"
+            text = f"{short_id(done.task_id)}\n{ended_line(done.state, now - done.at)}"
             item = QListWidgetItem(state_icon(done.state), text)
             item.setToolTip(
-                f"{done.task_id} ({done.model}): {done.state} {ago(now - done.at)} ago. "
+                f"{done.task_id} ({done.model}): {ended_line(done.state, now - done.at)}. "
                 "Click to show it."
             )
             item.setData(TASK_ID, done.task_id)
