@@ -347,3 +347,36 @@ async def test_output_of_a_run_started_over_stays_on_screen_and_says_so(
             assert (await core.task(task_id))["output_text"] == ""  # the answer has none
     finally:
         await fake.stop()
+
+
+async def test_a_running_tasks_header_keeps_counting_while_nothing_arrives(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """Walked: a long prompt being read sends nothing for seconds; the table's Duration
+    counted on while the details header stood at 'ran 0.3 s'. The engine here writes one
+    token, then holds the next until the test lets it go."""
+    import re
+    import threading
+
+    engine = FakeEngine()
+    engine.gate = threading.Semaphore(1)
+
+    def ran() -> float:
+        found = re.search(r"ran\s([\d.]+)\ss", details.header.text())  # \s: nbsp too
+        return float(found.group(1)) if found else -1.0
+
+    async with open_app(qtbot, tmp_path, engine=engine) as (core, window):
+        tasks, details = window.tasks, window.tasks.details
+        task_id = await core.submit(MODEL, "Read this long prompt.")
+        try:
+            await until(lambda: tasks.model.row_of(task_id) is not None, what="its row")
+            tasks.table.selectRow(tasks.model.row_of(task_id))
+            await until(
+                lambda: details.state == "running" and ran() >= 0,
+                what=lambda: (details.state, details.header.text()),
+            )
+            first = ran()
+            await until(lambda: ran() >= first + 1.5, limit=10, what=details.header.text)
+            assert (await core.task(task_id))["output_tokens"] <= 1  # nothing more arrived
+        finally:
+            engine.gate.release(10_000)

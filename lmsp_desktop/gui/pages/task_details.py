@@ -180,6 +180,7 @@ class TaskDetails(QWidget):
         self.task_id: str | None = None
         self.state: str | None = None
         self._output = ""
+        self._row: Any = None  # the shown task as last read
         # The output of the run before the last start-over, read once per task and restart.
         self._earlier = EarlierRuns(core)
         # Two lines always (a failure's reason takes the second): the tabs below stay put
@@ -301,6 +302,13 @@ class TaskDetails(QWidget):
         self._show_output(with_earlier(row, earlier, output_shown(row)), generating)
         self._set_buttons()
         await self.events.follow(row["last_seq"])
+
+    def tick(self) -> None:
+        """The window's clock: a running task's "ran …" moves on even while nothing arrives
+        to refresh it (a long prompt being read, a stalled upstream); it stood still."""
+        row = self._row
+        if row is not None and row["id"] == self.task_id and self.state == TaskState.RUNNING:
+            self._show_header(row)
 
     def on_changes(self, changes: dict[str, TaskChange]) -> None:
         if self.task_id in changes:

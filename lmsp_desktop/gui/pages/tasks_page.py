@@ -168,6 +168,7 @@ class TasksPage(QWidget):
         self.model.rowsInserted.connect(self._select_wanted)
         self._clock = QTimer(self, interval=1000)
         self._clock.timeout.connect(self.model.tick)
+        self._clock.timeout.connect(self.details.tick)
         self._clock.start()
         self._update_actions()
 
