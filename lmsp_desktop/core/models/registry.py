@@ -38,6 +38,7 @@ from lmsp_desktop.core.models.ids import (
 )
 from lmsp_desktop.core.models.info import (
     CHANGED,
+    HASHING,
     INVALID,
     MISSING,
     UNVERIFIED,
@@ -145,7 +146,7 @@ class ModelRegistry:
         A file a scan is recording or hashing is waited for, not refused."""
         await self.gate.wait_recorded()
         info = await self.get(model_id)
-        if info.state == UNVERIFIED:
+        if info.state in (UNVERIFIED, HASHING):  # HASHING: its hash is under way right now
             await self.gate.wait_hashed(info.id)
             info = await self.get(model_id)
         if info.state != VERIFIED:
@@ -345,7 +346,13 @@ class ModelRegistry:
         leaves it `changed` (the new digest is kept in meta as `observed_digest`) unless
         `accept_new`, which records the new contents (and header) as the model's."""
         info = await self.get(model_id)
-        await self._run_jobs([_HashJob(info.id, from_scan=False, accept_new=accept_new)])
+        pending = info.state in (UNVERIFIED, HASHING) and self.gate.hash_queued(info.id)
+        if pending and not accept_new:
+            # Never verified and a scan is hashing it (a new 8 GiB file, say): that hash is
+            # the answer; a second one queued behind it read the whole file again.
+            await self.gate.wait_hashed(info.id)
+        else:
+            await self._run_jobs([_HashJob(info.id, from_scan=False, accept_new=accept_new)])
         info = await self.get(model_id)
         if info.state == MISSING:
             raise messages.not_runnable(info)

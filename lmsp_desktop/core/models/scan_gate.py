@@ -59,6 +59,10 @@ class ScanGate:
         """Until no scan is recording files."""
         await self._recorded.wait()
 
+    def hash_queued(self, model_id: str) -> bool:
+        """Whether a scan has queued (or is running) the hashing of `model_id`."""
+        return model_id in self._hashed
+
     async def wait_settled(self) -> None:
         """Until no scan records files and every hash a scan queued has ended."""
         while self.recording or self._hashed:

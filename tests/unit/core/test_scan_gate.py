@@ -6,6 +6,7 @@ tests/integration/test_launch_scan.py."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ import pytest
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models import registry as registry_module
 from lmsp_desktop.core.models.digests import HashCancelled
+from lmsp_desktop.core.models.digests import sha256_file as real_sha256_file
 from lmsp_desktop.core.storage.store import Store
+from tests.support.polling import until
 from tests.unit.core.test_models_gguf_meta import write_gguf
 from tests.unit.core.test_models_registry import registry
 
@@ -81,4 +84,32 @@ async def test_wait_settled_returns_once_every_queued_hash_has_ended(
         await asyncio.wait_for(reg.gate.wait_settled(), timeout=30)
         assert {m.state for m in await reg.list_models()} == {"verified"}
     finally:
+        await reg.close()
+
+
+async def test_a_run_and_a_verify_during_the_hash_wait_for_it_and_read_the_file_once(
+    store: Store, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_gguf(folder / "m.gguf")
+    release = threading.Event()
+
+    def held(*args: Any, **kwargs: Any) -> str:
+        release.wait(timeout=30)  # hashing until the test has asked
+        return real_sha256_file(*args, **kwargs)
+
+    monkeypatch.setattr(registry_module, "sha256_file", held)
+    reg = registry(store, folder)
+    reg.start_scan()
+    try:
+        await until(lambda: reg.get("m"), what="recorded")
+        await until(lambda: "m" in reg._hashing, what="the hash under way")
+        assert (await reg.get("m")).state == "hashing"
+        run = asyncio.create_task(reg.path_for_run("m"))  # was model_unverified at once
+        verify = asyncio.create_task(reg.verify("m"))  # was a second hash of the whole file
+        release.set()
+        assert await asyncio.wait_for(run, timeout=30) == path
+        assert (await asyncio.wait_for(verify, timeout=30)).state == "verified"
+        assert reg.bytes_hashed == path.stat().st_size
+    finally:
+        release.set()
         await reg.close()
