@@ -293,6 +293,15 @@ class TaskDetails(QWidget):
         self.state = row["state"]
         self._show_header(row)
         self._set_placeholder(empty_output_reason(row))
+        if row["state"] == TaskState.QUEUED and not is_download(row):
+            checking = await self._model_being_checked(row["model"])
+            if task_id != self.task_id:
+                return
+            if checking:
+                self._set_placeholder(
+                    f"Waiting for the digest check of {row['model']} to finish (Models page: "
+                    "hashing); the task starts then."
+                )
         generating = row["state"] == TaskState.RUNNING and not is_download(row)
         earlier = ""
         if row["restarts"]:
@@ -302,6 +311,14 @@ class TaskDetails(QWidget):
         self._show_output(with_earlier(row, earlier, output_shown(row)), generating)
         self._set_buttons()
         await self.events.follow(row["last_seq"])
+
+    async def _model_being_checked(self, model_id: str) -> bool:
+        """Whether a queued task's model is still being hashed: the queue waits for it (a
+        task looked stuck at "Waiting in the queue" with nothing else running)."""
+        for info in await self.core.models():
+            if info.id == model_id:
+                return info.state in ("hashing", "unverified")
+        return False
 
     def tick(self) -> None:
         """The window's clock: a running task's "ran …" moves on even while nothing arrives
