@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -42,10 +43,9 @@ from lmsp_desktop.core.states import UNFINISHED
 from lmsp_desktop.core.storage import clients as client_store
 from lmsp_desktop.core.storage import model_settings as model_settings_store
 from lmsp_desktop.core.storage import upstreams as upstream_store
-from lmsp_desktop.core.storage.idempotency import purge_expired, release_in_flight
+from lmsp_desktop.core.storage.idempotency import purge_expired, release_in_flight_in
 from lmsp_desktop.core.storage.recovery import (
     last_report,
-    next_boot,
     recover,
 )
 from lmsp_desktop.core.storage.retention import purge_finished
@@ -117,23 +117,19 @@ class Core:
         before this has finished."""
         self._lock.acquire()
         try:
-            await self.store.open()
+            # The integrity check runs beside recovery; nothing commits before it passed.
+            await self.store.open(check_beside=True)
         except BaseException:
             self._lock.release()
             raise
-        self.stored_settings = (await self.store.settings()).validate()
-        self.settings = self._with_flags(self.stored_settings)
-        # A note from a clean stop; cleared now, so a crash during this run is not read as one.
-        quit_note = await self.store.get_config(QUIT_NOTE)
-        if quit_note is not None:
-            await self.store.set_config(QUIT_NOTE, None)
-        # Before recovery: its large commit is followed by a checkpoint of the WAL it wrote,
-        # which the next write waits for.
-        released = await release_in_flight(self.store.db)
+        try:
+            self.recovery_report, released, quit_note = await self._recover()
+        except BaseException:  # a damaged file found by the check: nothing was changed
+            await self.store.close()
+            self._lock.release()
+            raise
         if released:
             log.info("released %d idempotency keys left in flight", released)
-        boot = await next_boot(self.store.tasks)
-        self.recovery_report = await recover(self.store.tasks, boot)
         if self.recovery_report.items and isinstance(quit_note, dict):
             unfinished = int(quit_note.get("unfinished", 0))
             signal_name = quit_note.get("signal")
@@ -201,6 +197,29 @@ class Core:
             fitter=self.fitter,
         )
         return self.recovery_report
+
+    async def _recover(self) -> tuple[RecoveryReport, int, Any]:
+        """A start's writes, in one transaction (the first to commit, once the integrity
+        check has passed): a new database's identity, the clean-stop note cleared (so a
+        crash during this run is not read as one), the idempotency keys a dead process left
+        in flight released, this start counted, and table 11.3 applied. Returns the report,
+        the keys released and the note."""
+        self.stored_settings = (await self.store.settings()).validate()
+        self.settings = self._with_flags(self.stored_settings)
+        quit_note = await self.store.get_config(QUIT_NOTE)  # a note from a clean stop
+        released: list[int] = []
+
+        def first(conn: sqlite3.Connection) -> None:
+            self.store.save_identity(conn)  # a new database's service id
+            if quit_note is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO service_config (key, value) VALUES (?, 'null')",
+                    (QUIT_NOTE,),
+                )
+            released.append(release_in_flight_in(conn))
+
+        report = await recover(self.store.tasks, first=first)
+        return report, released[0], quit_note
 
     async def _settings_of(self, model_id: str) -> LoadSettings:
         """How a model is loaded: its settings fitted to the memory available (the runner

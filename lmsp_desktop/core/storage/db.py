@@ -9,11 +9,14 @@ Reads go through `fetchall`/`fetchone` on the reader connection.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import logging
 import os
 import shutil
 import sqlite3
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -106,16 +109,32 @@ class Database:
         self._shm: int | None = None
         # Callbacks run on the loop after every successful commit (the change bus hooks in).
         self.after_commit: list[Any] = []
+        # The integrity check running beside the first writes (open(check_beside=True)):
+        # its outcome (None: ok, else what is wrong), awaited before any COMMIT; None once
+        # it has passed, or when it ran before open() returned.
+        self._integrity: concurrent.futures.Future[str | None] | None = None
+        self._checker: sqlite3.Connection | None = None
+        self._check_thread: threading.Thread | None = None
 
     # -- opening -------------------------------------------------------------------------
-    async def open(self) -> None:
+    async def open(self, *, check_beside: bool = False) -> None:
+        """Open the file, refusing a damaged or newer one before anything in it changes.
+
+        `check_beside`: when the file is already a WAL database of this version (opening it
+        changes nothing), the integrity check runs in a thread of its own beside the first
+        writes instead of before open() returns, and no transaction commits before it has
+        passed (a damage found fails that commit, and every later one, with DatabaseError;
+        the file stays as it was). Startup's recovery is prepared meanwhile (B4)."""
         _secure_create(self.path)
         old_umask = os.umask(0o077)  # the -wal and -shm files SQLite creates stay private
         try:
             # Look before changing anything: switching to WAL rewrites the file header, so a
             # damaged or newer database is refused while it is still exactly as it was.
             self._writer = await self._connect(wal=False)
-            await self._check_integrity_quickly()
+            if check_beside and await self._is_current_wal():
+                self._integrity = self._start_check()
+            else:
+                await self._check_integrity_quickly()
             await self._refuse_newer()
             await self._enable_wal(self._writer)
             await self._writer.execute("PRAGMA wal_autocheckpoint=0")  # see CHECKPOINT_FRAMES
@@ -167,6 +186,37 @@ class Database:
                 "point --data-dir elsewhere. Nothing was changed."
             )
 
+    async def _is_current_wal(self) -> bool:
+        """Already a WAL database of this schema version: opening it writes nothing to it."""
+        assert self._writer is not None
+        mode = await (await self._writer.execute("PRAGMA journal_mode")).fetchone()
+        return bool(mode and str(mode[0]).lower() == "wal") and (
+            await self.user_version() == CURRENT_VERSION
+        )
+
+    def _start_check(self) -> concurrent.futures.Future[str | None]:
+        """`PRAGMA quick_check` on a read-only connection of its own, in a thread (SQLite
+        runs it without the GIL, beside recovery's work on the other core)."""
+        outcome: concurrent.futures.Future[str | None] = concurrent.futures.Future()
+
+        def check() -> None:
+            try:
+                conn = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+                self._checker = conn
+                try:
+                    row = conn.execute("PRAGMA quick_check").fetchone()
+                finally:
+                    self._checker = None
+                    conn.close()
+                found = None if row is not None and row[0] == "ok" else str(row[0] if row else "?")
+                outcome.set_result(found)
+            except sqlite3.Error as exc:  # not readable at all, or interrupted by close()
+                outcome.set_result(str(exc))
+
+        self._check_thread = threading.Thread(target=check, name="lmsp-quick-check", daemon=True)
+        self._check_thread.start()
+        return outcome
+
     async def _check_integrity_quickly(self) -> None:
         assert self._writer is not None
         row = await (await self._writer.execute("PRAGMA quick_check")).fetchone()
@@ -206,6 +256,12 @@ class Database:
         return int(row[0]) if row else 0
 
     async def close(self) -> None:
+        checker, thread = self._checker, self._check_thread
+        if thread is not None:
+            if checker is not None:
+                checker.interrupt()  # a check nobody will wait for
+            await asyncio.to_thread(thread.join)
+            self._check_thread = None
         for conn in (self._reader, self._writer):
             if conn is not None:
                 try:
@@ -247,11 +303,19 @@ class Database:
                 try:
                     if writer is None:
                         raise RuntimeError("database is not open")
+                    integrity = self._integrity
+                    group = _run_group
+                    if integrity is not None:  # the check beside the first writes (open)
+                        group = functools.partial(
+                            _run_group, before_commit=functools.partial(self._passed, integrity)
+                        )
                     # aiosqlite's own hook for running a function in its connection thread:
                     # one thread hop for the whole group instead of one per statement.
                     outcomes = await writer._execute(  # type: ignore[no-untyped-call]
-                        _run_group, writer._conn, [work for work, _ in batch]
+                        group, writer._conn, [work for work, _ in batch]
                     )
+                    if integrity is not None:
+                        self._integrity = None  # it passed: this group committed
                 except BaseException as exc:
                     failure = translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
                     for _, future in batch:
@@ -273,6 +337,17 @@ class Database:
             self._after_commit()
             if self.wal_backlog() >= CHECKPOINT_FRAMES:
                 await self.checkpoint()
+
+    def _passed(self, integrity: concurrent.futures.Future[str | None]) -> None:
+        """In the writer thread, before a COMMIT: wait for the integrity check; a damage it
+        found fails the transaction (rolled back: the file stays as it was)."""
+        found = integrity.result()
+        if found is not None:
+            raise DatabaseError(
+                f"The database file {self.path} cannot be read (integrity check failed: "
+                f"{found}). It may be damaged. Move it aside (keep a copy) and start again to "
+                "create a new one, or restore it from a backup. Nothing was changed."
+            )
 
     def _after_commit(self) -> None:
         notify(self.after_commit)  # committed already: a broken hook must not look like a failure
@@ -313,8 +388,8 @@ class Database:
         fails loses nothing (the frames stay in the WAL): it is logged, the next one retries.
         """
         async with self._lock:
-            if self._writer is None:
-                return
+            if self._writer is None or self._integrity is not None:
+                return  # nothing reaches the file before the integrity check has passed
             try:
                 # Fetched to the end: a statement left in progress would block SAVEPOINT.
                 await self._writer.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
@@ -323,9 +398,13 @@ class Database:
 
 
 def _run_group(
-    conn: sqlite3.Connection, works: list[Callable[[sqlite3.Connection], Any]]
+    conn: sqlite3.Connection,
+    works: list[Callable[[sqlite3.Connection], Any]],
+    *,
+    before_commit: Callable[[], None] | None = None,
 ) -> list[tuple[bool, Any]]:
-    """In the writer thread: one transaction, each unit of work in its own savepoint."""
+    """In the writer thread: one transaction, each unit of work in its own savepoint;
+    `before_commit` may still fail the whole group (it is rolled back)."""
     conn.execute("BEGIN IMMEDIATE")
     outcomes: list[tuple[bool, Any]] = []
     try:
@@ -342,6 +421,8 @@ def _run_group(
                 continue
             conn.execute("RELEASE unit")
             outcomes.append((True, result))
+        if before_commit is not None:
+            before_commit()
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

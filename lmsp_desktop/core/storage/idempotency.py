@@ -113,11 +113,15 @@ async def release_key(db: Database, claim: IdempotencyClaim) -> None:
     )
 
 
+def release_in_flight_in(conn: sqlite3.Connection) -> int:
+    """At startup, inside its transaction: keys left in flight by a dead process are
+    released, never stuck at 409."""
+    return int(conn.execute("DELETE FROM idempotency_keys WHERE state='in_flight'").rowcount)
+
+
 async def release_in_flight(db: Database) -> int:
-    """At startup: keys left in flight by a dead process are released, never stuck at 409."""
-    return await db.run(
-        lambda conn: conn.execute("DELETE FROM idempotency_keys WHERE state='in_flight'").rowcount
-    )
+    """release_in_flight_in as a write of its own."""
+    return await db.run(release_in_flight_in)
 
 
 async def purge_expired(db: Database, batch: int = 500, *, now: float | None = None) -> int:

@@ -12,6 +12,7 @@ import json
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
 from lmsp_desktop.core.states import (
@@ -37,40 +38,50 @@ ERROR_CODE = RESTART_ERROR_CODE
 ERROR_MESSAGE = "The service restarted while this task was unfinished, and its policy is fail."
 
 
+def _count_boot(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM service_config WHERE key='boot_count'").fetchone()
+    boot = int(json.loads(row[0]) if row else 0) + 1
+    conn.execute(
+        "INSERT OR REPLACE INTO service_config (key, value) VALUES ('boot_count', ?)",
+        (json.dumps(boot),),
+    )
+    return boot
+
+
 async def next_boot(store: TaskStore) -> int:
     """Count this startup; recovery marks what it handled with this number."""
-
-    def work(conn: sqlite3.Connection) -> int:
-        row = conn.execute("SELECT value FROM service_config WHERE key='boot_count'").fetchone()
-        boot = int(json.loads(row[0]) if row else 0) + 1
-        conn.execute(
-            "INSERT OR REPLACE INTO service_config (key, value) VALUES ('boot_count', ?)",
-            (json.dumps(boot),),
-        )
-        return boot
-
-    return await store.db.run(work)
+    return await store.db.run(_count_boot)
 
 
-async def recover(store: TaskStore, boot: int) -> RecoveryReport:
+async def recover(
+    store: TaskStore,
+    boot: int | None = None,
+    *,
+    first: Callable[[sqlite3.Connection], object] | None = None,
+) -> RecoveryReport:
     """Apply table 11.3 to every task left queued, loading, running or cancelling: one
     transaction (one commit) for all of them and the report, since nothing is served
-    before it has finished. Each cell is a few set-based statements per slice of BATCH."""
+    before it has finished. Each cell is a few set-based statements per slice of BATCH.
+    `boot` None: this startup is counted in the same transaction; `first`: the startup's
+    other writes, in it too (Core.open: all of a start's writes are one commit)."""
     started = time.time()
     states = sorted(map(str, UNFINISHED))
 
     def work(conn: sqlite3.Connection) -> tuple[RecoveryReport, list[TaskChange]]:
+        if first is not None:
+            first(conn)
+        boot_now = _count_boot(conn) if boot is None else boot
         ids = [
             row[0]
             for row in conn.execute(
                 f"SELECT id FROM tasks WHERE state IN ({','.join('?' for _ in states)})"
                 " AND recovered_boot IS NOT ? ORDER BY n",
-                (*states, boot),
+                (*states, boot_now),
             )
         ]
         done: list[tuple[RecoveryItem, TaskChange]] = []
-        for first in range(0, len(ids), BATCH):  # bounds the SQL variables of one statement
-            done += _recover_batch(conn, ids=ids[first : first + BATCH], boot=boot, now=started)
+        for at in range(0, len(ids), BATCH):  # bounds the SQL variables of one statement
+            done += _recover_batch(conn, ids=ids[at : at + BATCH], boot=boot_now, now=started)
         report = RecoveryReport(started, time.time(), [item for item, _change in done])
         if report.items:
             conn.execute(

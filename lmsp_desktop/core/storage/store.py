@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -21,14 +22,31 @@ class Store:
         self.db = Database(database_path(self.data_dir), synchronous=synchronous)
         self.tasks = TaskStore(self.db)
         self.service_id = ""
+        self._identity_unsaved = False
 
-    async def open(self) -> None:
-        await self.db.open()
+    async def open(self, *, check_beside: bool = False) -> None:
+        """Open the database (Database.open: `check_beside` lets its integrity check run
+        beside the first writes, which commit only once it has passed)."""
+        await self.db.open(check_beside=check_beside)
         self.service_id = await self.get_config("service_id", "")
         if not self.service_id:
             self.service_id = "svc_" + secrets.token_hex(8)
-            await self.set_config("service_id", self.service_id)
-            await self.set_config("created_at", int(time.time()))
+            self._identity_unsaved = True
+            if not check_beside:  # else the caller's first write saves it (save_identity)
+                await self.db.run(self.save_identity)
+
+    def save_identity(self, conn: sqlite3.Connection) -> None:
+        """Inside a write: record a new database's identity (its service id), once. With
+        `open(check_beside=True)` the caller's first transaction does, so that nothing has
+        to commit before that one (which waits for the integrity check)."""
+        if not self._identity_unsaved:
+            return
+        for key, value in (("service_id", self.service_id), ("created_at", int(time.time()))):
+            conn.execute(
+                "INSERT OR REPLACE INTO service_config (key, value) VALUES (?, ?)",
+                (key, json.dumps(value)),
+            )
+        self._identity_unsaved = False
 
     async def close(self) -> None:
         await self.db.close()

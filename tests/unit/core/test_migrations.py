@@ -12,9 +12,10 @@ import pytest
 from lmsp_desktop.core.config import database_path
 from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.db import Database, DatabaseError
+from lmsp_desktop.core.storage.recovery import recover
 from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS
 from lmsp_desktop.core.storage.store import Store
-from tests.support.store_helpers import create
+from tests.support.store_helpers import create, new_task
 
 TABLES = {
     "service_config",
@@ -125,6 +126,59 @@ async def test_damaged_pages_are_a_clear_error(data_dir: Path) -> None:
     assert path.read_bytes() == damaged
 
 
+async def test_a_check_beside_the_first_writes_lets_nothing_commit_on_damage(
+    data_dir: Path,
+) -> None:
+    """Core.open lets the integrity check of a WAL database run beside recovery
+    (check_beside): a damaged page is still found before anything is committed, the first
+    commit and every later one fail with the clear error, and the file is left as it was."""
+    store = Store(data_dir)
+    await store.open()
+    for _ in range(50):
+        await create(store.tasks)
+    await store.close()
+    path = database_path(data_dir)
+    data = bytearray(path.read_bytes())
+    page = pragma(path, "page_size")
+    assert isinstance(page, int)
+    data[len(data) - page :] = os.urandom(page)  # task data, which opening never reads
+    path.write_bytes(bytes(data))
+    damaged = path.read_bytes()
+    store = Store(data_dir)
+    await store.open(check_beside=True)
+    try:
+        for _ in range(2):
+            with pytest.raises(DatabaseError) as caught:
+                await store.tasks.create(new_task())
+            assert (
+                str(path) in caught.value.message and "Nothing was changed" in caught.value.message
+            )
+    finally:
+        await store.close()
+    assert path.read_bytes() == damaged
+
+
+async def test_a_check_beside_the_first_writes_lets_them_commit_once_it_passed(
+    data_dir: Path,
+) -> None:
+    store = Store(data_dir)
+    await store.open()
+    await create(store.tasks)
+    await store.close()
+    store = Store(data_dir)
+    await store.open(check_beside=True)
+    try:
+        created = [await create(store.tasks) for _ in range(3)]
+    finally:
+        await store.close()
+    store = Store(data_dir)
+    await store.open()
+    try:
+        assert [(await store.tasks.get(i))["state"] for i in created] == ["queued"] * 3
+    finally:
+        await store.close()
+
+
 async def test_migration_backs_up_first_and_runs_in_its_own_transaction(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,3 +277,26 @@ async def test_the_umask_is_restored_after_opening(data_dir: Path) -> None:
         assert os.umask(0o022) == 0o022
     finally:
         os.umask(old)
+
+
+async def test_a_new_databases_identity_is_saved_with_the_first_transaction(
+    data_dir: Path,
+) -> None:
+    """With the check beside the first writes, Store.open commits nothing: the new service
+    id is saved by the first transaction (Core's startup one), and kept from then on."""
+    store = Store(data_dir)
+    await store.open(check_beside=True)
+    try:
+        service_id = store.service_id
+        assert service_id.startswith("svc_")
+        assert await store.get_config("service_id") is None  # nothing committed by open
+        await recover(store.tasks, first=store.save_identity)
+        assert await store.get_config("service_id") == service_id
+    finally:
+        await store.close()
+    again = Store(data_dir)
+    await again.open(check_beside=True)
+    try:
+        assert again.service_id == service_id
+    finally:
+        await again.close()
