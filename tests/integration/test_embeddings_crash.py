@@ -20,9 +20,12 @@ from tests.integration.serve_process import call
 from tests.integration.service_fixtures import ALL_SCOPES, MODEL, LiveCore
 from tests.support.polling import until_sync
 
-# Long enough to be still computing when the kill lands (a few decodes, ~3k tokens).
+# ~520 tokens: on a quiet machine a second or more of computing, against the few
+# milliseconds between the test seeing the task run and its SIGKILL (the worker's pid is
+# read before the request, so nothing else comes between). (It was ~2,800 tokens: computed
+# twice per restart policy, minutes on a loaded machine.)
 SENTENCE = "the lighthouse keeper watched the storm roll in. "
-INPUTS = [f"Paragraph {n}: " + SENTENCE * 9 for n in range(32)]
+INPUTS = [f"Paragraph {n}: " + SENTENCE * 9 for n in range(6)]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +56,9 @@ def test_a_killed_worker_applies_the_embeddings_restart_policy(
     try:
         first = sdk.embeddings.create(model=MODEL, input=INPUTS[:2])
         expected = np.array([d.embedding for d in first.data])
+        _status, model = call(f"{live.url}/v1/models/{MODEL}", token)
+        pid = model["engine_pid"]  # the worker that computed `first` computes the next one
+        assert pid and pid != os.getpid()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(
                 sdk.embeddings.create,
@@ -61,9 +67,6 @@ def test_a_killed_worker_applies_the_embeddings_restart_policy(
                 extra_body={"on_restart": policy},
             )
             victim = running_embedding(live, token)
-            _status, model = call(f"{live.url}/v1/models/{MODEL}", token)
-            pid = model["engine_pid"]
-            assert pid and pid != os.getpid()
             os.kill(pid, signal.SIGKILL)
             if policy == "fail":
                 with pytest.raises(openai.APIStatusError) as failed:
