@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,39 @@ from tests.support.polling import until_sync
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
+# Room after the latest kill point (38): the task must still be generating when the kill
+# lands, however fast the machine decodes.
 MAX_TOKENS = 72
+
+
+@dataclass
+class Serve:
+    """The module's `serve` (tests that need no settings of their own share it): each test
+    kills and restarts it as it likes and leaves it running for the next."""
+
+    server: ServeProcess
+    token: str
+
+    def url(self) -> str:
+        proc = self.server.proc
+        if proc is None or proc.poll() is not None:  # a test failed with it killed
+            if proc is not None:
+                self.server.kill()  # reap it and close its pipe
+            self.server.start()
+        return self.server.url
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    data_dir = tmp_path_factory.mktemp("resume") / "data"
+    server = ServeProcess(data_dir)
+    server.start()
+    shared = Serve(server, create_token(data_dir))
+    try:
+        yield shared
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            assert server.terminate() == 0  # a clean exit after all the resumes
 
 
 def wait_task(url: str, token: str, task_id: str, predicate, timeout: float = 120.0):  # type: ignore[no-untyped-def]
@@ -54,14 +88,11 @@ def reference_text(url: str, token: str, body: dict) -> str:  # type: ignore[typ
     ids=["greedy", "seeded"],
 )
 def test_kill_and_resume_gives_byte_identical_output(
-    tmp_path: Path,
+    serve: Serve,
     sampling: dict,
     cuts: tuple[int, ...],  # type: ignore[type-arg]
 ) -> None:
-    data_dir = tmp_path / "data"
-    server = ServeProcess(data_dir)
-    url = server.start()
-    token = create_token(data_dir)
+    server, url, token = serve.server, serve.url(), serve.token
     body = {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS, **sampling}
     expected = reference_text(url, token, body)
 
@@ -92,7 +123,6 @@ def test_kill_and_resume_gives_byte_identical_output(
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == expected  # the log never repeats nor skips text
     assert [e["sequence_number"] for e in events] == list(range(1, len(events) + 1))
-    assert server.terminate() == 0
 
 
 # A prompt longer than one decode (512 tokens): read in large chunks on every core when
@@ -227,13 +257,10 @@ def _outcome(response: dict) -> list:  # type: ignore[type-arg]
     ids=["tool_call", "structured"],
 )
 def test_kill_and_resume_under_a_grammar_gives_the_same_output(
-    tmp_path: Path,
+    serve: Serve,
     extra: dict,  # type: ignore[type-arg]
 ) -> None:
-    data_dir = tmp_path / "data"
-    server = ServeProcess(data_dir)
-    url = server.start()
-    token = create_token(data_dir)
+    server, url, token = serve.server, serve.url(), serve.token
     body = {
         "model": MODEL,
         "input": "Plan a long trip to Rome with many notes.",
@@ -275,18 +302,14 @@ def test_kill_and_resume_under_a_grammar_gives_the_same_output(
         i.get("arguments", "") or i.get("content", [{}])[0].get("text", "")
         for i in response["output"]
     )  # the log never repeats nor skips output
-    assert server.terminate() == 0
 
 
-def test_a_chat_completion_resumes_after_a_kill_to_the_same_text(tmp_path: Path) -> None:
+def test_a_chat_completion_resumes_after_a_kill_to_the_same_text(serve: Serve) -> None:
     """A chat completion is a task like any other: killed while its client waits, it resumes
     by its policy and its stored completion is what an uninterrupted run answers."""
     import threading
 
-    data_dir = tmp_path / "data"
-    server = ServeProcess(data_dir)
-    url = server.start()
-    token = create_token(data_dir)
+    server, url, token = serve.server, serve.url(), serve.token
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": PROMPT}],
@@ -326,7 +349,6 @@ def test_a_chat_completion_resumes_after_a_kill_to_the_same_text(tmp_path: Path)
     assert completion["choices"][0]["message"]["content"] == expected
     status, page = call(f"{url}/v1/tasks/{task_id}/events?limit=1000", token)
     assert [e["type"] for e in page["data"]].count("response.resumed") == 1
-    assert server.terminate() == 0
 
 
 def _quietly(action) -> None:  # type: ignore[no-untyped-def]
