@@ -461,8 +461,11 @@ class Core:
             raise LmspError(exc.message, code=exc.code, status=500, type="server_error") from exc
 
     async def add_model_folder(self, folder: Path) -> None:
-        """Scan a folder now and keep it: a model folder in the stored settings from now on."""
-        await self.registry.add_folder(folder)
+        """Scan a folder now and keep it: a model folder in the stored settings from now on.
+        Kept once its files are recorded, before they are hashed: a quit while a large new
+        file was being hashed left the folder unsaved, and its models (and the tasks queued
+        for them) missing at the next start."""
+        await self.registry.add_folder(folder, wait=False)
         resolved = str(Path(folder).expanduser().resolve())
         known = {str(Path(d).expanduser().resolve()) for d in self.stored_settings.model_dirs}
         if resolved not in known:

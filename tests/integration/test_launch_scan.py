@@ -5,12 +5,19 @@ failing. A real core, a real data folder, the real demo model through llama.cpp.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from lmsp_desktop.app import Core
 from lmsp_desktop.core.api.creation import create_task
 from lmsp_desktop.core.api.responses import INTAKE as RESPONSES
+from lmsp_desktop.core.models import registry as registry_module
+from lmsp_desktop.core.models.digests import sha256_file as real_sha256_file
 from lmsp_desktop.core.models.info import MISSING, VERIFIED
 from lmsp_desktop.core.models.sources import SOURCES
 from lmsp_desktop.core.states import TERMINAL
@@ -73,5 +80,49 @@ async def test_queued_tasks_wait_for_the_scan_after_a_restart_instead_of_failing
         assert {row["state"] for row in rows} <= {"completed", "incomplete"}  # type: ignore[index]
         assert (await core.registry.get(MODEL)).state == VERIFIED
         assert all(row["output_text"] for row in rows)  # type: ignore[index]
+    finally:
+        await core.stop()
+
+
+async def test_a_folder_added_is_kept_even_if_the_app_quits_while_hashing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Walked: Models › Add folder… with an 8 GiB file, three tasks queued for it, Quit while
+    it hashed: at the next start the folder was gone from the settings, the model 'missing'
+    and the tasks failed model_missing (the folder was saved only after the hash)."""
+    models = tmp_path / "models"
+    place(demo(), models / f"{MODEL}.gguf")
+    data = tmp_path / "data"
+    release = threading.Event()
+
+    def held(*args: Any, **kwargs: Any) -> str:
+        release.wait(timeout=60)  # still hashing when the app quits
+        return real_sha256_file(*args, **kwargs)
+
+    core = Core(data, port=0, include_demo=False, no_sources=list(SOURCES))
+    await core.start()
+    try:
+        monkeypatch.setattr(registry_module, "sha256_file", held)
+        await asyncio.wait_for(core.add_model_folder(models), timeout=30)  # not the hash
+        left = await submit(core)
+    finally:
+        release.set()
+        await core.stop()
+    monkeypatch.undo()
+
+    core = Core(data, port=0, include_demo=False, no_sources=list(SOURCES))
+    try:
+        await core.start()
+        assert str(models.resolve()) in core.stored_settings.model_dirs
+        row = await until(lambda: core.store.tasks.get(left), what="the task")
+        assert row["state"] == "queued"
+
+        async def ended() -> Any:
+            row = await core.store.tasks.get(left)
+            return row if row["state"] in TERMINAL else None
+
+        row = await until(ended, limit=180, what="the task to end")
+        assert row["error"] is None, row["error"]  # was model_missing
+        assert (await core.registry.get(MODEL)).state == VERIFIED
     finally:
         await core.stop()

@@ -163,7 +163,9 @@ class ModelRegistry:
         return info.path
 
     # -- folders and scanning ------------------------------------------------------------
-    async def add_folder(self, folder: Path) -> None:
+    async def add_folder(self, folder: Path, *, wait: bool = True) -> None:
+        """Scan `folder` from now on; `wait=False` returns once its files are recorded and
+        hashes them in the background (see `scan`)."""
         resolved = await asyncio.to_thread(lambda: Path(folder).expanduser().resolve())
         if not await asyncio.to_thread(resolved.is_dir):
             raise invalid(
@@ -174,7 +176,7 @@ class ModelRegistry:
             )
         if resolved not in self.folders:
             self.folders.append(resolved)
-        await self.scan()
+        await self.scan(wait=wait)
 
     async def scan(self, *, wait: bool = True) -> None:
         """Record new, changed and missing files, then hash the files that need it.
