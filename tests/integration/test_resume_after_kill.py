@@ -164,13 +164,12 @@ def test_resume_is_exact_while_other_tasks_share_the_decodes(
     """The reference runs alone; the killed task, its prompt longer than one decode, runs
     and resumes beside generating tasks, and still ends byte-identical."""
     data_dir = tmp_path / "data"
-    server = ServeProcess(data_dir)
-    server.start()
-    assert server.terminate() == 0
+    token = create_token(data_dir)  # which creates the database, so settings can be stored
     set_settings(data_dir, **settings)
+    server = ServeProcess(data_dir)
     url = server.start()
     try:
-        _resume_among_neighbours(server, url, create_token(data_dir), neighbours)
+        _resume_among_neighbours(server, url, token, neighbours)
     finally:
         if server.proc is not None and server.proc.poll() is None:
             server.kill()  # never leave a server generating after a failure
