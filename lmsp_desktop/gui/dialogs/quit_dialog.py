@@ -16,12 +16,26 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.views import TaskRow
 
-# What the next start does with an unfinished task, by its on_restart policy.
+# What the next start does with an unfinished task (chapter 11, table 11.3), by what the
+# task was doing and its on_restart policy: a task that never started has nothing to redo.
 AT_NEXT_START = {
-    "fail": "{n} will be marked failed",
-    "retry": "{n} will start over from the beginning",
+    "failed": "{n} will be marked failed",
+    "over": "{n} will start over from the beginning",
     "resume": "{n} will resume where {it} stopped",
+    "queue": "{n} will wait in the queue again",
+    "cancelled": "{n} will end as cancelled",
 }
+
+
+def outcome(row: TaskRow) -> str:
+    """Which AT_NEXT_START line a task falls under."""
+    if row.state == "cancelling":
+        return "cancelled"
+    if row.on_restart == "fail":
+        return "failed"
+    if row.state != "running":  # queued or loading: it waits for its turn again
+        return "queue"
+    return "resume" if row.on_restart == "resume" else "over"
 
 
 def plural(n: int, word: str) -> str:
@@ -29,14 +43,14 @@ def plural(n: int, word: str) -> str:
 
 
 def consequences(rows: list[TaskRow]) -> str:
-    """ "At the next start, 1 will be marked failed and 2 will start over…" by policy."""
-    by_policy = Counter(r.on_restart for r in rows if r.state != "cancelling")
+    """ "At the next start, 1 will be marked failed and 2 will start over…" by table 11.3."""
+    counts = Counter(outcome(r) for r in rows)
     parts = [
-        AT_NEXT_START[p].format(n=by_policy[p], it="it" if by_policy[p] == 1 else "they")
-        for p in ("fail", "retry", "resume")
-        if by_policy[p]
+        line.format(n=counts[key], it="it" if counts[key] == 1 else "they")
+        for key, line in AT_NEXT_START.items()
+        if counts[key]
     ]
-    if not parts:
+    if set(counts) == {"cancelled"}:
         return "They are being cancelled and will end as cancelled."
     text = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
     return f"If you quit now, at the next start {text} (as each task's restart policy says)."
