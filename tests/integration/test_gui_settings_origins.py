@@ -45,7 +45,8 @@ async def test_an_origin_saved_in_settings_lets_its_page_in_at_once(
         window.open_settings()
         dialog = window.dialog
         assert dialog.origins.text() == ""  # the flag's origin is this run's, not a setting
-        assert "--allow-origin app://obsidian.md" in dialog.flag_note.text()
+        # named whole, on one line (wrapped at its hyphen it read as two words)
+        assert "    --allow-origin app://obsidian.md" in dialog.flag_note.text().splitlines()
         save = dialog.buttons.button(QDialogButtonBox.StandardButton.Save)
         dialog.origins.setText("localhost:3000")  # what people type first
         qtbot.mouseClick(save, Qt.MouseButton.LeftButton)

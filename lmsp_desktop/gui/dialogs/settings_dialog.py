@@ -110,11 +110,12 @@ class SettingsDialog(QDialog):
         form.addRow("Bind address", self.host)
         form.addRow("Port", self.port)
         form.addRow("Model folders", folder_row)
+        # One flag a line: wrapped inside a paragraph, "--allow-origin app://obsidian.md" broke
+        # at its hyphen or after "//" and no longer read as something to type.
         self.flag_note = QLabel(
-            "This run uses "
-            + ", ".join(flags.values())
-            + " from the command line, for this run only; what you save here applies when "
-            "LMSP Desktop starts without those flags."
+            "This run uses, from the command line and for this run only:\n"
+            + "".join(f"    {flag}\n" for flag in flags.values())
+            + "What you save here applies when LMSP Desktop starts without those flags."
         )
         self.flag_note.setWordWrap(True)
         self.flag_note.setVisible(bool(flags))
