@@ -31,6 +31,7 @@ from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
 from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.models.machine import resident_memory
 from lmsp_desktop.core.models.memory import ModelSettings, Plan, one_context
 from lmsp_desktop.core.models.memory import plan as plan_load
 from lmsp_desktop.core.models.registry import ModelRegistry
@@ -450,6 +451,10 @@ class Core:
 
     def model_idle_seconds_left(self, model_id: str) -> float | None:
         return self.runner.idle_seconds_left(model_id)
+
+    def model_memory(self, model_id: str) -> int | None:
+        pid = self.runner.engine_pid(model_id)
+        return None if pid is None else resident_memory(pid)
 
     def model_crash(self, model_id: str) -> CrashRecord | None:
         return self.runner.last_crash(model_id)

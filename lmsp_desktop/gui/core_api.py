@@ -98,6 +98,11 @@ class CoreApi(Protocol):
 
     def model_idle_seconds_left(self, model_id: str) -> float | None: ...
 
+    def model_memory(self, model_id: str) -> int | None:
+        """Resident memory of the engine processes holding the model (weights, KV cache,
+        buffers); None when no worker process holds it or the system does not say."""
+        ...
+
     def model_crash(self, model_id: str) -> CrashRecord | None:
         """The model's last engine crash since the service started (docs/engine.md)."""
         ...

@@ -304,6 +304,7 @@ class MainWindow(QMainWindow):
         before, then = self._rate_seen
         self._rate_seen = (count, now)
         self.status.rate.add(count - before, now - then)
+        self._update_loaded()  # a model's memory grows as its KV cache fills
 
     # -- dialogs (all opened with open(), never exec()) --------------------------------------
     def _open(self, dialog: Any) -> Any:

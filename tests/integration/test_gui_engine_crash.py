@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lmsp_desktop.gui.format import human_size
 from lmsp_desktop.gui.models.model_table import COL_LOADED
 from lmsp_desktop.gui.models.task_table import COL_STATE
 from tests.integration.gui_windows import client_token, post_background
@@ -40,6 +41,17 @@ async def test_the_window_shows_a_killed_engine_and_loads_it_again(
     )
     pid = core.runner.engine_pid(MODEL)
     assert pid != os.getpid()
+    # The sidebar says what the engine process holds (weights, KV cache, buffers, its own
+    # Python), not the file's size.
+    file_size = next(m.size_bytes for m in await core.models() if m.id == MODEL)
+    assert (core.model_memory(MODEL) or 0) > file_size
+
+    def sidebar() -> str:
+        window._update_loaded()  # what the once-a-second refresh does
+        return window.sidebar.loaded.text()
+
+    await until(lambda: "<br>loaded" in sidebar(), 60, sidebar)
+    assert " in memory" in sidebar() and f"{human_size(file_size)} in memory" not in sidebar()
     os.kill(pid, signal.SIGKILL)
 
     models = window.models

@@ -71,6 +71,7 @@ class FakeCore:
     models_list: list[ModelInfo] = field(default_factory=lambda: [fake_model("smollm2")])
     loaded: dict[str, str] = field(default_factory=dict)
     idle_left: dict[str, float] = field(default_factory=dict)
+    engine_memory: dict[str, int] = field(default_factory=dict)  # model_memory
     crashes: dict[str, CrashRecord] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
     stored_settings: Settings = field(default_factory=Settings)
@@ -180,6 +181,9 @@ class FakeCore:
 
     def model_idle_seconds_left(self, model_id: str) -> float | None:
         return self.idle_left.get(model_id)
+
+    def model_memory(self, model_id: str) -> int | None:
+        return self.engine_memory.get(model_id)
 
     def model_crash(self, model_id: str) -> CrashRecord | None:
         return self.crashes.get(model_id)

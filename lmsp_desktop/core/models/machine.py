@@ -37,6 +37,16 @@ class GpuDevice:
     total: int
 
 
+def resident_memory(pid: int | None = None) -> int | None:
+    """A process's resident memory in bytes (this one's when `pid` is None), where the system
+    says it (Linux's /proc); None elsewhere or once the process is gone."""
+    try:
+        with open(f"/proc/{pid or 'self'}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def parse_size(text: str) -> int:
     """`"2G"` → 2147483648; plain numbers are bytes. Raises ValueError."""
     match = _SIZE.match(text)

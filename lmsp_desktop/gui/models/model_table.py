@@ -208,18 +208,23 @@ class ModelTableModel(RowTableModel):
         return "loaded" if left is None else f"loaded · unloads in {minutes(left)}"
 
     def in_memory(self) -> list[tuple[str, int | None, str]]:
-        """Models loaded or loading, as the sidebar lists them: (name, file size, state)."""
+        """Models loaded or loading, as the sidebar lists them: (name, bytes, state); the bytes
+        are its engine process's resident memory where known (the KV cache and buffers are
+        often many times the file), else the file's size."""
         shown: list[tuple[str, int | None, str]] = []
         for info in self._rows:
             if isinstance(info, UpstreamModelInfo):
                 continue  # runs on another machine: nothing of it is in this one's memory
             loaded = self._loaded.get(info.id, "unloaded")
+            if loaded == "unloaded":
+                continue
+            size = self.core.model_memory(info.id) or info.size_bytes
             if loaded == "loading":
-                shown.append((str(info.id), info.size_bytes, "loading…"))
+                shown.append((str(info.id), size, "loading…"))
             elif loaded == "loaded":
                 left = self.core.model_idle_seconds_left(info.id)
                 text = "loaded" if left is None else f"unloads in {minutes(left)}"
-                shown.append((str(info.id), info.size_bytes, text))
+                shown.append((str(info.id), size, text))
         return shown
 
     def any_crashed(self) -> bool:

@@ -6,7 +6,6 @@ core (counts, model states, task changes) and asks the window to act."""
 from __future__ import annotations
 
 import html
-import os
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from lmsp_desktop.core.models.machine import resident_memory
 from lmsp_desktop.core.states import TERMINAL
 from lmsp_desktop.core.views import TaskChange, TaskRow
 from lmsp_desktop.gui.format import STATE_COLOURS, human_size, short_id, state_icon
@@ -60,16 +60,6 @@ def ended_line(state: str, seconds: float) -> str:
     "cancelled · 12s", which read as how long the task ran (the table's Duration beside it
     said 10.5 s)."""
     return f"{state} {ago(seconds)} ago"
-
-
-def process_memory() -> int | None:
-    """This process's resident memory in bytes (model weights included), where the system
-    says it (Linux's /proc); None elsewhere."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _heading(text: str) -> QLabel:
@@ -239,7 +229,7 @@ class Sidebar(QWidget):
                 )
             )
             self.loaded.setToolTip("\n".join(name for name, _, _ in models))
-        memory = process_memory()
+        memory = resident_memory()  # the window and service; each model's engine is above
         self.memory.setText(f"App memory: {human_size(memory)}" if memory else "")
         self.memory.setVisible(memory is not None)
 

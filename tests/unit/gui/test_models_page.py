@@ -130,6 +130,11 @@ async def test_folder_column_and_idle_countdown_of_a_loaded_model(core, store, q
     del core.idle_left[model_id]  # generating: no countdown
     page.model.tick()
     assert cell(page, COL_LOADED) == "loaded"
+    # The sidebar's "in memory": the file's size until its engine process says more.
+    size = (folder / "tiny-model.Q4_0.gguf").stat().st_size
+    assert page.model.in_memory() == [(model_id, size, "loaded")]
+    core.engine_memory[model_id] = 700 << 20  # weights + KV cache + buffers
+    assert page.model.in_memory() == [(model_id, 700 << 20, "loaded")]
 
 
 async def test_files_that_are_not_models_are_never_verified(core, store, qtbot, tmp_path):
