@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -54,6 +55,13 @@ class PromptDialog(QDialog):
             self.error.setText(
                 "No model is available yet. Add a model folder on the Models page, then try again."
             )
+        # Typing goes to the prompt and replaces the example (walked under Xvfb, it went to the
+        # Model box, whose popup the first space opened); Ctrl+Enter sends, as in chat apps.
+        self.prompt.selectAll()
+        self.prompt.setFocus()
+        self.send.setToolTip("Send (Ctrl+Enter)")
+        for keys in ("Ctrl+Return", "Ctrl+Enter"):  # the main Enter key and the keypad's
+            QShortcut(QKeySequence(keys), self).activated.connect(self.send.click)
         self.resize(520, 320)
 
     async def send_prompt(self) -> str | None:

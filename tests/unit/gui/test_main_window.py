@@ -7,7 +7,7 @@ import time
 
 import pytest
 import shiboken6
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QSystemTrayIcon
 
@@ -72,6 +72,18 @@ async def test_try_a_prompt_creates_a_task_through_submit(window):
     task_id = await dialog.send_prompt()
     assert window.core.submitted == [task_id]
     await until(lambda: window.tasks.model.row_of(task_id) is not None)
+
+
+async def test_try_a_prompt_takes_typing_at_once_and_sends_on_ctrl_enter(window, qtbot):
+    await window.open_prompt()
+    dialog = window.dialog
+    await until(lambda: dialog.isActiveWindow(), what="the dialog active")
+    assert dialog.focusWidget() is dialog.prompt  # not the Model box
+    qtbot.keyClicks(dialog.focusWidget(), "Tell me a joke")  # replaces the example
+    assert dialog.prompt.toPlainText() == "Tell me a joke"
+    qtbot.keyClick(dialog.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    await until(lambda: len(window.core.submitted) == 1, what="the prompt sent")
+    await until(lambda: not dialog.isVisible(), what="the dialog closed")
 
 
 async def test_settings_dialog_saves_through_the_store(window, store):
