@@ -20,6 +20,14 @@ from lmsp_desktop.core.storage.tasks import TaskStore
 from lmsp_desktop.core.views import TaskChange
 
 PAGE = 500
+# A follow() that heard nothing for this long reads the database anyway: a commit may have
+# come from another process (the CLI).
+QUIET_S = 1.0
+
+
+def _set(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class _Reader:
@@ -27,7 +35,11 @@ class _Reader:
     newest state and event number the notifications told it."""
 
     def __init__(self) -> None:
-        self.wake = asyncio.Event()
+        self.woken = False  # heard something (or the follower closed) since it last looked
+        # The wait for that, while the reader waits. A bare future and a timer, not
+        # wait_for(Event.wait()): that is a task, a timeout and three callbacks per commit
+        # on the streaming hot path.
+        self._waiter: asyncio.Future[None] | None = None
         self.heard: deque[dict[str, Any]] = deque()
         self.gap = False  # a commit without its events: read the database
         self.state: TaskState | None = None
@@ -40,7 +52,25 @@ class _Reader:
             self.gap = True
         self.state = change.state
         self.last_seq = max(self.last_seq, change.last_seq)
-        self.wake.set()
+        self.wake()
+
+    def wake(self) -> None:
+        self.woken = True
+        if self._waiter is not None:
+            _set(self._waiter)
+
+    async def wait(self) -> bool:
+        """Until woken or QUIET_S pass; whether it was woken."""
+        if not self.woken:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(QUIET_S, _set, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        return self.woken
 
     def take(self, after: int) -> list[dict[str, Any]]:
         """The heard events right after `after`, if they continue it without a gap."""
@@ -77,7 +107,7 @@ class EventFollower:
         self.closed.set()
         for readers in self._readers.values():
             for reader in readers:
-                reader.wake.set()
+                reader.wake()
 
     async def follow(self, task_id: str, after: int = 0) -> AsyncGenerator[dict[str, Any], None]:
         """Every event after `after`, then new ones as they commit, until the task finishes."""
@@ -96,7 +126,7 @@ class EventFollower:
         from_database = True
         try:
             while True:
-                reader.wake.clear()
+                reader.woken = False
                 if from_database:
                     reader.gap = False
                     events = await self.tasks.events(task_id, after, PAGE)
@@ -121,10 +151,7 @@ class EventFollower:
                 from_database = reader.gap or (last_seq > after and not reader.heard)
                 if last_seq > after or reader.heard:
                     continue
-                # A timeout too, in case a commit came from another process (the CLI).
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(reader.wake.wait(), timeout=1.0)
-                if not reader.wake.is_set():
+                if not await reader.wait():
                     from_database = True
         finally:
             readers = self._readers.get(task_id)

@@ -48,13 +48,16 @@ log = logging.getLogger(__name__)
 STORE_RETRY_S = 1.0  # pause before retrying after the store refused a write (disk full)
 # Text reaches clients in commits (rule 11.2: nothing is sent before it is saved), at most
 # one per task every COMMIT_INTERVAL_S: the tokens a fast model makes meanwhile share one
-# commit, its fsync and one SSE write (still one delta event per token). Each commit and the
-# thread wake-ups around it cost about 1 ms of CPU (the fsync alone 0.4 ms), which a model
-# decoding on every core loses from its own tokens: B3 measured 0.85x the engine in-process
-# committing every token, 0.94-1.0x at 30 ms, 0.98-1.01x at 50 ms (docs/benchmarks.md history).
-# 50 ms is 20 updates a second, smooth for reading; a model slower than 20 tokens/s still
-# commits every token. The first token is never held back, nor is the end, nor a cancel.
-COMMIT_INTERVAL_S = 0.05
+# hand-over from the engine worker, one commit, its fsync and one SSE write (still one delta
+# event per token). Each such group costs the service about 1.5 ms of CPU whatever its size
+# (the worker's message read, the writer thread's round trip and fsync, the loop's steps
+# and the SSE write; the client pays its read too), which the model, decoding on every core,
+# loses from its own tokens. B3 measured 0.85x the engine in-process committing every token;
+# at 50 ms, 2.4 tokens a group at 48 tokens/s, the service took 0.7-1.0 ms of CPU per token
+# and B3 read 0.95-1.03x; at 100 ms 0.4-0.55 ms (docs/engine.md, "Per-token cost"). 100 ms is
+# 10 updates a second, smooth for reading; a model slower than 10 tokens/s still commits
+# every token. The first token is never held back, nor is the end, nor a cancel.
+COMMIT_INTERVAL_S = 0.1
 
 
 class SnapshotTokens:

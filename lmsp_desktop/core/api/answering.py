@@ -157,11 +157,12 @@ async def stream_rendered(
             await response.write(renderer.opening())
             async with contextlib.aclosing(ctx.follower.follow_batches(task_id, 0)) as batches:
                 async for batch in batches:
-                    data = b""
+                    chunks: list[bytes] = []
                     for event in batch:
-                        data += renderer.render(event)
+                        chunks.append(renderer.render(event))
                         if renderer.finished:
                             break
+                    data = b"".join(chunks)
                     if data:
                         await response.write(data)
                     if renderer.finished:
