@@ -47,12 +47,14 @@ class CallingOutput:
     async def write(
         self, deltas: list[str], *, output_tokens: int, input_tokens: int, snapshot: dict[str, Any]
     ) -> bool:
-        """Persist the parsed deltas; False when the task is no longer running."""
-        joined = "".join(deltas)
-        self.text += joined
+        """Persist the parsed deltas; False when the task is no longer running. Each token's
+        text is parsed on its own, so a call's arguments stream a delta per token like text
+        does, however many tokens one commit holds."""
+        parsed = [event for delta in deltas for event in self.parser.feed(delta)]
+        self.text += "".join(deltas)
         return await self.tasks.append_output(
             self.task_id,
-            self._kept(self.parser.feed(joined)),
+            self._kept(parsed),
             output_tokens=output_tokens,
             input_tokens=input_tokens,
             snapshot={**snapshot, "text": self.text},
