@@ -19,6 +19,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,6 +48,15 @@ CHECKPOINT_FRAMES = 512
 _SHM_U32 = struct.Struct("=I")
 _SHM_MX_FRAME_AT, _SHM_BACKFILL_AT = 16, 96
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A unit of work waiting for the writer, and the future its caller awaits."""
+
+    work: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    large: bool  # first in its transaction, without a savepoint (Database.run)
 
 
 class DatabaseError(LmspError):
@@ -100,7 +110,7 @@ class Database:
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
-        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._pending: list[_Unit] = []
         self._flusher: asyncio.Task[None] | None = None
         # A descriptor on the -shm file, open from open() until after the connections are
         # closed: closing any descriptor of a file drops every POSIX lock this process holds
@@ -274,7 +284,7 @@ class Database:
             self._shm = None
 
     # -- writing -------------------------------------------------------------------------
-    async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def run(self, work: Callable[[sqlite3.Connection], T], *, large: bool = False) -> T:
         """The one way to write (Datasette's `execute_write_fn` shape): `work` gets the
         writer's sqlite3 connection and runs synchronously in the writer's thread.
 
@@ -282,14 +292,19 @@ class Database:
         every other unit of work queued at that moment, and return once that transaction has
         committed (one fsync for the whole group).
 
-        Each unit runs in its own SAVEPOINT, so one that raises is rolled back alone and its
-        caller gets the exception; the others still commit. This is what lets 64 concurrent
-        creates share one durable commit instead of queueing for 64 fsyncs.
+        Each unit of a group runs in its own SAVEPOINT, so one that raises is rolled back
+        alone and its caller gets the exception; the others still commit. This is what lets
+        64 concurrent creates share one durable commit instead of queueing for 64 fsyncs.
+        The first unit of a transaction needs no savepoint: when it fails, the transaction
+        is rolled back and the units after it run in a new one. A unit alone is run so, and
+        `large=True` asks for it: such a unit (a purge batch, every page of which a savepoint
+        would copy once more: B5) starts a transaction, which the units queued after it
+        still share.
         """
         if self._writer is None:
             raise RuntimeError("database is not open")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._pending.append((work, future))
+        self._pending.append(_Unit(work, future, large))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_pending())
         return await asyncio.shield(future)
@@ -297,8 +312,7 @@ class Database:
     async def _flush_pending(self) -> None:
         while self._pending:
             async with self._lock:
-                batch = self._pending[:MAX_GROUP]
-                del self._pending[:MAX_GROUP]
+                batch = self._next_group()
                 writer = self._writer
                 try:
                     if writer is None:
@@ -312,19 +326,20 @@ class Database:
                     # aiosqlite's own hook for running a function in its connection thread:
                     # one thread hop for the whole group instead of one per statement.
                     outcomes = await writer._execute(  # type: ignore[no-untyped-call]
-                        group, writer._conn, [work for work, _ in batch]
+                        group, writer._conn, [unit.work for unit in batch]
                     )
                     if integrity is not None:
                         self._integrity = None  # it passed: this group committed
                 except BaseException as exc:
                     failure = translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(failure)
+                    for unit in batch:
+                        if not unit.future.done():
+                            unit.future.set_exception(failure)
                     if not isinstance(exc, Exception):
                         raise
                     continue
-            for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+            for unit, (ok, value) in zip(batch, outcomes, strict=True):
+                future = unit.future
                 if future.done():
                     continue
                 if ok:
@@ -337,6 +352,25 @@ class Database:
             self._after_commit()
             if self.wal_backlog() >= CHECKPOINT_FRAMES:
                 await self.checkpoint()
+
+    def _next_group(self) -> list[_Unit]:
+        """The units of the next transaction: up to MAX_GROUP in their order, with at most
+        one `large` unit, which goes first (no savepoint there; the others commit with it
+        all the same)."""
+        group: list[_Unit] = []
+        large: _Unit | None = None
+        for at, unit in enumerate(self._pending):
+            full = len(group) + (large is not None) == MAX_GROUP
+            if full or (unit.large and large is not None):  # a second one: the next group
+                self._pending = self._pending[at:]
+                break
+            if unit.large:
+                large = unit
+            else:
+                group.append(unit)
+        else:
+            self._pending = []
+        return group if large is None else [large, *group]
 
     def _passed(self, integrity: concurrent.futures.Future[str | None]) -> None:
         """In the writer thread, before a COMMIT: wait for the integrity check; a damage it
@@ -403,32 +437,55 @@ def _run_group(
     *,
     before_commit: Callable[[], None] | None = None,
 ) -> list[tuple[bool, Any]]:
-    """In the writer thread: one transaction, each unit of work in its own savepoint;
-    `before_commit` may still fail the whole group (it is rolled back)."""
+    """In the writer thread: one transaction, the first unit of work in it directly, each
+    other one in its own savepoint (Database.run); `before_commit` may still fail the whole
+    group (it is rolled back)."""
     conn.execute("BEGIN IMMEDIATE")
-    outcomes: list[tuple[bool, Any]] = []
     try:
-        for work in works:
-            conn.execute("SAVEPOINT unit")
-            try:
-                result = work(conn)
-            except Exception as exc:
-                if not conn.in_transaction:
-                    raise  # SQLite rolled everything back (disk full, I/O): the group fails
-                conn.execute("ROLLBACK TO unit")
-                conn.execute("RELEASE unit")
-                outcomes.append((False, exc))
-                continue
-            conn.execute("RELEASE unit")
-            outcomes.append((True, result))
+        first = _run_first(conn, works[0])
+        if not first[0] and len(works) > 1:
+            conn.execute("BEGIN IMMEDIATE")  # the first one failed and was rolled back
+        outcomes = [first, *(_run_in_savepoint(conn, work) for work in works[1:])]
         if before_commit is not None:
             before_commit()
-        conn.execute("COMMIT")
+        if conn.in_transaction:  # not when the only unit failed and was rolled back
+            conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
     return outcomes
+
+
+def _run_in_savepoint(
+    conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], Any]
+) -> tuple[bool, Any]:
+    """A unit among others: a failure rolls back its own savepoint only."""
+    conn.execute("SAVEPOINT unit")
+    try:
+        result = work(conn)
+    except Exception as exc:
+        if not conn.in_transaction:
+            raise  # SQLite rolled everything back (disk full, I/O): the group fails
+        conn.execute("ROLLBACK TO unit")
+        conn.execute("RELEASE unit")
+        return False, exc
+    conn.execute("RELEASE unit")
+    return True, result
+
+
+def _run_first(
+    conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], Any]
+) -> tuple[bool, Any]:
+    """The first unit of a transaction: no savepoint; a failure rolls the transaction back
+    (nothing else is in it yet)."""
+    try:
+        return True, work(conn)
+    except Exception as exc:
+        if not conn.in_transaction:
+            raise  # SQLite rolled back already (disk full, I/O): the group fails, as above
+        conn.execute("ROLLBACK")
+        return False, exc
 
 
 def _split_sql(script: str) -> list[str]:

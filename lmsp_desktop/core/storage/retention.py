@@ -41,7 +41,7 @@ async def purge_finished(
     batch = functools.partial(_purge_in, cutoff=cutoff, budget_s=batch_s)
     purged = 0
     while True:
-        done_in_batch, more = await db.run(batch)
+        done_in_batch, more = await db.run(batch, large=True)  # no savepoint copying it
         purged += done_in_batch
         if not more:
             return purged

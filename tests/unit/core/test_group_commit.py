@@ -99,3 +99,65 @@ async def test_a_failed_group_fails_every_create_in_it_with_nothing_written(
     assert all(r.status == 202 and not r.replayed for r in retried)
     assert committed(store, "tasks") == committed(store, "idempotency_keys") == CREATES
     check_invariants(store.db.path)
+
+
+def _config_keys(store: Store) -> set[str]:
+    conn = sqlite3.connect(store.db.path)
+    try:
+        return {row[0] for row in conn.execute("SELECT key FROM service_config")}
+    finally:
+        conn.close()
+
+
+def _writes(key: str, *, then_fail: bool = False) -> Any:
+    def work(conn: sqlite3.Connection) -> str:
+        conn.execute("INSERT INTO service_config (key, value) VALUES (?, '1')", (key,))
+        if then_fail:
+            raise ValueError(f"{key}: bad input found halfway")
+        return key
+
+    return work
+
+
+async def test_a_failing_unit_leaves_nothing_first_alone_or_among_others(store: Store) -> None:
+    # Alone, and first in a group (no savepoint): its transaction is rolled back, and the
+    # units queued after it commit in a new one.
+    with pytest.raises(ValueError, match="alone"):
+        await store.db.run(_writes("alone", then_fail=True))
+    outcomes = await asyncio.gather(
+        store.db.run(_writes("large", then_fail=True), large=True),
+        store.db.run(_writes("before")),
+        store.db.run(_writes("grouped", then_fail=True)),  # in its savepoint: undone alone
+        store.db.run(_writes("after")),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], ValueError) and isinstance(outcomes[2], ValueError)
+    assert outcomes[1] == "before" and outcomes[3] == "after"
+    assert await store.db.run(_writes("later"), large=True) == "later"  # the writer goes on
+    keys = _config_keys(store)
+    assert {"before", "after", "later"} <= keys
+    assert not keys & {"alone", "large", "grouped"}
+
+
+async def test_a_large_unit_goes_first_in_its_transaction(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups: list[list[str]] = []
+    original = db_module._run_group
+
+    def run_group(conn: sqlite3.Connection, works: list[Any], **kw: Any) -> Any:
+        groups.append([])
+        outcomes = original(conn, works, **kw)
+        groups[-1] = [value for _ok, value in outcomes]
+        return outcomes
+
+    monkeypatch.setattr(db_module, "_run_group", run_group)
+    names = ["a1", "a2", "purge", "b1", "purge2", "b2"]
+    done = await asyncio.gather(
+        *(store.db.run(_writes(name), large=name.startswith("purge")) for name in names)
+    )
+    assert done == names
+    # First, where no savepoint copies its pages; the others still share its commit. One
+    # large unit per transaction.
+    assert groups == [["purge", "a1", "a2", "b1"], ["purge2", "b2"]]
+    assert set(names) <= _config_keys(store)
