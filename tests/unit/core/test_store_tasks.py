@@ -10,6 +10,7 @@ import pytest
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskKind, TaskState
+from lmsp_desktop.core.storage import deltas as deltas_module
 from lmsp_desktop.core.storage import tasks as task_store_module
 from lmsp_desktop.core.storage.recovery import next_boot, recover
 from lmsp_desktop.core.storage.store import Store
@@ -264,7 +265,7 @@ async def test_snapshot_and_deltas_fail_together(
         raise RuntimeError("crash between snapshot and deltas")
 
     # Called once the snapshot, last_seq and text are updated, before the events are written.
-    monkeypatch.setattr(task_store_module, "numbered_deltas", broken_events)
+    monkeypatch.setattr(deltas_module, "numbered_deltas", broken_events)
     with pytest.raises(RuntimeError):
         await store.tasks.append_deltas(
             task_id, ["!"], output_tokens=3, input_tokens=3, snapshot={"tokens": [1, 2, 3]}

@@ -1,0 +1,116 @@
+"""Text deltas of the tasks generating at once, committed together (B2, rule 11.2).
+
+Each running task hands over its new tokens' text as one `Append`. The appends made while
+the writer is busy join one `DeltaBatch`, which the writer commits as one unit of work in
+three set-based statements, whatever the number of tasks in it: the compare-and-set on
+`running` that stores each task's snapshot and moves its `last_seq` past its deltas, the
+texts appended (which gives each message item's id), and all the events inserted. What a
+task's append returns is what its own statements gave: a task no longer running commits
+nothing, and the others are not affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lmsp_desktop.core.storage.events import numbered_deltas
+from lmsp_desktop.core.storage.transitions import INSERT_EVENT
+
+MAX_TASKS = 256  # appends one batch takes at most (4 SQL variables each)
+
+
+@dataclass(frozen=True)
+class Append:
+    """One task's new text: its deltas, the usage so far and the snapshot covering them."""
+
+    task_id: str
+    deltas: Sequence[str]
+    output_tokens: int
+    input_tokens: int
+    snapshot_json: str | None
+
+
+@dataclass(frozen=True)
+class Appended:
+    """A committed append: the task's last sequence number, its model, its message item and
+    the number of its first delta event."""
+
+    last_seq: int
+    model: str
+    item_id: str | None
+    first_seq: int
+
+
+class DeltaBatch:
+    """The appends waiting for one commit. Filled on the event loop until the writer thread
+    takes them (`commit`); an append arriving after that starts the next batch."""
+
+    def __init__(self) -> None:
+        self._appends: dict[str, Append] = {}
+        self._lock = threading.Lock()  # the loop adds, the writer thread takes
+        self._taken = False
+        # The writer's commit of this batch (Database.run), which every append in it awaits.
+        self.committed: asyncio.Future[dict[str, Appended]] | None = None
+
+    def add(self, append: Append) -> bool:
+        """Join this batch; False when it is taken or full, or has this task already (a
+        task's appends are committed in their order, one per batch)."""
+        with self._lock:
+            if self._taken or len(self._appends) >= MAX_TASKS or append.task_id in self._appends:
+                return False
+            self._appends[append.task_id] = append
+            return True
+
+    def commit(self, conn: sqlite3.Connection) -> dict[str, Appended]:
+        """In the writer thread (Database.run): the batch's statements. Returns the appends
+        committed, by task; a task missing was no longer running."""
+        with self._lock:
+            self._taken = True
+            appends = list(self._appends.values())
+        return commit_appends(conn, appends)
+
+
+def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str, Appended]:
+    running = conn.execute(
+        "UPDATE tasks SET snapshot=v.column2, last_seq=last_seq+v.column3 FROM (VALUES "
+        f"{_rows(len(appends), 3)}) AS v WHERE tasks.id=v.column1 AND tasks.state='running'"
+        " RETURNING tasks.id, tasks.last_seq, tasks.model",
+        [x for a in appends for x in (a.task_id, a.snapshot_json, len(a.deltas))],
+    ).fetchall()  # fetched to the end: a statement in progress blocks RELEASE
+    if not running:
+        return {}
+    moved = {str(task_id): (int(last), str(model)) for task_id, last, model in running}
+    kept = [a for a in appends if a.task_id in moved]
+    items = dict(
+        conn.execute(
+            "UPDATE responses SET output_text=output_text || v.column2, output_tokens=v.column3,"
+            f" input_tokens=v.column4 FROM (VALUES {_rows(len(kept), 4)}) AS v"
+            " WHERE responses.id=v.column1 RETURNING responses.id, responses.item_id",
+            [
+                x
+                for a in kept
+                for x in (a.task_id, "".join(a.deltas), a.output_tokens, a.input_tokens)
+            ],
+        ).fetchall()
+    )
+    now = time.time()
+    done: dict[str, Appended] = {}
+    rows = []
+    for a in kept:
+        last, model = moved[a.task_id]
+        first = last - len(a.deltas) + 1
+        item_id = items[a.task_id]
+        rows += numbered_deltas(a.task_id, item_id, a.deltas, first, now)
+        done[a.task_id] = Appended(last, model, item_id, first)
+    conn.executemany(INSERT_EVENT, rows)
+    return done
+
+
+def _rows(n: int, width: int) -> str:
+    row = "(" + ",".join("?" * width) + ")"
+    return ",".join([row] * n)

@@ -1,0 +1,104 @@
+"""Text deltas of tasks generating at once are committed together (issue 26, B2): one unit of
+work for all of them, yet each task's text, snapshot and gapless events are its own, and a
+task cancelled meanwhile commits nothing more while the others go on (rule 11.2)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage import db as db_module
+from lmsp_desktop.core.storage.events import DELTA
+from lmsp_desktop.core.storage.store import Store
+from tests.support.store_helpers import check_invariants, drive
+
+TASKS = 12
+
+
+def deltas_of(store: Store, task_id: str) -> list[str]:
+    conn = sqlite3.connect(store.db.path)
+    try:
+        rows = conn.execute(
+            "SELECT data FROM task_events WHERE task_id=? AND type=? ORDER BY seq", (task_id, DELTA)
+        ).fetchall()
+    finally:
+        conn.close()
+    return [json.loads(data)["delta"] for (data,) in rows]
+
+
+async def append(store: Store, task_id: str, words: list[str], n: int) -> bool:
+    return await store.tasks.append_deltas(
+        task_id, words, output_tokens=n, input_tokens=3, snapshot={"tokens": list(range(n))}
+    )
+
+
+async def test_tasks_generating_at_once_share_one_unit_and_keep_their_own_text(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [await drive(store.tasks, TaskState.RUNNING) for _ in range(TASKS)]  # "Hel", "lo"
+    cancelled = ids[3]
+    await store.tasks.cancel(cancelled)  # running → cancelling: its deltas are refused
+    units: list[int] = []
+    original = db_module._run_group
+
+    def run_group(conn: sqlite3.Connection, works: list[Any], **kw: Any) -> Any:
+        units.append(len(works))
+        return original(conn, works, **kw)
+
+    monkeypatch.setattr(db_module, "_run_group", run_group)
+    for round_ in range(3):
+        words = {t: [f" {t[-4:]}-{round_}-{k}" for k in range(round_ + 1)] for t in ids}
+        done = await asyncio.gather(
+            *(append(store, t, words[t], 2 + (round_ + 1) * (round_ + 2) // 2) for t in ids)
+        )
+        assert done == [t != cancelled for t in ids]
+    assert units == [1, 1, 1]  # one unit of work per round, whatever the number of tasks
+
+    for t in ids:
+        row = await store.tasks.get(t)
+        expected = ["Hel", "lo"]
+        if t != cancelled:
+            expected += [f" {t[-4:]}-{r}-{k}" for r in range(3) for k in range(r + 1)]
+        assert deltas_of(store, t) == expected
+        assert row["output_text"] == "".join(expected)
+        if t != cancelled:
+            assert json.loads(row["snapshot"]) == {"tokens": list(range(8))}
+            assert row["output_tokens"] == 8
+    check_invariants(store.db.path)  # gapless sequence numbers ending at last_seq
+
+
+async def test_a_task_appending_twice_at_once_keeps_its_order(store: Store) -> None:
+    task_id = await drive(store.tasks, TaskState.RUNNING)
+    first = asyncio.create_task(append(store, task_id, [" a", " b"], 4))
+    second = asyncio.create_task(append(store, task_id, [" c"], 5))
+    assert await asyncio.gather(first, second) == [True, True]
+    assert deltas_of(store, task_id) == ["Hel", "lo", " a", " b", " c"]
+    assert (await store.tasks.get(task_id))["output_text"] == "Hello a b c"
+    check_invariants(store.db.path)
+
+
+async def test_appends_after_a_batch_failed_before_its_work_go_into_a_new_one(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, other = [await drive(store.tasks, TaskState.RUNNING) for _ in range(2)]
+    original = db_module._run_group
+    failures = [sqlite3.OperationalError("database is locked")]  # as another program would
+
+    def run_group(conn: sqlite3.Connection, works: list[Any], **kw: Any) -> Any:
+        if failures:
+            raise failures.pop()  # the group fails before any of its work has run
+        return original(conn, works, **kw)
+
+    monkeypatch.setattr(db_module, "_run_group", run_group)
+    with pytest.raises(Exception, match="locked"):
+        await append(store, first, [" lost"], 3)
+    # Another task's append is not left with the failed batch: it commits in a new one.
+    assert await append(store, other, [" kept"], 3)
+    assert deltas_of(store, first) == ["Hel", "lo"]
+    assert deltas_of(store, other) == ["Hel", "lo", " kept"]
+    check_invariants(store.db.path)
