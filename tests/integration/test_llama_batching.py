@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
 from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel
@@ -48,11 +49,17 @@ class Collector:
         return "".join(p.text for p in self.pieces)
 
 
-@pytest.fixture
+# The tests share one loaded model (one load, one exactness probe), so they share its loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def model() -> AsyncIterator[LlamaModel]:
+    """One context holding all four sequences: every test here exercises shared decodes.
+    Shared by the module's tests: each compares runs it makes itself (its figures are
+    differences), and a test that needs an empty prefix cache loads a model of its own."""
     path = demo_model_path()
     assert path is not None
-    # One context holding all four sequences: every test here exercises shared decodes.
     loaded = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=4, contexts=1).load(
         Path(path)
     )
@@ -220,8 +227,9 @@ async def test_a_long_prompt_gives_the_same_tokens_however_it_was_read(
     """A prompt longer than one decode (n_batch) read alone, in large chunks on every core,
     gives the tokens it gives when read in small chunks beside a generating stream, and a
     resumed run (prompt in chunks, output replayed one token at a time) continues it."""
+    # 542 tokens with the chat template: just over one decode (each token read costs CPU).
     text = " ".join(
-        f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(60)
+        f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(34)
     )
     long_prompt = [{"role": "user", "content": text + " Summarise the notes."}]
     alone = Collector()
