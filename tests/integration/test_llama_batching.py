@@ -181,7 +181,7 @@ async def test_a_long_prompt_does_not_stall_a_running_stream(model: LlamaModel) 
     stream = Collector()
     running = asyncio.create_task(model.generate(request(PROMPTS[0], max_output_tokens=60), stream))
     await stream.wait_for(3)
-    long_prompt = [{"role": "user", "content": "Summarise this. " + "The tide rises. " * 120}]
+    long_prompt = [{"role": "user", "content": "Summarise this. " + "The tide rises. " * 240}]
     reader = Collector()
     at_start = len(stream.pieces)
     first_token_seen: list[int] = []
@@ -310,3 +310,106 @@ async def test_two_contexts_share_the_weights_and_the_prefix_cache() -> None:
         assert model.prefix_stats.hits == hits + 1  # found in whichever context held it
     finally:
         await model.unload()
+
+
+async def test_a_long_prompt_takes_every_core_and_both_contexts_streams_keep_streaming() -> None:
+    """B16's third row: two streams run, one in each of the model's two contexts, and a long
+    prompt joins one of them. Its chunks are read on every core while the other context
+    waits (prompt priority); between two chunks both streams get a token; nobody's tokens
+    change for it."""
+    path = demo_model_path()
+    assert path is not None
+    notes = (f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(60))
+    long_prompt = [{"role": "user", "content": " ".join(notes) + " Summarise the notes."}]
+
+    async def load() -> LlamaModel:
+        return await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=4, contexts=2).load(
+            Path(path)
+        )
+
+    model = await load()
+    try:
+        alone = [await solo(model, request(p, max_output_tokens=120)) for p in PROMPTS[:2]]
+        prompt_alone = await solo(model, request(long_prompt, max_output_tokens=6))
+    finally:
+        await model.unload()
+    model = await load()  # nothing of the prompt in its prefix cache
+    try:
+        streams = [Collector(), Collector()]
+        running = [
+            asyncio.create_task(model.generate(request(p, max_output_tokens=120), s))
+            for p, s in zip(PROMPTS[:2], streams, strict=True)
+        ]
+        for stream in streams:
+            await stream.wait_for(3)
+        assert all(d.active == 1 for d in model._all_decoders)  # one stream in each context
+        at_request = [len(s.pieces) for s in streams]
+        at_first_token: list[list[int]] = []
+        reader = Collector()
+
+        async def noting(batch: list[TokenPiece]) -> bool:
+            if not at_first_token:
+                at_first_token.append([len(s.pieces) for s in streams])
+            return await reader(batch)
+
+        wide = sum(d.wide_chunks for d in model._all_decoders)
+        result = await model.generate(request(long_prompt, max_output_tokens=6), noting)
+        await asyncio.gather(*running)
+        assert result.cached_tokens == 0
+        # Every chunk of the prompt was read on every core, although both contexts had a
+        # running stream (before: one core, the other context's stream kept its own).
+        chunks = sum(d.wide_chunks for d in model._all_decoders) - wide
+        assert chunks >= result.input_tokens // SHARED_CHUNK, (chunks, result.input_tokens)
+        # Both streams kept streaming while it was read: a token per chunk.
+        for before, after in zip(at_request, at_first_token[0], strict=True):
+            assert after - before >= 3, (at_request, at_first_token)
+        assert [s.ids for s in streams] == alone
+        assert reader.ids == prompt_alone
+    finally:
+        await model.unload()
+
+
+async def test_a_neighbour_cancelled_during_a_prompt_chunk_leaves_without_waiting_for_it(
+    model: LlamaModel,
+) -> None:
+    """A stream shares its context with a long prompt and is cancelled while a chunk of the
+    prompt is being read (seconds on a busy machine): llama.cpp's abort callback stops the
+    chunk for a cancel of any sequence of the context, the stream leaves at once, and the
+    chunk is read again; the prompt's tokens do not change for it."""
+    notes = (f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(60))
+    long_prompt = [{"role": "user", "content": " ".join(notes) + " Summarise the notes."}]
+    stream_request = request(PROMPTS[0], max_output_tokens=200)
+    stream = Collector()
+    running = asyncio.create_task(model.generate(stream_request, stream))
+    await stream.wait_for(3)
+    decoder = model._all_decoders[0]
+    asked = [0]
+    checks = decoder._interrupted
+
+    def cancelling_mid_chunk() -> bool:
+        # llama.cpp asks between two operations of the chunk's graph (hundreds a chunk):
+        # the 50th question comes in the middle of the prompt's first chunk.
+        asked[0] += 1
+        if asked[0] == 50:
+            stream_request.cancel.set()
+        return checks()
+
+    decoder._interrupted = cancelling_mid_chunk  # type: ignore[method-assign]
+    reader = Collector()
+    prompt_tokens_when_stream_ended: list[int] = []
+    running.add_done_callback(lambda _t: prompt_tokens_when_stream_ended.append(len(reader.ids)))
+    result = await model.generate(request(long_prompt, max_output_tokens=6), reader)
+    cancelled = await running
+    assert cancelled.finish_reason == "cancelled"
+    assert decoder.aborted_chunks == 1  # the chunk stopped for the neighbour's cancel
+    assert prompt_tokens_when_stream_ended == [0]
+    assert result.finish_reason in {"length", "stop"}
+    path = demo_model_path()
+    assert path is not None
+    fresh = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=1, contexts=1).load(
+        Path(path)
+    )
+    try:
+        assert await solo(fresh, request(long_prompt, max_output_tokens=6)) == reader.ids
+    finally:
+        await fresh.unload()

@@ -40,15 +40,11 @@ from lmsp_desktop.core.engines.base import (
     ProgressSink,
     TokenSink,
 )
-from lmsp_desktop.core.engines.llama_batch import (
-    BatchDecoder,
-    Cores,
-    Job,
-    Verdict,
-)
+from lmsp_desktop.core.engines.llama_batch import BatchDecoder, Job
 from lmsp_desktop.core.engines.llama_chat import ChatRenderer
+from lmsp_desktop.core.engines.llama_cores import Cores
 from lmsp_desktop.core.engines.llama_embed import POOLING_NAMES, EmbeddingContext, declared_pooling
-from lmsp_desktop.core.engines.llama_probe import probe_exactness
+from lmsp_desktop.core.engines.llama_probe import Verdict, probe_exactness
 from lmsp_desktop.core.engines.prefix_cache import PrefixStats
 from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, check_request, pump_started
 from lmsp_desktop.core.engines.raw_prompt import fim_tokens, raw_prompt_tokens

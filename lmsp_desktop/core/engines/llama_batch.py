@@ -3,10 +3,10 @@
 Each step evaluates one token of every generating sequence in one llama_decode, then one
 chunk of a prompt still being read in a llama_decode of its own; new generations join
 between steps, and a cancelled one leaves before its next token is evaluated or sampled.
-A prompt is read in chunks of up to n_batch tokens (llama.cpp's own prompt speed) while
-nothing else runs in the context, and of SHARED_CHUNK tokens while other sequences of the
-context generate, so they keep streaming. While the model's other contexts are idle, a
-prompt chunk uses every core (Cores).
+A prompt chunk is read on every core while the model's other contexts wait, and between
+two chunks every generating sequence of the model gets its token (prompt priority,
+llama_cores.Cores): up to n_batch tokens per chunk while nothing generates, SHARED_CHUNK
+while something does, so the prompt is read at full speed and the streams keep moving.
 
 Exactness (resume byte-identical). With flash attention off (llama_native.open_context),
 llama.cpp computes a token read in a chunk of two or more tokens the same whatever the
@@ -36,68 +36,28 @@ import numpy.typing as npt
 
 from lmsp_desktop.core.engines.base import EngineError, FinishReason, GenerationRequest, TokenPiece
 from lmsp_desktop.core.engines.grammar import GrammarConstraint, advance, open_constraint, pick
+from lmsp_desktop.core.engines.llama_cores import Cores
 from lmsp_desktop.core.engines.llama_native import (
     GilHoldingCalls,
     TokenBatch,
     lowlevel,
 )
+from lmsp_desktop.core.engines.llama_probe import Verdict
 from lmsp_desktop.core.engines.prefix_cache import CachedSequence, PrefixCache
 from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, emit_all
 from lmsp_desktop.core.engines.sampling import Utf8Stream, sample_token
 
 log = logging.getLogger(__name__)
 
-# Prompt tokens per step while other sequences of the context generate: bounds how long a
-# long prompt holds up their next token (one chunk's time), see docs/prefill.md.
-SHARED_CHUNK = 64
+# Prompt tokens per chunk while sequences of the model generate: their steps between two
+# chunks cost a few per cent of the prompt's time, and they get a token per chunk (about
+# one a second on 2 cores at 2k tokens), see docs/prefill.md.
+SHARED_CHUNK = 128
 # llama_decode's answer when the abort callback stopped it.
 _ABORTED = 2
 # A model that fails the exactness probe reads prompts in chunks of this size at fixed
 # positions (0, 64, 128, ...), in the first run and in every resumed one alike.
 FIXED_CHUNK = 64
-
-
-class Cores:
-    """The cores one loaded model's contexts share: a context reading a prompt while the
-    others are idle uses them all; otherwise each decodes on its own thread count. (Two
-    llama.cpp thread teams on the same cores spin at their barriers: many times slower.)"""
-
-    def __init__(self, count: int) -> None:
-        self.count = max(1, count)
-        self._busy: set[int] = set()
-        self._lock = threading.Lock()
-
-    def set_busy(self, owner: int, busy: bool) -> None:
-        with self._lock:
-            if busy:
-                self._busy.add(owner)
-            else:
-                self._busy.discard(owner)
-
-    def alone(self, owner: int) -> bool:
-        """Whether no other context of the model has work."""
-        with self._lock:
-            return self._busy <= {owner}
-
-
-class Verdict:
-    """The exactness probe's answer, set once by the thread that runs it."""
-
-    def __init__(self) -> None:
-        self._known = threading.Event()
-        self._exact = False
-
-    def set(self, exact: bool) -> None:
-        self._exact = exact
-        self._known.set()
-
-    def wait(self) -> bool:
-        self._known.wait()
-        return self._exact
-
-    def known(self) -> bool | None:
-        """The answer if the probe has run (or it was given), else None; never waits."""
-        return self._exact if self._known.is_set() else None
 
 
 @dataclass
@@ -120,6 +80,7 @@ class Job:
     text: Utf8Stream = field(default_factory=Utf8Stream)
     grammar: GrammarConstraint | None = None
     cached: int = 0  # prompt tokens the claimed sequence already held (not evaluated)
+    ticket: int = 0  # the prompt's place in the model's reading order (Cores)
 
     def finish(self, reason: FinishReason) -> LoopOutcome:
         return LoopOutcome(
@@ -175,7 +136,6 @@ class BatchDecoder:
         # would cost the per-token decodes their speed). Kept here so it outlives the calls.
         self._abort_check = self._lc.ggml_abort_callback(self._chunk_cancelled)
         self._no_abort = self._lc.ggml_abort_callback()  # null: llama.cpp checks nothing
-        self._chunk_job: Job | None = None
         self._waiting: deque[Job] = deque()
         self._running: list[Job] = []
         self._wake = threading.Condition()
@@ -235,12 +195,12 @@ class BatchDecoder:
         while True:
             with self._wake:
                 if not self._waiting and not self._running:
-                    self._cores.set_busy(id(self), False)
+                    # Idle: no other context waits for this one's step any more.
+                    self._cores.state(id(self), streaming=False, ticket=None)
                 while not self._waiting and not self._running and not self._closing:
                     self._wake.wait()
                 if self._closing and not self._waiting and not self._running:
                     return
-                self._cores.set_busy(id(self), True)
                 arrivals: list[Job] = []
                 while self._waiting and len(self._running) + len(arrivals) < self.n_seq:
                     arrivals.append(self._waiting.popleft())
@@ -301,6 +261,7 @@ class BatchDecoder:
         job.cached = keep
         job.reading = job.prompt[keep:]
         job.replay = deque(request.resume_tokens)
+        job.ticket = self._cores.ticket()
         self._running.append(job)
         self.last_job = job
 
@@ -309,19 +270,39 @@ class BatchDecoder:
         for job in list(self._running):
             if job.channel.should_stop():
                 self._end(job, job.finish("cancelled"))
+        me = id(self)
+        singles = [j for j in self._running if not j.reading]
+        readers = [j for j in self._running if j.reading]  # in the order they joined
+        first = readers[0].ticket if readers else None
+        self._cores.state(me, streaming=bool(singles), ticket=first)
         if not self._running:
             return
-        singles = [j for j in self._running if not j.reading]
         if singles:
-            groups = [singles] if self.exact else [[job] for job in singles]
-            for group in groups:
-                self._decode_singles(group)
+            # One token each; while another context reads a prompt, one step per chunk.
+            if not self._cores.begin_step(me, self._interrupted):
+                return  # a cancel: the next step ends it
+            try:
+                groups = [singles] if self.exact else [[job] for job in singles]
+                for group in groups:
+                    self._decode_singles(group)
+            finally:
+                self._cores.end_step(me)
         readers = [j for j in self._running if j.reading]
-        if readers:
-            # The reader that joined first goes first; the others wait their turn.
-            generating = any(not j.reading for j in self._running)
-            self._read_chunk(readers[0], SHARED_CHUNK if generating else self.n_batch)
+        if readers and self._cores.begin_chunk(
+            me, wait_turn=not singles, interrupted=self._interrupted
+        ):
+            try:
+                # Small chunks while sequences generate, so they keep streaming.
+                limit = SHARED_CHUNK if self._cores.streaming() else self.n_batch
+                self._read_chunk(readers[0], limit)
+            finally:
+                self._cores.end_chunk(me)
         self.steps += 1
+
+    def _interrupted(self) -> bool:
+        """Whether a sequence of this context was cancelled (asked while it waits its turn
+        for the cores, and by llama.cpp while it reads a chunk)."""
+        return any(job.channel.should_stop() for job in self._running)
 
     def _decode_singles(self, group: list[Job]) -> None:
         """One token of each job: the next replayed token, or the last sampled one."""
@@ -365,14 +346,21 @@ class BatchDecoder:
         for i, token in enumerate(chunk):
             last = i == len(chunk) - 1
             index = batch.add(token, start + i, job.sequence.seq_id, last and wants_logits)
-        wide = self.exact and len(chunk) > 1 and self._cores.alone(id(self))
-        if not self._run(batch, self._cores.count if wide else self._threads, abortable=job):
-            # Cancelled mid-chunk: llama.cpp removed the chunk's cells (said again here so
-            # the sequence surely holds only what `evaluated` says); the job ends with the
-            # tokens read before this chunk, which the prefix cache may reuse.
+        # The model's other contexts wait while a chunk is read (Cores): every core.
+        wide = self.exact and len(chunk) > 1
+        if not self._run(batch, self._cores.count if wide else self._threads, abortable=True):
+            # A cancel stopped it mid-chunk: llama.cpp removed the chunk's cells (said again
+            # here so the sequence surely holds only what `evaluated` says).
             self._lc.llama_memory_seq_rm(self._memory, job.sequence.seq_id, start, -1)
             self.aborted_chunks += 1
-            self._end(job, job.finish("cancelled"))
+            if job.channel.should_stop():
+                # The job ends with the tokens read before this chunk (the prefix cache
+                # may reuse them).
+                self._end(job, job.finish("cancelled"))
+            else:
+                # A neighbour's cancel: it leaves at the next step, and the chunk is read
+                # again (its boundaries do not change its numerics).
+                job.reading = chunk + job.reading
             return
         self.wide_chunks += wide
         job.evaluated.extend(chunk)
@@ -380,24 +368,22 @@ class BatchDecoder:
         if wants_logits:
             self._sample_rows([(job, index)])
 
-    def _run(self, batch: TokenBatch, threads: int, abortable: Job | None = None) -> bool:
-        """Decode `batch`; False when `abortable` (the one job in it) was cancelled during
-        the decode and llama.cpp stopped it part-way (and dropped the batch's cells)."""
+    def _run(self, batch: TokenBatch, threads: int, abortable: bool = False) -> bool:
+        """Decode `batch`; False when, `abortable`, a sequence of the context was cancelled
+        during the decode and llama.cpp stopped it part-way (and dropped the batch's cells)."""
         if threads != self._threads_now:
             # Only on a change: a ctypes call releases the GIL and may wait a switch interval
             # to take it back while the event loop runs (see GilHoldingCalls).
             self._lc.llama_set_n_threads(self._ctx, threads, threads)
             self._threads_now = threads
-        if abortable is None:
+        if not abortable:
             status = batch.decode(self._ctx)
         else:
-            self._chunk_job = abortable
             self._lc.llama_set_abort_callback(self._ctx, self._abort_check, None)
             try:
                 status = batch.decode(self._ctx)
             finally:
                 self._lc.llama_set_abort_callback(self._ctx, self._no_abort, None)
-                self._chunk_job = None
             if status == _ABORTED:
                 return False
         if status != 0:
@@ -405,9 +391,9 @@ class BatchDecoder:
         return True
 
     def _chunk_cancelled(self, _data: Any) -> bool:
-        """llama.cpp's abort callback (its decoding thread, between graph operations)."""
-        job = self._chunk_job
-        return job is not None and job.channel.should_stop()
+        """llama.cpp's abort callback (its decoding thread, between graph operations): the
+        chunk's own sequence, or a neighbour in this context waiting for its next token."""
+        return self._interrupted()
 
     def _sample_rows(self, rows: list[tuple[Job, int]]) -> None:
         emitted: list[tuple[TokenChannel, TokenPiece]] = []

@@ -3,6 +3,7 @@ exact mode (llama_batch.py), run once per load before the first generation (docs
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -51,3 +52,23 @@ def probe_exactness(ctx: Any, vocab: Any, n_seq: int, tokens: list[int], threads
     finally:
         lc.llama_memory_clear(memory, False)
         batch.free()
+
+
+class Verdict:
+    """The exactness probe's answer, set once by the thread that runs it."""
+
+    def __init__(self) -> None:
+        self._known = threading.Event()
+        self._exact = False
+
+    def set(self, exact: bool) -> None:
+        self._exact = exact
+        self._known.set()
+
+    def wait(self) -> bool:
+        self._known.wait()
+        return self._exact
+
+    def known(self) -> bool | None:
+        """The answer if the probe has run (or it was given), else None; never waits."""
+        return self._exact if self._known.is_set() else None
