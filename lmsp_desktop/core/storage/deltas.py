@@ -66,6 +66,9 @@ class DeltaBatch:
             self._appends[append.task_id] = append
             return True
 
+    def deltas_of(self, task_id: str) -> Sequence[str]:
+        return self._appends[task_id].deltas
+
     def commit(self, conn: sqlite3.Connection) -> dict[str, Appended]:
         """In the writer thread (Database.run): the batch's statements. Returns the appends
         committed, by task; a task missing was no longer running."""

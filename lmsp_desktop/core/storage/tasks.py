@@ -30,7 +30,7 @@ from lmsp_desktop.core.states import (
     TaskState,
 )
 from lmsp_desktop.core.storage.db import Database
-from lmsp_desktop.core.storage.deltas import Append, DeltaBatch
+from lmsp_desktop.core.storage.deltas import Append, Appended, DeltaBatch
 from lmsp_desktop.core.storage.events import (
     DELTA,
     Row,
@@ -306,16 +306,28 @@ class TaskStore(TaskReads):
         ):
             batch = self._deltas = DeltaBatch()
             batch.add(append)
-            batch.committed = asyncio.ensure_future(self.db.run(batch.commit))
+            batch.committed = asyncio.ensure_future(self._commit_deltas(batch))
         assert batch.committed is not None
-        done = (await asyncio.shield(batch.committed)).get(task_id)
-        if done is None:
-            return False
-        # The committed events themselves (what json.loads of the rows gives), for followers.
-        events = delta_events(done.item_id, deltas, done.first_seq)
-        change = TaskChange(task_id, TaskState.RUNNING, done.last_seq, done.model, (DELTA,), events)
-        self.publish([change])
-        return True
+        return task_id in await asyncio.shield(batch.committed)
+
+    async def _commit_deltas(self, batch: DeltaBatch) -> dict[str, Appended]:
+        """Commit a batch and publish its tasks' changes at once, in the writer's order: an
+        appender resuming later (through the shield) would publish after a cancel committed
+        after its deltas, and listeners would see the task go from cancelling to running."""
+        done = await self.db.run(batch.commit)
+        self.publish(
+            TaskChange(
+                task_id,
+                TaskState.RUNNING,
+                appended.last_seq,
+                appended.model,
+                (DELTA,),
+                # The committed events themselves (what json.loads of the rows gives).
+                delta_events(appended.item_id, batch.deltas_of(task_id), appended.first_seq),
+            )
+            for task_id, appended in done.items()
+        )
+        return done
 
     async def finish(
         self,

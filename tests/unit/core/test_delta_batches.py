@@ -102,3 +102,30 @@ async def test_appends_after_a_batch_failed_before_its_work_go_into_a_new_one(
     assert deltas_of(store, first) == ["Hel", "lo"]
     assert deltas_of(store, other) == ["Hel", "lo", " kept"]
     check_invariants(store.db.path)
+
+
+async def test_listeners_hear_deltas_and_a_cancel_in_the_order_they_were_committed(
+    store: Store,
+) -> None:
+    """Deltas and a cancel of the same task in one group: the window and /metrics hear the
+    deltas (running) first, then the cancel, never the task going back to running."""
+    task_id = await drive(store.tasks, TaskState.RUNNING)
+    heard: list[tuple[str, int]] = []
+    store.tasks.listeners.append(lambda change: heard.append((change.state, change.last_seq)))
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def busy(conn: sqlite3.Connection) -> None:  # holds the writer: the next units group
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+
+    blocker = asyncio.create_task(store.db.run(busy))
+    await asyncio.sleep(0)
+    appended = asyncio.create_task(append(store, task_id, [" a", " b"], 4))
+    await asyncio.sleep(0)
+    cancel = asyncio.create_task(store.tasks.cancel(task_id))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(blocker, appended, cancel)
+    assert appended.result() is True  # committed before the cancel
+    assert [state for state, _ in heard] == [TaskState.RUNNING, TaskState.CANCELLING]
+    assert heard[0][1] < heard[1][1]
