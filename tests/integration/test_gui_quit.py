@@ -134,6 +134,23 @@ async def test_wait_for_them_refuses_new_work_and_quits_when_they_end(
             assert (await core.task(task_id))["state"] == "completed"
 
 
+async def test_tasks_ending_while_the_question_is_open_let_the_quit_go_ahead(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine(tokens=200, delay=0.02)) as (
+        core,
+        window,
+    ):
+        await two_unfinished(core, window)
+        quits = quit_log(window)
+        window.quit_action.trigger()
+        await until(lambda: isinstance(window.dialog, QuitDialog), what="the quit question")
+        dialog = window.dialog
+        assert quits == []  # not answered: the tasks run to their end meanwhile
+        await until(lambda: quits == [True], what="quit once nothing is left to decide")
+        assert not dialog.isVisible()
+
+
 async def test_sigterm_to_the_app_is_reported_as_a_signal_not_as_your_quit(
     qtbot: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
