@@ -172,8 +172,9 @@ class TaskRow:
         return max(0.0, (self.finished_at or now or time.time()) - self.started_at)
 
     def download_fraction(self) -> float | None:
-        """How much of a download is on disk (0..1); None for other tasks or no total."""
-        if self.kind != "download" or not self.progress:
+        """How much of an unfinished download is on disk (0..1); None for other tasks, no
+        total, or a download that ended."""
+        if self.kind != "download" or not self.progress or self.finished_at is not None:
             return None
         total = self.progress.get("bytes_total") or 0
         return min(1.0, self.progress.get("bytes_done", 0) / total) if total else None

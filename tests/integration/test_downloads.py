@@ -204,21 +204,28 @@ async def test_a_download_left_running_resumes_from_its_partial_file(
     assert not os.path.exists(partial)
 
 
-async def test_two_tasks_for_the_same_file_share_one_transfer(
+async def test_pulling_a_file_already_downloading_joins_that_task(
     hub: Hub, store: Store, manager: DownloadManager
 ) -> None:
-    """Download clicked twice: the second task waits on the blob's lock (huggingface_hub's
-    own lock file) and then finds the verified blob, instead of appending to the same
-    partial file."""
+    """Download clicked twice (or a script pulling again, by quant or by file name): the
+    second pull answers with the task already fetching the file, so the Tasks table shows
+    one download and the file is sent once."""
     hub.server.bytes_per_s = 2 * 1024 * 1024
     first = await pull(store.tasks, TINY_REPO, "Q4_K_M")
     second = await pull(store.tasks, TINY_REPO, "Q4_K_M")
-    rows = [await finished(store, t["id"]) for t in (first, second)]
+    by_name = await pull(store.tasks, TINY_REPO, "tiny-Q4_K_M.gguf")
+    assert second["id"] == first["id"] == by_name["id"]
+    other = await pull(store.tasks, TINY_REPO, "Q8_0")  # another file: its own task
+    assert other["id"] != first["id"]
+    rows = [await finished(store, t["id"]) for t in (first, other)]
     assert [r["state"] for r in rows] == ["completed", "completed"], [error_of(r) for r in rows]
+    assert await store.tasks.count() == 2
     gets = [p for m, p, _ in hub.server.requests if m == "GET" and "/resolve/" in p]
-    assert len(gets) == 1  # the file was sent once
+    assert sorted(p.rsplit("/", 1)[1] for p in gets) == ["tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf"]
     sha = hub.server.repos[TINY_REPO].sha256("tiny-Q4_K_M.gguf")
     assert sha256_of(hub.blob_dir(TINY_REPO) / sha) == sha
+    again = await pull(store.tasks, TINY_REPO, "Q4_K_M")  # ended: a new pull is a new task
+    assert again["id"] != first["id"]
 
 
 @pytest.mark.parametrize("policy", ["fail", "retry"])

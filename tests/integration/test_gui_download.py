@@ -61,6 +61,7 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
         dialog.search_button.click()
         await until(lambda: TINY_REPO in dialog.repos.item(0).text(), what=dialog.status.text)
         assert dialog.repos.count() == 1
+        assert dialog.status.text() == "1 repo with GGUF files."
         dialog.repos.setCurrentRow(0)
         await until(lambda: dialog.files.rowCount() == 3, what=dialog.status.text)
         labels = [dialog.files.item(r, 0).text() for r in range(3)]
@@ -83,6 +84,9 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
         dialog.download_button.click()
         await until(lambda: started, what=dialog.status.text)
         task_id = started[0]
+        dialog.download_button.click()  # clicked twice: the same download, not a second one
+        await until(lambda: len(started) == 2, what=dialog.status.text)
+        assert started[1] == task_id
 
         dialog.close()
         window.nav.setCurrentRow(0)  # Tasks
@@ -126,3 +130,16 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
             what=output.placeholderText,
         )
         await until(lambda: hub.leftovers(TINY_REPO) == [], what=lambda: hub.leftovers(TINY_REPO))
+        assert cell(COL_TOKENS) == "—" and cell(COL_TOKENS, Role.PROGRESS) is None
+
+        # Downloaded again, to the end: a new task (the cancelled one is not joined), whose
+        # Output then says what it fetched, without a bar.
+        hub.server.bytes_per_s = None
+        window.models.download_button.click()
+        dialog.download_button.click()
+        await until(lambda: len(started) == 3, what=dialog.status.text)
+        dialog.close()
+        task_id = started[2]
+        assert task_id != started[0]
+        await until(lambda: cell(COL_STATE) == "completed", what=lambda: cell(COL_STATE))
+        assert cell(COL_TOKENS) == "3.0 MiB" and cell(COL_TOKENS, Role.PROGRESS) is None

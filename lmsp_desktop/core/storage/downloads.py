@@ -56,10 +56,24 @@ async def create_download(
 ) -> dict[str, Any]:
     """Commit the download task and its `response.created` event in one transaction (with,
     under `claim`, the key's answer: a retry replays the 202); the task object (the 202
-    body) once committed."""
+    body) once committed.
+
+    A pull of files a download task is already fetching (not yet cancelling or ended)
+    answers with that task instead of a second one, as Ollama's pull joins the one under
+    way: a double-clicked Download, or a script that pulls again, follows one transfer.
+    Checked inside the write transaction, so two pulls at once cannot both create."""
     now = int(time.time())
+    created = True
 
     def work(conn: sqlite3.Connection) -> dict[str, Any]:
+        nonlocal created
+        joined = _same_download_under_way(conn, spec)
+        if joined is not None:
+            created = False
+            task = task_object(row_in(conn, joined), queue_length_in(conn, spec.model))
+            if claim is not None:
+                mark_done(conn, claim, 202, task)
+            return task
         conn.execute(
             "INSERT INTO responses (id, created_at, model, request) VALUES (?, ?, ?, ?)",
             (spec.id, now, spec.model, json.dumps(spec.request())),
@@ -80,14 +94,27 @@ async def create_download(
         return task
 
     task = await tasks.db.run(work)
-    tasks.publish(
-        [
-            TaskChange(
-                spec.id, TaskState.QUEUED, 1, spec.model, (EventType.CREATED,), kind="download"
-            )
-        ]
-    )
+    if created:
+        change = TaskChange(
+            spec.id, TaskState.QUEUED, 1, spec.model, (EventType.CREATED,), kind="download"
+        )
+        tasks.publish([change])
     return task
+
+
+def _same_download_under_way(conn: sqlite3.Connection, spec: NewDownload) -> str | None:
+    """The id of a queued or running download of the same repo, commit and files."""
+    wanted = (spec.repo, spec.commit, sorted(f["name"] for f in spec.files))
+    rows = conn.execute(
+        "SELECT t.id, r.request FROM tasks t JOIN responses r ON r.id = t.id"
+        " WHERE t.kind = ? AND t.state IN (?, ?, ?) ORDER BY t.created_at",
+        (TaskKind.DOWNLOAD, TaskState.QUEUED, TaskState.LOADING, TaskState.RUNNING),
+    )
+    for task_id, request in rows:
+        asked = json.loads(request)
+        if (asked["repo"], asked["commit"], sorted(f["name"] for f in asked["files"])) == wanted:
+            return str(task_id)
+    return None
 
 
 async def record_progress(tasks: TaskStore, task_id: str, progress: dict[str, Any]) -> bool:

@@ -66,7 +66,9 @@ SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_res
        t.kind, t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
        r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
        {SPANS_RESTART} AS spans_restart, {RESUMED_RUN} AS resumed_run,
-       CASE WHEN t.kind='download' THEN t.snapshot END AS progress,
+       CASE WHEN t.kind='download' THEN coalesce(
+         t.snapshot, json_object('bytes_total', json_extract(r.request, '$.bytes_total')))
+       END AS progress,
        json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')),
                    'api', json_extract(r.request, '$.api'),
                    'store', json_extract(r.request, '$.store'))

@@ -134,9 +134,10 @@ class DownloadDialog(QDialog):
             item = QListWidgetItem(f"{text}  ·  (open this repo)")  # a repo id typed whole
             item.setData(Qt.ItemDataRole.UserRole, text)
             self.repos.insertItem(0, item)
+        count = self.repos.count()
         self.status.setText(
-            f"{self.repos.count()} repos with GGUF files."
-            if self.repos.count()
+            f"{count} {'repo' if count == 1 else 'repos'} with GGUF files."
+            if count
             else f"No repo with GGUF files matches {text!r}."
         )
 

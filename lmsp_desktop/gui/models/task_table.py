@@ -141,10 +141,12 @@ class TaskTableModel(RowTableModel):
         time left for its duration."""
         progress = row.progress or {}
         if col == COL_TOKENS:
-            if not progress:
-                return "—"
-            done, total = progress.get("bytes_done", 0), progress.get("bytes_total") or 0
-            return f"{human_size(done)} / {human_size(total)}"
+            total = progress.get("bytes_total") or 0
+            if row.state == TaskState.COMPLETED and total:
+                return human_size(total)  # what it fetched
+            if not total or row.state not in (TaskState.QUEUED, TaskState.RUNNING):
+                return "—"  # a failed or cancelled one's bytes are not counted
+            return f"{human_size(progress.get('bytes_done', 0))} / {human_size(total)}"
         if col == COL_TPS:
             speed = progress.get("bytes_per_s")
             running = row.finished_at is None and row.state == TaskState.RUNNING
