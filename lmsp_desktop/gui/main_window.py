@@ -255,6 +255,8 @@ class MainWindow(QMainWindow):
             # decide, so the quit goes ahead as it does when nothing is unfinished.
             (self._waiting or self.dialog).accept()
             self.quit()
+        elif asking and self._waiting is None:
+            aio.spawn(self._refresh_question(), self)
         self.status.set_database(database_path(Path(self.core.data_dir)))
         self._update_nav()
 
@@ -449,6 +451,12 @@ class MainWindow(QMainWindow):
         dialog = QuitDialog(rows, self)
         dialog.chosen.connect(self._quit_chosen)
         self._open(dialog)
+
+    async def _refresh_question(self) -> None:
+        """The open quit question's counts and consequences, as the tasks are now."""
+        rows = await self.core.task_page(TaskFilter(states=ACTIVE), 0, 100_000, "id", False)
+        if rows and isinstance(self.dialog, QuitDialog) and self.dialog.isVisible():
+            self.dialog.show_rows(rows)
 
     def _quit_chosen(self, choice: str) -> None:
         if choice == "now":

@@ -141,12 +141,23 @@ async def test_tasks_ending_while_the_question_is_open_let_the_quit_go_ahead(
         core,
         window,
     ):
-        await two_unfinished(core, window)
+        retried, _failed = await two_unfinished(core, window)
         quits = quit_log(window)
         window.quit_action.trigger()
         await until(lambda: isinstance(window.dialog, QuitDialog), what="the quit question")
         dialog = window.dialog
+        assert dialog.title.text() == "<b>2 tasks unfinished</b> (2 running)."
+        assert "1 will start over" in dialog.body.text()
         assert quits == []  # not answered: the tasks run to their end meanwhile
+        # One ends (a client cancels it): the question says so (it kept its first counts
+        # when walked under Xvfb).
+        await core.cancel(retried)
+        await until(
+            lambda: dialog.title.text() == "<b>1 task unfinished</b> (1 running).",
+            what=dialog.title.text,
+        )
+        assert "1 will be marked failed" in dialog.body.text()
+        assert "start over" not in dialog.body.text()
         await until(lambda: quits == [True], what="quit once nothing is left to decide")
         assert not dialog.isVisible()
 

@@ -69,13 +69,10 @@ class QuitDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Quit LMSP Desktop")
         self.waiting = False
-        states = Counter(r.state for r in rows)
-        detail = ", ".join(
-            f"{states[s]} {s}" for s in ("running", "loading", "queued", "cancelling") if states[s]
-        )
-        self.title = QLabel(f"<b>{plural(len(rows), 'task')} unfinished</b> ({detail}).")
-        self.body = QLabel(consequences(rows))
+        self.title = QLabel()
+        self.body = QLabel()
         self.body.setWordWrap(True)
+        self.show_rows(rows)
         self.progress = QLabel()
         self.progress.setWordWrap(True)
         self.progress.hide()
@@ -93,6 +90,17 @@ class QuitDialog(QDialog):
         for widget in (self.title, self.body, self.progress, self.buttons):
             layout.addWidget(widget)
         self.setMinimumWidth(480)
+
+    def show_rows(self, rows: list[TaskRow]) -> None:
+        """The question about these unfinished tasks: kept current while it is open, since
+        tasks go on ending and starting behind it."""
+        states = Counter(r.state for r in rows)
+        detail = ", ".join(
+            f"{states[s]} {s}" for s in ("running", "loading", "queued", "cancelling") if states[s]
+        )
+        self.title.setText(f"<b>{plural(len(rows), 'task')} unfinished</b> ({detail}).")
+        if not self.waiting:
+            self.body.setText(consequences(rows))
 
     def _button(self, text: str, choice: str) -> QPushButton:
         button = QPushButton(text)
