@@ -24,7 +24,7 @@ from lmsp_desktop.core.states import (
 )
 from lmsp_desktop.core.storage.events import Row, carrying_response, closing_with
 from lmsp_desktop.core.storage.tasks import TaskStore
-from lmsp_desktop.core.storage.transitions import Expr, Transition, requeued, transition_many
+from lmsp_desktop.core.storage.transitions import Added, Transition, requeued, transition_many
 from lmsp_desktop.core.views import (
     RESTART_ERROR_CODE,
     RecoveryItem,
@@ -198,7 +198,7 @@ def _cell_move(
         frm,
         after,
         carrying_response(EventType.RESUMED),
-        {**marks, "restarts": Expr("restarts+1")},
+        {**marks, "restarts": Added(1)},
     )
 
 

@@ -3,7 +3,7 @@
 Every move is a compare-and-set on the tasks' current state that, in the same transaction,
 appends each task's events with the next gapless sequence numbers and moves its last
 sequence number (rule 11.2). One move is one `Transition` value; `transition_many` applies
-it to any number of tasks in a handful of statements (recovery moves 10k at once).
+it to any number of tasks in four statements (recovery moves 10k at once).
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ INSERT_EVENT = "INSERT INTO task_events (task_id, seq, type, created_at, data) V
 
 
 @dataclass(frozen=True)
-class Expr:
-    """A column's new value computed by SQL from its old one (e.g. `restarts+1`)."""
+class Added:
+    """A column's new value: its old one plus `amount` (e.g. `restarts` + 1)."""
 
-    sql: str
+    amount: int
 
 
 @dataclass(frozen=True)
 class Transition:
     """One move: which tasks, from which states, to which state, with which events, and
-    what else changes on the task and its response (column → value or `Expr`)."""
+    what else changes on the task and its response (column → value or `Added`)."""
 
     task_ids: tuple[str, ...]
     from_states: tuple[TaskState, ...]
@@ -46,63 +46,75 @@ class Transition:
     response_sets: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _assignments(sets: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
-    parts: list[str] = []
-    params: list[Any] = []
-    for column, value in sets.items():  # column names come from code, never from requests
-        if isinstance(value, Expr):
-            parts.append(f"{column}={value.sql}")
-        else:
-            parts.append(f"{column}=?")
-            params.append(value)
-    return parts, params
-
-
 def marks(values: Sized) -> str:
     return ",".join("?" for _ in range(len(values)))
 
 
+def _applied(row: dict[str, Any], sets: Mapping[str, Any]) -> list[Any]:
+    """Set `sets` on `row` (a task's joined row) and return the new values in order."""
+    values = []
+    for column, value in sets.items():
+        new = row[column] + value.amount if isinstance(value, Added) else value
+        row[column] = new
+        values.append(new)
+    return values
+
+
 def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
     """Apply `move` to every task of it still in `from_states`, with the events of each.
-    Returns the rows after the change (tasks no longer in `from_states` are left out)."""
-    sets, params = _assignments({"state": str(move.to_state), **move.task_sets})
-    changed = [
-        r[0]
+    Returns the rows after the change (tasks no longer in `from_states` are left out).
+
+    The rows are read first and changed in Python, so that each task is written once,
+    state and events' last number together, and its response once, its stored final
+    response included (recovery moves 10k tasks: each extra statement was ~10% of B4)."""
+    states = tuple(map(str, move.from_states))
+    rows = [
+        dict(r)
         for r in conn.execute(
-            f"UPDATE tasks SET {', '.join(sets)} WHERE id IN ({marks(move.task_ids)})"
-            f" AND state IN ({marks(move.from_states)}) RETURNING id",
-            (*params, *move.task_ids, *map(str, move.from_states)),
-        ).fetchall()
-    ]
-    if not changed:
-        return []
-    if move.response_sets:
-        response_sets, response_params = _assignments(move.response_sets)
-        conn.execute(
-            f"UPDATE responses SET {', '.join(response_sets)} WHERE id IN ({marks(changed)})",
-            (*response_params, *changed),
+            # `+t.state`: found by id, never by the state index (a scan of the whole queue)
+            JOINED + f" WHERE t.id IN ({marks(move.task_ids)}) AND +t.state IN ({marks(states)})",
+            (*move.task_ids, *states),
         )
-    rows = [dict(r) for r in conn.execute(JOINED + f" WHERE t.id IN ({marks(changed)})", changed)]
-    event_rows: list[tuple[Any, ...]] = []
-    last_events: list[tuple[str, str]] = []  # each task's last event (JSON), its id
+    ]
+    if not rows:
+        return []
+    task_sets = {"state": str(move.to_state), **move.task_sets}
+    terminal = move.to_state in TERMINAL
     now = time.time()
+    event_rows: list[tuple[Any, ...]] = []
+    task_updates: list[tuple[Any, ...]] = []
+    response_updates: list[tuple[Any, ...]] = []
     for row in rows:
+        task_values = _applied(row, task_sets)
+        response_values = _applied(row, move.response_sets)
         seq = row["last_seq"]
         for event in move.events(cast(Row, row)):
             seq += 1
             event_rows.append(numbered(row["id"], seq, event, now))
         row["last_seq"] = seq
-        last_events.append((event_rows[-1][4], row["id"]))
+        task_updates.append((*task_values, seq, row["id"], *states))
+        if terminal:  # the response its terminal event carries (every such move has one)
+            response_values.append(event_rows[-1][4])
+        if response_values:
+            response_updates.append((*response_values, row["id"]))
+    # Compare-and-set: the rows were read in this transaction with the same condition.
+    updated = conn.executemany(
+        f"UPDATE tasks SET {''.join(f'{column}=?, ' for column in task_sets)}last_seq=?"
+        f" WHERE id=? AND state IN ({marks(states)})",
+        task_updates,
+    ).rowcount
+    if updated != len(rows):
+        raise RuntimeError(f"{len(rows) - updated} tasks changed state under the write lock")
     conn.executemany(INSERT_EVENT, event_rows)
-    conn.executemany(
-        "UPDATE tasks SET last_seq=? WHERE id=?", [(r["last_seq"], r["id"]) for r in rows]
-    )
-    if move.to_state in TERMINAL:
+    if response_updates:
         # The stored response (11.1 `responses`) is written with the terminal event: the
-        # response that event carries (every move to a terminal state ends with one), taken
-        # from its JSON by SQLite rather than built and serialised a second time.
+        # response that event carries, taken from its JSON by SQLite rather than built and
+        # serialised a second time.
+        assignments = [f"{column}=?" for column in move.response_sets]
+        if terminal:
+            assignments.append("final=json_extract(?, '$.response')")
         conn.executemany(
-            "UPDATE responses SET final=json_extract(?, '$.response') WHERE id=?", last_events
+            f"UPDATE responses SET {', '.join(assignments)} WHERE id=?", response_updates
         )
     return cast("list[Row]", rows)
 
@@ -141,7 +153,7 @@ def requeued(task_ids: Sequence[str], from_state: TaskState, **task_sets: Any) -
         carrying_response(EventType.QUEUED),
         {
             **task_sets,
-            "restarts": Expr("restarts+1"),
+            "restarts": Added(1),
             "started_at": None,
             "snapshot": None,
         },
