@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmsp_desktop.core.api.creation import create_task
 from lmsp_desktop.core.api.responses import INTAKE as RESPONSES
+from lmsp_desktop.core.client_calls import ClientCalls
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.context_window import TokenCounter, effective_context
 from lmsp_desktop.core.crashes import CrashRecord
@@ -41,7 +42,6 @@ from lmsp_desktop.core.service.context import ServiceContext
 from lmsp_desktop.core.service.host import ServiceHost
 from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import UNFINISHED
-from lmsp_desktop.core.storage import clients as client_store
 from lmsp_desktop.core.storage import model_settings as model_settings_store
 from lmsp_desktop.core.storage import upstreams as upstream_store
 from lmsp_desktop.core.storage.idempotency import purge_expired, release_in_flight_in
@@ -66,7 +66,7 @@ RETENTION_EVERY_S = 3600.0
 LOGGED_ITEMS = 50  # recovery report lines written to the log (10k lines would slow startup)
 
 
-class Core:
+class Core(ClientCalls):
     """Everything the service is, in the order chapter 11 wants it started:
     store → recovery → model scan → listen."""
 
@@ -546,40 +546,6 @@ class Core:
             return await self.fitter.plan(info, settings, reclaimable=reclaim)
         except (OSError, ValueError):
             return None
-
-    async def pending_pairings(self, *, include_ignored: bool = False) -> list[dict[str, Any]]:
-        return await self.pairing.pending(include_ignored=include_ignored)
-
-    async def approve_pairing(self, pairing_id: str, scopes: frozenset[str]) -> None:
-        await self.pairing.approve(pairing_id, scopes)
-
-    async def deny_pairing(self, pairing_id: str) -> None:
-        await self.pairing.deny(pairing_id)
-
-    async def ignore_pairing(self, pairing_id: str) -> None:
-        await self.pairing.ignore(pairing_id)
-
-    async def create_claim_code(self, scopes: frozenset[str]) -> dict[str, Any]:
-        return await self.pairing.create_claim_code(scopes)
-
-    async def end_claim_code(self, pairing_id: str) -> None:
-        await self.pairing.end_claim_code(pairing_id)
-
-    async def claim_code_status(self, pairing_id: str) -> dict[str, Any]:
-        return await self.pairing.claim_code_status(pairing_id)
-
-    async def clients(self) -> list[dict[str, Any]]:
-        return await client_store.list_clients(self.store.db, include_revoked=False)
-
-    async def create_client_token(self, name: str, scopes: frozenset[str]) -> str:
-        _client, token = await client_store.create_client(self.store.db, name, scopes)
-        return token
-
-    async def revoke_client(self, client_id: str) -> None:
-        await client_store.revoke_client(self.store.db, client_id)
-
-    async def set_client_scopes(self, client_id: str, scopes: frozenset[str]) -> None:
-        await client_store.set_scopes(self.store.db, client_id, scopes)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coro)

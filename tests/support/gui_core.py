@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.api.responses.request import parse_create
+from lmsp_desktop.core.client_calls import ClientCalls
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.crashes import CrashRecord
 from lmsp_desktop.core.downloads.hub import GgufChoice
@@ -33,7 +34,6 @@ from lmsp_desktop.core.models.memory import (
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.states import RestartPolicy
-from lmsp_desktop.core.storage import clients as client_store
 from lmsp_desktop.core.storage import model_settings as model_settings_store
 from lmsp_desktop.core.storage import upstreams as upstream_store
 from lmsp_desktop.core.storage.recovery import last_report
@@ -61,7 +61,7 @@ def fake_model(model_id: str, state: str = "verified") -> ModelInfo:
 
 
 @dataclass
-class FakeCore:
+class FakeCore(ClientCalls):
     """Tasks, clients and pairing are real (in `store`); models and loading are scripted."""
 
     store: Store
@@ -251,41 +251,6 @@ class FakeCore:
         meta.vocab_size = 49152
         shape = ModelShape.from_gguf(meta, info.size_bytes)
         return plan(shape, settings, self.memory, one_context, default_parallel=4)
-
-    # -- pairing and clients -----------------------------------------------------------
-    async def pending_pairings(self, *, include_ignored: bool = False) -> list[dict[str, Any]]:
-        return await self.pairing.pending(include_ignored=include_ignored)
-
-    async def approve_pairing(self, pairing_id: str, scopes: frozenset[str]) -> None:
-        await self.pairing.approve(pairing_id, scopes)
-
-    async def deny_pairing(self, pairing_id: str) -> None:
-        await self.pairing.deny(pairing_id)
-
-    async def ignore_pairing(self, pairing_id: str) -> None:
-        await self.pairing.ignore(pairing_id)
-
-    async def create_claim_code(self, scopes: frozenset[str]) -> dict[str, Any]:
-        return await self.pairing.create_claim_code(scopes)
-
-    async def end_claim_code(self, pairing_id: str) -> None:
-        await self.pairing.end_claim_code(pairing_id)
-
-    async def claim_code_status(self, pairing_id: str) -> dict[str, Any]:
-        return await self.pairing.claim_code_status(pairing_id)
-
-    async def clients(self) -> list[dict[str, Any]]:
-        return await client_store.list_clients(self.store.db, include_revoked=False)
-
-    async def create_client_token(self, name: str, scopes: frozenset[str]) -> str:
-        _client, token = await client_store.create_client(self.store.db, name, scopes)
-        return token
-
-    async def revoke_client(self, client_id: str) -> None:
-        await client_store.revoke_client(self.store.db, client_id)
-
-    async def set_client_scopes(self, client_id: str, scopes: frozenset[str]) -> None:
-        await client_store.set_scopes(self.store.db, client_id, scopes)
 
     # -- upstreams ---------------------------------------------------------------------
     def upstream_statuses(self) -> list[dict[str, Any]]:
