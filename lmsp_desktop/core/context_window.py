@@ -175,7 +175,16 @@ class TokenCounter:
     async def fit(
         self, info: Any, request: dict[str, Any], limit: int, param: str = "input"
     ) -> int | None:
+        if self._unreadable(info):
+            return None  # known already: no hop to a thread to learn it again (B1)
         return await asyncio.to_thread(self.fit_sync, info, request, limit, param)
+
+    def _unreadable(self, info: Any) -> bool:
+        """This file is known to have no tokenizer llama.cpp can load (None in the cache).
+        Read without the lock: a thread loading a tokenizer holds it for long, and a single
+        dict lookup is atomic under the GIL."""
+        known: object = self._vocabs.get((str(info.path), int(info.mtime_ns)), self)
+        return known is None
 
     def count_inputs(self, info: Any, inputs: list[str | list[int]]) -> list[int] | None:
         """Each embedding input's token count (token-id inputs as given); None when the

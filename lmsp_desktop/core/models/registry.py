@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.listeners import notify
@@ -55,6 +55,7 @@ from lmsp_desktop.core.storage.db import Database
 __all__ = ["ModelEvent", "ModelInfo", "ModelRegistry"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -111,6 +112,11 @@ class ModelRegistry:
         # Models on upstream servers (core.upstreams.catalog.UpstreamCatalog), listed and
         # looked up as `<upstream>/<model>` beside the local files.
         self.upstreams: Any = None
+        # id → its `models` row as last read: every create looks its model up, and a read
+        # through the reader thread was a tenth of a create's CPU (B1). Only this class
+        # writes the table, and each of its writes forgets them all (_write).
+        self._rows: dict[str, sqlite3.Row] = {}
+        self._rows_generation = 0  # moves on at every forget: a read begun before is not kept
 
     # -- reading -------------------------------------------------------------------------
     async def list_models(self) -> list[ModelInfo]:
@@ -130,16 +136,25 @@ class ModelRegistry:
             return info
         if isinstance(model_id, str):
             model_id = model_id.lower()  # ids are lowercase; `Qwen2.5:7B` names the same model
-        check_model_id(model_id)
-        row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
+        row = self._rows.get(model_id)
+        if row is None:
+            check_model_id(model_id)
+            row = await self._read_row(model_id)
         if (row is None or not self._listed(row)) and self.gate.recording:
             await self.gate.wait_recorded()  # it may be among the files being recorded
-            row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
+            row = await self._read_row(model_id)
         if row is None or not self._listed(row):
             if self.upstreams is not None and "/" in model_id:
                 self.upstreams.info(model_id)  # says which upstream is missing
             raise model_not_found(model_id)
         return ModelInfo.from_row(row, hashing=model_id in self._hashing)
+
+    async def _read_row(self, model_id: str) -> sqlite3.Row | None:
+        generation = self._rows_generation
+        row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
+        if row is not None and generation == self._rows_generation:
+            self._rows[model_id] = row
+        return row
 
     async def path_for_run(self, model_id: str) -> Path:
         """The file to load for `model_id`, after checking it is still the verified file.
@@ -333,7 +348,7 @@ class ModelRegistry:
                     updates,
                 )
 
-            await self.db.run(work)
+            await self._write(work)
         for values in inserts:
             self._emit(ModelEvent("state", values[0], UNVERIFIED))
         for values in repoints:
@@ -488,11 +503,11 @@ class ModelRegistry:
                         (*header[0], model_id),
                     )
 
-            await self.db.run(verified)
+            await self._write(verified)
             self._emit(ModelEvent("state", model_id, state))
             return
         meta["observed_digest"] = digest
-        await self.db.run(
+        await self._write(
             lambda conn: conn.execute(
                 "UPDATE models SET state = ?, meta = ? WHERE id = ?",
                 (CHANGED, json.dumps(meta), model_id),
@@ -502,7 +517,7 @@ class ModelRegistry:
 
     # -- helpers -------------------------------------------------------------------------
     async def _set_state(self, model_id: str, state: str) -> None:
-        changed = await self.db.run(
+        changed = await self._write(
             lambda conn: (
                 conn.execute(
                     "UPDATE models SET state = ? WHERE id = ? AND state != ?",
@@ -512,6 +527,15 @@ class ModelRegistry:
         )
         if changed > 0:
             self._emit(ModelEvent("state", model_id, state))
+
+    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Every write to the `models` table: the rows read before it are forgotten once it
+        has committed (or failed)."""
+        try:
+            return await self.db.run(work)
+        finally:
+            self._rows.clear()
+            self._rows_generation += 1
 
     def _emit(self, event: ModelEvent) -> None:
         notify(self.listeners, event)  # one broken listener must not stop a scan

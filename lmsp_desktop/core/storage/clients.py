@@ -102,7 +102,9 @@ def insert_client(
 async def client_by_token_hash(db: Database, digest: str) -> sqlite3.Row | None:
     """The `clients` row holding this token hash (revoked or not), or None: a live client's
     row from memory while younger than VERIFIED_FOR_S, else read."""
-    verified = _verified.setdefault(db, _Verified())
+    verified = _verified.get(db)
+    if verified is None:  # not setdefault: that built a _Verified on every request
+        verified = _verified.setdefault(db, _Verified())
     now = _clock()
     hit = verified.rows.get(digest)
     if hit is not None and now - hit[1] < VERIFIED_FOR_S:

