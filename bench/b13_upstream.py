@@ -11,14 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench.b3_stream import cpu_seconds
 from bench.common import ROOT, BenchServer, demo_model, free_port
 from bench.llm import LLAMA_SERVER_MAIN, PROMPT
 from bench.report import Row
@@ -185,7 +188,21 @@ async def _register(data_dir: Path, name: str, url: str) -> None:
         raise RuntimeError(f"upstream add {name} failed")
 
 
-async def _measure(work: Path, max_tokens: int, repeats: int) -> dict[str, Stream]:
+@dataclass
+class Found:
+    streams: dict[str, list[Stream]]
+    serve_cpu_s: float = 0.0  # over the runs through the service from llama_cpp.server
+    upstream_cpu_s: dict[str, float] = field(default_factory=lambda: {"direct": 0, "through": 0})
+
+    def ratios(self, kind: str, of: str) -> list[float]:
+        pairs = zip(self.streams[kind], self.streams[of], strict=True)
+        return [a.rate() / b.rate() for a, b in pairs]
+
+    def tokens(self, kind: str) -> int:
+        return sum(len(s.times) for s in self.streams[kind])
+
+
+async def _measure(work: Path, max_tokens: int, rounds: int) -> Found:
     upstream = llama_server(work)
     paced = paced_server(work, max_tokens, 0.005)
     await upstream.start()
@@ -193,7 +210,7 @@ async def _measure(work: Path, max_tokens: int, repeats: int) -> dict[str, Strea
     data_dir = work / "b9"
     await _register(data_dir, "up", upstream.url)
     await _register(data_dir, "paced", paced.url)
-    found: dict[str, list[Stream]] = {k: [] for k in ("direct", "through", "pd", "pt")}
+    found = Found({k: [] for k in ("direct", "through", "pd", "pt")})
     try:
         with BenchServer(data_dir, "--engine", "fake") as server:
             server.start()
@@ -201,60 +218,86 @@ async def _measure(work: Path, max_tokens: int, repeats: int) -> dict[str, Strea
             await _wait_listed(server, "paced/m1")
             await through(server, min(16, max_tokens))  # warm both paths
             await direct(upstream, min(16, max_tokens))
-            for _ in range(repeats):  # interleaved: slow phases of the machine hit both
-                found["through"].append(await through(server, max_tokens))
-                found["direct"].append(await direct(upstream, max_tokens))
-                found["pt"].append(await through(server, max_tokens, "paced/m1"))
-                found["pd"].append(await direct(paced, max_tokens, "m1"))
+            assert server.proc is not None and upstream.proc is not None
+            serve, up = server.proc.pid, upstream.proc.pid
+            for i in range(rounds):  # interleaved, each path first in turn
+                for path in ("through", "direct") if i % 2 == 0 else ("direct", "through"):
+                    before = cpu_seconds(serve), cpu_seconds(up)
+                    if path == "through":
+                        found.streams[path].append(await through(server, max_tokens))
+                    else:
+                        found.streams[path].append(await direct(upstream, max_tokens))
+                    after = cpu_seconds(serve), cpu_seconds(up)
+                    if path == "through":
+                        found.serve_cpu_s += after[0] - before[0]
+                    found.upstream_cpu_s[path] += after[1] - before[1]
+                for path in ("pt", "pd") if i % 2 == 0 else ("pd", "pt"):
+                    if path == "pt":
+                        found.streams[path].append(await through(server, max_tokens, "paced/m1"))
+                    else:
+                        found.streams[path].append(await direct(paced, max_tokens, "m1"))
     finally:
         upstream.stop()
         paced.stop()
-    return {k: _best(v) for k, v in found.items()}
+    return found
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"median {statistics.median(ratios):.2f}×, rounds {min(ratios):.2f}-{max(ratios):.2f}×"
 
 
 def run(work: Path, quick: bool) -> list[Row]:
-    max_tokens, repeats = (16, 1) if quick else (128, 5)
+    max_tokens, rounds = (16, 1) if quick else (128, 8)
     work.mkdir(parents=True, exist_ok=True)
-    best = asyncio.run(_measure(work, max_tokens, repeats))
-    ratio = best["through"].rate() / best["direct"].rate()
-    paced_ratio = best["pt"].rate() / best["pd"].rate()
+    found = asyncio.run(_measure(work, max_tokens, rounds))
+    rate = {k: statistics.median(s.rate() for s in v) for k, v in found.streams.items()}
+    ratio = statistics.median(found.ratios("through", "direct"))
+    paced_ratio = statistics.median(found.ratios("pt", "pd"))
+    best_vs_best = _best(found.streams["through"]).rate() / _best(found.streams["direct"]).rate()
+    per_token_ms = {
+        "serve": 1000 * found.serve_cpu_s / found.tokens("through"),
+        "up_through": 1000 * found.upstream_cpu_s["through"] / found.tokens("through"),
+        "up_direct": 1000 * found.upstream_cpu_s["direct"] / found.tokens("direct"),
+    }
     return [
         Row(
             "B13",
             "upstream stream read directly (llama_cpp.server, greedy)",
-            best["direct"].rate(),
+            rate["direct"],
             "tok/s",
-            note=f"best of {repeats}; {len(best['direct'].times)} tokens; request to last "
-            "token, prompt cached",
+            note=f"{rounds} rounds of {max_tokens} tokens, each path first in turn; figure: "
+            "median tok/s; ratio: median of the rounds' ratios; request to last token, "
+            f"prompt cached; the upstream's CPU per token {per_token_ms['up_direct']:.2f} ms",
         ),
         Row(
             "B13",
             "the same stream through this service (up/smol, SSE)",
-            best["through"].rate(),
+            rate["through"],
             "tok/s",
             "≥ 0.95×",
             ratio,
             "direct",
             ratio >= 0.95,
-            note="above 1× on this shared 2-core VM: llama_cpp.server's own log shows it "
-            "decoding faster for the service's requests than for the direct reader; the "
-            "paced rows isolate what the service costs",
+            note=f"{_spread(found.ratios('through', 'direct'))}, best vs best "
+            f"{best_vs_best:.2f}×; CPU per token: serve {per_token_ms['serve']:.2f} ms, the "
+            f"upstream {per_token_ms['up_through']:.2f} ms",
         ),
         Row(
             "B13",
             "paced upstream (a token every 5 ms) read directly",
-            best["pd"].rate(),
+            rate["pd"],
             "tok/s",
             note="the same token timing on both paths: the service's own cost alone",
         ),
         Row(
             "B13",
             "paced upstream through this service (SSE)",
-            best["pt"].rate(),
+            rate["pt"],
             "tok/s",
             "≥ 0.95×",
             paced_ratio,
             "direct",
             paced_ratio >= 0.95,
+            note=_spread(found.ratios("pt", "pd")),
         ),
     ]

@@ -46,6 +46,7 @@ class Stream:
     response_id: str = ""
     end_type: str = ""
     end_time: float = 0.0
+    cpu_s: float = 0.0  # CPU the generating process spent on it (in-process baselines)
 
     def rate(self) -> float:
         """Decode tokens/s: tokens after the first over the time since the first (prompt
@@ -153,10 +154,13 @@ def measure_in_process(kind: str, max_tokens: int) -> Stream:
         await local.load(with_llama=kind == "llama")
         try:
             for tokens in (min(16, max_tokens), max_tokens):  # a short warm-up, then measured
+                # Every thread of this process (llama.cpp's decode threads included).
+                cpu = time.process_time()
                 if kind == "engine":
                     stream = await local.engine_generate(tokens)
                 else:
                     stream = await asyncio.to_thread(local.llama_generate, tokens)
+                stream.cpu_s = time.process_time() - cpu
         finally:
             await local.close()
         return stream
@@ -176,7 +180,7 @@ def in_subprocess(kind: str, max_tokens: int) -> Stream:
         timeout=600,
     )
     data = json.loads(out.stdout.strip().splitlines()[-1])
-    return Stream(times=data["times"], text=data["text"])
+    return Stream(times=data["times"], text=data["text"], cpu_s=data["cpu_s"])
 
 
 def plain_llama(path: Path, **settings: Any) -> Any:
@@ -268,4 +272,4 @@ class InProcess:
 
 if __name__ == "__main__":
     found = measure_in_process(sys.argv[1], int(sys.argv[2]))
-    print(json.dumps({"times": found.times, "text": found.text}))
+    print(json.dumps({"times": found.times, "text": found.text, "cpu_s": found.cpu_s}))
