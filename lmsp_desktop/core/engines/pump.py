@@ -4,7 +4,8 @@ The thread appends each token to its channel; the loop side hands everything tha
 accumulated since the previous sink call finished to the sink (a natural group commit), and
 no more often than the request's `sink_interval`: tokens that arrive sooner wait (never past
 the end of the generation) and go together. The thread wakes the event loop only when the
-loop side is waiting for a first token, not once per token: each wake-up is a thread hop
+loop side is waiting for a token, not once per token (and not at all while the loop side
+sleeps out the interval after a hand-over): each wake-up is a thread hop
 (a write to the loop's self-pipe, a context switch) that costs the decoding cores time.
 When the sink answers False or the request's cancel event is set, the thread stops before
 evaluating or sampling another token.
@@ -202,11 +203,14 @@ async def pump_started(
     try:
         finished = False
         while not finished:
-            await channel.wait()
             wait = handed_at + request.sink_interval - loop.time()
             if wait > 0 and not channel.ended.done() and not channel.should_stop():
-                # Let more tokens join this hand-over; the end of the generation cuts it short.
+                # Let the tokens of the interval gather before looking: the thread wakes
+                # the loop side only while it waits for a token, so a fast model's group
+                # costs one timer here and no wake-up from the decoding thread. The end of
+                # the generation cuts the wait short.
                 await asyncio.wait([channel.ended], timeout=wait)
+            await channel.wait()  # at once if tokens came meanwhile
             batch, finished = channel.take()
             if batch and not channel.refused:
                 handed_at = loop.time()

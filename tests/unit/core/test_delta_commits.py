@@ -98,6 +98,40 @@ async def test_the_thread_wakes_the_loop_per_hand_over_not_per_token() -> None:
     assert hops <= len(sink.batches) + 2 < len(TOKENS)
 
 
+async def test_tokens_of_an_interval_do_not_wake_the_loop() -> None:
+    """After a hand-over the loop side sleeps out the interval instead of waiting for the
+    next token: the thread (in a worker process, the decoding thread) wakes it for the first
+    token and for the end only, however many tokens the interval holds."""
+    loop = asyncio.get_running_loop()
+    hops = 0
+    original = loop.call_soon_threadsafe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal hops
+        if threading.current_thread() is not threading.main_thread():
+            hops += 1
+        return original(*args, **kwargs)
+
+    engine = FakeEngine(tokens=TOKENS)
+    engine.gate = threading.Semaphore(0)
+    model = await engine.load(Path("fake.gguf"))
+    sink = Collector()
+    # An hour-long interval: the rest can only go at the end of the generation.
+    request = GenerationRequest(MESSAGES, sink_interval=3600.0)
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        generation = asyncio.create_task(model.generate(request, sink))
+        engine.gate.release(1)
+        await until(lambda: len(sink.batches) == 1)
+        engine.gate.release(len(TOKENS) - 1)
+        await asyncio.wait_for(generation, HANG)
+    finally:
+        del loop.call_soon_threadsafe
+    assert [p.text for p in sink.pieces] == TOKENS
+    assert [len(b) for b in sink.batches] == [1, len(TOKENS) - 1]
+    assert hops <= 3  # the first token, the end, the thread returning (asyncio.to_thread)
+
+
 def test_snapshot_tokens_encode_the_growing_list_as_json() -> None:
     tokens = [5, 6]
     snap = SnapshotTokens(tokens)
