@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+import orjson
+
 from lmsp_desktop.core.api.resource import build_response, message_item, output_text_part
 from lmsp_desktop.core.states import EventType, TaskState
 from lmsp_desktop.core.storage.output_items import close_events, load_items
@@ -29,7 +31,17 @@ def numbered(task_id: str, seq: int, event: dict[str, Any], now: float) -> tuple
     task = event.get("response", {}).get("task")
     if task is not None:
         task["last_sequence_number"] = seq
-    return (task_id, seq, str(event["type"]), now, json.dumps(event))
+    return (task_id, seq, str(event["type"]), now, to_json(event))
+
+
+def to_json(value: Any) -> str:
+    """The JSON text of an event (or a snapshot) as stored: orjson's, compact and in a tenth
+    of json.dumps' time for a ~1.2 KB response (recovery writes 10k of them, B4); json's
+    for what orjson refuses (an integer past 64 bits, say in a tool's schema)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value)
 
 
 def created_event_row(task_id: str, response_json: str, now: float) -> tuple[Any, ...]:

@@ -356,3 +356,24 @@ async def test_events_page_after_a_sequence_number(store: Store) -> None:
     assert [e["sequence_number"] for e in page] == [4, 5]
     rows = await store.tasks.event_rows(task_id, after=len(everything) - 1)
     assert [r["type"] for r in rows] == ["response.completed"]
+
+
+async def test_events_keep_what_a_request_carries_exactly(store: Store) -> None:
+    """An event's JSON is written by orjson, which refuses integers past 64 bits (a tool's
+    schema may hold one): such a task's events are still written, every value exact, and
+    non-ASCII text survives as it was."""
+    tool = {
+        "name": "pick",
+        "description": "Choisir une étoile ✨",
+        "parameters": {"type": "object", "properties": {"n": {"maximum": 10**30}}},
+    }
+    created = await store.tasks.create(
+        NewTask(model="m", request=request(tools=[tool], instructions="Réponds en français"))
+    )
+    assert await store.tasks.mark_loading(created.task_id)
+    assert await store.tasks.fail(created.task_id, "engine_error", "boom")
+    for event in (await store.tasks.events(created.task_id))[1:]:  # the ones stored by moves
+        assert event["response"]["tools"] == [{"type": "function", **tool}]
+        assert event["response"]["instructions"] == "Réponds en français"
+    final = await store.tasks.response_object(created.task_id)
+    assert final["tools"][0]["parameters"]["properties"]["n"]["maximum"] == 10**30
