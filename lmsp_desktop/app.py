@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from lmsp_desktop.core.api.creation import create_task
 from lmsp_desktop.core.api.responses import INTAKE as RESPONSES
 from lmsp_desktop.core.client_calls import ClientCalls
-from lmsp_desktop.core.config import Settings
+from lmsp_desktop.core.config import Settings, default_cache_dir
 from lmsp_desktop.core.context_window import TokenCounter, effective_context
 from lmsp_desktop.core.crashes import CrashRecord
 from lmsp_desktop.core.downloads.estimate import remote_shape
@@ -159,7 +159,9 @@ class Core(ClientCalls):
             from lmsp_desktop.core.engines.worker import WorkerEngine
 
             self._engine = WorkerEngine(
-                n_threads=self.settings.threads(), parallel=self.settings.parallel_per_model
+                n_threads=self.settings.threads(),
+                parallel=self.settings.parallel_per_model,
+                verdict_file=default_cache_dir() / "exactness-verdicts.json",
             )
         self.runner = Runner(
             self.store.tasks,

@@ -4,8 +4,10 @@ open store. Helpers live in tests/support (polling.until, lifecycle.started, ...
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +23,14 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # (Paths that do not exist: a store that is not there is simply not read.)
 os.environ["OLLAMA_MODELS"] = os.path.join(tempfile.gettempdir(), "lmsp-tests-no-ollama")
 os.environ["HF_HUB_CACHE"] = os.path.join(tempfile.gettempdir(), "lmsp-tests-no-hf-cache")
+# The service keeps the exactness probe's verdicts in the user's cache directory, so that a
+# restarted `serve` does not probe again (docs/engine.md). The suite's services share one
+# cache for the run (made by the first process, which the xdist workers and every `serve`
+# inherit it from): each model and settings is probed once per run, not once per restart,
+# and never answered from the user's cache or an earlier run's.
+if "LMSP_CACHE_DIR" not in os.environ:
+    os.environ["LMSP_CACHE_DIR"] = tempfile.mkdtemp(prefix="lmsp-tests-cache-")
+    atexit.register(shutil.rmtree, os.environ["LMSP_CACHE_DIR"], True)
 
 from lmsp_desktop.core.storage.store import Store
 from tests.support.qt_loop import is_gui, qasync_loop

@@ -28,6 +28,13 @@ def default_data_dir() -> Path:
     return Path(env) if env else Path(platformdirs.user_data_dir(APP_NAME))
 
 
+def default_cache_dir() -> Path:
+    """`LMSP_CACHE_DIR` if set, else the platform's user cache directory: what can be
+    recomputed (the exactness probe's verdicts), never user data."""
+    env = os.environ.get("LMSP_CACHE_DIR")
+    return Path(env) if env else Path(platformdirs.user_cache_dir(APP_NAME))
+
+
 def database_path(data_dir: Path) -> Path:
     return data_dir / "lmsp.db"
 

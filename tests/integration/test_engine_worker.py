@@ -116,11 +116,14 @@ async def test_a_stop_signal_to_the_whole_group_is_left_to_the_service(
 async def test_a_fresh_worker_for_a_model_probed_before_skips_the_probe(tmp_path: Path) -> None:
     """The exactness probe (160 tokens read, seconds on a busy machine) runs once per file
     and settings: the next worker for them (after an idle unload, or after a crash, where a
-    resumed task waits for it: B17) is given the verdict and serves at once, with the same
-    tokens. A replaced file is probed again."""
+    resumed task waits for it: B17), and a worker of a restarted service (a new engine on
+    the same verdict file), is given the verdict and serves at once, with the same tokens.
+    The worker tells the verdict as soon as the probe answers, before any generation ends
+    (a worker killed mid-generation has told it). A replaced file is probed again."""
     copy = tmp_path / "demo.gguf"
     copy.write_bytes(demo().read_bytes())
-    engine = WorkerEngine(n_threads=1)
+    verdicts = tmp_path / "cache" / "exactness-verdicts.json"
+    engine = WorkerEngine(n_threads=1, verdict_file=verdicts)
     request = GenerationRequest(PROMPT, max_output_tokens=8, temperature=0)
 
     async def tokens_of(model: WorkerModel) -> list[int]:
@@ -136,8 +139,9 @@ async def test_a_fresh_worker_for_a_model_probed_before_skips_the_probe(tmp_path
     first = await engine.load(copy)
     try:
         assert first.exact_verdict is None  # probing: the load does not wait for it
-        expected = await tokens_of(first)
+        await until(lambda: verdicts.exists(), 120, "the verdict kept without a generation")
         assert first.exact_verdict is True  # the demo model passes
+        expected = await tokens_of(first)
     finally:
         await first.unload()
     second = await engine.load(copy)
@@ -146,8 +150,20 @@ async def test_a_fresh_worker_for_a_model_probed_before_skips_the_probe(tmp_path
         assert await tokens_of(second) == expected
     finally:
         await second.unload()
+    restarted = WorkerEngine(n_threads=1, verdict_file=verdicts)
+    after_restart = await restarted.load(copy)
+    try:
+        assert after_restart.exact_verdict is True  # read from the file
+        assert await tokens_of(after_restart) == expected
+    finally:
+        await after_restart.unload()
+    other_threads = await WorkerEngine(n_threads=2, verdict_file=verdicts).load(copy)
+    try:
+        assert other_threads.exact_verdict is None  # other numerics: probed
+    finally:
+        await other_threads.unload()
     os.utime(copy, ns=(0, copy.stat().st_mtime_ns + 1_000_000))  # the file was replaced
-    third = await engine.load(copy)
+    third = await restarted.load(copy)
     try:
         assert third.exact_verdict is None
     finally:

@@ -40,6 +40,7 @@ from lmsp_desktop.core.engines.base import (
 from lmsp_desktop.core.engines.prefix_cache import PrefixStats
 from lmsp_desktop.core.engines.pump import LoopOutcome, TokenChannel, check_request, pump_started
 from lmsp_desktop.core.engines.worker.protocol import encode, receive, signal_name
+from lmsp_desktop.core.engines.worker.verdicts import VerdictCache, verdict_key
 
 log = logging.getLogger(__name__)
 # How long an unload waits for the worker to free the model and exit before killing it
@@ -70,13 +71,16 @@ class WorkerEngine:
     arguments (context length, settings objects) are forwarded as they are: they must
     pickle. `memory_limit` caps each worker's address space (bytes; None: no cap)."""
 
-    def __init__(self, *, memory_limit: int | None = None, **options: Any) -> None:
+    def __init__(
+        self, *, memory_limit: int | None = None, verdict_file: Path | None = None, **options: Any
+    ) -> None:
         self.options = options
         self.memory_limit = memory_limit
-        # Exactness verdicts of earlier workers (verdict_key): a fresh worker for the same
-        # file and settings skips the load-time probe (seconds before a resumed task's
-        # first token after a crash, B17; and after every idle unload).
-        self.verdicts: dict[tuple[Any, ...], bool] = {}
+        # Exactness verdicts of earlier workers (verdicts.py), kept in `verdict_file` across
+        # restarts when given: a fresh worker for the same file and settings skips the
+        # load-time probe (seconds before a resumed task's first token after a crash or a
+        # restart, B17; and after every idle unload).
+        self.verdicts = VerdictCache(verdict_file)
 
     @property
     def parallel(self) -> int | None:
@@ -97,38 +101,18 @@ class WorkerEngine:
         self, path: Path, progress: ProgressSink | None = None, **kwargs: Any
     ) -> WorkerModel:
         key = verdict_key(Path(path), kwargs.get("settings"), self.options)
-        if key is not None and key in self.verdicts:
-            kwargs = {**kwargs, "exact": self.verdicts[key]}
+        exact = self.verdicts.get(key) if key is not None else None
+        if exact is not None:
+            kwargs = {**kwargs, "exact": exact}
         model = await WorkerModel.start(Path(path), self.memory_limit)
         if key is not None:
-            model.on_verdict = partial(self.verdicts.__setitem__, key)
+            model.on_verdict = partial(self.verdicts.put, key)
         try:
             await model.load(self.options, kwargs, progress)
         except BaseException:
             await model.kill()  # a failed or cut-short load: its memory goes with it
             raise
         return model
-
-
-def verdict_key(
-    path: Path, settings: LoadSettings | None, options: dict[str, Any]
-) -> tuple[Any, ...] | None:
-    """What an exactness verdict holds for: the file as it is now (a replaced file is probed
-    again), the settings that change numerics (KV type and with it flash attention, GPU
-    layers) and the engine's options (threads). None when the file cannot be read."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    settings = settings or LoadSettings()
-    return (
-        str(path),
-        stat.st_size,
-        stat.st_mtime_ns,
-        settings.kv_type,
-        settings.gpu_layers,
-        tuple(sorted((k, repr(v)) for k, v in options.items())),
-    )
 
 
 class WorkerModel:
@@ -223,6 +207,8 @@ class WorkerModel:
         elif kind == "progress":
             if self._progress is not None:
                 self._progress(message[1])
+        elif kind == "facts":  # the exactness probe has answered
+            self._facts(message[1])
         elif kind == "loaded":
             self._facts(message[1])
             if not self._loaded.done():

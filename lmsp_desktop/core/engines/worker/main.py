@@ -11,12 +11,14 @@ the worker exits at once: nothing it holds is worth keeping without the service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import resource
 import signal
 import socket
 import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ class Worker:
         self.model: Any = None
         self.requests: dict[int, GenerationRequest | EmbeddingRequest] = {}
         self.running: set[asyncio.Task[None]] = set()
+        self.unloading = False
 
     def track(self, task: asyncio.Task[None]) -> None:
         self.running.add(task)
@@ -67,6 +70,7 @@ class Worker:
                 if request is not None:
                     request.cancel.set()
             elif kind == "unload":
+                self.unloading = True
                 for request in self.requests.values():
                     request.cancel.set()
                 await asyncio.gather(*self.running, return_exceptions=True)
@@ -96,6 +100,21 @@ class Worker:
             )
             return
         self.send("loaded", self.facts())
+        if self.model.exact_verdict is None:
+            # The service keeps the probe's verdict for later workers and restarts; tell it
+            # as soon as it is known, not with the first finished generation (a worker
+            # killed mid-generation would never have told it).
+            loop = asyncio.get_running_loop()
+            threading.Thread(target=self._tell_verdict, args=(loop,), daemon=True).start()
+
+    def _tell_verdict(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.model.exact_batching  # noqa: B018 (waits for the probe)
+        with contextlib.suppress(RuntimeError):  # the worker has ended meanwhile
+            loop.call_soon_threadsafe(self._send_facts)
+
+    def _send_facts(self) -> None:
+        if not self.unloading and not self.writer.is_closing():
+            self.send("facts", self.facts())
 
     def facts(self) -> dict[str, Any]:
         model = self.model

@@ -1,0 +1,113 @@
+"""The exactness verdicts kept across processes (core/engines/worker/verdicts.py): what the
+key holds for, the file a restarted service reads, and a file that cannot be used."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lmsp_desktop.core.engines.base import LoadSettings
+from lmsp_desktop.core.engines.worker import verdicts
+from lmsp_desktop.core.engines.worker.verdicts import VerdictCache, verdict_key
+
+
+def model_file(tmp_path: Path) -> Path:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF" + bytes(64))
+    return path
+
+
+def test_the_key_changes_with_whatever_changes_the_numerics(tmp_path: Path) -> None:
+    path = model_file(tmp_path)
+    options = {"n_threads": 1, "parallel": 4}
+    key = verdict_key(path, LoadSettings(context_length=2048), options)
+    assert key == verdict_key(path, LoadSettings(context_length=2048), dict(options))
+    others = {
+        verdict_key(path, LoadSettings(context_length=2048, kv_type="q8_0"), options),
+        verdict_key(path, LoadSettings(context_length=4096), options),
+        verdict_key(path, LoadSettings(context_length=2048, gpu_layers=4), options),
+        verdict_key(path, LoadSettings(context_length=2048), {**options, "n_threads": 2}),
+        verdict_key(path, LoadSettings(context_length=2048), {**options, "n_batch": 256}),
+    }
+    assert key not in others and len(others) == 5
+    os.utime(path, ns=(0, path.stat().st_mtime_ns + 1_000_000))  # the file was replaced
+    assert verdict_key(path, LoadSettings(context_length=2048), options) != key
+    assert verdict_key(tmp_path / "gone.gguf", None, options) is None
+
+
+def test_the_key_changes_with_the_llama_build_and_the_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = model_file(tmp_path)
+    key = verdict_key(path, None, {})
+    monkeypatch.setattr(verdicts, "_llama_build", lambda: "0.0.0-other")
+    assert verdict_key(path, None, {}) != key
+    monkeypatch.undo()
+    monkeypatch.setattr(verdicts, "PROBE_VERSION", verdicts.PROBE_VERSION + 1)
+    assert verdict_key(path, None, {}) != key
+
+
+def test_a_verdict_outlives_the_process_that_learnt_it(tmp_path: Path) -> None:
+    file = tmp_path / "cache" / "exactness-verdicts.json"  # its directory made on demand
+    first = VerdictCache(file)
+    assert first.get("a") is None
+    first.put("a", True)
+    first.put("b", False)
+    restarted = VerdictCache(file)  # another process: reads the file
+    assert restarted.get("a") is True and restarted.get("b") is False
+    assert restarted.get("c") is None
+    assert [p.name for p in file.parent.iterdir()] == [file.name]  # no temporary left
+
+
+def test_telling_the_same_verdict_again_does_not_rewrite_the_file(tmp_path: Path) -> None:
+    file = tmp_path / "exactness-verdicts.json"
+    cache = VerdictCache(file)
+    cache.put("a", True)
+    os.utime(file, ns=(0, 0))
+    cache.put("a", True)  # every finished generation tells it again
+    assert file.stat().st_mtime_ns == 0
+
+
+def test_two_services_keep_each_others_verdicts(tmp_path: Path) -> None:
+    file = tmp_path / "exactness-verdicts.json"
+    one, two = VerdictCache(file), VerdictCache(file)
+    one.put("a", True)
+    two.put("b", True)  # reads the file before writing it: a's verdict stays
+    assert VerdictCache(file).get("a") is True
+
+
+def test_only_the_latest_verdicts_are_kept(tmp_path: Path) -> None:
+    file = tmp_path / "exactness-verdicts.json"
+    cache = VerdictCache(file)
+    for n in range(verdicts.KEPT + 5):
+        cache.put(f"k{n}", True)
+    fresh = VerdictCache(file)
+    assert fresh.get("k0") is None and fresh.get(f"k{verdicts.KEPT + 4}") is True
+
+
+def test_a_damaged_or_foreign_file_is_an_empty_cache(tmp_path: Path) -> None:
+    file = tmp_path / "exactness-verdicts.json"
+    for text in ("{half", "[]", '{"version": 0, "verdicts": {"a": true}}', '{"verdicts": 3}'):
+        file.write_text(text)
+        cache = VerdictCache(file)
+        assert cache.get("a") is None  # the probe runs
+        cache.put("a", True)  # and its verdict replaces the file
+        assert VerdictCache(file).get("a") is True
+
+
+def test_a_cache_directory_that_cannot_be_written_only_costs_a_probe(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    cache = VerdictCache(blocker / "exactness-verdicts.json")
+    cache.put("a", True)
+    assert cache.get("a") is True  # this process still knows it
+    assert VerdictCache(blocker / "exactness-verdicts.json").get("a") is None
+
+
+def test_without_a_file_verdicts_live_in_memory(tmp_path: Path) -> None:
+    cache = VerdictCache(None)
+    cache.put("a", False)
+    assert cache.get("a") is False
+    assert list(tmp_path.iterdir()) == []
