@@ -9,6 +9,7 @@ from lmsp_desktop.core.states import RestartPolicy
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 MAX_STOPS = 4  # OpenAI's limit on `stop` sequences
+RESTART_POLICIES = frozenset(p.value for p in RestartPolicy)  # not rebuilt per request (B1)
 
 # Fields a client may send that the models here cannot honour: for each, the values that
 # would be accepted (None: leave it out) and why others are refused.
@@ -135,7 +136,7 @@ def metadata(body: dict[str, Any]) -> dict[str, str]:
 
 def on_restart(body: dict[str, Any], default: str) -> str:
     value = body.get("on_restart", default)
-    if not isinstance(value, str) or value not in {p.value for p in RestartPolicy}:
+    if not isinstance(value, str) or value not in RESTART_POLICIES:
         raise invalid("`on_restart` must be fail, retry or resume.", "on_restart")
     return value
 

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from lmsp_desktop.core.errors import invalid
 
 
 async def read_json(request: web.Request) -> Any:
-    """The JSON body; 400 invalid_json for bad UTF-8, bad JSON or absurd nesting."""
+    """The JSON body; 400 invalid_json for bad UTF-8, bad JSON or absurd nesting. Read by
+    orjson (B1: a fraction of json.loads' time), which also refuses what JSON does not allow
+    and json.loads took: NaN and Infinity, lone surrogate escapes, nesting past 1,024."""
     raw = await request.read()
     if not raw:
         raise invalid("The request needs a JSON body.", None, "invalid_json")
     try:
-        return json.loads(raw.decode("utf-8"))
+        return orjson.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise invalid(
             f"The body is not valid UTF-8 JSON ({type(exc).__name__}). Send a JSON object.",

@@ -307,7 +307,10 @@ class Database:
         self._pending.append(_Unit(work, future, large))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_pending())
-        return await asyncio.shield(future)
+        # Not shielded: a caller cancelled while waiting cancels only this future (the
+        # flusher skips a done one); its work still commits with its group, as it would
+        # have under a shield, and nothing is left whose exception nobody retrieves.
+        return await future
 
     async def _flush_pending(self) -> None:
         while self._pending:

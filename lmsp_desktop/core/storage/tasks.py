@@ -40,6 +40,7 @@ from lmsp_desktop.core.storage.events import (
     delta_events,
     in_progress,
     message_opened,
+    to_json,
 )
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, claim_key, mark_done
 from lmsp_desktop.core.storage.output_items import apply_events, load_items
@@ -137,7 +138,7 @@ class TaskStore(TaskReads):
         The caller may answer 202 as soon as this returns: the commit has happened.
         """
         now = int(time.time())
-        request_json = json.dumps(spec.request)
+        request_json = to_json(spec.request)
 
         def work(conn: sqlite3.Connection) -> CreateResult:
             if idempotency is not None:
@@ -168,7 +169,7 @@ class TaskStore(TaskReads):
                 queue_length_in(conn, spec.model),
                 spec.request,
             )
-            body_json = json.dumps(body)
+            body_json = to_json(body)
             write_events(conn, spec.id, [created_event_row(spec.id, body_json, time.time())])
             if idempotency is not None and spec.mode == "background":
                 mark_done(conn, idempotency, 202, body)  # a retry replays the 202 at once
