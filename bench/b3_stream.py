@@ -87,7 +87,7 @@ def _spread(ratios: list[float]) -> str:
 
 
 def run(work: Path, quick: bool) -> list[Row]:
-    max_tokens, rounds = (16, 1) if quick else (128, 6)
+    max_tokens, rounds = (16, 1) if quick else (128, 8)
     found = asyncio.run(_measure(work, max_tokens, rounds))
     sse, engine = found.streams["sse"], found.streams["engine"]
     vs_engine = statistics.median(found.ratios("sse", "engine"))
