@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from lmsp_desktop.core.config import database_path
+from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.db import Database, DatabaseError
 from lmsp_desktop.core.storage.recovery import recover
 from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS
 from lmsp_desktop.core.storage.store import Store
-from tests.support.store_helpers import create, new_task
+from tests.support.store_helpers import create, drive, new_task
 
 TABLES = {
     "service_config",
@@ -300,3 +301,50 @@ async def test_a_new_databases_identity_is_saved_with_the_first_transaction(
         assert again.service_id == service_id
     finally:
         await again.close()
+
+
+async def test_events_move_to_the_appended_log_whole_and_in_order(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 10 (task_events as a rowid table, appended to) on a database of schema 9:
+    every event is kept, each task's log still reads in order, a sequence number is still
+    never written twice, and recovery appends after the copied events."""
+    monkeypatch.setattr(db_module, "MIGRATIONS", MIGRATIONS[:9])
+    monkeypatch.setattr(db_module, "CURRENT_VERSION", 9)
+    store = Store(data_dir)
+    await store.open()
+    queued = await create(store.tasks)
+    running = await drive(store.tasks, TaskState.RUNNING)
+    assert await store.tasks.append_deltas(
+        running, ["Bon", "jour"], output_tokens=2, input_tokens=1, snapshot={"tokens": [1, 2]}
+    )
+    finished = await drive(store.tasks, TaskState.COMPLETED)
+    before = {t: await store.tasks.events(t) for t in (queued, running, finished)}
+    await store.close()
+    monkeypatch.undo()
+
+    store = Store(data_dir)
+    await store.open()
+    try:
+        assert await store.db.user_version() == CURRENT_VERSION
+        for task_id, events in before.items():
+            assert await store.tasks.events(task_id) == events
+        with pytest.raises(sqlite3.IntegrityError):
+            await store.db.run(
+                lambda conn: conn.execute(
+                    "INSERT INTO task_events (task_id, seq, type, created_at, data)"
+                    " VALUES (?, 1, 'response.created', 0, '{}')",
+                    (queued,),
+                )
+            )
+        report = await recover(store.tasks)  # policy fail: both end failed
+        assert {item.task_id for item in report.items} == {queued, running}
+        log = await store.tasks.events(running)
+        assert log[: len(before[running])] == before[running]
+        assert [e["sequence_number"] for e in log] == list(range(1, len(log) + 1))
+        assert log[-1]["type"] == "response.failed"
+        deltas = "".join(e["delta"] for e in log if e["type"].endswith("output_text.delta"))
+        assert log[-1]["response"]["output_text"] == deltas and deltas.endswith("Bonjour")
+    finally:
+        await store.close()
+    assert pragma(database_path(data_dir).with_name("lmsp.db.v9.bak"), "user_version") == 9
