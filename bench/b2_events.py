@@ -14,6 +14,7 @@ from bench.report import Row
 from bench.seed import open_raw
 from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import database_path
+from lmsp_desktop.core.runner import SnapshotTokens
 from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
@@ -39,6 +40,10 @@ async def _store_rate(data_dir: Path, seconds: float) -> tuple[float, str]:
             task_id = created.task_id
             await tasks.mark_running(task_id)
             tokens: list[int] = []
+            # The snapshot as the runner hands it over: its JSON, the token list encoded as
+            # the tokens come (a dict would be serialised whole at every call, which the
+            # service never does).
+            snapshot = SnapshotTokens(tokens)
             while len(tokens) < TOKENS_PER_TASK and time.perf_counter() < deadline:
                 tokens.extend(range(len(tokens), len(tokens) + PER_CALL))
                 ok = await tasks.append_deltas(
@@ -46,7 +51,7 @@ async def _store_rate(data_dir: Path, seconds: float) -> tuple[float, str]:
                     [f" w{t}" for t in tokens[-PER_CALL:]],
                     output_tokens=len(tokens),
                     input_tokens=12,
-                    snapshot={"tokens": tokens, "seed": 7},
+                    snapshot=snapshot.snapshot({"seed": 7}),
                 )
                 assert ok
                 events += PER_CALL
