@@ -2,9 +2,10 @@
 task run in the model's engine worker) vs llama-cpp-python's `Llama.embed` in this process,
 on the same texts in the same batches, in one run.
 
-The peer is configured as the service's embedding context is (llama_embed.py): the same
-context length as one micro-batch, mean pooling, flash attention (what llama.cpp's auto picks
-on a CPU), the same threads. Requests and peer calls alternate, each going first in turn, so
+The peer is configured as the service's embedding context is (llama_embed.py): its context
+(the model's, capped at EMBEDDING_CONTEXT) as one micro-batch, mean pooling, flash attention
+(what llama.cpp's auto picks on a CPU), the same threads, the same OpenMP wait policy
+(plain_llama). Requests and peer calls alternate, each going first in turn, so
 slow phases of the shared machine hit both alike; the best of the repeats counts."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import aiohttp
 from bench.common import BenchServer
 from bench.llm import MODEL_ID, plain_llama
 from bench.report import Row
+from lmsp_desktop.core.engines.base import EMBEDDING_CONTEXT
 from lmsp_desktop.core.engines.llama import DEFAULT_THREADS
 from lmsp_desktop.core.models.demo import demo_model_path
 
@@ -74,7 +76,8 @@ async def _measure(work: Path, count: int, repeats: int) -> tuple[float, float]:
     ) as server:
         server.start()
         await through_service(server, batches[:1])  # loads the model, opens its context
-        n_ctx = await context_length(server)
+        # The service opens its embedding context at the model's context, capped (a26e860).
+        n_ctx = min(await context_length(server), EMBEDDING_CONTEXT)
         llama = plain_llama(
             path,
             embedding=True,

@@ -185,11 +185,15 @@ def in_subprocess(kind: str, max_tokens: int) -> Stream:
 
 def plain_llama(path: Path, **settings: Any) -> Any:
     """llama_cpp.Llama on `path`, with the model parameters the engine loads with
-    (llama_native.usable_buffers: no AMX buffers where they crash); `settings` go to Llama."""
+    (llama_native.usable_buffers: no AMX buffers where they crash); `settings` go to Llama.
+    llama.cpp is loaded as the engine loads it (llama_native.lowlevel: OpenMP threads sleep
+    at barriers), so a peer in a process that had not run the engine before (`--only B18`)
+    waits as the engine's worker does, instead of spinning."""
+    from lmsp_desktop.core.engines.llama_native import lowlevel, usable_buffers
+
+    lowlevel()  # before llama_cpp's first import in this process
     import llama_cpp
     import llama_cpp.llama_cpp as low
-
-    from lmsp_desktop.core.engines.llama_native import usable_buffers
 
     defaults = low.llama_model_default_params
     # Llama reads the defaults while it constructs.
