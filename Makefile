@@ -41,8 +41,11 @@ run: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/lmsp-desktop serve $(ARGS)
 
+# Every run ends with its slowest tests (5 s or more), so where the suite's time goes is
+# seen in each CI log, not only when someone asks.
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder --durations=30 --durations-min=5 $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
