@@ -89,4 +89,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse()))
+    from lmsp_desktop import service_loop
+
+    service_loop.run(main(parse()))  # the loop `lmsp-desktop serve` runs on

@@ -169,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in (None, "serve"):
             setup_logging(args.data_dir, args.log_level)
         if args.command == "serve":
-            return asyncio.run(serve(args))
+            from lmsp_desktop import service_loop
+
+            return service_loop.run(serve(args))
         if args.command is None:
             from lmsp_desktop.gui.launch import run_gui
 
