@@ -1,10 +1,6 @@
-"""One loaded model serving several generations at once: shared decodes give each
+"""One loaded demo model serving several generations at once: shared decodes give each
 sequence exactly its solo output, the prefix cache reuses a previous turn, cancel and long
-prompts do not disturb the other streams, and resume stays exact inside a shared batch.
-
-These claims are the engine's, not the words', so the tests run the demo model cut to 4 of
-its 30 blocks (tests/support/cut_model.py: the same GGUF, tokenizer and kernels, ~5x less
-CPU a token); the demo model itself is loaded once, to show it passes the exactness probe."""
+prompts do not disturb the other streams, and resume stays exact inside a shared batch."""
 
 from __future__ import annotations
 
@@ -19,7 +15,6 @@ from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
 from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel
 from lmsp_desktop.core.engines.llama_batch import SHARED_CHUNK
 from lmsp_desktop.core.models.demo import demo_model_path
-from tests.support.cut_model import cut_demo_model
 
 THREADS = 1
 PROMPTS = [
@@ -63,8 +58,10 @@ async def model() -> AsyncIterator[LlamaModel]:
     """One context holding all four sequences: every test here exercises shared decodes.
     Shared by the module's tests: each compares runs it makes itself (its figures are
     differences), and a test that needs an empty prefix cache loads a model of its own."""
+    path = demo_model_path()
+    assert path is not None
     loaded = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=4, contexts=1).load(
-        cut_demo_model()
+        Path(path)
     )
     try:
         yield loaded
@@ -84,21 +81,8 @@ async def solo(model: LlamaModel, req: GenerationRequest) -> list[int]:
     return sink.ids
 
 
-async def test_the_demo_model_passes_the_exactness_probe() -> None:
-    # Measured property of this CPU backend and the demo model (the product's shared decodes
-    # depend on it); the cut model the rest of this file runs passes it too.
-    path = demo_model_path()
-    assert path is not None
-    demo = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=4, contexts=1).load(Path(path))
-    try:
-        assert demo.exact_batching
-        assert demo.parallel == 4
-    finally:
-        await demo.unload()
-
-
-async def test_the_cut_model_passes_the_exactness_probe(model: LlamaModel) -> None:
-    # The rest of this file relies on it: without it sequences would not share decodes.
+async def test_the_demo_model_passes_the_exactness_probe(model: LlamaModel) -> None:
+    # Measured property of this CPU backend and model; the rest of this file relies on it.
     assert model.exact_batching
     assert model.parallel == 4
 
@@ -157,7 +141,8 @@ async def test_the_next_turn_reuses_the_cached_conversation_exactly(model: Llama
     assert reused >= len(model.tokenize_prompt(model.render_prompt(turn1))) - 1
     assert reused < result.input_tokens
     # A model with an empty cache gives the very same answer (exact reuse).
-    path = cut_demo_model()
+    path = demo_model_path()
+    assert path is not None
     other = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=1).load(Path(path))
     try:
         assert await solo(other, request(turn2)) == cached.ids
@@ -252,7 +237,8 @@ async def test_a_long_prompt_gives_the_same_tokens_however_it_was_read(
     assert first.input_tokens > 512  # more than one decode's worth
     # Read again while another sequence generates: SHARED_CHUNK pieces, other numerics paths
     # would show here. The prefix cache must not make it trivial: a fresh model.
-    path = cut_demo_model()
+    path = demo_model_path()
+    assert path is not None
     other = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=2, contexts=1).load(
         Path(path)
     )
@@ -280,7 +266,8 @@ async def test_a_long_prompt_gives_the_same_tokens_however_it_was_read(
 
 
 async def test_resuming_a_run_that_filled_the_context_ends_there_too() -> None:
-    path = cut_demo_model()
+    path = demo_model_path()
+    assert path is not None
     small = await LlamaEngine(n_threads=THREADS, n_ctx=64, parallel=2).load(Path(path))
     try:
         full = Collector()
@@ -300,7 +287,8 @@ async def test_resuming_a_run_that_filled_the_context_ends_there_too() -> None:
 
 
 async def test_two_contexts_share_the_weights_and_the_prefix_cache() -> None:
-    path = cut_demo_model()
+    path = demo_model_path()
+    assert path is not None
     model = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=4, contexts=2).load(
         Path(path)
     )
@@ -329,7 +317,8 @@ async def test_a_long_prompt_takes_every_core_and_both_contexts_streams_keep_str
     prompt joins one of them. Its chunks are read on every core while the other context
     waits (prompt priority); between two chunks both streams get a token; nobody's tokens
     change for it."""
-    path = cut_demo_model()
+    path = demo_model_path()
+    assert path is not None
     notes = (f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(60))
     long_prompt = [{"role": "user", "content": " ".join(notes) + " Summarise the notes."}]
 
@@ -419,7 +408,8 @@ async def test_a_neighbour_cancelled_during_a_prompt_chunk_leaves_without_waitin
     assert decoder.aborted_chunks - aborted == 1  # the chunk stopped for the neighbour's cancel
     assert prompt_tokens_when_stream_ended == [0]
     assert result.finish_reason in {"length", "stop"}
-    path = cut_demo_model()
+    path = demo_model_path()
+    assert path is not None
     fresh = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=1, contexts=1).load(
         Path(path)
     )

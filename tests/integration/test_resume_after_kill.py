@@ -1,10 +1,5 @@
 """A real `serve` process, SIGKILLed mid-generation and restarted, resumes a task with
-on_restart=resume to byte-identical output (temperature 0 and a seed).
-
-The seeded case runs the demo model itself; the others run it cut to 4 of its 30 blocks
-(tests/support/cut_model.py: the same GGUF, tokenizer and kernels, ~5x less CPU a token),
-since their claim is the engine's and the store's, not the words: each kill costs a `serve`
-start and every token is decoded again for the reference."""
+on_restart=resume to byte-identical output (real demo model, temperature 0 and a seed)."""
 
 from __future__ import annotations
 
@@ -18,8 +13,6 @@ from typing import Any
 import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
-from tests.support.cut_model import NAME as CUT_MODEL
-from tests.support.cut_model import cut_demo_model
 from tests.support.polling import until_sync
 
 # A bound on a hang, not on speed: every kill costs a `serve` start, a model load and the
@@ -27,7 +20,7 @@ from tests.support.polling import until_sync
 # minute each, and the five-kill test ran past the suite's 300 s (as did 7-neighbours).
 pytestmark = pytest.mark.timeout(900)
 
-DEMO_MODEL = "smollm2-135m-instruct"
+MODEL = "smollm2-135m-instruct"
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 # Room after the latest kill point (38): the task must still be generating when the kill
 # lands, however fast the machine decodes.
@@ -54,7 +47,7 @@ class Serve:
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     data_dir = tmp_path_factory.mktemp("resume") / "data"
-    server = ServeProcess(data_dir, *with_cut_model())
+    server = ServeProcess(data_dir)
     server.start()
     shared = Serve(server, create_token(data_dir))
     try:
@@ -62,11 +55,6 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     finally:
         if server.proc is not None and server.proc.poll() is None:
             assert server.terminate() == 0  # a clean exit after all the resumes
-
-
-def with_cut_model() -> list[str]:
-    """`serve`'s arguments that list the cut model beside the demo model."""
-    return ["--models-dir", str(cut_demo_model().parent)]
 
 
 def wait_task(url: str, token: str, task_id: str, predicate, timeout: float = 600.0):  # type: ignore[no-untyped-def]
@@ -97,21 +85,20 @@ def reference_text(url: str, token: str, body: dict) -> str:  # type: ignore[typ
 
 
 @pytest.mark.parametrize(
-    ("model", "sampling", "cuts"),
+    ("sampling", "cuts"),
     [
-        (CUT_MODEL, {"temperature": 0}, (3, 9, 17, 26, 38)),  # five kills at different points
-        (DEMO_MODEL, {"temperature": 0.8, "top_p": 0.9, "seed": 1234}, (5, 20)),
+        ({"temperature": 0}, (3, 9, 17, 26, 38)),  # five kills at different points
+        ({"temperature": 0.8, "top_p": 0.9, "seed": 1234}, (5, 20)),
     ],
     ids=["greedy", "seeded"],
 )
 def test_kill_and_resume_gives_byte_identical_output(
     serve: Serve,
-    model: str,
-    sampling: dict,  # type: ignore[type-arg]
-    cuts: tuple[int, ...],
+    sampling: dict,
+    cuts: tuple[int, ...],  # type: ignore[type-arg]
 ) -> None:
     server, url, token = serve.server, serve.url(), serve.token
-    body = {"model": model, "input": PROMPT, "max_output_tokens": MAX_TOKENS, **sampling}
+    body = {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS, **sampling}
     expected = reference_text(url, token, body)
 
     status, created = call(
@@ -191,7 +178,7 @@ def test_resume_is_exact_while_other_tasks_share_the_decodes(
     data_dir = tmp_path / "data"
     token = create_token(data_dir)  # which creates the database, so settings can be stored
     set_settings(data_dir, **settings)
-    server = ServeProcess(data_dir, *with_cut_model())
+    server = ServeProcess(data_dir)
     url = server.start()
     try:
         _resume_among_neighbours(server, url, token, neighbours)
@@ -201,7 +188,7 @@ def test_resume_is_exact_while_other_tasks_share_the_decodes(
 
 
 def _resume_among_neighbours(server: ServeProcess, url: str, token: str, count: int) -> None:
-    body = {"model": CUT_MODEL, "input": LONG_PROMPT, "max_output_tokens": NEIGHBOUR_MAX_TOKENS}
+    body = {"model": MODEL, "input": LONG_PROMPT, "max_output_tokens": NEIGHBOUR_MAX_TOKENS}
     body.update(seed=77, temperature=0.7)
     expected = reference_text(url, token, body)
     background = {"background": True, "on_restart": "resume"}
@@ -211,7 +198,7 @@ def _resume_among_neighbours(server: ServeProcess, url: str, token: str, count: 
     neighbours = []
     topics = ("volcanoes", "the moon", "bread", "rivers", "glass", "bees", "trains")
     for topic in topics[:count]:
-        other = {"model": CUT_MODEL, "input": f"Write a long essay about {topic}.", **background}
+        other = {"model": MODEL, "input": f"Write a long essay about {topic}.", **background}
         other.update(temperature=0, max_output_tokens=600)
         status, made = call(f"{url}/v1/responses", token, "POST", other)
         assert status == 202, made
@@ -287,7 +274,7 @@ def test_kill_and_resume_under_a_grammar_gives_the_same_output(
 ) -> None:
     server, url, token = serve.server, serve.url(), serve.token
     body = {
-        "model": CUT_MODEL,
+        "model": MODEL,
         "input": "Plan a long trip to Rome with many notes.",
         "max_output_tokens": 60,
         "temperature": 0,
@@ -336,7 +323,7 @@ def test_a_chat_completion_resumes_after_a_kill_to_the_same_text(serve: Serve) -
 
     server, url, token = serve.server, serve.url(), serve.token
     body = {
-        "model": CUT_MODEL,
+        "model": MODEL,
         "messages": [{"role": "user", "content": PROMPT}],
         "max_tokens": MAX_TOKENS,
         "temperature": 0,
