@@ -107,6 +107,7 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status)
         self.setWindowIcon(app_icon())
         self._counts: dict[str, int] = {}
+        self._question_reading = False  # the open quit question is re-reading its tasks
         self._menus()
         self._wire()
         self.tray = self._tray() if QSystemTrayIcon.isSystemTrayAvailable() else None
@@ -242,7 +243,7 @@ class MainWindow(QMainWindow):
 
     # -- live counters -----------------------------------------------------------------------
     async def refresh_counts(self) -> None:
-        self._counts = await self.core.task_counts()
+        before, self._counts = self._counts, await self.core.task_counts()
         self.status.set_counts(self._counts)
         self.sidebar.set_counts(self._counts)
         left = sum(self._counts.get(s, 0) for s in ACTIVE)
@@ -255,7 +256,10 @@ class MainWindow(QMainWindow):
             # decide, so the quit goes ahead as it does when nothing is unfinished.
             (self._waiting or self.dialog).accept()
             self.quit()
-        elif asking and self._waiting is None:
+        elif asking and not self._waiting and self._counts != before and not self._question_reading:
+            # Only when the counts moved, one read at a time: streamed tokens refresh the
+            # counts twice a second, and the read lists every unfinished task.
+            self._question_reading = True
             aio.spawn(self._refresh_question(), self)
         self.status.set_database(database_path(Path(self.core.data_dir)))
         self._update_nav()
@@ -454,9 +458,16 @@ class MainWindow(QMainWindow):
 
     async def _refresh_question(self) -> None:
         """The open quit question's counts and consequences, as the tasks are now."""
-        rows = await self.core.task_page(TaskFilter(states=ACTIVE), 0, 100_000, "id", False)
+        counts = self._counts
+        try:
+            rows = await self.core.task_page(TaskFilter(states=ACTIVE), 0, 100_000, "id", False)
+        finally:
+            self._question_reading = False
         if rows and isinstance(self.dialog, QuitDialog) and self.dialog.isVisible():
             self.dialog.show_rows(rows)
+            if self._counts != counts:  # they moved during the read: once more
+                self._question_reading = True
+                aio.spawn(self._refresh_question(), self)
 
     def _quit_chosen(self, choice: str) -> None:
         if choice == "now":
