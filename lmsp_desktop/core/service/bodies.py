@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import orjson
@@ -9,15 +11,22 @@ from aiohttp import web
 
 from lmsp_desktop.core.errors import invalid
 
+# A run of 20 digits may be an integer past 64 bits, which orjson reads as a float (10**30
+# became 1e+30 in a stored tool schema); json.loads keeps it exact.
+LONG_NUMBER = re.compile(rb"\d{20}")
+
 
 async def read_json(request: web.Request) -> Any:
     """The JSON body; 400 invalid_json for bad UTF-8, bad JSON or absurd nesting. Read by
     orjson (B1: a fraction of json.loads' time), which also refuses what JSON does not allow
-    and json.loads took: NaN and Infinity, lone surrogate escapes, nesting past 1,024."""
+    and json.loads took: NaN and Infinity, lone surrogate escapes, nesting past 1,024; a
+    body with a 20-digit run is read by json.loads, so big integers stay exact."""
     raw = await request.read()
     if not raw:
         raise invalid("The request needs a JSON body.", None, "invalid_json")
     try:
+        if LONG_NUMBER.search(raw):
+            return json.loads(raw, parse_constant=_not_json)
         return orjson.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise invalid(
@@ -25,6 +34,10 @@ async def read_json(request: web.Request) -> Any:
             None,
             "invalid_json",
         ) from None
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:

@@ -3,6 +3,7 @@ key holds for, the file a restarted service reads, and a file that cannot be use
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -111,3 +112,23 @@ def test_without_a_file_verdicts_live_in_memory(tmp_path: Path) -> None:
     cache.put("a", False)
     assert cache.get("a") is False
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rebuilt_llama_cpp_of_the_same_version_is_another_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reinstalled with other CMAKE_ARGS (say CUDA) at the same version: its libraries
+    differ, and so does the key (a CPU build's verdict is not the GPU build's)."""
+    package = tmp_path / "llama_cpp"
+    (package / "lib").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    library = package / "lib" / "libggml-cpu.so"
+    library.write_bytes(b"cpu kernels")
+    found = importlib.util.spec_from_file_location("llama_cpp", package / "__init__.py")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: found)
+    verdicts._llama_build.cache_clear()
+    before = verdicts._llama_build()
+    library.write_bytes(b"cuda kernels, rebuilt")
+    verdicts._llama_build.cache_clear()
+    assert verdicts._llama_build() != before
+    verdicts._llama_build.cache_clear()

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -105,10 +106,21 @@ class VerdictCache:
 
 @functools.cache
 def _llama_build() -> str:
+    """llama-cpp-python's version and its compiled libraries (name, size, modification
+    time): a rebuild at the same version with other CMAKE_ARGS (CUDA, Vulkan, Metal, BLAS,
+    native or not) has other kernels, so its verdict is its own."""
     try:
-        return importlib.metadata.version("llama_cpp_python")
+        version = importlib.metadata.version("llama_cpp_python")
     except importlib.metadata.PackageNotFoundError:  # a bundle without the metadata
-        return "unknown"
+        version = "unknown"
+    spec = importlib.util.find_spec("llama_cpp")
+    libraries: list[str] = []
+    if spec is not None and spec.origin is not None:
+        for lib in sorted((Path(spec.origin).parent / "lib").glob("*")):
+            with contextlib.suppress(OSError):
+                stat = lib.stat()
+                libraries.append(f"{lib.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return ";".join([version, *libraries])
 
 
 @functools.cache
