@@ -17,6 +17,16 @@ from lmsp_desktop.core.errors import LmspError
 log = logging.getLogger(__name__)
 _running: set[asyncio.Task[Any]] = set()
 _open_boxes: set[QMessageBox] = set()
+_closing = False  # set by closing(): the window stops, the core after it
+
+
+def closing(now: bool = True) -> None:
+    """The window is closing and the core stops after it (MainWindow.stop_updates), or a
+    window opens again (`now` False). A view update still in flight then fails on the closed
+    store: nothing went wrong for the user (CI saw the events pane's last read show an
+    internal-error box at the close), so it is logged, not shown."""
+    global _closing
+    _closing = now
 
 
 def spawn(coro: Coroutine[Any, Any, Any], parent: QWidget | None = None) -> asyncio.Task[Any]:
@@ -29,6 +39,9 @@ def spawn(coro: Coroutine[Any, Any, Any], parent: QWidget | None = None) -> asyn
         if t.cancelled() or t.exception() is None:
             return
         alive = parent is not None and shiboken6.isValid(parent)
+        if _closing:
+            log.debug("an update cut short by the close", exc_info=t.exception())
+            return
         if _widget_gone(t.exception()):
             # The widget this coroutine was updating was closed while it awaited the store:
             # nothing is left to update and nothing went wrong for the user.

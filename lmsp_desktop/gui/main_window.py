@@ -108,6 +108,7 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(app_icon())
         self._counts: dict[str, int] = {}
         self._question_reading = False  # the open quit question is re-reading its tasks
+        aio.closing(False)
         self._menus()
         self._wire()
         self.tray = self._tray() if QSystemTrayIcon.isSystemTrayAvailable() else None
@@ -436,6 +437,7 @@ class MainWindow(QMainWindow):
         self._counts_timer.stop()
         self._rate_timer.stop()
         self.bridge.close()
+        aio.closing()
 
     def request_quit(self) -> None:
         """Quit (Ctrl+Q, the tray's Quit, closing without a tray): ask first when tasks are
