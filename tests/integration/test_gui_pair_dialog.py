@@ -132,7 +132,7 @@ async def test_on_loopback_there_is_no_qr_code_and_the_dialog_says_why(
         assert not dialog.qr.isVisible(), "a QR code of an address no other device can reach"
         assert "Other devices cannot reach this service" in dialog.network_note.text()
         texts = [label.text() for label in dialog.findChildren(QLabel)]
-        assert not any("QR" in text for text in texts), texts  # no QR code to scan
+        assert not any("QR code" in text for text in texts), texts  # no QR code to scan
         # No empty room where a QR code would be: the scopes come right after the text.
         hint = dialog.claim_hint
         scopes = next(label for label in dialog.findChildren(QLabel) if "Scopes" in label.text())
