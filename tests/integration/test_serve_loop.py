@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import uvloop
+import pytest
 
 from lmsp_desktop import service_loop
 from tests.integration.serve_process import ServeProcess, call, create_token
+
+# pyproject installs uvloop everywhere but Windows, where serve runs on asyncio's own loop.
+uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed on Windows")
 
 
 def test_the_service_loop_is_uvloop_where_installed() -> None:
