@@ -3,7 +3,9 @@
 Context, concurrent requests, KV cache type and GPU layers, and the memory estimate against
 the memory free: green when it fits, amber when tight, red with the reason when it will not.
 The estimate follows every change at once (before anything is loaded); Save stores the
-settings, which apply at the model's next load."""
+settings, which apply at the model's next load. Changes not saved yet are kept per model while
+the user looks at another one (selecting a row to compare must not throw them away); Revert
+shows the saved settings again."""
 
 from __future__ import annotations
 
@@ -67,6 +69,11 @@ class ModelMemoryPanel(QGroupBox):
         self.saved.setWordWrap(True)
         self.save_button = QPushButton("Save")
         self.save_button.clicked.connect(lambda: aio.spawn(self.save(), self))
+        self.revert_button = QPushButton("Revert")
+        self.revert_button.setToolTip("Show the saved settings again")
+        self.revert_button.setEnabled(False)
+        self.revert_button.clicked.connect(lambda: aio.spawn(self.revert(), self))
+        self._drafts: dict[str, ModelSettings] = {}  # each model's changes not saved yet
         form = QFormLayout(self)
         # The controls keep their natural width (a context spin box across a wide window
         # reads as a text field); the two lines of facts take the rest and wrap.
@@ -84,6 +91,7 @@ class ModelMemoryPanel(QGroupBox):
         form.addRow("Memory", self.estimate)
         buttons = QHBoxLayout()
         buttons.addWidget(self.save_button)
+        buttons.addWidget(self.revert_button)
         buttons.addWidget(self.saved, 1)
         form.addRow(buttons)
         for spin in (self.context, self.parallel, self.gpu_layers):
@@ -113,9 +121,22 @@ class ModelMemoryPanel(QGroupBox):
         stored = await self.core.model_settings(model_id)
         if model_id != self.model_id:
             return  # another row was selected meanwhile
-        self._fill(stored)
+        draft = self._drafts.get(model_id)
+        if draft is not None and draft != stored:
+            self._fill(draft)
+            self.saved.setText("Not saved yet: your changes from before (Revert shows the saved).")
+        else:
+            self._drafts.pop(model_id, None)
+            self._fill(stored)
+        self.revert_button.setEnabled(model_id in self._drafts)
         self.setEnabled(True)
         await self.refresh()
+
+    async def revert(self) -> None:
+        """Drop the changes not saved yet: the saved settings again."""
+        if self.model_id is not None:
+            self._drafts.pop(self.model_id, None)
+            await self.show_model(self.model_id)
 
     def _fill(self, settings: ModelSettings) -> None:
         self._filling = True
@@ -159,6 +180,8 @@ class ModelMemoryPanel(QGroupBox):
         self.gpu_layers.setEnabled(self.gpu_mode.currentText() == GPU_NUMBER)
         if self._filling or self.model_id is None:
             return
+        self._drafts[self.model_id] = self.settings()
+        self.revert_button.setEnabled(True)
         self.saved.setText("Not saved yet.")
         if self._estimating is not None and not self._estimating.done():
             self._estimating.cancel()  # only the latest settings' estimate is shown
@@ -209,7 +232,12 @@ class ModelMemoryPanel(QGroupBox):
             return
         self.save_button.setEnabled(False)
         try:
-            await self.core.save_model_settings(model_id, self.settings())
+            chosen = self.settings()
+            await self.core.save_model_settings(model_id, chosen)
+            if self._drafts.get(model_id) == chosen:  # not changed again while saving
+                self._drafts.pop(model_id)
+                if model_id == self.model_id:
+                    self.revert_button.setEnabled(False)
             loaded = self.core.model_loaded_state(model_id) != "unloaded"
             self.saved.setText(
                 f"Saved. {model_id} uses them from its next load"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from lmsp_desktop.core.engines.base import ALL_LAYERS
 from lmsp_desktop.core.models.memory import GIB, Budget, ModelSettings
 from lmsp_desktop.gui.pages.model_memory import GPU_ALL, GPU_NUMBER, ModelMemoryPanel
 from tests.support.gui_core import FakeCore
@@ -56,10 +57,21 @@ async def test_the_gpu_choices_and_save_keep_what_the_user_chose(panel, core) ->
     await panel.save()
     assert "next load" in panel.saved.text()
     assert await core.model_settings("smollm2") == ModelSettings(4096, None, "q8_0", 12)
+    assert not panel.revert_button.isEnabled()  # nothing unsaved
     panel.gpu_mode.setCurrentText(GPU_ALL)
     assert not panel.gpu_layers.isEnabled()
-    # Shown again (another row, then back): the stored settings come back.
+    # Another row, then back: the change not saved yet is still there, and says so.
     await panel.show_model(None)
     assert not panel.isEnabled()
     await panel.show_model("smollm2")
+    assert panel.settings() == ModelSettings(4096, None, "q8_0", ALL_LAYERS)
+    assert "Not saved yet" in panel.saved.text()
+    assert await core.model_settings("smollm2") == ModelSettings(4096, None, "q8_0", 12)
+    # Revert: the saved settings again, and nothing left unsaved.
+    panel.revert_button.click()
+    await until(lambda: panel.settings() == ModelSettings(4096, None, "q8_0", 12))
+    assert not panel.revert_button.isEnabled()
+    await panel.show_model(None)
+    await panel.show_model("smollm2")
     assert panel.settings() == ModelSettings(4096, None, "q8_0", 12)
+    assert "Not saved yet" not in panel.saved.text()
