@@ -8,6 +8,7 @@ Function-call items have their own builders in output_items.py.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -22,6 +23,10 @@ Row = sqlite3.Row
 # A transition's events for one task, from its row after the change.
 EventFactory = Callable[[Row], list[dict[str, Any]]]
 DELTA = str(EventType.OUTPUT_TEXT_DELTA)
+# A run of 19 digits may be an integer past 64 bits, which orjson reads as a float. Spelt
+# with a leading class of its own so that `re` skips to the next digit at C speed: r"\d{19}"
+# tried every position (about 0.7 ms for a 1 KB request, twice orjson's parse of it).
+_LONG_NUMBER = re.compile(r"[0-9][0-9]{18}")
 
 
 def numbered(task_id: str, seq: int, event: dict[str, Any], now: float) -> tuple[Any, ...]:
@@ -42,6 +47,18 @@ def to_json(value: Any) -> str:
         return orjson.dumps(value).decode()
     except TypeError:
         return json.dumps(value)
+
+
+def from_json(text: str) -> Any:
+    """Stored JSON (a request, say) read back: by orjson, in a fifth of json.loads' time
+    (recovery reads 10k requests, B4), unless a run of 19 digits may be an integer past 64
+    bits (orjson would make it a float) or orjson refuses the text: then by json.loads."""
+    if not _LONG_NUMBER.search(text):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def created_event_row(task_id: str, response_json: str, now: float) -> tuple[Any, ...]:
@@ -86,7 +103,7 @@ def delta_events(
 
 def response_of(row: Row, queue_position: int | None = None) -> dict[str, Any]:
     """`build_response` for a joined row (sqlite3.Row reads like a mapping)."""
-    return build_response(cast("Mapping[str, Any]", row), queue_position)
+    return build_response(cast("Mapping[str, Any]", row), queue_position, from_json(row["request"]))
 
 
 def with_response(event_type: str, response: dict[str, Any]) -> dict[str, Any]:

@@ -248,7 +248,7 @@ class TaskReads:
     async def holding_item(self, item_id: str, client_id: str | None) -> list[Row]:
         """The caller's tasks that may hold an input or output item with this id (for
         `item_reference`): the response whose message item it is, else those whose stored
-        request or final response mention it (the caller checks the exact match)."""
+        request or output items mention it (the caller checks the exact match)."""
         owner, params = ("", ()) if client_id is None else (" AND t.client_id=?", (client_id,))
         rows = await self.db.fetchall(JOINED + " WHERE r.item_id=?" + owner, (item_id, *params))
         if rows:
@@ -256,7 +256,7 @@ class TaskReads:
         pattern = f'%"{escape_like(item_id)}"%'
         return await self.db.fetchall(
             JOINED
-            + " WHERE (r.request LIKE ? ESCAPE '\\' OR r.final LIKE ? ESCAPE '\\')"
+            + " WHERE (r.request LIKE ? ESCAPE '\\' OR r.output_items LIKE ? ESCAPE '\\')"
             + owner
             + " ORDER BY t.n DESC LIMIT 50",
             (pattern, pattern, *params),

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from lmsp_desktop.core.states import TERMINAL, EventType, TaskState
+from lmsp_desktop.core.states import EventType, TaskState
 from lmsp_desktop.core.storage.events import (
     EventFactory,
     Row,
@@ -65,8 +65,12 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
     Returns the rows after the change (tasks no longer in `from_states` are left out).
 
     The rows are read first and changed in Python, so that each task is written once,
-    state and events' last number together, and its response once, its stored final
-    response included (recovery moves 10k tasks: each extra statement was ~10% of B4)."""
+    state and events' last number together, and its response at most once (recovery moves
+    10k tasks: each extra statement was ~10% of B4). A response is written only when the
+    move changes one of its columns: rewriting a row copies its page into the WAL all the
+    same (a queued task requeued by recovery has no output to discard, a cancelled one
+    nothing to change; B4). The stored response (11.1 `responses`) is the row itself, which
+    `build_response` reads; its terminal event carries the same object."""
     states = tuple(map(str, move.from_states))
     rows = [
         dict(r)
@@ -79,13 +83,13 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
     if not rows:
         return []
     task_sets = {"state": str(move.to_state), **move.task_sets}
-    terminal = move.to_state in TERMINAL
     now = time.time()
     event_rows: list[tuple[Any, ...]] = []
     task_updates: list[tuple[Any, ...]] = []
     response_updates: list[tuple[Any, ...]] = []
     for row in rows:
         task_values = _applied(row, task_sets)
+        response_before = [row[column] for column in move.response_sets]
         response_values = _applied(row, move.response_sets)
         seq = row["last_seq"]
         for event in move.events(cast(Row, row)):
@@ -93,9 +97,7 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
             event_rows.append(numbered(row["id"], seq, event, now))
         row["last_seq"] = seq
         task_updates.append((*task_values, seq, row["id"], *states))
-        if terminal:  # the response its terminal event carries (every such move has one)
-            response_values.append(event_rows[-1][4])
-        if response_values:
+        if response_values != response_before:  # else its row is left unwritten
             response_updates.append((*response_values, row["id"]))
     # Compare-and-set: the rows were read in this transaction with the same condition.
     updated = conn.executemany(
@@ -107,15 +109,8 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
         raise RuntimeError(f"{len(rows) - updated} tasks changed state under the write lock")
     conn.executemany(INSERT_EVENT, event_rows)
     if response_updates:
-        # The stored response (11.1 `responses`) is written with the terminal event: the
-        # response that event carries, taken from its JSON by SQLite rather than built and
-        # serialised a second time.
-        assignments = [f"{column}=?" for column in move.response_sets]
-        if terminal:
-            assignments.append("final=json_extract(?, '$.response')")
-        conn.executemany(
-            f"UPDATE responses SET {', '.join(assignments)} WHERE id=?", response_updates
-        )
+        assignments = ", ".join(f"{column}=?" for column in move.response_sets)
+        conn.executemany(f"UPDATE responses SET {assignments} WHERE id=?", response_updates)
     return cast("list[Row]", rows)
 
 

@@ -67,6 +67,9 @@ async def test_auto_output_becomes_a_message_and_a_function_call(store: Store) -
         assert response["output_text"] == "Let me check."
         call = response["output"][1]
         assert call["call_id"].startswith("call_") and call["id"].startswith("fc_")
+        for item in response["output"]:  # what an item_reference to it finds
+            held = await store.tasks.holding_item(item["id"], None)
+            assert [row["id"] for row in held] == [task_id], item
         assert engine.requests[0].tools and engine.requests[0].tools[0]["name"] == "get_weather"
         events = await store.tasks.events(task_id)
         fc = [e for e in events if e.get("item_id") == call["id"] or
