@@ -48,23 +48,32 @@ class Appended:
 
 class DeltaBatch:
     """The appends waiting for one commit. Filled on the event loop until the writer thread
-    takes them (`commit`); an append arriving after that starts the next batch."""
+    takes them (`commit`); an append arriving after that starts the next batch.
+
+    Each append waits on a future of its own, which `settle` sets once the batch's commit
+    has returned: no task and no shield per batch, and an appender cancelled meanwhile
+    cancels only its own wait (its deltas still commit with the batch, as before)."""
 
     def __init__(self) -> None:
         self._appends: dict[str, Append] = {}
+        self._waiters: list[tuple[str, asyncio.Future[bool]]] = []
         self._lock = threading.Lock()  # the loop adds, the writer thread takes
         self._taken = False
-        # The writer's commit of this batch (Database.run), which every append in it awaits.
+        # The writer's commit of this batch (Database.submit); once it is done the batch
+        # takes no more appends.
         self.committed: asyncio.Future[dict[str, Appended]] | None = None
 
-    def add(self, append: Append) -> bool:
-        """Join this batch; False when it is taken or full, or has this task already (a
+    def add(self, append: Append) -> asyncio.Future[bool] | None:
+        """Join this batch: the future of whether the append committed (False: the task was
+        no longer running). None when the batch is taken, full, or has this task already (a
         task's appends are committed in their order, one per batch)."""
         with self._lock:
             if self._taken or len(self._appends) >= MAX_TASKS or append.task_id in self._appends:
-                return False
+                return None
             self._appends[append.task_id] = append
-            return True
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append((append.task_id, waiter))
+        return waiter
 
     def deltas_of(self, task_id: str) -> Sequence[str]:
         return self._appends[task_id].deltas
@@ -76,6 +85,23 @@ class DeltaBatch:
             self._taken = True
             appends = list(self._appends.values())
         return commit_appends(conn, appends)
+
+    def settle(self, committed: asyncio.Future[dict[str, Appended]]) -> None:
+        """On the loop, once the commit has returned (after the listeners heard it): each
+        appender learns whether its append committed, or the commit's error."""
+        if committed.cancelled():
+            for _, waiter in self._waiters:
+                waiter.cancel()
+            return
+        error = committed.exception()
+        done = {} if error is not None else committed.result()
+        for task_id, waiter in self._waiters:
+            if waiter.done():
+                continue  # its appender was cancelled while waiting
+            if error is not None:
+                waiter.set_exception(error)
+            else:
+                waiter.set_result(task_id in done)
 
 
 def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str, Appended]:

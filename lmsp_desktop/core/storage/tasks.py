@@ -8,6 +8,7 @@ change only after its commit. Reads are inherited from task_reads.TaskReads.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sqlite3
@@ -299,36 +300,35 @@ class TaskStore(TaskReads):
         # them in the writer (deltas.py) instead of three each (B2).
         batch = self._deltas
         # A batch whose commit has ended (even one failed before its work ran) takes no more.
-        if (
-            batch is None
-            or batch.committed is None
-            or batch.committed.done()
-            or not batch.add(append)
-        ):
+        waiter = None
+        if batch is not None and batch.committed is not None and not batch.committed.done():
+            waiter = batch.add(append)
+        if waiter is None:
             batch = self._deltas = DeltaBatch()
-            batch.add(append)
-            batch.committed = asyncio.ensure_future(self._commit_deltas(batch))
-        assert batch.committed is not None
-        return task_id in await asyncio.shield(batch.committed)
+            waiter = batch.add(append)
+            assert waiter is not None
+            batch.committed = self.db.submit(batch.commit)
+            batch.committed.add_done_callback(functools.partial(self._committed, batch))
+        return await waiter
 
-    async def _commit_deltas(self, batch: DeltaBatch) -> dict[str, Appended]:
-        """Commit a batch and publish its tasks' changes at once, in the writer's order: an
-        appender resuming later (through the shield) would publish after a cancel committed
-        after its deltas, and listeners would see the task go from cancelling to running."""
-        done = await self.db.run(batch.commit)
-        self.publish(
-            TaskChange(
-                task_id,
-                TaskState.RUNNING,
-                appended.last_seq,
-                appended.model,
-                (DELTA,),
-                # The committed events themselves (what json.loads of the rows gives).
-                delta_events(appended.item_id, batch.deltas_of(task_id), appended.first_seq),
+    def _committed(self, batch: DeltaBatch, committed: asyncio.Future[dict[str, Appended]]) -> None:
+        """Once a batch's commit has returned, in the same loop turn: its tasks' changes are
+        published in the writer's order (a cancel committed after these deltas is heard
+        after them, never before), then each appender learns its outcome."""
+        if not committed.cancelled() and committed.exception() is None:
+            self.publish(
+                TaskChange(
+                    task_id,
+                    TaskState.RUNNING,
+                    appended.last_seq,
+                    appended.model,
+                    (DELTA,),
+                    # The committed events themselves (what json.loads of the rows gives).
+                    delta_events(appended.item_id, batch.deltas_of(task_id), appended.first_seq),
+                )
+                for task_id, appended in committed.result().items()
             )
-            for task_id, appended in done.items()
-        )
-        return done
+        batch.settle(committed)
 
     async def finish(
         self,
