@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop import service_loop
 from lmsp_desktop.app import Core
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.storage.clients import create_client
@@ -65,6 +66,7 @@ async def main(args: argparse.Namespace) -> None:
         t_listening = time.time()
         _, token = await create_client(core.store.db, "bench", frozenset({"admin"}))
         info = {"url": core.url, "token": token, "t_start": t_start, "t_listening": t_listening}
+        service_loop.settle_collector()  # as `lmsp-desktop serve` does once it listens
         print(json.dumps(info), flush=True)
         await stop.wait()
     finally:
@@ -89,6 +91,4 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    from lmsp_desktop import service_loop
-
     service_loop.run(main(parse()))  # the loop `lmsp-desktop serve` runs on

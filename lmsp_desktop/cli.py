@@ -146,6 +146,9 @@ async def serve(args: argparse.Namespace) -> int:
         except BaseException:
             log.warning("cleaning up after the failed start failed too; see above")
         raise
+    from lmsp_desktop import service_loop
+
+    service_loop.settle_collector()
     await stop.wait()
     await core.stop()
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 from aiohttp import web
@@ -108,6 +109,7 @@ async def metrics(request: web.Request, ctx: ServiceContext, _: Principal) -> we
         "# TYPE lmsp_output_tokens_stored gauge",
         f"lmsp_output_tokens_stored {tokens_stored}",
         *_prefix_cache_lines(ctx),
+        *_collector_lines(),
     ]
     return web.Response(
         text="\n".join(lines) + "\n",
@@ -130,6 +132,20 @@ def _prefix_cache_lines(ctx: ServiceContext) -> list[str]:
     for name, help_text, value in figures:
         metric = f"lmsp_prefix_cache_{name}_total"
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter", f"{metric} {value}"]
+    return lines
+
+
+def _collector_lines() -> list[str]:
+    """Python's cyclic garbage collector (Prometheus' Python client calls it python_gc_…): its
+    passes pause the service (a full one walks the heap), so they are worth watching."""
+    lines = [
+        "# HELP lmsp_gc_collections_total Passes of the cyclic garbage collector.",
+        "# TYPE lmsp_gc_collections_total counter",
+    ]
+    for generation, stats in enumerate(gc.get_stats()):
+        lines.append(
+            f'lmsp_gc_collections_total{{generation="{generation}"}} {stats["collections"]}'
+        )
     return lines
 
 
