@@ -129,6 +129,20 @@ async def _model_id(server: BenchServer) -> str:
     return str(models[0]["id"])
 
 
+class BareAiohttp(BenchServer):
+    """The peer: a bare aiohttp app answering a fixed 202 (bench/bare_aiohttp.py)."""
+
+    MODULE = "bench.bare_aiohttp"
+
+
+def bare_aiohttp(work: Path, n: int) -> Accepted:
+    """What the same load generator gets from aiohttp alone on this machine: the ceiling of
+    any aiohttp service's creates."""
+    with BareAiohttp(work / "b1-bare") as srv:
+        srv.start()
+        return asyncio.run(_drive(srv, "bare", n, warmup=min(200, n // 4)))
+
+
 def http_creates(work: Path, name: str, n: int, *args: str) -> Accepted:
     models = work / "models"
     models.mkdir(exist_ok=True)
@@ -144,11 +158,25 @@ def http_creates(work: Path, name: str, n: int, *args: str) -> Accepted:
         return asyncio.run(go())
 
 
+def _bare_note(bare: Accepted, raw: float, rate: float) -> str:
+    """What the bare peer says of the verdict: informational, the goal stays."""
+    n = len(bare.latencies)
+    note = (
+        f"{bare.rate / raw:.2f}× raw; the service reaches {rate / bare.rate:.0%} of it;"
+        f" bare aiohttp's own CPU per request {bare.server_cpu / n * 1e6:.0f} µs,"
+        f" p99 {percentile(bare.latencies, 99):.1f} ms"
+    )
+    if bare.rate < raw:
+        note += ": aiohttp alone answers fewer than the raw loop commits here"
+    return note
+
+
 def run(work: Path, quick: bool) -> list[Row]:
     n_raw, n_huey, n_http = (200, 200, 300) if quick else (4000, 4000, 8000)
     raw = raw_loop(work, n_raw)
     huey = huey_enqueue(work, n_huey)
     accepted = http_creates(work, "b1-core", n_http)
+    bare = bare_aiohttp(work, n_http)
     rate, lat = accepted.rate, accepted.latencies
     p99 = percentile(lat, 99)
     machine = accepted.wall * (os.cpu_count() or 1)
@@ -181,6 +209,13 @@ def run(work: Path, quick: bool) -> list[Row]:
             rate / huey,
             "huey",
             rate >= 1.5 * huey,
+        ),
+        Row(
+            "B1",
+            "bare aiohttp 202, no store (the ceiling of any aiohttp service)",
+            bare.rate,
+            "creates/s",
+            note=_bare_note(bare, raw, rate),
         ),
         Row("B1", "accept latency p50", percentile(lat, 50), "ms"),
         Row("B1", "accept latency p99", p99, "ms", "≤ 20 ms", None, "", p99 <= 20),

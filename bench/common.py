@@ -114,6 +114,8 @@ class BenchServer:
     """`python -m bench.server` in its own process (the service as users run it, on its own
     core), with a known port and an admin token."""
 
+    MODULE = "bench.server"  # a peer target (bench.bare_aiohttp) names its own
+
     def __init__(self, data_dir: Path, *args: str, port: int | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
@@ -134,7 +136,7 @@ class BenchServer:
             [
                 sys.executable,
                 "-m",
-                "bench.server",
+                self.MODULE,
                 "--data-dir",
                 str(self.data_dir),
                 "--port",
