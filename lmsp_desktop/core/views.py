@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -90,17 +91,18 @@ class RecoveryReport:
 
     def summary(self) -> str:
         """One line such as "3 failed with server_restarted, 2 requeued, 1 resumed"."""
-        counts: dict[str, int] = {}
-        for item in self.items:
-            word = {
-                EventType.FAILED: f"failed with {RESTART_ERROR_CODE}",
-                EventType.QUEUED: "requeued",
-                EventType.RESUMED: "resumed",
-                EventType.CANCELLED: "cancelled",
-            }[EventType(item.event_type)]
-            counts[word] = counts.get(word, 0) + 1
-        order = [f"failed with {RESTART_ERROR_CODE}", "requeued", "resumed", "cancelled"]
-        return ", ".join(f"{counts[w]} {w}" for w in order if w in counts)
+        # Counted by the event's name, then worded: no enum built per item (10k at startup).
+        counts = Counter(item.event_type for item in self.items)
+        words = {
+            EventType.FAILED: f"failed with {RESTART_ERROR_CODE}",
+            EventType.QUEUED: "requeued",
+            EventType.RESUMED: "resumed",
+            EventType.CANCELLED: "cancelled",
+        }
+        unknown = set(counts) - set(map(str, words))
+        if unknown:
+            raise ValueError(f"not an event recovery writes: {sorted(unknown)}")
+        return ", ".join(f"{counts[str(e)]} {w}" for e, w in words.items() if counts[str(e)])
 
 
 @dataclass(frozen=True)

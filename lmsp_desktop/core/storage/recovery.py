@@ -22,7 +22,7 @@ from lmsp_desktop.core.states import (
     RestartPolicy,
     TaskState,
 )
-from lmsp_desktop.core.storage.events import Row, carrying_response, closing_with
+from lmsp_desktop.core.storage.events import Row, carrying_response, closing_with, to_json
 from lmsp_desktop.core.storage.tasks import TaskStore
 from lmsp_desktop.core.storage.transitions import Added, Transition, requeued, transition_many
 from lmsp_desktop.core.views import (
@@ -86,7 +86,7 @@ async def recover(
         if report.items:
             conn.execute(
                 "INSERT INTO recovery_reports (started_at, finished_at, items) VALUES (?,?,?)",
-                (report.started_at, report.finished_at, json.dumps(report.as_json()["items"])),
+                (report.started_at, report.finished_at, to_json(report.as_json()["items"])),
             )
         return report, [change for _item, change in done]
 

@@ -72,14 +72,15 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
     nothing to change; B4). The stored response (11.1 `responses`) is the row itself, which
     `build_response` reads; its terminal event carries the same object."""
     states = tuple(map(str, move.from_states))
-    rows = [
-        dict(r)
-        for r in conn.execute(
-            # `+t.state`: found by id, never by the state index (a scan of the whole queue)
-            JOINED + f" WHERE t.id IN ({marks(move.task_ids)}) AND +t.state IN ({marks(states)})",
-            (*move.task_ids, *states),
-        )
-    ]
+    read = conn.cursor()
+    read.row_factory = None  # plain tuples, zipped into dicts: half dict(sqlite3.Row)'s time
+    read.execute(
+        # `+t.state`: found by id, never by the state index (a scan of the whole queue)
+        JOINED + f" WHERE t.id IN ({marks(move.task_ids)}) AND +t.state IN ({marks(states)})",
+        (*move.task_ids, *states),
+    )
+    columns = [column[0] for column in read.description]
+    rows = [dict(zip(columns, values, strict=True)) for values in read]
     if not rows:
         return []
     task_sets = {"state": str(move.to_state), **move.task_sets}
