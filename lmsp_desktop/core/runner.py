@@ -36,6 +36,7 @@ from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import RUNNER_KINDS, TaskKind, TaskState
 from lmsp_desktop.core.stops import StopScanner
 from lmsp_desktop.core.storage.embeddings import finish_embedding
+from lmsp_desktop.core.storage.events import to_json
 from lmsp_desktop.core.storage.recovery import recover_after_crash
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskStore
@@ -75,7 +76,7 @@ class SnapshotTokens:
             more = ",".join(map(str, self.tokens[self._count :]))
             self._encoded = f"{self._encoded},{more}" if self._encoded else more
             self._count = len(self.tokens)
-        others = json.dumps(rest)[1:-1]
+        others = to_json(rest)[1:-1]  # orjson: a tenth of json.dumps on this hot path (B2)
         return f'{{"tokens":[{self._encoded}]{", " if others else ""}{others}}}'
 
 

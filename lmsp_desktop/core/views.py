@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,7 +41,7 @@ class TaskChange:
     event_types: tuple[str, ...] = ()
     # The committed events themselves when the commit was text deltas (the streaming hot
     # path), so followers need not read them back; empty otherwise.
-    events: tuple[dict[str, Any], ...] = ()
+    events: Sequence[dict[str, Any]] = ()
     kind: str = TaskKind.RESPONSE  # who runs it: the runner, or the downloads
 
 

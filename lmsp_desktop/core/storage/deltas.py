@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from lmsp_desktop.core.storage.events import numbered_deltas
 from lmsp_desktop.core.storage.transitions import INSERT_EVENT
@@ -24,9 +24,9 @@ from lmsp_desktop.core.storage.transitions import INSERT_EVENT
 MAX_TASKS = 256  # appends one batch takes at most (4 SQL variables each)
 
 
-@dataclass(frozen=True)
-class Append:
-    """One task's new text: its deltas, the usage so far and the snapshot covering them."""
+class Append(NamedTuple):
+    """One task's new text: its deltas, the usage so far and the snapshot covering them (a
+    tuple: one is made for every running task at every commit)."""
 
     task_id: str
     deltas: Sequence[str]
@@ -35,8 +35,7 @@ class Append:
     snapshot_json: str | None
 
 
-@dataclass(frozen=True)
-class Appended:
+class Appended(NamedTuple):
     """A committed append: the task's last sequence number, its model, its message item and
     the number of its first delta event."""
 
@@ -59,6 +58,7 @@ class DeltaBatch:
         self._waiters: list[tuple[str, asyncio.Future[bool]]] = []
         self._lock = threading.Lock()  # the loop adds, the writer thread takes
         self._taken = False
+        self._loop = asyncio.get_running_loop()
         # The writer's commit of this batch (Database.submit); once it is done the batch
         # takes no more appends.
         self.committed: asyncio.Future[dict[str, Appended]] | None = None
@@ -71,7 +71,7 @@ class DeltaBatch:
             if self._taken or len(self._appends) >= MAX_TASKS or append.task_id in self._appends:
                 return None
             self._appends[append.task_id] = append
-        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[bool] = self._loop.create_future()
         self._waiters.append((append.task_id, waiter))
         return waiter
 

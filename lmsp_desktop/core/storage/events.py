@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, cast, overload
 
 import orjson
 
@@ -83,22 +83,48 @@ def numbered_deltas(
     ]
 
 
-def delta_events(
-    item_id: str | None, deltas: Sequence[str], first: int
-) -> tuple[dict[str, Any], ...]:
+class DeltaEvents(Sequence[dict[str, Any]]):
     """The text delta events numbered from `first`, as dicts: what json.loads of the rows of
-    `numbered_deltas` gives (followers get them with the commit instead of reading back)."""
-    return tuple(
-        {
-            "type": DELTA,
-            "item_id": item_id,
-            "output_index": 0,
-            "content_index": 0,
-            "delta": d,
-            "sequence_number": seq,
-        }
-        for seq, d in enumerate(deltas, first)
-    )
+    `numbered_deltas` gives (followers get them with the commit instead of reading back).
+    Made on first reading: a task nobody follows (a background task, B2) never pays for
+    them."""
+
+    __slots__ = ("_deltas", "_events", "_first", "_item_id")
+
+    def __init__(self, item_id: str | None, deltas: Sequence[str], first: int) -> None:
+        self._item_id = item_id
+        self._deltas = deltas
+        self._first = first
+        self._events: tuple[dict[str, Any], ...] | None = None
+
+    def _made(self) -> tuple[dict[str, Any], ...]:
+        if self._events is None:
+            item_id = self._item_id
+            self._events = tuple(
+                {
+                    "type": DELTA,
+                    "item_id": item_id,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": d,
+                    "sequence_number": seq,
+                }
+                for seq, d in enumerate(self._deltas, self._first)
+            )
+        return self._events
+
+    def __len__(self) -> int:
+        return len(self._deltas)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._made())
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[dict[str, Any], ...]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | tuple[dict[str, Any], ...]:
+        return self._made()[index]
 
 
 def response_of(row: Row, queue_position: int | None = None) -> dict[str, Any]:

@@ -34,11 +34,11 @@ from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.deltas import Append, Appended, DeltaBatch
 from lmsp_desktop.core.storage.events import (
     DELTA,
+    DeltaEvents,
     Row,
     carrying_response,
     closing_with,
     created_event_row,
-    delta_events,
     in_progress,
     message_opened,
     to_json,
@@ -324,7 +324,7 @@ class TaskStore(TaskReads):
                     appended.model,
                     (DELTA,),
                     # The committed events themselves (what json.loads of the rows gives).
-                    delta_events(appended.item_id, batch.deltas_of(task_id), appended.first_seq),
+                    DeltaEvents(appended.item_id, batch.deltas_of(task_id), appended.first_seq),
                 )
                 for task_id, appended in committed.result().items()
             )
