@@ -77,8 +77,11 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
         # Why, in words on the dialog (it was only in a tooltip), about the file selected:
         await until(lambda: "could not be read" in dialog.status.text(), what=dialog.status.text)
         assert "tiny-Q8_0.gguf (3.0 MiB)" in dialog.status.text()
-        repo_text = dialog.repos.item(0).text()  # the repo pane shows its line whole
-        assert dialog.repos.viewport().width() >= dialog.fontMetrics().horizontalAdvance(repo_text)
+        # The repo pane shows its lines whole: the id, then its downloads.
+        repo_lines = dialog.repos.item(0).text().split("\n")
+        assert repo_lines[0] == TINY_REPO and repo_lines[1].endswith(" downloads"), repo_lines
+        widest = max(dialog.fontMetrics().horizontalAdvance(line) for line in repo_lines)
+        assert dialog.repos.viewport().width() >= widest
         started: list[str] = []
         dialog.started.connect(started.append)
         dialog.download_button.click()

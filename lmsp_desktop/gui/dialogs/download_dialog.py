@@ -54,6 +54,7 @@ class DownloadDialog(QDialog):
         self.estimating: set[tuple[str, str]] = set()  # (repo, file) asked of the core
         # What each file's estimate said, for the status line of the file selected.
         self.fit_notes: dict[tuple[str, str], str] = {}
+        self.downloading: set[tuple[str, str]] = set()  # (repo, file) started from here
         self.query = QLineEdit()
         self.query.setPlaceholderText("Search the hub, e.g. qwen2.5 7b instruct, or owner/repo")
         self.query.returnPressed.connect(lambda: aio.spawn(self.search(), self))
@@ -126,12 +127,14 @@ class DownloadDialog(QDialog):
             self.search_button.setEnabled(True)
         self.repos.clear()
         for repo in found:
-            item = QListWidgetItem(f"{repo['id']}  ·  {repo.get('downloads') or 0} downloads")
+            # Two lines: the id whole, then its downloads (on one line the count was cut:
+            # "lmsp-test/SmolLM2-135M-Instruct-GGUF  ·  500 downl…" at the dialog's size).
+            item = QListWidgetItem(f"{repo['id']}\n{repo.get('downloads') or 0:,} downloads")
             item.setToolTip(item.text())
             item.setData(Qt.ItemDataRole.UserRole, repo["id"])
             self.repos.addItem(item)
         if "/" in text and text not in {r["id"] for r in found}:
-            item = QListWidgetItem(f"{text}  ·  (open this repo)")  # a repo id typed whole
+            item = QListWidgetItem(f"{text}\n(open this repo)")  # a repo id typed whole
             item.setData(Qt.ItemDataRole.UserRole, text)
             self.repos.insertItem(0, item)
         count = self.repos.count()
@@ -199,9 +202,8 @@ class DownloadDialog(QDialog):
             return None
         finally:
             self._update()
-        self.status.setText(
-            f"Downloading {choice.name}: follow it in the Tasks table (Cancel works there)."
-        )
+        self.downloading.add((self.repo, choice.name))
+        self._describe(choice)
         self.started.emit(task_id)
         return task_id
 
@@ -238,6 +240,13 @@ class DownloadDialog(QDialog):
     def _describe(self, choice: GgufChoice) -> None:
         """The status line speaks of the file selected now (it kept the last repo's listing
         or an earlier download's line), with what its estimate said."""
+        if (self.repo, choice.name) in self.downloading:
+            # Said until another file is picked: an estimate answering after the click
+            # replaced it, and the dialog looked as if Download had done nothing.
+            self.status.setText(
+                f"Downloading {choice.name}: follow it in the Tasks table (Cancel works there)."
+            )
+            return
         note = self.fit_notes.get((self.repo, choice.name), "checking what it needs…")
         self.status.setText(
             f"{choice.label()} ({human_size(choice.size)}): {note} Download fetches it into "
