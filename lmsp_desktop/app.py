@@ -22,7 +22,7 @@ from lmsp_desktop.core.config import Settings, default_cache_dir
 from lmsp_desktop.core.context_window import TokenCounter, effective_context
 from lmsp_desktop.core.crashes import CrashRecord
 from lmsp_desktop.core.downloads.estimate import remote_shape
-from lmsp_desktop.core.downloads.hub import GgufChoice
+from lmsp_desktop.core.downloads.hub import GgufChoice, downloaded
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
 from lmsp_desktop.core.downloads.token import hub_token, save_token, stored_token
@@ -500,6 +500,11 @@ class Core(ClientCalls):
     async def pull_model(self, repo: str, selector: str) -> str:
         task = await pull(self.store.tasks, repo, selector)
         return str(task["id"])
+
+    async def hub_downloaded(self, repo: str, choices: list[GgufChoice]) -> set[str]:
+        return await asyncio.to_thread(
+            lambda: {choice.name for choice in choices if downloaded(repo, choice)}
+        )
 
     async def hub_memory_plan(self, repo: str, choice: GgufChoice) -> Plan | None:
         """What `choice` would take here (fits / tight / won't fit), from its header on the

@@ -130,6 +130,10 @@ class CoreApi(Protocol):
         """What the file would take here (fits / tight / won't fit); None when unknown."""
         ...
 
+    async def hub_downloaded(self, repo: str, choices: list[GgufChoice]) -> set[str]:
+        """The names of the choices already whole in the Hugging Face cache."""
+        ...
+
     def hub_token_kept(self) -> bool:
         """Whether a Hugging Face token is kept in the keyring."""
         ...

@@ -146,3 +146,17 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
         assert task_id != started[0]
         await until(lambda: cell(COL_STATE) == "completed", what=lambda: cell(COL_STATE))
         assert cell(COL_TOKENS) == "3.0 MiB" and cell(COL_TOKENS, Role.PROGRESS) is None
+
+        # The repo listed again: the file on disk says so (and only that one).
+        window.models.download_button.click()
+        dialog.repos.setCurrentRow(-1)
+        dialog.repos.setCurrentRow(0)
+
+        def on_disk() -> list[bool]:
+            cells = [dialog.files.item(r, 3) for r in range(dialog.files.rowCount())]
+            return [c is not None and c.text().startswith("✓ downloaded") for c in cells]
+
+        await until(lambda: on_disk() == [r == q8 for r in range(3)], what=on_disk)
+        dialog.files.selectRow(q8)
+        await until(lambda: "downloaded already" in dialog.status.text(), what=dialog.status.text)
+        dialog.close()

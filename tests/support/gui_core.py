@@ -8,6 +8,7 @@ so the fake cannot drift from what the real `Core` offers the window.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.client_calls import ClientCalls
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.crashes import CrashRecord
-from lmsp_desktop.core.downloads.hub import GgufChoice
+from lmsp_desktop.core.downloads.hub import GgufChoice, downloaded
 from lmsp_desktop.core.downloads.pull import pull, repo_models, search_hub
 from lmsp_desktop.core.downloads.token import save_token, stored_token
 from lmsp_desktop.core.errors import LmspError
@@ -221,6 +222,11 @@ class FakeCore(ClientCalls):
     async def pull_model(self, repo: str, selector: str) -> str:
         task = await pull(self.store.tasks, repo, selector)
         return str(task["id"])
+
+    async def hub_downloaded(self, repo: str, choices: list[GgufChoice]) -> set[str]:
+        return await asyncio.to_thread(
+            lambda: {choice.name for choice in choices if downloaded(repo, choice)}
+        )
 
     async def hub_memory_plan(self, repo: str, choice: GgufChoice) -> Plan | None:
         return None  # no memory planner in the fake: the dialog shows the size alone

@@ -73,6 +73,16 @@ class GgufChoice:
         return f"{self.name}{parts}"
 
 
+def downloaded(repo: str, choice: GgufChoice) -> bool:
+    """Whether every file of `choice` is in the Hugging Face cache at the repo's `main`."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return all(
+        isinstance(try_to_load_from_cache(repo, part.name, cache_dir=cache_dir()), str)
+        for part in choice.files
+    )
+
+
 def quant_of(name: str) -> str | None:
     """The quantisation in a GGUF file name (the last one found), upper-case."""
     found = QUANT.findall(name.rsplit("/", 1)[-1])

@@ -55,6 +55,7 @@ class DownloadDialog(QDialog):
         # What each file's estimate said, for the status line of the file selected.
         self.fit_notes: dict[tuple[str, str], str] = {}
         self.downloading: set[tuple[str, str]] = set()  # (repo, file) started from here
+        self.on_disk: set[str] = set()  # the shown repo's files already in the cache
         self.query = QLineEdit()
         self.query.setPlaceholderText("Search the hub, e.g. qwen2.5 7b instruct, or owner/repo")
         self.query.returnPressed.connect(lambda: aio.spawn(self.search(), self))
@@ -159,16 +160,17 @@ class DownloadDialog(QDialog):
         except LmspError as exc:
             self.status.setText(exc.message)
             return
+        on_disk = await self.core.hub_downloaded(repo, choices)
         if repo != self.repo:
             return  # another repo was picked meanwhile
-        self.choices = choices
+        self.choices, self.on_disk = choices, on_disk
         self.files.setRowCount(len(choices))
         for row, choice in enumerate(choices):
             cells = [
                 choice.label(),
                 choice.quant or "?",
                 human_size(choice.size),
-                "select to check",
+                self._on_disk_mark(choice) + "select to check",
             ]
             for col, text in enumerate(cells):
                 cell = QTableWidgetItem(text)
@@ -240,7 +242,7 @@ class DownloadDialog(QDialog):
     def _describe(self, choice: GgufChoice) -> None:
         """The status line speaks of the file selected now (it kept the last repo's listing
         or an earlier download's line), with what its estimate said."""
-        if (self.repo, choice.name) in self.downloading:
+        if (self.repo, choice.name) in self.downloading and choice.name not in self.on_disk:
             # Said until another file is picked: an estimate answering after the click
             # replaced it, and the dialog looked as if Download had done nothing.
             self.status.setText(
@@ -248,10 +250,15 @@ class DownloadDialog(QDialog):
             )
             return
         note = self.fit_notes.get((self.repo, choice.name), "checking what it needs…")
-        self.status.setText(
-            f"{choice.label()} ({human_size(choice.size)}): {note} Download fetches it into "
-            "the Hugging Face cache, shared with other tools."
+        fetch = (
+            "It is downloaded already (Models page); Download checks it against the hub."
+            if choice.name in self.on_disk
+            else "Download fetches it into the Hugging Face cache, shared with other tools."
         )
+        self.status.setText(f"{choice.label()} ({human_size(choice.size)}): {note} {fetch}")
+
+    def _on_disk_mark(self, choice: GgufChoice) -> str:
+        return "✓ downloaded · " if choice.name in self.on_disk else ""
 
     async def estimate(self, repo: str, choice: GgufChoice) -> None:
         """Fill the file's "On this machine" cell: the memory plan from its header on the
@@ -268,11 +275,12 @@ class DownloadDialog(QDialog):
             return
         if plan is None:
             note = "no memory estimate: its GGUF header could not be read from the hub."
-            cell.setText("unknown: header unreadable")
+            cell.setText(self._on_disk_mark(choice) + "unknown: header unreadable")
             cell.setToolTip(note)
         else:
             cell.setText(
-                f"{FIT_WORDS[plan.fit]} · {human_size(plan.estimate.total)} "
+                f"{self._on_disk_mark(choice)}{FIT_WORDS[plan.fit]} · "
+                f"{human_size(plan.estimate.total)} "
                 f"at {plan.context_length:,} tokens"
             )
             cell.setForeground(QColor(FIT_COLORS[plan.fit]))

@@ -42,6 +42,9 @@ class SlowHub:
         self.pulled.append((repo, selector))
         return "dl_1"
 
+    async def hub_downloaded(self, repo: str, choices: list[GgufChoice]) -> set[str]:
+        return set()
+
     def hub_token_kept(self) -> bool:
         return False
 
