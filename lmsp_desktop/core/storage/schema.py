@@ -6,6 +6,9 @@ newer version of the app is refused rather than guessed at.
 
 from __future__ import annotations
 
+# `responses.final` is no longer written (issue 26, B4): the stored response is the row
+# itself (build_response reads it) and its closing event carries the same object. Rows
+# written before keep theirs; dropping the column would rewrite every row at the upgrade.
 SCHEMA_V1 = """
 CREATE TABLE service_config (
     key   TEXT PRIMARY KEY,
