@@ -71,6 +71,8 @@ class DownloadDialog(QDialog):
         self.files.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.files.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.files.verticalHeader().hide()
+        # Rows as tall as their lines (a long name wraps; a downloaded file says so below).
+        self.files.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header = self.files.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # the rest is whole
@@ -258,7 +260,8 @@ class DownloadDialog(QDialog):
         self.status.setText(f"{choice.label()} ({human_size(choice.size)}): {note} {fetch}")
 
     def _on_disk_mark(self, choice: GgufChoice) -> str:
-        return "✓ downloaded · " if choice.name in self.on_disk else ""
+        # Its own line: beside the estimate it made the column squeeze the file's name.
+        return "✓ downloaded\n" if choice.name in self.on_disk else ""
 
     async def estimate(self, repo: str, choice: GgufChoice) -> None:
         """Fill the file's "On this machine" cell: the memory plan from its header on the
