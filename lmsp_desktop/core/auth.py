@@ -6,6 +6,7 @@ import hmac
 import json
 import logging
 import re
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -133,12 +134,29 @@ async def authenticate(db: Database, authorization: str | None, peer: str | None
             "invalid_token",
             "This token was revoked by the service's owner. " + _HOW_TO_PAIR,
         )
-    principal = Principal(
-        client_id=str(row["id"]),
-        name=str(row["name"]),
-        scopes=frozenset(json.loads(row["scopes"])),
-    )
+    principal = _principal_of(row)
     await _note_seen(db, principal.client_id or "", row["last_seen_at"], peer)
+    return principal
+
+
+# The Principal made from each verified row, by the row object itself: clients.py keeps a
+# live row at most VERIFIED_FOR_S and reads it anew after any revoke or scope change, so a
+# new row object is a new Principal (B1: the scopes' JSON parsed per request).
+_principals: dict[str, tuple[sqlite3.Row, Principal]] = {}
+MAX_PRINCIPALS = 1024
+
+
+def _principal_of(row: sqlite3.Row) -> Principal:
+    client_id = str(row["id"])
+    kept = _principals.get(client_id)
+    if kept is not None and kept[0] is row:
+        return kept[1]
+    principal = Principal(
+        client_id=client_id, name=str(row["name"]), scopes=frozenset(json.loads(row["scopes"]))
+    )
+    if len(_principals) >= MAX_PRINCIPALS:
+        _principals.clear()
+    _principals[client_id] = (row, principal)
     return principal
 
 

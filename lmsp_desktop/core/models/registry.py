@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import copy
 import dataclasses
 import json
 import logging
@@ -116,6 +117,9 @@ class ModelRegistry:
         # through the reader thread was a tenth of a create's CPU (B1). Only this class
         # writes the table, and each of its writes forgets them all (_write).
         self._rows: dict[str, sqlite3.Row] = {}
+        # The ModelInfo built from each kept row (B1: its JSON and Path parsed per create),
+        # with the store set and hashing flag it was built under; valid while the row is.
+        self._infos: dict[str, tuple[sqlite3.Row, set[str], bool, ModelInfo]] = {}
         self._rows_generation = 0  # moves on at every forget: a read begun before is not kept
 
     # -- reading -------------------------------------------------------------------------
@@ -143,11 +147,18 @@ class ModelRegistry:
         if (row is None or not self._listed(row)) and self.gate.recording:
             await self.gate.wait_recorded()  # it may be among the files being recorded
             row = await self._read_row(model_id)
+        hashing = model_id in self._hashing
+        kept = self._infos.get(model_id)
+        if kept is not None and kept[0] is row and kept[1] is self.sources and kept[2] == hashing:
+            return copy.copy(kept[3])  # a caller may set its state (path_for_run)
         if row is None or not self._listed(row):
             if self.upstreams is not None and "/" in model_id:
                 self.upstreams.info(model_id)  # says which upstream is missing
             raise model_not_found(model_id)
-        return ModelInfo.from_row(row, hashing=model_id in self._hashing)
+        info = ModelInfo.from_row(row, hashing=hashing)
+        if self._rows.get(model_id) is row:
+            self._infos[model_id] = (row, self.sources, hashing, info)
+        return copy.copy(info)
 
     async def _read_row(self, model_id: str) -> sqlite3.Row | None:
         generation = self._rows_generation
@@ -535,6 +546,7 @@ class ModelRegistry:
             return await self.db.run(work)
         finally:
             self._rows.clear()
+            self._infos.clear()
             self._rows_generation += 1
 
     def _emit(self, event: ModelEvent) -> None:

@@ -434,3 +434,23 @@ async def test_a_lookup_read_before_a_change_is_not_kept(
     release.set()
     assert (await lookup).state == "verified"  # read before the change: as it was then
     assert (await reg.get("m")).state == "missing"
+
+
+async def test_a_kept_lookup_follows_each_change_and_is_the_callers_own(
+    store: Store, folder: Path
+) -> None:
+    """Each create gets its model's info from memory (B1), rebuilt after any write to the
+    models table; a caller changing its copy (as path_for_run sets a state) changes nothing
+    for the next one."""
+    path = write_gguf(folder / "m.gguf")
+    reg = registry(store, folder)
+    await reg.scan()
+    assert (await reg.get("m")).state == "verified"
+    kept = await reg.get("m")  # from memory now
+    kept.state = "invalid"
+    assert (await reg.get("m")).state == "verified"
+    touch_later(path)
+    assert (await refused(reg, "m")).code == "model_changed"  # written: changed
+    assert (await reg.get("m")).state == "changed"
+    assert (await reg.verify("m")).state == "verified"
+    assert (await reg.get("m")).state == "verified"
