@@ -11,6 +11,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any, cast, overload
 
 import orjson
@@ -23,6 +24,7 @@ Row = sqlite3.Row
 # A transition's events for one task, from its row after the change.
 EventFactory = Callable[[Row], list[dict[str, Any]]]
 DELTA = str(EventType.OUTPUT_TEXT_DELTA)
+_quoted: Callable[[str], str] = encode_basestring_ascii  # json.dumps(str), the C part
 # A run of 19 digits may be an integer past 64 bits, which orjson reads as a float. Spelt
 # with a leading class of its own so that `re` skips to the next digit at C speed: r"\d{19}"
 # tried every position (about 0.7 ms for a 1 KB request, twice orjson's parse of it).
@@ -72,13 +74,15 @@ def numbered_deltas(
     task_id: str, item_id: str | None, deltas: Sequence[str], first: int, now: float
 ) -> list[tuple[Any, ...]]:
     """The rows of text deltas numbered from `first`. The hot path (every token): each
-    event's JSON is put together from a shared prefix instead of serialising a dict."""
+    event's JSON is put together from a shared prefix instead of serialising a dict, each
+    text quoted by json's own C quoting (what json.dumps of a str calls, at a sixth of its
+    cost)."""
     prefix = (
         f'{{"type":"{DELTA}","item_id":'
         f'{json.dumps(item_id)},"output_index":0,"content_index":0,"delta":'
     )
     return [
-        (task_id, seq, DELTA, now, f'{prefix}{json.dumps(d)},"sequence_number":{seq}}}')
+        (task_id, seq, DELTA, now, f'{prefix}{_quoted(d)},"sequence_number":{seq}}}')
         for seq, d in enumerate(deltas, first)
     ]
 

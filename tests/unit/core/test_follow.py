@@ -86,3 +86,21 @@ async def test_a_reader_that_falls_behind_reads_the_gap_from_the_log(store: Stor
     await store.tasks.finish(task_id, incomplete_reason=None, output_tokens=10, input_tokens=1)
     await asyncio.wait_for(reader, 10)
     assert seen == (await store.tasks.events(task_id))[2:]
+
+
+async def test_awkward_text_streams_and_replays_the_same(store: Store) -> None:
+    """Quotes, backslashes, control characters, non-ASCII and emoji: what a follower hears
+    from the commit and what a reconnecting client replays from the log are the same text
+    (the log's JSON is put together by hand on this hot path, events.numbered_deltas)."""
+    task_id = await running_task(store)
+    heard: list[dict[str, Any]] = []
+    store.tasks.listeners.append(lambda change: heard.extend(change.events))
+    deltas = ['say "hi"', "a\\b", "\n\t\x00\x1f", "é ñ 中文", "😀", "\u2028\u2029", "</script>"]
+    assert await store.tasks.append_deltas(
+        task_id, deltas, output_tokens=7, input_tokens=1, snapshot=None
+    )
+    replayed = [e for e in await store.tasks.events(task_id) if e["type"].endswith(".delta")]
+    assert [e["delta"] for e in replayed] == deltas
+    assert heard == replayed
+    row = await store.tasks.get(task_id)
+    assert row["output_text"] == "".join(deltas)
