@@ -46,6 +46,11 @@ class Transition:
     response_sets: Mapping[str, Any] = field(default_factory=dict)
 
 
+# A response column the joined row does not read (an embedding's vectors): never equal to
+# its new value, so it is always written.
+_UNREAD = object()
+
+
 def marks(values: Sized) -> str:
     return ",".join("?" for _ in range(len(values)))
 
@@ -90,7 +95,7 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
     response_updates: list[tuple[Any, ...]] = []
     for row in rows:
         task_values = _applied(row, task_sets)
-        response_before = [row[column] for column in move.response_sets]
+        response_before = [row.get(column, _UNREAD) for column in move.response_sets]
         response_values = _applied(row, move.response_sets)
         seq = row["last_seq"]
         for event in move.events(cast(Row, row)):
