@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import functools
 import logging
 import os
@@ -80,6 +81,20 @@ def translate(exc: sqlite3.Error, path: Path) -> Exception:
     if isinstance(exc, sqlite3.OperationalError) and "file is too large" in text:
         return StorageFullError(str(path.parent))
     return exc
+
+
+def _copy_whole(source: Path, target: Path) -> None:
+    """Copy `source` to `target` whole or not at all: a disk that fills up mid-copy left a
+    truncated backup that looked like a good one. Written beside it, then renamed."""
+    partial = target.with_name(f"{target.name}.partial")
+    try:
+        shutil.copy2(source, partial)
+        os.replace(partial, target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise StorageFullError(str(target.parent)) from exc
+        raise
 
 
 def _secure_create(path: Path) -> None:
@@ -242,7 +257,7 @@ class Database:
         if version > 0:
             backup = self.path.with_name(f"{self.path.name}.v{version}.bak")
             await self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            shutil.copy2(self.path, backup)
+            _copy_whole(self.path, backup)
             log.info("backed up %s to %s before migrating", self.path, backup)
         for target in range(version, CURRENT_VERSION):
             await self._writer.execute("BEGIN IMMEDIATE")

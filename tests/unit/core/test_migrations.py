@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import stat
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lmsp_desktop.core.config import database_path
+from lmsp_desktop.core.errors import StorageFullError
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.db import Database, DatabaseError
@@ -204,6 +206,35 @@ async def test_migration_backs_up_first_and_runs_in_its_own_transaction(
     assert backup.exists()
     assert pragma(backup, "user_version") == CURRENT_VERSION
     assert stat.S_IMODE(backup.stat().st_mode) & 0o077 == 0
+
+
+async def test_a_disk_full_during_the_backup_leaves_no_backup_and_the_file_unchanged(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(data_dir)
+    await store.open()
+    task_id = await create(store.tasks)
+    await store.close()
+    path = database_path(data_dir)
+
+    def copy_until_full(source: Path, target: Path) -> None:
+        Path(target).write_bytes(Path(source).read_bytes()[:4096])  # cut short
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(db_module.shutil, "copy2", copy_until_full)
+    monkeypatch.setattr(db_module, "MIGRATIONS", [*MIGRATIONS, "CREATE TABLE later (x);\n"])
+    monkeypatch.setattr(db_module, "CURRENT_VERSION", CURRENT_VERSION + 1)
+    with pytest.raises(StorageFullError, match="Free some space"):
+        await Store(data_dir).open()
+    monkeypatch.undo()
+    assert sorted(p.name for p in path.parent.iterdir() if ".bak" in p.name) == []
+    assert pragma(path, "user_version") == CURRENT_VERSION
+    store = Store(data_dir)
+    await store.open()
+    try:
+        assert (await store.tasks.get(task_id))["state"] == "queued"
+    finally:
+        await store.close()
 
 
 async def test_a_failing_migration_changes_nothing(
