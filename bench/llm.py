@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -146,17 +147,26 @@ async def against_responses(
     return best(others), best(responses)
 
 
+# The in-process peers: the project's engine with the OpenMP wait policy its worker runs
+# with (passive, llama_native.lowlevel), the same engine with llama.cpp's own default (no
+# OMP_WAIT_POLICY: threads spin a while at each barrier), and plain llama_cpp.
+ENGINE, ENGINE_OMP_DEFAULT, LLAMA = "engine", "engine-omp-default", "llama"
+# An in-process generation stops after this long (its rate counts the tokens it made): with
+# spinning OpenMP threads on a loaded machine a 128-token run took minutes (0.7 tok/s).
+IN_PROCESS_CAP_S = 30.0
+
+
 def measure_in_process(kind: str, max_tokens: int) -> Stream:
     """One warm-up generation, then the measured one, in this process."""
 
     async def go() -> Stream:
         local = InProcess(demo_model())
-        await local.load(with_llama=kind == "llama")
+        await local.load(with_llama=kind == LLAMA)
         try:
             for tokens in (min(16, max_tokens), max_tokens):  # a short warm-up, then measured
                 # Every thread of this process (llama.cpp's decode threads included).
                 cpu = time.process_time()
-                if kind == "engine":
+                if kind != LLAMA:
                     stream = await local.engine_generate(tokens)
                 else:
                     stream = await asyncio.to_thread(local.llama_generate, tokens)
@@ -233,15 +243,21 @@ class InProcess:
 
     async def engine_generate(self, max_tokens: int) -> Stream:
         from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
+        from lmsp_desktop.core.runner import COMMIT_INTERVAL_S
 
         stream = Stream()
+        # The work the service's worker does: tokens handed over in groups of the runner's
+        # commit interval (the worker runs the engine with the task's sink_interval), not
+        # one hand-over (and one event-loop wake-up) per token.
         request = GenerationRequest(
             messages=[{"role": "user", "content": PROMPT}],
             max_output_tokens=max_tokens,
             temperature=0.0,
             top_p=1.0,
             seed=1,
+            sink_interval=COMMIT_INTERVAL_S,
         )
+        cap = time.perf_counter() + IN_PROCESS_CAP_S
 
         async def sink(pieces: list[TokenPiece]) -> bool:
             now = time.perf_counter()
@@ -249,7 +265,7 @@ class InProcess:
                 if piece.text:
                     stream.times.append(now)
                     stream.text += piece.text
-            return True
+            return now < cap
 
         await self.model.generate(request, sink)
         return stream
@@ -275,5 +291,10 @@ class InProcess:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == ENGINE_OMP_DEFAULT:
+        # libgomp reads OMP_WAIT_POLICY once, when llama_cpp's library loads it: load it
+        # here without the variable (lowlevel() sets it only when the variable is unset).
+        os.environ.pop("OMP_WAIT_POLICY", None)
+        import llama_cpp.llama_cpp  # noqa: F401
     found = measure_in_process(sys.argv[1], int(sys.argv[2]))
     print(json.dumps({"times": found.times, "text": found.text, "cpu_s": found.cpu_s}))

@@ -398,7 +398,8 @@ class BatchDecoder:
     def _sample_rows(self, rows: list[tuple[Job, int]]) -> None:
         emitted: list[tuple[TokenChannel, TokenPiece]] = []
         for job, index in rows:
-            self._sample(job, self._calls.logits_row(self._ctx, index, self._n_vocab), emitted)
+            # Sampled before this thread's next decode overwrites the row.
+            self._sample(job, self._calls.logits_view(self._ctx, index, self._n_vocab), emitted)
         if emitted:
             emit_all(emitted[0][0].loop, emitted)
 

@@ -259,16 +259,34 @@ class GilHoldingCalls:
         holding = ctypes.PyDLL(lib._name, handle=lib._handle)
         self._logits_ith = holding.llama_get_logits_ith
         self._logits_ith.argtypes = [ctypes.c_void_p, ctypes.c_int32]
-        self._logits_ith.restype = ctypes.POINTER(ctypes.c_float)
+        self._logits_ith.restype = ctypes.c_void_p  # the row's address, an int
+        # Read-only numpy views of logits rows by address (the rows of llama.cpp's output
+        # buffer): building a view costs 13 us, looking one up 0.1 us.
+        self._views: dict[tuple[int, int], npt.NDArray[np.float32]] = {}
         self._is_eog = holding.llama_vocab_is_eog
         self._is_eog.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         self._is_eog.restype = ctypes.c_bool
 
-    def logits_row(self, ctx: Any, index: int, n_vocab: int) -> npt.NDArray[np.float32]:
-        """A copy of the logits of batch row `index` of the last decode."""
-        pointer = self._logits_ith(ctx, index)
-        row: npt.NDArray[np.float32] = np.ctypeslib.as_array(pointer, shape=(n_vocab,))
-        return row.copy()
+    def logits_view(self, ctx: Any, index: int, n_vocab: int) -> npt.NDArray[np.float32]:
+        """The logits of batch row `index` of the last decode, read in place (llama.cpp's
+        buffer, not a copy): valid until the context's next decode, read-only. Copying the
+        row (the demo's 49,152 floats) cost 19 us per token, as much as its argmax.
+
+        A view is only an address and a length: one kept from an earlier decode is the
+        same view when llama.cpp gives that address again (a reallocated buffer gives new
+        addresses, and new views)."""
+        address = self._logits_ith(ctx, index)
+        if not address:
+            raise RuntimeError(f"llama_get_logits_ith gave no logits for row {index}")
+        key = (address, n_vocab)
+        row = self._views.get(key)
+        if row is None:
+            if len(self._views) >= 256:  # rows of buffers since reallocated
+                self._views.clear()
+            array = (ctypes.c_float * n_vocab).from_address(address)
+            row = self._views[key] = np.ctypeslib.as_array(array)
+            row.flags.writeable = False
+        return row
 
     def is_eog(self, vocab: Any, token: int) -> bool:
         return bool(self._is_eog(vocab, token))
