@@ -41,9 +41,11 @@ MAX_GROUP = 256  # units of work one group commit takes at most
 # between group commits once this many frames wait, instead of SQLite's automatic
 # checkpoint inside a COMMIT at 1000: a checkpoint costs its pages plus an fsync of the
 # database file, and inside a commit every unit of that group (and every writer queued
-# behind it) waited for it. 512 frames (2 MiB) keep each step short: measured at load 8,
-# a step took 14 ms at the median for 512 frames as for 256 (the fsync dominates).
-CHECKPOINT_FRAMES = 512
+# behind it) waited for it. At SQLite's own threshold, 1000 frames (4 MiB): measured at
+# load 8, a step took 14 ms at the median for 512 frames as for 256 (the fsync dominates),
+# so steps half as often cost half as much; at 512, streaming 32 tasks (B2) made twice the
+# checkpoints of the raw loop it is measured against.
+CHECKPOINT_FRAMES = 1000
 # The wal-index header at the start of the -shm file (sqlite.org/walformat.html), in the
 # machine's byte order: mxFrame (the last valid frame) and nBackfill (frames copied back).
 _SHM_U32 = struct.Struct("=I")
