@@ -5,6 +5,7 @@ prompts do not disturb the other streams, and resume stays exact inside a shared
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest_asyncio
 from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
 from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel
 from lmsp_desktop.core.engines.llama_batch import SHARED_CHUNK
+from lmsp_desktop.core.engines.pump import TokenChannel
 from lmsp_desktop.core.models.demo import demo_model_path
+from tests.support.polling import until
 
 THREADS = 1
 PROMPTS = [
@@ -47,6 +50,52 @@ class Collector:
     @property
     def text(self) -> str:
         return "".join(p.text for p in self.pieces)
+
+
+class Emitted:
+    """Every token in the order the decoding thread sampled it, each with the number of
+    prompt chunks the model had read by then. What a stream got while a prompt was read is
+    counted here, not in its sink: a sink is handed its tokens by the event loop, which on
+    a loaded machine can hand the prompt's first token over before the stream's last few."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, model: LlamaModel) -> None:
+        self.log: list[tuple[TokenChannel, int]] = []
+        self._decoders = model._all_decoders
+        append = TokenChannel._append
+
+        def recording(channel: TokenChannel, piece: TokenPiece) -> object:
+            self.log.append((channel, self.chunks()))
+            return append(channel, piece)
+
+        monkeypatch.setattr(TokenChannel, "_append", recording)
+
+    def chunks(self) -> int:
+        """Prompt chunks the model has read so far (on every core)."""
+        return sum(d.wide_chunks for d in self._decoders)
+
+    def between_chunks(self, since: int) -> list[int]:
+        """For each generation in the order of their first tokens, the tokens it got after
+        the first prompt chunk read past `since` and before the first token of the last
+        generation to start (the prompt's reader)."""
+        channels = list(dict.fromkeys(channel for channel, _ in self.log))
+        reader = channels[-1]
+        read = next(chunks for channel, chunks in self.log if channel is reader)
+        return [
+            sum(1 for ch, chunks in self.log if ch is channel and since < chunks < read)
+            for channel in channels[:-1]
+        ]
+
+
+@contextlib.asynccontextmanager
+async def admitted_together(model: LlamaModel, count: int) -> AsyncIterator[None]:
+    """The generations started inside join the (one-context) model's batch at the same
+    step: its decoding thread waits while they are submitted. Each tokenizes its prompt in
+    a thread first, so on a loaded machine the first would otherwise decode alone for many
+    steps before the next came."""
+    (decoder,) = model._all_decoders
+    with decoder._wake:  # the thread takes its arrivals under this (re-entrant) lock
+        yield
+        await until(lambda: len(decoder._waiting) >= count, what="the submitted generations")
 
 
 # The tests share one loaded model (one load, one exactness probe), so they share its loop.
@@ -104,7 +153,11 @@ async def test_shared_decodes_give_each_sequence_its_solo_tokens(model: LlamaMod
             for r in requests
         ]
         steps_before = model.steps
-        await asyncio.gather(*(model.generate(r, s) for r, s in zip(fresh, sinks, strict=True)))
+        async with admitted_together(model, len(fresh)):
+            running = [
+                asyncio.create_task(model.generate(r, s)) for r, s in zip(fresh, sinks, strict=True)
+            ]
+        await asyncio.gather(*running)
         together = [s.ids for s in sinks]
         assert together == alone
         # They really shared decodes: far fewer steps than tokens.
@@ -177,25 +230,24 @@ async def test_cancel_stops_one_stream_within_a_token_and_not_the_others(
     assert other.ids == reference
 
 
-async def test_a_long_prompt_does_not_stall_a_running_stream(model: LlamaModel) -> None:
+async def test_a_long_prompt_does_not_stall_a_running_stream(
+    model: LlamaModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emitted = Emitted(monkeypatch, model)
     stream = Collector()
-    running = asyncio.create_task(model.generate(request(PROMPTS[0], max_output_tokens=60), stream))
+    # Stopped once the prompt is read: its length is only room to keep streaming meanwhile.
+    stream_request = request(PROMPTS[0], max_output_tokens=400)
+    running = asyncio.create_task(model.generate(stream_request, stream))
     await stream.wait_for(3)
     long_prompt = [{"role": "user", "content": "Summarise this. " + "The tide rises. " * 240}]
-    reader = Collector()
-    at_start = len(stream.pieces)
-    first_token_seen: list[int] = []
-
-    async def reader_sink(batch: list[TokenPiece]) -> bool:
-        if not first_token_seen:
-            first_token_seen.append(len(stream.pieces))
-        return await reader(batch)
-
-    result = await model.generate(request(long_prompt, max_output_tokens=2), reader_sink)
-    await running
+    since = emitted.chunks()
+    result = await model.generate(request(long_prompt, max_output_tokens=2), Collector())
+    stream_request.cancel.set()
+    assert (await running).finish_reason == "cancelled"  # it was still streaming
     assert result.input_tokens > 4 * SHARED_CHUNK  # several prompt chunks
-    # The running stream kept getting tokens while the long prompt was being read.
-    assert first_token_seen[0] - at_start >= 3
+    # The running stream kept getting tokens while the long prompt was being read: one
+    # between each two of its chunks (none if they were read back to back).
+    assert emitted.between_chunks(since)[0] >= 3
 
 
 async def test_resume_inside_a_shared_batch_is_exact(model: LlamaModel) -> None:
@@ -312,28 +364,34 @@ async def test_two_contexts_share_the_weights_and_the_prefix_cache() -> None:
         await model.unload()
 
 
-async def test_a_long_prompt_takes_every_core_and_both_contexts_streams_keep_streaming() -> None:
+async def test_a_long_prompt_takes_every_core_and_both_contexts_streams_keep_streaming(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """B16's third row: two streams run, one in each of the model's two contexts, and a long
     prompt joins one of them. Its chunks are read on every core while the other context
     waits (prompt priority); between two chunks both streams get a token; nobody's tokens
     change for it."""
     path = demo_model_path()
     assert path is not None
-    notes = (f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(60))
+    # About 680 tokens: six chunks, five gaps between them.
+    notes = (f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(45))
     long_prompt = [{"role": "user", "content": " ".join(notes) + " Summarise the notes."}]
 
-    async def load() -> LlamaModel:
-        return await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=4, contexts=2).load(
-            Path(path)
-        )
+    async def load(exact: bool | None = None) -> LlamaModel:
+        engine = LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=4, contexts=2)
+        return await engine.load(Path(path), exact=exact)
 
     model = await load()
     try:
         alone = [await solo(model, request(p, max_output_tokens=120)) for p in PROMPTS[:2]]
         prompt_alone = await solo(model, request(long_prompt, max_output_tokens=6))
+        verdict = model.exact_verdict
     finally:
         await model.unload()
-    model = await load()  # nothing of the prompt in its prefix cache
+    # Nothing of the prompt in its prefix cache; the same file and settings, so the first
+    # load's probe verdict is given, as a restarted service is given its kept verdict.
+    model = await load(verdict)
+    emitted = Emitted(monkeypatch, model)
     try:
         streams = [Collector(), Collector()]
         running = [
@@ -343,26 +401,18 @@ async def test_a_long_prompt_takes_every_core_and_both_contexts_streams_keep_str
         for stream in streams:
             await stream.wait_for(3)
         assert all(d.active == 1 for d in model._all_decoders)  # one stream in each context
-        at_request = [len(s.pieces) for s in streams]
-        at_first_token: list[list[int]] = []
+        since = emitted.chunks()
         reader = Collector()
-
-        async def noting(batch: list[TokenPiece]) -> bool:
-            if not at_first_token:
-                at_first_token.append([len(s.pieces) for s in streams])
-            return await reader(batch)
-
-        wide = sum(d.wide_chunks for d in model._all_decoders)
-        result = await model.generate(request(long_prompt, max_output_tokens=6), noting)
+        result = await model.generate(request(long_prompt, max_output_tokens=6), reader)
         await asyncio.gather(*running)
         assert result.cached_tokens == 0
         # Every chunk of the prompt was read on every core, although both contexts had a
         # running stream (before: one core, the other context's stream kept its own).
-        chunks = sum(d.wide_chunks for d in model._all_decoders) - wide
+        chunks = emitted.chunks() - since
         assert chunks >= result.input_tokens // SHARED_CHUNK, (chunks, result.input_tokens)
-        # Both streams kept streaming while it was read: a token per chunk.
-        for before, after in zip(at_request, at_first_token[0], strict=True):
-            assert after - before >= 3, (at_request, at_first_token)
+        # Both streams kept streaming while it was read: a token between each two chunks.
+        between = emitted.between_chunks(since)
+        assert len(between) == 2 and min(between) >= 3, between
         assert [s.ids for s in streams] == alone
         assert reader.ids == prompt_alone
     finally:
