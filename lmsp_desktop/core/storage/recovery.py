@@ -122,21 +122,22 @@ def _recover_batch(
     (state, policy) cell of table 11.3, one set-based transition per cell. `boot` marks the
     tasks as handled by this startup (None: after an engine crash, unmarked)."""
     marks = ",".join("?" for _ in ids)
-    rows = conn.execute(
+    read = conn.cursor()
+    read.row_factory = None  # plain tuples; the states compared as text, enums once per cell
+    rows = read.execute(
         f"SELECT id, state, on_restart, recovered_boot FROM tasks WHERE id IN ({marks}) ORDER BY n",
         ids,
     ).fetchall()
-    cells: dict[tuple[TaskState, RestartPolicy], list[str]] = {}
-    order = {row["id"]: i for i, row in enumerate(rows)}
-    for row in rows:
-        if TaskState(row["state"]) not in UNFINISHED or (
-            boot is not None and row["recovered_boot"] == boot
-        ):
+    cells: dict[tuple[str, str], list[str]] = {}
+    order: dict[str, int] = {}
+    for at, (task_id, state, on_restart, recovered_boot) in enumerate(rows):
+        order[task_id] = at
+        if state not in UNFINISHED or (boot is not None and recovered_boot == boot):
             continue  # handled meanwhile (another recovery, or the task moved on)
-        key = (TaskState(row["state"]), RestartPolicy(row["on_restart"]))
-        cells.setdefault(key, []).append(row["id"])
+        cells.setdefault((state, on_restart), []).append(task_id)
     done = []
-    for (before, policy), task_ids in cells.items():
+    for (state, on_restart), task_ids in cells.items():
+        before, policy = TaskState(state), RestartPolicy(on_restart)
         after = RECOVERY_TABLE[(before, policy)]
         event_type, move = _cell_move(task_ids, before, after, boot, now, error)
         event = str(event_type)
