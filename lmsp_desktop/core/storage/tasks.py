@@ -315,20 +315,23 @@ class TaskStore(TaskReads):
         """Once a batch's commit has returned, in the same loop turn: its tasks' changes are
         published in the writer's order (a cancel committed after these deltas is heard
         after them, never before), then each appender learns its outcome."""
-        if not committed.cancelled() and committed.exception() is None:
-            self.publish(
-                TaskChange(
-                    task_id,
-                    TaskState.RUNNING,
-                    appended.last_seq,
-                    appended.model,
-                    (DELTA,),
-                    # The committed events themselves (what json.loads of the rows gives).
-                    DeltaEvents(appended.item_id, batch.deltas_of(task_id), appended.first_seq),
+        try:
+            if not committed.cancelled() and committed.exception() is None:
+                self.publish(
+                    TaskChange(
+                        task_id,
+                        TaskState.RUNNING,
+                        appended.last_seq,
+                        appended.model,
+                        (DELTA,),
+                        # The committed events themselves (what json.loads of the rows gives).
+                        DeltaEvents(appended.item_id, batch.deltas_of(task_id), appended.first_seq),
+                    )
+                    for task_id, appended in committed.result().items()
                 )
-                for task_id, appended in committed.result().items()
-            )
-        batch.settle(committed)
+        finally:
+            # Whatever happened above, no appender may wait for ever.
+            batch.settle(committed)
 
     async def finish(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from typing import Any
@@ -278,6 +279,34 @@ async def test_snapshot_and_deltas_fail_together(
             task_id, ["!"], output_tokens=3, input_tokens=3, snapshot={"tokens": [1, 2, 3]}
         )
     assert dump(store.db.path) == before
+
+
+async def test_an_appender_is_answered_even_when_publishing_its_commit_fails(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deltas committed; a failure while telling the listeners must not leave the
+    generating task waiting for ever on its append (it would stop streaming silently)."""
+    task_id = await drive(store.tasks, TaskState.RUNNING)
+    loop = asyncio.get_running_loop()
+    failures: list[str] = []
+    loop.set_exception_handler(lambda _loop, context: failures.append(context["message"]))
+
+    def broken_change(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a change that cannot be built")
+
+    monkeypatch.setattr(task_store_module, "DeltaEvents", broken_change)
+    try:
+        appended = await asyncio.wait_for(
+            store.tasks.append_deltas(
+                task_id, ["!"], output_tokens=3, input_tokens=3, snapshot=None
+            ),
+            timeout=30,  # a bound for the failure case only: answered at once otherwise
+        )
+    finally:
+        loop.set_exception_handler(None)
+    assert appended  # committed: the text is there
+    assert (await store.tasks.get(task_id))["output_text"].endswith("!")
+    assert failures  # and the failure was reported, not swallowed
 
 
 async def test_deltas_after_cancel_are_refused_and_not_persisted(store: Store) -> None:
