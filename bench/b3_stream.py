@@ -155,7 +155,7 @@ def run(work: Path, quick: bool) -> list[Row]:
             "llama_cpp",
             note=f"{_spread(found.ratios(ENGINE_OMP_DEFAULT, LLAMA))}; "
             + engine_work.format(per_token_ms[ENGINE_OMP_DEFAULT])
-            + "; each run stopped after 30 s",
+            + "; each run stopped after 10 s",
         ),
         Row(
             "B3",

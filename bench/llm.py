@@ -153,7 +153,7 @@ async def against_responses(
 ENGINE, ENGINE_OMP_DEFAULT, LLAMA = "engine", "engine-omp-default", "llama"
 # An in-process generation stops after this long (its rate counts the tokens it made): with
 # spinning OpenMP threads on a loaded machine a 128-token run took minutes (0.7 tok/s).
-IN_PROCESS_CAP_S = 30.0
+IN_PROCESS_CAP_S = 10.0
 
 
 def measure_in_process(kind: str, max_tokens: int) -> Stream:
