@@ -502,9 +502,13 @@ class Core(ClientCalls):
         return str(task["id"])
 
     async def hub_downloaded(self, repo: str, choices: list[GgufChoice]) -> set[str]:
-        return await asyncio.to_thread(
-            lambda: {choice.name for choice in choices if downloaded(repo, choice)}
-        )
+        try:
+            return await asyncio.to_thread(
+                lambda: {choice.name for choice in choices if downloaded(repo, choice)}
+            )
+        except (OSError, ValueError) as exc:  # an unreadable cache: "not known", not an error
+            log.info("cannot tell what of %s is downloaded: %s", repo, exc)
+            return set()
 
     async def hub_memory_plan(self, repo: str, choice: GgufChoice) -> Plan | None:
         """What `choice` would take here (fits / tight / won't fit), from its header on the

@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from huggingface_hub import scan_cache_dir
+from huggingface_hub import scan_cache_dir, try_to_load_from_cache
 
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull
@@ -71,6 +71,24 @@ async def test_a_pulled_model_lands_in_the_hf_cache_verified_with_its_progress_a
     assert done == sorted(done)
     # Coalesced: a handful of events for 98 MB, not one per chunk.
     assert len(progress) < 200
+
+
+async def test_a_pull_after_the_repo_moved_on_points_main_at_the_new_commit(
+    hub: Hub, store: Store, manager: DownloadManager
+) -> None:
+    repo = hub.server.repos[TINY_REPO]
+    first = await finished(store, (await pull(store.tasks, TINY_REPO, "Q8_0"))["id"])
+    assert first["state"] == "completed", error_of(first)
+    ref = hub.cache / f"models--{TINY_REPO.replace('/', '--')}" / "refs" / "main"
+    assert ref.read_text() == repo.commit
+    repo.commit = "f" * 40  # the publisher pushed a new commit
+    second = await finished(store, (await pull(store.tasks, TINY_REPO, "Q8_0"))["id"])
+    assert second["state"] == "completed", error_of(second)
+    # As hf_hub_download leaves it: `main` names the commit fetched last, so the file is
+    # found at `main` (the download dialog's "downloaded" mark, other tools' lookups).
+    assert ref.read_text() == "f" * 40
+    found = try_to_load_from_cache(TINY_REPO, "tiny-Q8_0.gguf", cache_dir=hub.cache)
+    assert isinstance(found, str) and f"/snapshots/{'f' * 40}/" in found
 
 
 async def test_a_stream_cut_mid_way_resumes_from_the_bytes_received(

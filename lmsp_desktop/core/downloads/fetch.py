@@ -99,7 +99,9 @@ def fetch(
         repo,
     )
     ref = storage_folder(repo) / "refs" / revision
-    if revision != commit and not ref.exists():  # as hf_hub_download(revision=branch) does
+    # The branch points at the commit fetched, as hf_hub_download(revision=branch) leaves it
+    # (kept at an older commit, a file fetched at a newer one was not found under `main`).
+    if revision != commit and (not ref.exists() or ref.read_text() != commit):
         ref.parent.mkdir(parents=True, exist_ok=True)
         ref.write_text(commit)
     return Path(path)

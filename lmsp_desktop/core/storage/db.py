@@ -91,12 +91,27 @@ def _copy_whole(source: Path, target: Path) -> None:
     partial = target.with_name(f"{target.name}.partial")
     try:
         shutil.copy2(source, partial)
+        # On disk before its name says it is whole (a power cut could leave the name on
+        # an empty file), and the name on disk before the migration changes the database.
+        with open(partial, "rb+") as copied:
+            os.fsync(copied.fileno())
         os.replace(partial, target)
+        _fsync_directory(target.parent)
     except OSError as exc:
         partial.unlink(missing_ok=True)
-        if exc.errno == errno.ENOSPC:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise StorageFullError(str(target.parent)) from exc
         raise
+
+
+def _fsync_directory(folder: Path) -> None:
+    if os.name == "nt":  # Windows cannot open a folder to fsync it; NTFS journals renames
+        return
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def _secure_create(path: Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from lmsp_desktop.core.errors import not_found
-from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.events import Row, response_of
 from lmsp_desktop.core.views import TaskFilter
@@ -254,12 +254,16 @@ class TaskReads:
         if rows:
             return rows
         pattern = f'%"{escape_like(item_id)}"%'
+        # Output items of ended tasks only: a running task's function call may still be
+        # half-written (its arguments streaming), and its item would read as complete.
+        ended = ",".join("?" for _ in TERMINAL)
         return await self.db.fetchall(
             JOINED
-            + " WHERE (r.request LIKE ? ESCAPE '\\' OR r.output_items LIKE ? ESCAPE '\\')"
+            + " WHERE (r.request LIKE ? ESCAPE '\\'"
+            + f" OR (r.output_items LIKE ? ESCAPE '\\' AND t.state IN ({ended})))"
             + owner
             + " ORDER BY t.n DESC LIMIT 50",
-            (pattern, pattern, *params),
+            (pattern, pattern, *map(str, TERMINAL), *params),
         )
 
     async def unfinished(

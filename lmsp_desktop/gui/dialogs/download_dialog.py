@@ -198,16 +198,18 @@ class DownloadDialog(QDialog):
         choice = self.selected_choice()
         if choice is None:
             return None
+        repo = self.repo  # another may be picked while the pull is created
         self.download_button.setEnabled(False)
         try:
-            task_id = await self.core.pull_model(self.repo, choice.name)
+            task_id = await self.core.pull_model(repo, choice.name)
         except LmspError as exc:
             self.status.setText(exc.message)
             return None
         finally:
             self._update()
-        self.downloading.add((self.repo, choice.name))
-        self._describe(choice)
+        self.downloading.add((repo, choice.name))
+        if repo == self.repo and self.selected_choice() == choice:
+            self._describe(choice)
         self.started.emit(task_id)
         return task_id
 

@@ -57,8 +57,12 @@ class EarlierRuns:
         after it. Reads the store only when `restarts` moved since the last call."""
         reading = self._tasks.pop(task_id, None) or _Reading()
         self._tasks[task_id] = reading  # the most recent last
-        while len(self._tasks) > self.keep:
-            self._tasks.popitem(last=False)
+        # The oldest go, except one still being read: dropped mid-read, the next ask would
+        # start a second reading of the same events beside it.
+        for old_id in [t for t, r in self._tasks.items() if not r.lock.locked()]:
+            if len(self._tasks) <= self.keep:
+                break
+            del self._tasks[old_id]
         async with reading.lock:
             if reading.restarts == restarts:
                 return reading.earlier

@@ -74,6 +74,9 @@ class ModelMemoryPanel(QGroupBox):
         self.revert_button.setEnabled(False)
         self.revert_button.clicked.connect(lambda: aio.spawn(self.revert(), self))
         self._drafts: dict[str, ModelSettings] = {}  # each model's changes not saved yet
+        # Whose values the controls hold: while the next model's settings are read, they
+        # still hold the last one's, and an edit then is that model's (not the next one's).
+        self._shown: str | None = None
         form = QFormLayout(self)
         # The controls keep their natural width (a context spin box across a wide window
         # reads as a text field); the two lines of facts take the rest and wrap.
@@ -113,6 +116,7 @@ class ModelMemoryPanel(QGroupBox):
             # Greyed out with the last model's values, the panel read as this model's (or the
             # defaults); it shows the defaults and says what to do instead.
             self._fill(ModelSettings())
+            self._shown = None
             self.setEnabled(False)
             self.runs_with.setText(NOTHING_SELECTED)
             self.estimate.clear()
@@ -128,6 +132,7 @@ class ModelMemoryPanel(QGroupBox):
         else:
             self._drafts.pop(model_id, None)
             self._fill(stored)
+        self._shown = model_id
         self.revert_button.setEnabled(model_id in self._drafts)
         self.setEnabled(True)
         await self.refresh()
@@ -178,9 +183,11 @@ class ModelMemoryPanel(QGroupBox):
     # -- the estimate --------------------------------------------------------------------
     def _changed(self) -> None:
         self.gpu_layers.setEnabled(self.gpu_mode.currentText() == GPU_NUMBER)
-        if self._filling or self.model_id is None:
+        if self._filling or self._shown is None:
             return
-        self._drafts[self.model_id] = self.settings()
+        self._drafts[self._shown] = self.settings()
+        if self._shown != self.model_id:
+            return  # the next model's settings replace these once read
         self.revert_button.setEnabled(True)
         self.saved.setText("Not saved yet.")
         if self._estimating is not None and not self._estimating.done():

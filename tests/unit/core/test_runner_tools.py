@@ -87,6 +87,29 @@ async def test_auto_output_becomes_a_message_and_a_function_call(store: Store) -
         assert summary(events[-1]["response"]) == EXPECTED
 
 
+async def test_a_call_still_being_written_is_not_found_by_reference(store: Store) -> None:
+    engine = FakeEngine(SCRIPT)
+    engine.gate = threading.Semaphore(0)
+    async with started(Runner(store.tasks, Paths(), engine)):
+        task_id = await submit(store)
+        engine.gate.release(8)  # the call opened, its arguments half written
+
+        async def call_open() -> str | None:
+            response = await store.tasks.response_object(task_id)
+            calls = [i for i in response["output"] if i["type"] == "function_call"]
+            return calls[0]["id"] if calls else None
+
+        await until(call_open)
+        call_id = await call_open()
+        assert call_id is not None
+        # An item_reference to it now would read half its arguments as the whole call.
+        assert await store.tasks.holding_item(call_id, None) == []
+        engine.gate.release(100)
+        await until(lambda: finished(store, task_id))
+        held = await store.tasks.holding_item(call_id, None)
+        assert [row["id"] for row in held] == [task_id]
+
+
 async def test_resume_in_the_middle_of_a_call_is_exact(data_dir: Path) -> None:
     for cut in (2, 6, 8, 10):
         await _interrupt_and_resume(data_dir / str(cut), cut)

@@ -3,12 +3,14 @@ demo-sized model, memory set by the test): the three verdicts, the GPU choices, 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from lmsp_desktop.core.engines.base import ALL_LAYERS
 from lmsp_desktop.core.models.memory import GIB, Budget, ModelSettings
 from lmsp_desktop.gui.pages.model_memory import GPU_ALL, GPU_NUMBER, ModelMemoryPanel
-from tests.support.gui_core import FakeCore
+from tests.support.gui_core import FakeCore, fake_model
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
@@ -75,3 +77,30 @@ async def test_the_gpu_choices_and_save_keep_what_the_user_chose(panel, core) ->
     await panel.show_model("smollm2")
     assert panel.settings() == ModelSettings(4096, None, "q8_0", 12)
     assert "Not saved yet" not in panel.saved.text()
+
+
+async def test_an_edit_while_the_next_models_settings_are_read_stays_the_shown_models(
+    panel, core, monkeypatch
+) -> None:
+    await verdict(panel)
+    core.models_list.append(fake_model("other"))
+    read_other, other_asked = asyncio.Event(), asyncio.Event()
+    stored = core.model_settings
+
+    async def slow_settings(model_id: str) -> ModelSettings:
+        if model_id == "other":
+            other_asked.set()
+            await read_other.wait()
+        return await stored(model_id)
+
+    monkeypatch.setattr(core, "model_settings", slow_settings)
+    showing = asyncio.create_task(panel.show_model("other"))
+    await other_asked.wait()  # "other" is being read; the controls hold smollm2's values
+    panel.context.setValue(2048)
+    read_other.set()
+    await showing
+    assert panel.settings().context_length is None  # other's own (stored) settings
+    assert "Not saved yet" not in panel.saved.text()
+    await panel.show_model("smollm2")
+    assert panel.settings().context_length == 2048  # the edit was smollm2's
+    assert "Not saved yet" in panel.saved.text()
