@@ -325,8 +325,13 @@ class LlamaModel:
 
     @property
     def steps(self) -> int:
-        """llama_decode steps so far, all contexts together."""
+        """Decoding-loop turns so far, all contexts together."""
         return sum(decoder.steps for decoder in self._all_decoders)
+
+    @property
+    def decodes(self) -> int:
+        """llama_decode calls so far, all contexts together."""
+        return sum(decoder.decodes for decoder in self._all_decoders)
 
     @property
     def sampled_tokens(self) -> int:

@@ -140,7 +140,8 @@ class BatchDecoder:
         self._running: list[Job] = []
         self._wake = threading.Condition()
         self._closing = False
-        self.steps = 0
+        self.steps = 0  # turns of the decoding loop
+        self.decodes = 0  # llama_decode calls (a step shared by its sequences makes one)
         self.wide_chunks = 0  # prompt chunks read on all cores
         self.aborted_chunks = 0  # prompt chunks a cancel stopped part-way
         self.last_job: Job | None = None
@@ -371,6 +372,7 @@ class BatchDecoder:
     def _run(self, batch: TokenBatch, threads: int, abortable: bool = False) -> bool:
         """Decode `batch`; False when, `abortable`, a sequence of the context was cancelled
         during the decode and llama.cpp stopped it part-way (and dropped the batch's cells)."""
+        self.decodes += 1
         if threads != self._threads_now:
             # Only on a change: a ctypes call releases the GIL and may wait a switch interval
             # to take it back while the event loop runs (see GilHoldingCalls).
