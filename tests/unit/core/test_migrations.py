@@ -182,18 +182,29 @@ async def test_a_check_beside_the_first_writes_lets_them_commit_once_it_passed(
         await store.close()
 
 
-async def test_migration_backs_up_first_and_runs_in_its_own_transaction(
-    data_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def a_database_with_one_task(data_dir: Path) -> str:
+    """A database of the current schema holding one queued task; the task's id."""
     store = Store(data_dir)
     await store.open()
     task_id = await create(store.tasks)
     await store.close()
+    return task_id
+
+
+def one_more_migration(monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    """The next open migrates to a schema one past the current, by `script`."""
+    monkeypatch.setattr(db_module, "MIGRATIONS", [*MIGRATIONS, script])
+    monkeypatch.setattr(db_module, "CURRENT_VERSION", CURRENT_VERSION + 1)
+
+
+async def test_migration_backs_up_first_and_runs_in_its_own_transaction(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task_id = await a_database_with_one_task(data_dir)
     path = database_path(data_dir)
 
     v2 = "ALTER TABLE tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;\n"
-    monkeypatch.setattr(db_module, "MIGRATIONS", [*MIGRATIONS, v2])
-    monkeypatch.setattr(db_module, "CURRENT_VERSION", CURRENT_VERSION + 1)
+    one_more_migration(monkeypatch, v2)
     store = Store(data_dir)
     await store.open()
     try:
@@ -211,10 +222,7 @@ async def test_migration_backs_up_first_and_runs_in_its_own_transaction(
 async def test_a_disk_full_during_the_backup_leaves_no_backup_and_the_file_unchanged(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = Store(data_dir)
-    await store.open()
-    task_id = await create(store.tasks)
-    await store.close()
+    task_id = await a_database_with_one_task(data_dir)
     path = database_path(data_dir)
 
     def copy_until_full(source: Path, target: Path) -> None:
@@ -222,8 +230,7 @@ async def test_a_disk_full_during_the_backup_leaves_no_backup_and_the_file_uncha
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(db_module.shutil, "copy2", copy_until_full)
-    monkeypatch.setattr(db_module, "MIGRATIONS", [*MIGRATIONS, "CREATE TABLE later (x);\n"])
-    monkeypatch.setattr(db_module, "CURRENT_VERSION", CURRENT_VERSION + 1)
+    one_more_migration(monkeypatch, "CREATE TABLE later (x);\n")
     with pytest.raises(StorageFullError, match="Free some space"):
         await Store(data_dir).open()
     monkeypatch.undo()
@@ -240,14 +247,10 @@ async def test_a_disk_full_during_the_backup_leaves_no_backup_and_the_file_uncha
 async def test_a_failing_migration_changes_nothing(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = Store(data_dir)
-    await store.open()
-    task_id = await create(store.tasks)
-    await store.close()
+    task_id = await a_database_with_one_task(data_dir)
 
     broken = "CREATE TABLE half_done (x);\nTHIS IS NOT SQL;\n"
-    monkeypatch.setattr(db_module, "MIGRATIONS", [*MIGRATIONS, broken])
-    monkeypatch.setattr(db_module, "CURRENT_VERSION", CURRENT_VERSION + 1)
+    one_more_migration(monkeypatch, broken)
     with pytest.raises(DatabaseError):
         await Store(data_dir).open()
     monkeypatch.undo()
