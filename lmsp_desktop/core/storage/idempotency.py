@@ -92,9 +92,15 @@ def claim_key(
 
 def mark_done(conn: sqlite3.Connection, claim: IdempotencyClaim, status: int, body: Any) -> None:
     """Inside a write: the key's answer is final (a retry replays `status` and `body`)."""
-    conn.execute(
+    mark_answered(conn, [(status, json.dumps(body), claim.client_id, claim.key)])
+
+
+def mark_answered(conn: sqlite3.Connection, answers: list[tuple[int, str, str, str]]) -> None:
+    """mark_done for many keys at once, each answer's body as JSON text already: rows of
+    (status, body JSON, client id, key)."""
+    conn.executemany(
         "UPDATE idempotency_keys SET state='done', status=?, body=? WHERE client_id=? AND key=?",
-        (status, json.dumps(body), claim.client_id, claim.key),
+        answers,
     )
 
 

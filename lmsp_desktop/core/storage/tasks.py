@@ -15,9 +15,8 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from lmsp_desktop.core.api.resource import build_response
 from lmsp_desktop.core.errors import conflict
 from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.listeners import notify
@@ -30,6 +29,7 @@ from lmsp_desktop.core.states import (
     TaskKind,
     TaskState,
 )
+from lmsp_desktop.core.storage.creates import Create, CreateBatch, CreateResult
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.deltas import Append, Appended, DeltaBatch
 from lmsp_desktop.core.storage.events import (
@@ -38,20 +38,18 @@ from lmsp_desktop.core.storage.events import (
     Row,
     carrying_response,
     closing_with,
-    created_event_row,
     in_progress,
     message_opened,
     to_json,
 )
-from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, claim_key, mark_done
+from lmsp_desktop.core.storage.idempotency import IdempotencyClaim
 from lmsp_desktop.core.storage.output_items import apply_events, load_items
-from lmsp_desktop.core.storage.task_reads import TaskReads, queue_length_in, row_in
+from lmsp_desktop.core.storage.task_reads import TaskReads, row_in
 from lmsp_desktop.core.storage.transitions import (
     Transition,
     append_events,
     transition_many,
     transition_one,
-    write_events,
 )
 from lmsp_desktop.core.tools.parser import Event
 from lmsp_desktop.core.views import TaskChange
@@ -72,50 +70,6 @@ class NewTask:
     kind: TaskKind = TaskKind.RESPONSE  # run by the runner: a response or an embedding
 
 
-@dataclass
-class CreateResult:
-    """The created task's response object, or a replayed idempotent answer."""
-
-    task_id: str
-    status: int
-    body: dict[str, Any]
-    replayed: bool = False
-    body_json: str | None = None  # `body` as JSON text when a new task's commit wrote it
-
-
-def created_row(spec: NewTask, now: int, request_json: str) -> dict[str, Any]:
-    """The joined row (task_reads.JOINED) of a task `create` has just inserted, with its
-    `response.created` counted (last_seq 1): the columns it wrote and the table defaults."""
-    return {
-        "n": None,
-        "id": spec.id,
-        "client_id": spec.client_id,
-        "model": spec.model,
-        "state": TaskState.QUEUED,
-        "on_restart": str(spec.on_restart),
-        "mode": spec.mode,
-        "created_at": now,
-        "recovered_boot": None,
-        "kind": str(spec.kind),
-        "started_at": None,
-        "finished_at": None,
-        "restarts": 0,
-        "last_seq": 1,
-        "snapshot": None,
-        "request": request_json,
-        "output_text": "",
-        "item_id": None,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "completed_at": None,
-        "error": None,
-        "incomplete_reason": None,
-        "output_items": None,
-        "cached_tokens": 0,
-        "stop_sequence": None,
-    }
-
-
 class TaskStore(TaskReads):
     """Creates tasks, moves them through their states, and reads them back."""
 
@@ -123,6 +77,7 @@ class TaskStore(TaskReads):
         super().__init__(db)
         self.listeners: list[Callable[[TaskChange], None]] = []
         self._deltas: DeltaBatch | None = None  # the appends waiting for the writer (B2)
+        self._creates: CreateBatch | None = None  # the creates waiting for the writer (B1)
 
     def publish(self, changes: Iterable[TaskChange]) -> None:
         """Tell the listeners about committed changes. A broken listener is logged and the
@@ -136,48 +91,14 @@ class TaskStore(TaskReads):
     ) -> CreateResult:
         """Commit the task and its `response.created` event (and the idempotency key) at once.
 
-        The caller may answer 202 as soon as this returns: the commit has happened.
+        The caller may answer 202 as soon as this returns: the commit has happened. The
+        creates made meanwhile share one unit of work for the writer (creates.py, B1).
         """
-        now = int(time.time())
-        request_json = to_json(spec.request)
-
-        def work(conn: sqlite3.Connection) -> CreateResult:
-            if idempotency is not None:
-                replay = claim_key(conn, idempotency, spec.id, now)
-                if replay is not None:
-                    return CreateResult(replay.task_id, replay.status, replay.body, True)
-            conn.execute(
-                "INSERT INTO responses (id, created_at, model, request) VALUES (?, ?, ?, ?)",
-                (spec.id, now, spec.model, request_json),
-            )
-            conn.execute(
-                "INSERT INTO tasks (id, client_id, model, state, on_restart, mode, created_at,"
-                " last_seq, kind) VALUES (?, ?, ?, 'queued', ?, ?, ?, 0, ?)",
-                (
-                    spec.id,
-                    spec.client_id,
-                    spec.model,
-                    str(spec.on_restart),
-                    spec.mode,
-                    now,
-                    str(spec.kind),
-                ),
-            )
-            # Built from what was just inserted, not read back: the queue position is the
-            # model's queue length, the new task being its last.
-            body = build_response(
-                created_row(spec, now, request_json),
-                queue_length_in(conn, spec.model),
-                spec.request,
-            )
-            body_json = to_json(body)
-            write_events(conn, spec.id, [created_event_row(spec.id, body_json, time.time())])
-            if idempotency is not None and spec.mode == "background":
-                mark_done(conn, idempotency, 202, body)  # a retry replays the 202 at once
-            status = 202 if spec.mode == "background" else 200
-            return CreateResult(spec.id, status, body, body_json=body_json)
-
-        result = await self.db.run(work)
+        create = Create(spec, idempotency, int(time.time()), to_json(spec.request))
+        self._creates, waiter = joined(
+            self.db, self._creates, create, CreateBatch, CreateBatch.settle
+        )
+        result: CreateResult = await waiter
         if not result.replayed:
             created = (EventType.CREATED,)
             self.publish(
@@ -298,18 +219,9 @@ class TaskStore(TaskReads):
         append = Append(task_id, deltas, output_tokens, input_tokens, snapshot_json)
         # The tasks generating at this moment share one batch: three statements for all of
         # them in the writer (deltas.py) instead of three each (B2).
-        batch = self._deltas
-        # A batch whose commit has ended (even one failed before its work ran) takes no more.
-        waiter = None
-        if batch is not None and batch.committed is not None and not batch.committed.done():
-            waiter = batch.add(append)
-        if waiter is None:
-            batch = self._deltas = DeltaBatch()
-            waiter = batch.add(append)
-            assert waiter is not None
-            batch.committed = self.db.submit(batch.commit)
-            batch.committed.add_done_callback(functools.partial(self._committed, batch))
-        return await waiter
+        self._deltas, waiter = joined(self.db, self._deltas, append, DeltaBatch, self._committed)
+        committed: bool = await waiter
+        return committed
 
     def _committed(self, batch: DeltaBatch, committed: asyncio.Future[dict[str, Appended]]) -> None:
         """Once a batch's commit has returned, in the same loop turn: its tasks' changes are
@@ -448,6 +360,42 @@ class TaskStore(TaskReads):
             conn.execute("DELETE FROM responses WHERE id=?", (task_id,))
 
         await self.db.run(work)
+
+
+class _Batch(Protocol):
+    """What joined() needs of a batch (DeltaBatch, CreateBatch)."""
+
+    committed: asyncio.Future[Any] | None
+
+    def add(self, item: Any) -> asyncio.Future[Any] | None: ...
+
+    def commit(self, conn: sqlite3.Connection) -> Any: ...
+
+
+B = TypeVar("B", bound=_Batch)
+
+
+def joined(
+    db: Database,
+    batch: B | None,
+    item: Any,
+    new: Callable[[], B],
+    settle: Callable[[B, asyncio.Future[Any]], None],
+) -> tuple[B, asyncio.Future[Any]]:
+    """`item` joins the batch waiting for the writer, or a new one submitted for it: the
+    batch now waiting, and the future of the item's outcome. `settle(batch, committed)`
+    runs once the batch's commit has returned."""
+    # A batch whose commit has ended (even one failed before its work ran) takes no more.
+    waiter = None
+    if batch is not None and batch.committed is not None and not batch.committed.done():
+        waiter = batch.add(item)
+    if batch is None or waiter is None:
+        batch = new()
+        waiter = batch.add(item)
+        assert waiter is not None
+        batch.committed = db.submit(batch.commit)
+        batch.committed.add_done_callback(functools.partial(settle, batch))
+    return batch, waiter
 
 
 def _still_running(

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim
 from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import CreateResult
 from tests.support.polling import until
 from tests.support.store_helpers import check_invariants, new_task
 
@@ -70,7 +72,8 @@ async def test_concurrent_creates_share_a_commit_and_answer_only_after_it(
     assert not any(create.done() for create in creates)
     groups.release.set()
     results = await asyncio.wait_for(asyncio.gather(*creates), HANG)
-    assert groups.sizes == [CREATES]  # one transaction, one fsync for all of them
+    # One transaction, one fsync for all of them (one unit of work: creates.py's batch).
+    assert len(groups.sizes) == 1
     assert committed(store, "tasks") == CREATES
     assert sorted(r.body["task"]["queue_position"] for r in results) == list(range(1, CREATES + 1))
     check_invariants(store.db.path)
@@ -87,7 +90,7 @@ async def test_a_failed_group_fails_every_create_in_it_with_nothing_written(
         *(store.tasks.create(spec, claim) for spec, claim in zip(specs, claims, strict=True)),
         return_exceptions=True,
     )
-    assert groups.sizes == [CREATES]
+    assert len(groups.sizes) == 1
     assert all(isinstance(o, sqlite3.OperationalError) for o in outcomes), outcomes
     for table in ("responses", "tasks", "task_events", "idempotency_keys"):
         assert committed(store, table) == 0, table
@@ -98,6 +101,41 @@ async def test_a_failed_group_fails_every_create_in_it_with_nothing_written(
     )
     assert all(r.status == 202 and not r.replayed for r in retried)
     assert committed(store, "tasks") == committed(store, "idempotency_keys") == CREATES
+    check_invariants(store.db.path)
+
+
+async def test_a_create_that_fails_its_own_checks_or_rows_fails_alone(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await store.tasks.create(
+        new_task(client_id="client_a"), IdempotencyClaim("client_a", "key", "digest")
+    )
+    groups = Groups(monkeypatch)
+    reused = new_task(client_id="client_a")  # its key was sent before with another body: 422
+    taken = new_task()
+    taken.id = first.task_id  # its id is taken: its rows cannot be written
+    specs = [new_task() for _ in range(CREATES)]
+    specs[5:5] = [reused]
+    specs[12:12] = [taken]
+    outcomes = await asyncio.gather(
+        *(
+            store.tasks.create(
+                spec, IdempotencyClaim("client_a", "key", "other") if spec is reused else None
+            )
+            for spec in specs
+        ),
+        return_exceptions=True,
+    )
+    assert len(groups.sizes) == 1  # all of them in one transaction
+    assert isinstance(outcomes[5], LmspError) and outcomes[5].status == 422
+    assert isinstance(outcomes[12], sqlite3.IntegrityError)
+    created = [o for o in outcomes if isinstance(o, CreateResult)]
+    assert len(created) == CREATES and all(r.status == 202 for r in created)
+    # Their neighbours' failures left no trace in the queue they joined after the first.
+    positions = [r.body["task"]["queue_position"] for r in created]
+    assert positions == list(range(2, CREATES + 2))
+    assert committed(store, "tasks") == CREATES + 1
+    assert committed(store, "idempotency_keys") == 1
     check_invariants(store.db.path)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.storage import tasks as task_store_module
+from lmsp_desktop.core.storage import creates as creates_module
 from lmsp_desktop.core.storage.idempotency import (
     IdempotencyClaim,
     complete_key,
@@ -126,10 +126,11 @@ async def test_an_expired_key_is_a_new_request(store: Store) -> None:
 async def test_key_and_task_are_committed_together(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken_append(*args: Any, **kwargs: Any) -> int:
+    def broken_event(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("crash after claiming the key")
 
-    monkeypatch.setattr(task_store_module, "write_events", broken_append)
+    # After the key is claimed and the response and task rows are written.
+    monkeypatch.setattr(creates_module, "created_event_row", broken_event)
     with pytest.raises(RuntimeError):
         await store.tasks.create(new_task(client_id="client_a"), claim())
     assert dump(store.db.path)["idempotency_keys"] == []

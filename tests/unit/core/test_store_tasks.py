@@ -11,6 +11,7 @@ import pytest
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskKind, TaskState
+from lmsp_desktop.core.storage import creates as creates_module
 from lmsp_desktop.core.storage import deltas as deltas_module
 from lmsp_desktop.core.storage import tasks as task_store_module
 from lmsp_desktop.core.storage.recovery import next_boot, recover
@@ -154,10 +155,11 @@ async def test_a_finished_task_stores_the_response_its_last_event_carries(store:
 
 
 async def test_create_is_all_or_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken_append(*args: Any, **kwargs: Any) -> int:
+    def broken_event(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("disk gone mid-transaction")
 
-    monkeypatch.setattr(task_store_module, "write_events", broken_append)
+    # After the response and task rows are written, before the event.
+    monkeypatch.setattr(creates_module, "created_event_row", broken_event)
     with pytest.raises(RuntimeError):
         await store.tasks.create(new_task())
     assert fresh_read(store, "SELECT * FROM tasks") == []
