@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
@@ -11,21 +10,30 @@ from aiohttp import web
 
 from lmsp_desktop.core.errors import invalid
 
-# A run of 20 digits may be an integer past 64 bits, which orjson reads as a float (10**30
-# became 1e+30 in a stored tool schema); json.loads keeps it exact.
-LONG_NUMBER = re.compile(rb"\d{20}")
+# A run of 19 digits may be an integer past 64 bits, which orjson reads as a float (10**30
+# became 1e+30 in a stored tool schema; -9999999999999999999 is below -2**63); json.loads
+# keeps it exact. Found by mapping every ASCII digit to "0" and the rest to " ", then
+# looking for 19 zeros: both in C at memory speed, where re's \d{20} restarted at every
+# digit of every shorter run (B1: 1.15 ms for a body of 1,000 floats, 40 us so).
+_DIGITS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def has_long_number(raw: bytes) -> bool:
+    """Whether `raw` holds a run of 19 or more ASCII digits."""
+    return _LONG_RUN in raw.translate(_DIGITS)
 
 
 async def read_json(request: web.Request) -> Any:
     """The JSON body; 400 invalid_json for bad UTF-8, bad JSON or absurd nesting. Read by
     orjson (B1: a fraction of json.loads' time), which also refuses what JSON does not allow
     and json.loads took: NaN and Infinity, lone surrogate escapes, nesting past 1,024; a
-    body with a 20-digit run is read by json.loads, so big integers stay exact."""
+    body with a 19-digit run is read by json.loads, so big integers stay exact."""
     raw = await request.read()
     if not raw:
         raise invalid("The request needs a JSON body.", None, "invalid_json")
     try:
-        if LONG_NUMBER.search(raw):
+        if has_long_number(raw):
             return json.loads(raw, parse_constant=_not_json)
         return orjson.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -20,8 +20,10 @@ class Body:
         return self.raw
 
 
-async def test_integers_past_64_bits_arrive_exact() -> None:
-    schema = {"type": "integer", "maximum": 10**30, "minimum": -(2**70)}
+# Each alone in its body: 19 digits past -2**63, 20 past 2**64 - 1, and far past.
+@pytest.mark.parametrize("number", [10**30, -(2**70), 2**64, -(2**63) - 1, -(10**19 - 1)])
+async def test_integers_past_64_bits_arrive_exact(number: int) -> None:
+    schema = {"type": "integer", "maximum": number}
     read = await read_json(Body(json.dumps({"schema": schema}).encode()))  # type: ignore[arg-type]
     assert read == {"schema": schema}
     assert isinstance(read["schema"]["maximum"], int)
