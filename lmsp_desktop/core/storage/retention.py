@@ -21,8 +21,12 @@ from lmsp_desktop.core.storage.db import Database
 
 DEFAULT_RETENTION_DAYS = 7.0
 BATCH_WORK_S = 0.020  # one transaction stops stepping after this long (plus its commit)
-EVENTS_PER_STEP = 500  # bounds one step: the time check comes between steps
-TASKS_PER_STEP = 100
+# Bound one step (the time check comes between steps) as the raw peer's statements do (B5:
+# 200 tasks of 10 events). At 500 events (50 such tasks) a step's SELECT and three DELETEs
+# ran four times as often, reading twice the rows they used: the purge took 10-19% more CPU
+# than the raw loop, against 0-7% at this size (load 6-7, where a step took 6-9 ms).
+EVENTS_PER_STEP = 2000
+TASKS_PER_STEP = 200
 # The list of schema.py's tasks_expiry index, spelled the same: SQLite uses a partial index
 # only for a query whose WHERE names its condition.
 TERMINAL_SQL = ",".join(f"'{s}'" for s in sorted(TERMINAL))
