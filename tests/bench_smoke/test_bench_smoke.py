@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,6 @@ import bench.common
 import bench.llm
 from bench.__main__ import BENCHES
 from bench.common import BenchServer
-from bench.llm import Stream
 from bench.report import Row
 from tests.support.cut_model import NAME as CUT_MODEL
 from tests.support.cut_model import cut_demo_model
@@ -32,15 +32,16 @@ ROOT = Path(__file__).resolve().parents[2]
 ZERO_OK = {"bytes"}
 # The benches that drive the demo model, B12 aside (see above).
 ON_THE_CUT_MODEL = {"B3", "B8", "B9", "B10", "B11", "B13", "B14", "B15", "B16", "B17", "B18", "B19"}
-# `python -m bench.llm KIND TOKENS` (one in-process baseline in a fresh process), its demo
-# model being the cut model named by LMSP_SMOKE_CUT_MODEL: bench.llm is run as __main__ after
-# bench.common.demo_model is replaced, so its `from bench.common import demo_model` gets it.
-BENCH_LLM_ON_THE_CUT_MODEL = """
-import os, runpy
+# `python -m bench.NAME ARGS` run with NAME as the first argument, its demo model being the cut
+# model named by LMSP_SMOKE_CUT_MODEL: the module runs as __main__ after
+# bench.common.demo_model is replaced, so its `from bench.common import demo_model` (or
+# bench.llm's) gets the cut model.
+BENCH_MODULE_ON_THE_CUT_MODEL = """
+import os, runpy, sys
 from pathlib import Path
 import bench.common
 bench.common.demo_model = lambda: Path(os.environ["LMSP_SMOKE_CUT_MODEL"])
-runpy.run_module("bench.llm", run_name="__main__", alter_sys=True)
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
 """
 
 
@@ -69,33 +70,33 @@ def test_benchmark_runs_at_tiny_size(
 
 
 def on_the_cut_model(monkeypatch: pytest.MonkeyPatch, module: object) -> None:
-    """The bench's demo model (its file, its id, the `serve` it starts, the fresh process its
-    in-process baselines run in) is the cut model."""
+    """The bench's demo model (its file, its id, the `serve` it starts, the fresh
+    `python -m bench.NAME` processes its peers run in) is the cut model."""
     cut = cut_demo_model()
 
-    def in_subprocess(kind: str, max_tokens: int) -> Stream:
-        """bench.llm.in_subprocess, but the fresh `python -m bench.llm` (where this process's
-        patches do not reach) is told the cut model: B3's three baselines ran the demo model
-        there, each with its load, exactness probe and warm-up."""
-        out = subprocess.run(
-            [sys.executable, "-c", BENCH_LLM_ON_THE_CUT_MODEL, kind, str(max_tokens)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            check=True,
-            timeout=600,
-            env={**os.environ, "LMSP_SMOKE_CUT_MODEL": str(cut)},
-        )
-        data = json.loads(out.stdout.strip().splitlines()[-1])
-        return Stream(times=data["times"], text=data["text"], cpu_s=data["cpu_s"])
+    run = subprocess.run
 
+    def run_bench_module_on_the_cut_model(command: Any, *args: Any, **kwargs: Any) -> Any:
+        """Benches run some peers in a fresh `python -m bench.NAME` (B3's in-process
+        baselines, B16's Llama.eval), where this process's patches do not reach: those ran
+        the demo model, each with its load, exactness probe and warm-up. That process is
+        told the cut model instead; any other command runs as it is."""
+        if (
+            isinstance(command, list)
+            and command[:2] == [sys.executable, "-m"]
+            and str(command[2]).startswith("bench.")
+        ):
+            command = [sys.executable, "-c", BENCH_MODULE_ON_THE_CUT_MODEL, *command[2:]]
+            env = kwargs.get("env") or os.environ
+            kwargs["env"] = {**env, "LMSP_SMOKE_CUT_MODEL": str(cut)}
+        return run(command, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", run_bench_module_on_the_cut_model)
     for holder in (module, bench.llm, bench.common):
         if hasattr(holder, "MODEL_ID"):
             monkeypatch.setattr(holder, "MODEL_ID", CUT_MODEL)
         if hasattr(holder, "demo_model"):
             monkeypatch.setattr(holder, "demo_model", lambda: cut)
-        if hasattr(holder, "in_subprocess"):
-            monkeypatch.setattr(holder, "in_subprocess", in_subprocess)
     listing = BenchServer.__init__
 
     def listing_the_cut_model(
