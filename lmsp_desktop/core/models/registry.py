@@ -144,7 +144,8 @@ class ModelRegistry:
         if row is None:
             check_model_id(model_id)
             row = await self._read_row(model_id)
-        if (row is None or not self._listed(row)) and self.gate.recording:
+        # The gate first: _listed reads the row's meta JSON, on every create (B1).
+        if self.gate.recording and (row is None or not self._listed(row)):
             await self.gate.wait_recorded()  # it may be among the files being recorded
             row = await self._read_row(model_id)
         hashing = model_id in self._hashing
