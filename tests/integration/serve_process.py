@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -10,8 +11,13 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from lmsp_desktop.core.auth import parse_scopes
+from lmsp_desktop.core.storage.clients import create_client
+from lmsp_desktop.core.storage.store import Store
 
 LISTENING = re.compile(r"^LMSP service listening on (http://\S+)$")
 
@@ -27,9 +33,25 @@ def lmsp(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
 
 
 def create_token(data_dir: Path, scopes: str = "admin") -> str:
-    done = lmsp("token", "create", "--name", "tests", "--scopes", scopes, data_dir=data_dir)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[0]
+    """A client's token, made as `lmsp-desktop token create --name tests --scopes SCOPES`
+    makes it (the store opened on the data directory, creating it if need be, and
+    create_client), in this process: a CLI process per token cost ~1.5 s of start-up and
+    imports, for set-up no test is about (test_cli_admin runs the command itself). On a
+    thread of its own, so that it runs the same from a test with a running loop."""
+
+    async def create() -> str:
+        store = Store(data_dir)
+        await store.open()
+        try:
+            _client, token = await create_client(
+                store.db, "tests", parse_scopes(scopes, "--scopes")
+            )
+        finally:
+            await store.close()
+        return token
+
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, create()).result()
 
 
 class ServeProcess:
