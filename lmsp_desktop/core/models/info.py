@@ -58,6 +58,13 @@ class ModelInfo:
     meta: dict[str, Any] = field(default_factory=dict)
     hashing: bool = False  # its digest is being computed right now (scan or verify)
 
+    def __copy__(self) -> ModelInfo:
+        """What copy.copy gives (the same fields, shallow), without its generic reduce path:
+        the registry hands every create its own copy (B1: 4.4 -> 1.4 us)."""
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        return copied
+
     @property
     def runnable(self) -> bool:
         return self.state == VERIFIED
