@@ -17,6 +17,7 @@ from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel
 from lmsp_desktop.core.engines.llama_batch import SHARED_CHUNK
 from lmsp_desktop.core.engines.pump import TokenChannel
 from lmsp_desktop.core.models.demo import demo_model_path
+from tests.support.cut_model import cut_demo_model
 from tests.support.polling import until
 
 THREADS = 1
@@ -232,6 +233,22 @@ async def test_cancel_stops_one_stream_within_a_token_and_not_the_others(
 
 
 async def test_a_long_prompt_does_not_stall_a_running_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the demo model cut to 4 blocks (tests/support/cut_model.py): the claim is when the
+    stream gets its tokens while the prompt is read, not which tokens (nothing here is
+    compared with a solo run), and the ~1,000-token prompt read beside the stream was the
+    test's cost."""
+    model = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=4, contexts=1).load(
+        cut_demo_model()
+    )
+    try:
+        await _a_long_prompt_does_not_stall_a_running_stream(model, monkeypatch)
+    finally:
+        await model.unload()
+
+
+async def _a_long_prompt_does_not_stall_a_running_stream(
     model: LlamaModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     emitted = Emitted(monkeypatch, model)
