@@ -1,6 +1,12 @@
 """The engine worker process itself, with the real demo model: the packaged app's entry
 (its own executable's hidden `engine-worker` subcommand), cancel across the process
-boundary, and a worker that never outlives the service."""
+boundary, and a worker that never outlives the service.
+
+The tests about the worker process alone (its executable, its exit, the stop signals) run
+the demo model cut to 4 blocks (tests/support/cut_model.py): each load ran the exactness
+probe (160 tokens) and nothing in them depends on the model's tokens. Cancel (whose bound,
+one token after the cancel, is against the demo model's token time) and the probe's own
+test keep the demo model."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import pytest
 from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
 from lmsp_desktop.core.engines.worker import WorkerEngine, WorkerModel
 from lmsp_desktop.core.models.demo import demo_model_path
+from tests.support.cut_model import cut_demo_model
 from tests.support.polling import until
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
@@ -37,7 +44,7 @@ async def test_a_frozen_app_starts_its_workers_with_its_own_executable(
     app.chmod(app.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "executable", str(app))
-    model = await WorkerEngine(n_threads=1).load(demo())
+    model = await WorkerEngine(n_threads=1).load(cut_demo_model())
     try:
         argv = Path(f"/proc/{model.pid}/cmdline").read_bytes().split(b"\0")
         assert argv[3:4] == [b"engine-worker"], argv  # python -m lmsp_desktop engine-worker
@@ -86,7 +93,7 @@ async def _true() -> bool:
 async def test_a_worker_exits_when_the_service_goes_away() -> None:
     """The service's end of the socket closes (the service was killed): the worker ends by
     itself instead of decoding, and holding memory, for nobody."""
-    model = await WorkerModel.start(demo(), None)
+    model = await WorkerModel.start(cut_demo_model(), None)
     await model.load({"n_threads": 1}, {}, None)
     model._closing = True  # this test ends it; no crash to report
     model._writer.transport.abort()
@@ -103,7 +110,7 @@ async def test_a_stop_signal_to_the_whole_group_is_left_to_the_service(
     """SIGINT (Ctrl-C reaches the whole process group of `serve`) and SIGTERM (systemd stops
     every process of the unit) do not end a worker: the service stops it itself, after it
     has begun to stop, so its tasks are not handled as after a crash."""
-    model = await WorkerEngine(n_threads=1).load(demo())
+    model = await WorkerEngine(n_threads=1).load(cut_demo_model())
     try:
         os.kill(model.pid, sig)
         request = GenerationRequest(PROMPT, max_output_tokens=3, temperature=0)
