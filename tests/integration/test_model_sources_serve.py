@@ -11,6 +11,7 @@ import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
 from tests.support import model_stores as stores
+from tests.support.cut_model import cut_demo_model
 from tests.support.fake_hub import FakeHub
 from tests.support.gguf_split import split_gguf
 from tests.support.hub_repos import DEMO_FILE, DEMO_REPO, hub_repos
@@ -26,15 +27,23 @@ MODELS = {
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each store holds the demo model cut to 4 blocks (tests/support/cut_model.py): the
+    claim is that each store's model is found, verified and answers, not what it says, and
+    each of the four was hashed, loaded and probed (160 tokens) as the whole demo model."""
     home = tmp_path / "home"
-    stores.add_ollama_model(home, "smollm2", "135m")
-    stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    cut = cut_demo_model()
+    stores.add_ollama_model(home, "smollm2", "135m", src=cut)
+    stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q4_1.gguf", src=cut)
     stores.add_lmstudio_file(
-        home, "lmstudio-community", "SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct-Q4_1.gguf"
+        home,
+        "lmstudio-community",
+        "SmolLM2-135M-Instruct-GGUF",
+        "SmolLM2-135M-Instruct-Q4_1.gguf",
+        src=cut,
     )
     split = home / ".lmstudio" / "models" / "me" / "SmolLM2-Split-GGUF"
     split.mkdir(parents=True)
-    split_gguf(stores.demo(), split / "SmolLM2-135M-Instruct-Q4_1.gguf")
+    split_gguf(cut, split / "SmolLM2-135M-Instruct-Q4_1.gguf")
     monkeypatch.setenv("HOME", str(home))
     for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         monkeypatch.delenv(name, raising=False)
