@@ -113,11 +113,15 @@ class TokenChannel:
 
     # -- the loop's side --------------------------------------------------------------------
     def deliver(self, pieces: list[TokenPiece]) -> None:
-        """Tokens that arrived on the loop itself (from an engine worker process)."""
-        for piece in pieces:
-            waiter = self._append(piece)
-            if waiter is not None:
-                _wake(waiter)
+        """Tokens that arrived on the loop itself (from an engine worker process): a whole
+        hand-over group under one lock, and one wake-up."""
+        if not pieces:
+            return
+        with self._lock:
+            self._arrived.extend(pieces)
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            _wake(waiter)
 
     def take(self) -> tuple[list[TokenPiece], bool]:
         """Everything arrived so far, and whether the thread has closed the channel."""
