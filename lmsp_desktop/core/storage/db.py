@@ -352,6 +352,12 @@ class Database:
             self._flusher = asyncio.create_task(self._flush_pending())
         return future
 
+    def last_waiting(self) -> asyncio.Future[Any] | None:
+        """The future of the unit submitted last, while it still waits for the writer: a
+        batch that may still take work without letting it overtake a unit submitted after
+        the batch (TaskStore.transition)."""
+        return self._pending[-1].future if self._pending else None
+
     async def _flush_pending(self) -> None:
         while self._pending:
             async with self._lock:

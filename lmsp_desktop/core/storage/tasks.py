@@ -43,6 +43,7 @@ from lmsp_desktop.core.storage.events import (
     to_json,
 )
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim
+from lmsp_desktop.core.storage.moves import MoveBatch, Outcome
 from lmsp_desktop.core.storage.output_items import apply_events, load_items
 from lmsp_desktop.core.storage.task_reads import TaskReads, row_in
 from lmsp_desktop.core.storage.transitions import (
@@ -78,6 +79,7 @@ class TaskStore(TaskReads):
         self.listeners: list[Callable[[TaskChange], None]] = []
         self._deltas: DeltaBatch | None = None  # the appends waiting for the writer (B2)
         self._creates: CreateBatch | None = None  # the creates waiting for the writer (B1)
+        self._moves: MoveBatch | None = None  # the single-task moves waiting for it (B2)
 
     def publish(self, changes: Iterable[TaskChange]) -> None:
         """Tell the listeners about committed changes. A broken listener is logged and the
@@ -109,10 +111,31 @@ class TaskStore(TaskReads):
     # -- transitions ---------------------------------------------------------------------
     async def transition(self, move: Transition) -> list[Row]:
         """Apply one move in its own unit of work and tell the listeners. Returns the rows
-        after the change (empty when no task of it was in `from_states`)."""
-        rows = await self.db.run(lambda conn: transition_many(conn, move))
-        self.publish([change_of(row) for row in rows])
-        return rows
+        after the change (empty when no task of it was in `from_states`).
+
+        A move of one task (the runner's start, finish, cancel confirmation...) joins the
+        other such moves waiting for the writer: one unit of work for all of them
+        (moves.py, B2)."""
+        if len(move.task_ids) != 1:
+            rows = await self.db.run(lambda conn: transition_many(conn, move))
+            self.publish([change_of(row) for row in rows])
+            return rows
+        if self._moves is not None and self._moves.committed is not self.db.last_waiting():
+            # Another unit was submitted after the waiting batch (a cancel, say): a move
+            # joining that batch would overtake it, and a cancel made before a finish
+            # would lose to it. Such a move starts the next batch, after that unit.
+            self._moves = None
+        self._moves, waiter = joined(self.db, self._moves, move, MoveBatch, self._moved)
+        row: Row | None = await waiter
+        return [] if row is None else [row]
+
+    def _moved(self, batch: MoveBatch, committed: asyncio.Future[dict[str, Outcome]]) -> None:
+        """Once a batch's commit has returned, in the same loop turn: its changes are
+        published in the writer's order, then each caller learns its outcome."""
+        try:
+            self.publish([change_of(row) for row in batch.changed(committed)])
+        finally:
+            batch.settle(committed)  # whatever happened above, no caller waits for ever
 
     async def mark_loading(self, task_id: str) -> bool:
         """queued → loading, while the task's model is being loaded."""

@@ -67,22 +67,39 @@ def _applied(row: dict[str, Any], sets: Mapping[str, Any]) -> list[Any]:
 
 def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
     """Apply `move` to every task of it still in `from_states`, with the events of each.
-    Returns the rows after the change (tasks no longer in `from_states` are left out).
+    Returns the rows after the change (tasks no longer in `from_states` are left out)."""
+    return apply_moves(conn, [move])
+
+
+def shape(move: Transition) -> tuple[Any, ...]:
+    """What moves must share to be applied together by `apply_moves`: the same states and
+    the same columns set (their values and events may differ from task to task)."""
+    return (move.from_states, move.to_state, tuple(move.task_sets), tuple(move.response_sets))
+
+
+def apply_moves(conn: sqlite3.Connection, moves: Sequence[Transition]) -> list[Row]:
+    """Apply moves of one `shape`, each to its own tasks (a task in one move only), in one
+    read and three statements for all of them: each task gets its own move's values and
+    events. Returns the rows after the change (tasks no longer in `from_states` are left
+    out).
 
     The rows are read first and changed in Python, so that each task is written once,
     state and events' last number together, and its response at most once (recovery moves
-    10k tasks: each extra statement was ~10% of B4). A response is written only when the
-    move changes one of its columns: rewriting a row copies its page into the WAL all the
-    same (a queued task requeued by recovery has no output to discard, a cancelled one
-    nothing to change; B4). The stored response (11.1 `responses`) is the row itself, which
-    `build_response` reads; its terminal event carries the same object."""
-    states = tuple(map(str, move.from_states))
+    10k tasks: each extra statement was ~10% of B4; the runner's starts and finishes of the
+    tasks generating at once come as one batch of moves, B2). A response is written only
+    when the move changes one of its columns: rewriting a row copies its page into the WAL
+    all the same (a queued task requeued by recovery has no output to discard, a cancelled
+    one nothing to change; B4). The stored response (11.1 `responses`) is the row itself,
+    which `build_response` reads; its terminal event carries the same object."""
+    first = moves[0]
+    of = {task_id: move for move in moves for task_id in move.task_ids}
+    states = tuple(map(str, first.from_states))
     read = conn.cursor()
     read.row_factory = None  # plain tuples, zipped into dicts: half dict(sqlite3.Row)'s time
     read.execute(
         # `+t.state`: found by id, never by the state index (a scan of the whole queue)
-        JOINED + f" WHERE t.id IN ({marks(move.task_ids)}) AND +t.state IN ({marks(states)})",
-        (*move.task_ids, *states),
+        JOINED + f" WHERE t.id IN ({marks(of)}) AND +t.state IN ({marks(states)})",
+        (*of, *states),
     )
     columns = [column[0] for column in read.description]
     rows = [dict(zip(columns, values, strict=True)) for values in read]
@@ -92,14 +109,15 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
     # one) leaves it unwritten: writing the same value still moves the task's entry in the
     # state index and runs the writer's queue-count triggers (B4: 2,500 of its 10k tasks).
     # The compare-and-set below checks it all the same.
-    stays = states == (str(move.to_state),)
-    task_sets = {**({} if stays else {"state": str(move.to_state)}), **move.task_sets}
+    stays = states == (str(first.to_state),)
+    state_set = {} if stays else {"state": str(first.to_state)}
     now = time.time()
     event_rows: list[tuple[Any, ...]] = []
     task_updates: list[tuple[Any, ...]] = []
     response_updates: list[tuple[Any, ...]] = []
     for row in rows:
-        task_values = _applied(row, task_sets)
+        move = of[row["id"]]
+        task_values = _applied(row, {**state_set, **move.task_sets})
         response_before = [row.get(column, _UNREAD) for column in move.response_sets]
         response_values = _applied(row, move.response_sets)
         seq = row["last_seq"]
@@ -111,8 +129,9 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
         if response_values != response_before:  # else its row is left unwritten
             response_updates.append((*response_values, row["id"]))
     # Compare-and-set: the rows were read in this transaction with the same condition.
+    task_columns = (*state_set, *first.task_sets)
     updated = conn.executemany(
-        f"UPDATE tasks SET {''.join(f'{column}=?, ' for column in task_sets)}last_seq=?"
+        f"UPDATE tasks SET {''.join(f'{column}=?, ' for column in task_columns)}last_seq=?"
         f" WHERE id=? AND state IN ({marks(states)})",
         task_updates,
     ).rowcount
@@ -120,7 +139,7 @@ def transition_many(conn: sqlite3.Connection, move: Transition) -> list[Row]:
         raise RuntimeError(f"{len(rows) - updated} tasks changed state under the write lock")
     conn.executemany(INSERT_EVENT, event_rows)
     if response_updates:
-        assignments = ", ".join(f"{column}=?" for column in move.response_sets)
+        assignments = ", ".join(f"{column}=?" for column in first.response_sets)
         conn.executemany(f"UPDATE responses SET {assignments} WHERE id=?", response_updates)
     return cast("list[Row]", rows)
 
