@@ -44,6 +44,14 @@ def two_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveC
 
     ids = until_sync(lambda: len(listed()) >= 2 and listed(), 60, "both models to be listed")
     other = next(i for i in ids if i != MODEL)
+    # Loaded before the tests: a neighbour started right before a kill is streaming at once.
+    status, answer = call(
+        f"{live.url}/v1/responses",
+        token,
+        "POST",
+        {"model": other, "input": "Hi", "max_output_tokens": 1},
+    )
+    assert status == 200, answer
     try:
         yield live, token, other
     finally:
@@ -93,16 +101,19 @@ def test_a_killed_worker_costs_only_its_own_tasks(
     assert status == 200, reference
     expected = reference["output_text"]
 
-    # The other model streams a long answer all along.
+    victim = background(live, token, {**body, "on_restart": policy})
+    wait_for(live, token, victim, lambda t: t["output_tokens"] >= 8, "the victim to be going")
+    pid = model_entry(live, token, MODEL)["engine_pid"]
+    # The other model streams a long answer across the kill. Started only now, right before
+    # the kill: the cut model writes its 160 tokens five times as fast as the victim's, so a
+    # neighbour started first had sometimes finished before the kill on a busy machine, and
+    # then proved nothing ('160 > 160').
     neighbour = background(
         live,
         token,
         {"model": other, "input": "Write a long essay about bread.", "max_output_tokens": 160},
     )
     wait_for(live, token, neighbour, lambda t: t["output_tokens"] >= 1, "the neighbour to go")
-    victim = background(live, token, {**body, "on_restart": policy})
-    wait_for(live, token, victim, lambda t: t["output_tokens"] >= 8, "the victim to be going")
-    pid = model_entry(live, token, MODEL)["engine_pid"]
     other_before = task(live, token, neighbour)["output_tokens"]
     assert pid != os.getpid()
     os.kill(pid, sig)
