@@ -23,8 +23,6 @@ from lmsp_desktop.core.storage.upstreams import (
     list_upstreams,
     remove_upstream,
 )
-from lmsp_desktop.core.upstreams.catalog import UpstreamStatus
-from lmsp_desktop.core.upstreams.client import UpstreamClient
 
 LIST_PROBE_TIMEOUT_S = 5.0
 
@@ -80,6 +78,11 @@ def read_key(var: str | None) -> str | None:
 
 
 async def run_upstream(action: str, args: argparse.Namespace, store: Store) -> int:
+    # Here, not at the top: the client imports aiohttp (~0.15 s), and every command builds
+    # the parser from this module.
+    from lmsp_desktop.core.upstreams.catalog import UpstreamStatus
+    from lmsp_desktop.core.upstreams.client import UpstreamClient
+
     db = store.db
     if action == "upstream.add":
         key = read_key(args.api_key_env)

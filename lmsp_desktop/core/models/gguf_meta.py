@@ -2,18 +2,48 @@
 
 `gguf.GGUFReader` maps every tensor (seconds on a 100 MB model); the models panel needs a
 handful of header values, which this reads in milliseconds. The type codes and file-type
-names come from the `gguf` package.
+names come from the `gguf` package's `constants` module, loaded on its own (see below).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import struct
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
+if TYPE_CHECKING:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
+
+
+def _gguf_constants() -> ModuleType:
+    """`gguf/constants.py` alone (it imports only the standard library). `import gguf.constants`
+    first runs `gguf/__init__`, which imports numpy and the tensor reader and writer: ~0.5 s of
+    CPU in every process that reads a header (each CLI command, `serve`), for a few enums.
+    Loaded under a private name so that a later `import gguf` gets its own, untouched copy."""
+    name = "lmsp_desktop._gguf_constants"
+    if name not in sys.modules:
+        package = importlib.util.find_spec("gguf")  # finds the folder, runs nothing
+        assert package is not None and package.submodule_search_locations
+        path = Path(package.submodule_search_locations[0]) / "constants.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up while it runs
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+if not TYPE_CHECKING:
+    _constants = _gguf_constants()
+    GGML_QUANT_SIZES = _constants.GGML_QUANT_SIZES
+    GGMLQuantizationType = _constants.GGMLQuantizationType
+    GGUFValueType = _constants.GGUFValueType
+    LlamaFileType = _constants.LlamaFileType
 
 GGUF_MAGIC = b"GGUF"
 READ_SIZE = 1024 * 1024

@@ -9,10 +9,7 @@ rows (`responses.embeddings`), read back by the API that renders them.
 from __future__ import annotations
 
 import time
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from lmsp_desktop.core.engines.base import EmbeddingResult
 from lmsp_desktop.core.states import EventType, TaskState
@@ -20,10 +17,16 @@ from lmsp_desktop.core.storage.events import closing_with
 from lmsp_desktop.core.storage.tasks import TaskStore
 from lmsp_desktop.core.storage.transitions import Transition
 
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
 
 async def finish_embedding(tasks: TaskStore, task_id: str, result: EmbeddingResult) -> bool:
     """running → completed with the vectors and usage; False when no longer running (a
     cancel was committed first)."""
+    import numpy as np  # here: `serve` imports this module, numpy costs ~0.2 s at its start
+
     vectors = np.ascontiguousarray(result.vectors, dtype="<f4")
     now = time.time()
     move = Transition(
@@ -52,6 +55,8 @@ async def vectors_of(tasks: TaskStore, task_id: str) -> Any:
 
 def stored_vectors(row: Any) -> npt.NDArray[np.float32]:
     """The vectors of a completed embedding task's row, one per input."""
+    import numpy as np  # here, not at the top: see finish_embedding
+
     dimensions = int(row["embedding_dimensions"] or 0)
     data = np.frombuffer(row["embeddings"] or b"", dtype="<f4")
     return data.reshape(-1, dimensions) if dimensions else data.reshape(0, 0)

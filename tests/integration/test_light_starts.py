@@ -1,0 +1,102 @@
+"""Commands that start fast: what a CLI command or `serve` imports before it has done its work.
+
+numpy (with the `gguf` package's reader), llama.cpp, aiohttp's client and Qt each cost a
+tenth of a second to half a second of CPU at import; a user pays them at every `token create`
+in a shell and every `serve` restart (issue 25). Each probe runs in a fresh interpreter, does
+the real thing on a real data directory, then lists which of those packages got imported.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("numpy", "gguf", "llama_cpp", "PySide6", "shiboken6", "aiohttp")
+
+CLI = """
+import json, sys
+from lmsp_desktop.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit:  # --version exits from argparse
+    code = exit.code
+packages = sorted({m.split(".")[0] for m in sys.modules})
+print(json.dumps({"code": code, "packages": packages}), file=sys.stderr)
+"""
+
+# What `lmsp-desktop serve` does once it listens (cli.serve is Core.start + waiting).
+SERVE = """
+import asyncio, json, sys
+from pathlib import Path
+from lmsp_desktop.app import Core
+
+async def run():
+    core = Core(Path(sys.argv[1]), port=0)
+    await core.start()
+    packages = sorted({m.split(".")[0] for m in sys.modules})
+    url = core.url
+    await core.stop()
+    return packages, url
+
+packages, url = asyncio.run(run())
+print(json.dumps({"packages": packages, "url": url}), file=sys.stderr)
+"""
+
+
+def probe(script: str, *argv: str) -> dict[str, Any]:
+    """Run `script` in a fresh interpreter; its last stderr line, with `heavy`: which of
+    HEAVY it imported."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stderr.strip().splitlines()[-1])
+    found["heavy"] = sorted(set(found["packages"]) & set(HEAVY))
+    return found
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--version"],
+        ["token", "create", "--name", "laptop"],
+        ["clients", "list"],
+        ["pairing", "list"],
+    ],
+    ids=" ".join,
+)
+def test_light_commands_import_no_heavy_package(tmp_path: Path, command: list[str]) -> None:
+    if command[0] != "--version" and command[:2] != ["token", "create"]:
+        made = probe(CLI, "--data-dir", str(tmp_path), "token", "create", "--name", "x")
+        assert made["code"] == 0
+    found = probe(CLI, "--data-dir", str(tmp_path), *command)
+    assert found["code"] == 0
+    assert found["heavy"] == [], f"`lmsp-desktop {' '.join(command)}` imported {found['heavy']}"
+
+
+def test_models_list_reads_headers_without_the_gguf_package(tmp_path: Path) -> None:
+    # models list fits every local model (it reads their GGUF headers): the header reader
+    # needs the gguf package's type tables, not its numpy-based tensor reader. (It still
+    # imports llama_cpp: the context layout lives in core/engines/llama.py; issue 25.)
+    assert probe(SERVE, str(tmp_path))["url"]  # serve once: the demo model gets scanned
+    found = probe(CLI, "--data-dir", str(tmp_path), "models", "list")
+    assert found["code"] == 0
+    heavy = set(found["heavy"])
+    assert not {"gguf", "PySide6", "shiboken6"} & heavy, heavy
+
+
+def test_serve_listens_without_numpy_llama_cpp_or_qt(tmp_path: Path) -> None:
+    found = probe(SERVE, str(tmp_path))
+    assert str(found["url"]).startswith("http://127.0.0.1:")
+    # aiohttp serves; the rest waits for the first load, embedding or window.
+    assert found["heavy"] == ["aiohttp"], found["heavy"]
