@@ -1,7 +1,6 @@
-"""Model folders, digests and GGUF metadata."""
+"""Model folders, digests and GGUF metadata.
 
-from lmsp_desktop.core.models.demo import demo_model_path
-from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
-from lmsp_desktop.core.models.registry import ModelRegistry
-
-__all__ = ["ModelEvent", "ModelInfo", "ModelRegistry", "demo_model_path"]
+Import the submodules themselves (`core.models.registry`, `core.models.info`…): this file
+re-exports nothing, so that a light module (the header reader, the memory plan) does not
+pull the registry and its scanning in with it (every CLI command imports some of them).
+"""
