@@ -14,7 +14,7 @@ import aiohttp
 from bench.b9_concurrency import stream
 from bench.common import BenchServer, demo_model
 from bench.report import Row
-from lmsp_desktop.core.engines.llama import DEFAULT_CONTEXT
+from lmsp_desktop.core.engines.llama_layout import DEFAULT_CONTEXT
 from lmsp_desktop.core.models.gguf_meta import read_gguf_meta
 
 MIB = 2**20

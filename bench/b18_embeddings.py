@@ -21,7 +21,7 @@ from bench.common import BenchServer
 from bench.llm import MODEL_ID, plain_llama
 from bench.report import Row
 from lmsp_desktop.core.engines.base import EMBEDDING_CONTEXT
-from lmsp_desktop.core.engines.llama import DEFAULT_THREADS
+from lmsp_desktop.core.engines.llama_layout import DEFAULT_THREADS
 from lmsp_desktop.core.models.demo import demo_model_path
 
 TOPICS = ["lighthouse", "bread", "tax filing", "kitten", "storm", "railway", "orchard", "violin"]

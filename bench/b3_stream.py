@@ -40,7 +40,7 @@ from bench.llm import (
     sse_generate,
 )
 from bench.report import Row
-from lmsp_desktop.core.engines.llama import DEFAULT_THREADS
+from lmsp_desktop.core.engines.llama_layout import DEFAULT_THREADS
 
 KINDS = ("sse", ENGINE, ENGINE_OMP_DEFAULT, LLAMA)
 

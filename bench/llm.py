@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from bench.common import ROOT, BenchServer, demo_model
-from lmsp_desktop.core.engines.llama import DEFAULT_THREADS
+from lmsp_desktop.core.engines.llama_layout import DEFAULT_THREADS
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper who lives through a storm."
 MODEL_ID = "smollm2-135m-instruct"
@@ -224,7 +224,8 @@ class InProcess:
         self.llama: Any = None
 
     async def load(self, with_llama: bool) -> None:
-        from lmsp_desktop.core.engines.llama import DEFAULT_CONTEXT, DEFAULT_THREADS, LlamaEngine
+        from lmsp_desktop.core.engines.llama import LlamaEngine
+        from lmsp_desktop.core.engines.llama_layout import DEFAULT_CONTEXT
 
         engine = LlamaEngine()
         self.model = await engine.load(self.path)  # also renders the prompt for llama_cpp

@@ -103,12 +103,13 @@ async def run_model_settings(action: str, args: argparse.Namespace, store: Store
 
 
 def _fitter(store: Store, settings: Settings) -> ModelFitter:
-    from lmsp_desktop.core.engines.llama import LlamaEngine
+    from lmsp_desktop.core.engines.llama_layout import LlamaLayout
 
-    engine = LlamaEngine(n_threads=settings.threads(), parallel=settings.parallel_per_model)
+    # The engine's layout rule without the engine: llama.cpp is not needed to list models.
+    layout = LlamaLayout(n_threads=settings.threads(), parallel=settings.parallel_per_model)
     return ModelFitter(
         store.db,
-        engine.context_shapes,
+        layout.context_shapes,
         default_parallel=lambda: settings.parallel_per_model,
         context_cap=lambda: settings.max_context,
     )

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
+
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("numpy", "gguf", "llama_cpp", "PySide6", "shiboken6", "aiohttp")
 
@@ -62,6 +64,7 @@ def probe(script: str, *argv: str) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     found: dict[str, Any] = json.loads(done.stderr.strip().splitlines()[-1])
     found["heavy"] = sorted(set(found["packages"]) & set(HEAVY))
+    found["stdout"] = done.stdout
     return found
 
 
@@ -84,15 +87,16 @@ def test_light_commands_import_no_heavy_package(tmp_path: Path, command: list[st
     assert found["heavy"] == [], f"`lmsp-desktop {' '.join(command)}` imported {found['heavy']}"
 
 
-def test_models_list_reads_headers_without_the_gguf_package(tmp_path: Path) -> None:
-    # models list fits every local model (it reads their GGUF headers): the header reader
-    # needs the gguf package's type tables, not its numpy-based tensor reader. (It still
-    # imports llama_cpp: the context layout lives in core/engines/llama.py; issue 25.)
+def test_models_list_fits_without_numpy_gguf_or_llama_cpp(tmp_path: Path) -> None:
+    # models list fits every local model: it reads their GGUF headers (the header reader
+    # needs the gguf package's type tables, not its numpy-based tensor reader) and asks the
+    # engine's context layout (core/engines/llama_layout.py, not llama.cpp).
     assert probe(SERVE, str(tmp_path))["url"]  # serve once: the demo model gets scanned
     found = probe(CLI, "--data-dir", str(tmp_path), "models", "list")
     assert found["code"] == 0
     heavy = set(found["heavy"])
-    assert not {"gguf", "PySide6", "shiboken6"} & heavy, heavy
+    assert not {"numpy", "gguf", "llama_cpp", "PySide6", "shiboken6"} & heavy, heavy
+    assert DEMO_MODEL_ID in found["stdout"]  # it did list (and fit) the demo model
 
 
 def test_serve_listens_without_numpy_llama_cpp_or_qt(tmp_path: Path) -> None:

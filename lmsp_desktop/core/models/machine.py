@@ -4,7 +4,7 @@ and, where llama.cpp was built with a GPU backend, each device's free memory."""
 from __future__ import annotations
 
 import ctypes
-import importlib
+import importlib.util
 import logging
 import os
 import re
@@ -159,10 +159,16 @@ def gpu_devices() -> list[GpuDevice]:
     """The GPUs llama.cpp can offload to, with their free memory (ggml's backend device API,
     which llama-cpp-python does not wrap); [] for a CPU-only build."""
     try:
-        lc = importlib.import_module("llama_cpp.llama_cpp")
-        if not lc.llama_supports_gpu_offload():
+        lib_dir = llama_lib_dir()
+        llama = _library(lib_dir, LLAMA_LIBRARIES)
+        if llama is None:
             return []
-        lib = _ggml_base(Path(str(lc.__file__)).parent / "lib")
+        llama.llama_supports_gpu_offload.restype = ctypes.c_bool
+        if not llama.llama_supports_gpu_offload():
+            return []
+        lib = _library(
+            lib_dir, ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll", "libggml.so")
+        )
     except Exception:  # no llama.cpp here, or a build whose library is laid out otherwise
         log.debug("cannot ask llama.cpp for GPU devices", exc_info=True)
         return []
@@ -193,8 +199,23 @@ def gpu_devices() -> list[GpuDevice]:
     return devices
 
 
-def _ggml_base(lib_dir: Path) -> ctypes.CDLL | None:
-    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll", "libggml.so"):
+LLAMA_LIBRARIES = ("libllama.so", "libllama.dylib", "llama.dll")
+
+
+def llama_lib_dir() -> Path:
+    """llama-cpp-python's folder of shared libraries, found without importing the package:
+    `import llama_cpp` imports numpy, jinja and the chat formats (~0.3 s of CPU in `models
+    list` and in `serve`, whose engines run in workers) for the two C calls made here. The
+    library loaded here is the same file llama_cpp loads (the loader shares it)."""
+    package = importlib.util.find_spec("llama_cpp")  # finds the folder, runs nothing
+    if package is None or not package.submodule_search_locations:
+        raise ImportError("llama-cpp-python is not installed")
+    return Path(package.submodule_search_locations[0]) / "lib"
+
+
+def _library(lib_dir: Path, names: tuple[str, ...]) -> ctypes.CDLL | None:
+    for name in names:
         if (lib_dir / name).exists():
-            return ctypes.CDLL(str(lib_dir / name))
+            # RTLD_GLOBAL as llama_cpp loads it: the same handle serves both.
+            return ctypes.CDLL(str(lib_dir / name), mode=ctypes.RTLD_GLOBAL)
     return None

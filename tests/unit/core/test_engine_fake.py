@@ -205,7 +205,7 @@ async def test_a_cancelled_caller_waits_for_the_worker_to_stop() -> None:
 
 
 def test_contexts_split_the_cores_between_single_thread_decoders() -> None:
-    from lmsp_desktop.core.engines.llama import context_layout
+    from lmsp_desktop.core.engines.llama_layout import context_layout
 
     assert context_layout(4, 1, 2) == [2, 2]  # 2 cores, 1 thread each: two contexts
     assert context_layout(4, 1, 1) == [4]

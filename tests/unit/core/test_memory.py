@@ -280,3 +280,18 @@ def test_host_memory_reads_a_cgroup_v1_limit(tmp_path: Path) -> None:
 
 def test_this_cpu_build_reports_no_gpu() -> None:
     assert machine.gpu_devices() == []
+
+
+def test_the_gpu_question_goes_to_llama_cpps_own_library() -> None:
+    # gpu_devices finds llama.cpp's library without importing llama_cpp (start-up cost); an
+    # error there reads as "no GPU" (layers stay on the CPU), so check it asks the library
+    # llama_cpp itself loads, and gets the same answer.
+    import ctypes
+
+    import llama_cpp
+
+    lib = machine._library(machine.llama_lib_dir(), machine.LLAMA_LIBRARIES)
+    assert lib is not None
+    assert Path(llama_cpp.llama_cpp._lib._name).resolve() == Path(lib._name).resolve()
+    lib.llama_supports_gpu_offload.restype = ctypes.c_bool
+    assert bool(lib.llama_supports_gpu_offload()) == llama_cpp.llama_supports_gpu_offload()

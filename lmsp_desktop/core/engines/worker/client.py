@@ -93,9 +93,9 @@ class WorkerEngine:
 
     def context_shapes(self, settings: LoadSettings) -> list[ContextShape]:
         """The contexts a worker's load opens (the llama engine's rule; arithmetic only)."""
-        from lmsp_desktop.core.engines.llama import LlamaEngine
+        from lmsp_desktop.core.engines.llama_layout import LlamaLayout
 
-        return LlamaEngine(**self.options).context_shapes(settings)
+        return LlamaLayout(**self.options).context_shapes(settings)
 
     async def load(
         self, path: Path, progress: ProgressSink | None = None, **kwargs: Any
