@@ -104,3 +104,37 @@ def test_serve_listens_without_numpy_llama_cpp_or_qt(tmp_path: Path) -> None:
     assert str(found["url"]).startswith("http://127.0.0.1:")
     # aiohttp serves; the rest waits for the first load, embedding or window.
     assert found["heavy"] == ["aiohttp"], found["heavy"]
+
+
+# serve answering /v1/models (a memory estimate per model): its engines run in worker
+# processes, so serve itself never needs llama.cpp for this.
+SERVE_MODELS = """
+import asyncio, json, sys, urllib.request
+from pathlib import Path
+from lmsp_desktop.app import Core
+
+async def run():
+    core = Core(Path(sys.argv[1]), port=0)
+    await core.start()
+    try:
+        request = urllib.request.Request(
+            core.url + "/v1/models", headers={"Authorization": "Bearer " + sys.argv[2]}
+        )
+        read = lambda: json.loads(urllib.request.urlopen(request, timeout=60).read())
+        body = await asyncio.to_thread(read)
+        return sorted({m.split(".")[0] for m in sys.modules}), body
+    finally:
+        await core.stop()
+
+packages, body = asyncio.run(run())
+print(json.dumps({"packages": packages, "models": body["data"]}), file=sys.stderr)
+"""
+
+
+def test_serve_estimates_memory_without_importing_llama_cpp(tmp_path: Path) -> None:
+    made = probe(CLI, "--data-dir", str(tmp_path), "token", "create", "--name", "probe")
+    assert made["code"] == 0
+    found = probe(SERVE_MODELS, str(tmp_path), made["stdout"].strip())
+    demo = next(m for m in found["models"] if m["id"] == DEMO_MODEL_ID)
+    assert demo["memory_estimate"] > 0  # the fit ran: the layout and the GPU question
+    assert found["heavy"] == ["aiohttp"], found["heavy"]
