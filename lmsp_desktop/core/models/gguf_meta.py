@@ -24,17 +24,28 @@ def _gguf_constants() -> ModuleType:
     """`gguf/constants.py` alone (it imports only the standard library). `import gguf.constants`
     first runs `gguf/__init__`, which imports numpy and the tensor reader and writer: ~0.5 s of
     CPU in every process that reads a header (each CLI command, `serve`), for a few enums.
-    Loaded under a private name so that a later `import gguf` gets its own, untouched copy."""
+    Loaded under a private name so that a later `import gguf` gets its own, untouched copy.
+    Where the package is no folder of .py files (the packaged app keeps it in PyInstaller's
+    archive, or a zip), the plain import: slower, but the app starts."""
     name = "lmsp_desktop._gguf_constants"
     if name not in sys.modules:
         package = importlib.util.find_spec("gguf")  # finds the folder, runs nothing
-        assert package is not None and package.submodule_search_locations
-        path = Path(package.submodule_search_locations[0]) / "constants.py"
+        assert package is not None
+        folders = list(package.submodule_search_locations or [])
+        path = Path(folders[0]) / "constants.py" if folders else None
+        if path is None or not path.is_file():
+            import gguf.constants
+
+            return gguf.constants
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # its dataclasses look their module up while it runs
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
     return sys.modules[name]
 
 

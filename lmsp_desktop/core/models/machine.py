@@ -206,7 +206,12 @@ def llama_lib_dir() -> Path:
     """llama-cpp-python's folder of shared libraries, found without importing the package:
     `import llama_cpp` imports numpy, jinja and the chat formats (~0.3 s of CPU in `models
     list` and in `serve`, whose engines run in workers) for the two C calls made here. The
-    library loaded here is the same file llama_cpp loads (the loader shares it)."""
+    library loaded here is the same file llama_cpp loads (the loader shares it), from the
+    folder LLAMA_CPP_LIB_PATH names where it is set (a GPU build beside the bundled one), as
+    llama_cpp's own loader does."""
+    override = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if override is not None:
+        return Path(override)
     package = importlib.util.find_spec("llama_cpp")  # finds the folder, runs nothing
     if package is None or not package.submodule_search_locations:
         raise ImportError("llama-cpp-python is not installed")
@@ -216,6 +221,7 @@ def llama_lib_dir() -> Path:
 def _library(lib_dir: Path, names: tuple[str, ...]) -> ctypes.CDLL | None:
     for name in names:
         if (lib_dir / name).exists():
-            # RTLD_GLOBAL as llama_cpp loads it: the same handle serves both.
-            return ctypes.CDLL(str(lib_dir / name), mode=ctypes.RTLD_GLOBAL)
+            # The mode llama_cpp loads it with on Linux and macOS (its default): the loader
+            # hands both the same handle, so the process holds one copy of the library.
+            return ctypes.CDLL(str(lib_dir / name))
     return None

@@ -34,7 +34,12 @@ async def read_json(request: web.Request) -> Any:
         raise invalid("The request needs a JSON body.", None, "invalid_json")
     try:
         if has_long_number(raw):
-            return json.loads(raw, parse_constant=_not_json)
+            value = json.loads(raw, parse_constant=_not_json)
+            # As orjson does, refuse a lone surrogate escape ("\\ud800"), which json.loads
+            # takes: such a string cannot be written as UTF-8 later (the store, an SSE
+            # event), and a body must not be accepted for its unrelated long number.
+            json.dumps(value, ensure_ascii=False).encode()  # UnicodeEncodeError: a ValueError
+            return value
         return orjson.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise invalid(

@@ -295,3 +295,12 @@ def test_the_gpu_question_goes_to_llama_cpps_own_library() -> None:
     assert Path(llama_cpp.llama_cpp._lib._name).resolve() == Path(lib._name).resolve()
     lib.llama_supports_gpu_offload.restype = ctypes.c_bool
     assert bool(lib.llama_supports_gpu_offload()) == llama_cpp.llama_supports_gpu_offload()
+
+
+def test_the_gpu_question_follows_llama_cpp_lib_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LLAMA_CPP_LIB_PATH points llama_cpp at another build (a GPU one beside the bundled CPU
+    # build): the fitter must ask that build whether it can offload, not the bundled one.
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path))
+    assert machine.llama_lib_dir() == tmp_path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,22 @@ def test_unsupported_version_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"GGUF" + struct.pack("<III", 1, 0, 0) + b"\0" * 64)
     with pytest.raises(GGUFError, match="version 1"):
         read_gguf_meta(path)
+
+
+def test_the_constants_load_where_gguf_is_no_folder_of_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packaged app keeps `gguf` in PyInstaller's archive: there is no constants.py to
+    read on its own, and reading it failed every start of the bundle (FileNotFoundError at
+    import). The plain import then gives the same enums."""
+    import importlib.machinery
+
+    import gguf.constants
+
+    archive = importlib.machinery.ModuleSpec("gguf", None, is_package=True)
+    archive.submodule_search_locations = [str(tmp_path / "PYZ" / "gguf")]  # not on disk
+    monkeypatch.setattr(gguf_meta.importlib.util, "find_spec", lambda name: archive)
+    monkeypatch.delitem(sys.modules, "lmsp_desktop._gguf_constants", raising=False)
+    constants = gguf_meta._gguf_constants()
+    assert constants.GGUFValueType.UINT32 == gguf.constants.GGUFValueType.UINT32
+    assert constants.LlamaFileType.MOSTLY_Q4_1.name == "MOSTLY_Q4_1"

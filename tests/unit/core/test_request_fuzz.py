@@ -204,3 +204,18 @@ def test_a_lone_surrogate_escape_is_refused_or_digested_for_idempotency() -> Non
         return
     parse_create(body, "fail")
     request_digest("POST", "/v1/responses", body)  # what an Idempotency-Key request does next
+
+
+def test_a_lone_surrogate_is_refused_beside_a_long_number_too() -> None:
+    """A 19-digit run sends a body to json.loads (exact big integers), which takes lone
+    surrogate escapes that orjson refuses: accepted, such a request streamed a 200 and then
+    died writing its first event. Refused alike with the digits and without them."""
+    for order in (b"1", b"1234567890123456789"):
+        raw = b'{"model": "m", "input": "hi", "instructions": "\\ud800", "metadata": {"order": "'
+        raw += order + b'"}}'
+        try:
+            asyncio.run(read_json(cast(web.Request, _RawRequest(raw))))
+        except LmspError as exc:
+            assert exc.status == 400 and exc.code == "invalid_json", exc
+        else:
+            raise AssertionError(f"accepted a lone surrogate beside {order!r}")
