@@ -2,7 +2,7 @@
 
     python -m bench.server --data-dir D --port P [--engine gated|fake|llama]
         [--models-dir M] [--demo] [--threads T] [--parallel N]
-        [--max-context N]
+        [--max-context N] [--max-loaded N]
 
 Prints one JSON line (url, admin token, when Core.start began and when it was listening)
 once it serves, and stops cleanly on SIGTERM.
@@ -61,6 +61,8 @@ async def main(args: argparse.Namespace) -> None:
             changes["parallel_per_model"] = args.parallel
         if args.max_context:
             changes["max_context"] = args.max_context
+        if args.max_loaded:
+            changes["max_loaded_models"] = args.max_loaded
         if changes:
             core.apply_settings(dataclasses.replace(core.settings, **changes))
         t_listening = time.time()
@@ -86,6 +88,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--max-context", type=int, default=0, help="cap on every model's context (0: default)"
+    )
+    parser.add_argument(
+        "--max-loaded", type=int, default=0, help="models loaded at once (0: default)"
     )
     return parser.parse_args(argv)
 
