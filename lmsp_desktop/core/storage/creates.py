@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from lmsp_desktop.core.api.resource import build_response
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.storage.db import settle_waiters
 from lmsp_desktop.core.storage.events import created_event_row, to_json
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, claim_key, mark_answered
 from lmsp_desktop.core.storage.task_reads import queue_length_in
@@ -149,23 +150,7 @@ class CreateBatch:
     def settle(self, committed: asyncio.Future[list[Outcome]]) -> None:
         """On the loop, once the commit has returned: each caller gets its create's result,
         its own error, or the error of the whole group (nothing of it was written)."""
-        if committed.cancelled():
-            for waiter in self._waiters:
-                waiter.cancel()
-            return
-        error = committed.exception()
-        outcomes = [] if error is not None else committed.result()
-        for at, waiter in enumerate(self._waiters):
-            if waiter.done():
-                continue  # its caller was cancelled while waiting
-            if error is not None:
-                waiter.set_exception(error)
-                continue
-            ok, value = outcomes[at]
-            if ok:
-                waiter.set_result(value)
-            else:
-                waiter.set_exception(value)
+        settle_waiters(enumerate(self._waiters), committed)
 
 
 def commit_creates(conn: sqlite3.Connection, creates: list[Create]) -> list[Outcome]:

@@ -549,5 +549,30 @@ def _split_sql(script: str) -> list[str]:
     return statements
 
 
+def settle_waiters(
+    waiters: Iterable[tuple[Any, asyncio.Future[Any]]], committed: asyncio.Future[Any]
+) -> None:
+    """On the loop, once a batch's commit has returned: each waiter gets its own outcome,
+    `committed.result()[key]` as (ok, result or its own error), or the whole commit's error
+    (nothing of it was written). A waiter whose caller was cancelled meanwhile is skipped."""
+    if committed.cancelled():
+        for _, waiter in waiters:
+            waiter.cancel()
+        return
+    error = committed.exception()
+    outcomes = None if error is not None else committed.result()
+    for key, waiter in waiters:
+        if waiter.done():
+            continue
+        if outcomes is None:
+            waiter.set_exception(error)  # type: ignore[arg-type]
+            continue
+        ok, value = outcomes[key]
+        if ok:
+            waiter.set_result(value)
+        else:
+            waiter.set_exception(value)
+
+
 def now() -> float:
     return time.time()

@@ -22,6 +22,7 @@ import sqlite3
 import threading
 from typing import Any
 
+from lmsp_desktop.core.storage.db import settle_waiters
 from lmsp_desktop.core.storage.events import Row
 from lmsp_desktop.core.storage.transitions import Transition, apply_moves, shape
 
@@ -89,23 +90,7 @@ class MoveBatch:
     def settle(self, committed: asyncio.Future[dict[str, Outcome]]) -> None:
         """On the loop, once the commit has returned (after the listeners heard it): each
         caller gets its task's row, its own move's error, or the whole commit's error."""
-        if committed.cancelled():
-            for _, waiter in self._waiters:
-                waiter.cancel()
-            return
-        error = committed.exception()
-        outcomes = {} if error is not None else committed.result()
-        for task_id, waiter in self._waiters:
-            if waiter.done():
-                continue  # its caller was cancelled while waiting
-            if error is not None:
-                waiter.set_exception(error)
-                continue
-            ok, value = outcomes[task_id]
-            if ok:
-                waiter.set_result(value)
-            else:
-                waiter.set_exception(value)
+        settle_waiters(self._waiters, committed)
 
 
 def _commit_group(conn: sqlite3.Connection, moves: list[Transition]) -> dict[str, Outcome]:
