@@ -278,3 +278,30 @@ async def test_startup_recovery_is_one_transaction_with_its_report(
     stored = await last_report(store.tasks)
     assert stored is not None and len(stored["items"]) == len(ids)
     check_invariants(store.db.path)
+
+
+async def test_recovery_gives_back_the_page_cache_it_takes(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery holds every page it changes in the writer's page cache until its commit (a
+    page spilled to the WAL and changed again is written twice), and the service then runs
+    with its usual cache again, not one sized for thousands of recovered tasks."""
+    ids = [await drive(store.tasks, s, on_restart=p) for s, p in CELLS]
+
+    def cache_size(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA cache_size").fetchone()[0])
+
+    usual = await store.db.run(cache_size)
+    monkeypatch.setattr(recovery, "CACHE_KIB_PER_TASK", 1024)  # 12 MiB: over the usual 2
+    original = recovery._recover_batch
+    during: list[int] = []
+
+    def watching(conn: sqlite3.Connection, **kwargs: Any) -> Any:
+        during.append(cache_size(conn))
+        return original(conn, **kwargs)
+
+    monkeypatch.setattr(recovery, "_recover_batch", watching)
+    report = await recover(store.tasks, await next_boot(store.tasks))
+    assert sorted(item.task_id for item in report.items) == sorted(ids)
+    assert during == [-len(ids) * 1024]
+    assert await store.db.run(cache_size) == usual
