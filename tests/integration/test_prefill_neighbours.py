@@ -51,8 +51,8 @@ def engine() -> WorkerEngine:
     return WorkerEngine(n_threads=1, n_ctx=4096, parallel=2, contexts=2)
 
 
-def story() -> GenerationRequest:
-    return GenerationRequest(STORY, max_output_tokens=100, temperature=0)
+def story(max_output_tokens: int = 100) -> GenerationRequest:
+    return GenerationRequest(STORY, max_output_tokens=max_output_tokens, temperature=0)
 
 
 def summary() -> GenerationRequest:
@@ -60,36 +60,42 @@ def summary() -> GenerationRequest:
 
 
 async def test_a_stream_keeps_streaming_while_a_long_prompt_is_read_beside_it() -> None:
-    model = await engine().load(demo())
+    # The first worker reads the prompt alone, then waits to run the story alone as far as
+    # the stream beside the prompt got: the stream is stopped once the prompt is read (run
+    # to its 100 tokens, here and alone, it cost more than the prompt's own tokens).
+    first = await engine().load(demo())
     try:
-        story_alone, summary_alone = Tokens(), Tokens()
-        await model.generate(story(), story_alone)
-        read = await model.generate(summary(), summary_alone)
+        summary_alone = Tokens()
+        read = await first.generate(summary(), summary_alone)
         assert read.input_tokens > 6 * SHARED_CHUNK
+
+        # A fresh worker: nothing of the prompt is in its prefix cache.
+        model = await engine().load(demo())
+        try:
+            stream = Tokens()
+            story_request = story(400)  # room to keep streaming while the prompt is read
+            running = asyncio.create_task(model.generate(story_request, stream))
+            await stream.wait_for(3)
+            at_request: list[int] = [len(stream.ids)]
+            at_first_token: list[int] = []
+            prompt = Tokens()
+
+            async def first_token_noted(batch: list[TokenPiece]) -> bool:
+                if not at_first_token:
+                    at_first_token.append(len(stream.ids))
+                return await prompt(batch)
+
+            result = await model.generate(summary(), first_token_noted)
+            story_request.cancel.set()
+            await running
+        finally:
+            await model.unload()
+        story_alone = Tokens()
+        await first.generate(story(len(stream.ids)), story_alone)
     finally:
-        await model.unload()
-
-    # A fresh worker: nothing of the prompt is in its prefix cache.
-    model = await engine().load(demo())
-    try:
-        stream = Tokens()
-        running = asyncio.create_task(model.generate(story(), stream))
-        await stream.wait_for(3)
-        at_request: list[int] = [len(stream.ids)]
-        at_first_token: list[int] = []
-        prompt = Tokens()
-
-        async def first_token_noted(batch: list[TokenPiece]) -> bool:
-            if not at_first_token:
-                at_first_token.append(len(stream.ids))
-            return await prompt(batch)
-
-        result = await model.generate(summary(), first_token_noted)
-        await running
-        assert result.cached_tokens == 0
-        # The stream's deltas kept arriving while the prompt was read (a token per chunk).
-        assert at_first_token[0] - at_request[0] >= 3, (at_request, at_first_token)
-        assert stream.ids == story_alone.ids
-        assert prompt.ids == summary_alone.ids
-    finally:
-        await model.unload()
+        await first.unload()
+    assert result.cached_tokens == 0
+    # The stream's deltas kept arriving while the prompt was read (a token per chunk).
+    assert at_first_token[0] - at_request[0] >= 3, (at_request, at_first_token)
+    assert stream.ids == story_alone.ids
+    assert prompt.ids == summary_alone.ids
