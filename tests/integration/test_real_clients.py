@@ -104,11 +104,14 @@ def test_input_items_list(sdk: OpenAI) -> None:
     assert [i.id for i in newest_first] == [i.id for i in reversed(items)]  # paged by one
 
 
-# The context tests run on a service of their own whose demo model is set to a 2,048-token
-# context (as `lmsp-desktop models set NAME --context 2048` does): a prompt of ~1,500 tokens
-# is then as near the limit as ~5,900 were at the trained 8,192, and is read in three
-# 512-token prefill chunks, for a fraction of the time.
-SMALL_CONTEXT = 2048
+# The context tests run on a service of their own whose demo model is set to a 1,024-token
+# context (as `lmsp-desktop models set NAME --context 1024` does): a prompt of ~760 tokens
+# is then as near the limit as ~6,100 were at the trained 8,192, and is read in two
+# 512-token prefill chunks, for a fraction of the time. (At 2,048, its ~1,500 tokens were
+# the module's largest cost: a prompt token costs about as much CPU as a generated one.)
+SMALL_CONTEXT = 1024
+# Past the small context alone (~1,100 tokens).
+TOO_LONG = FILLER * 550
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +143,7 @@ def small_sdk(small_live: LiveCore) -> Iterator[OpenAI]:
 # A bound on a hang, not on its speed: a loaded machine reads prompts many times slower.
 @pytest.mark.timeout(900)
 def test_a_long_input_fits_and_a_too_long_one_is_refused(small_sdk: OpenAI) -> None:
-    """A prompt of three prefill chunks, three quarters of the model's context, reaches the
+    """A prompt of two prefill chunks, three quarters of the model's context, reaches the
     model whole (every token counted, the question at its end answered); one past the
     context is refused with context_length_exceeded, by Responses and by a Chat Completions
     stream alike, before any task exists."""
@@ -148,18 +151,18 @@ def test_a_long_input_fits_and_a_too_long_one_is_refused(small_sdk: OpenAI) -> N
     model = sdk.models.retrieve(MODEL)
     assert model.context_length == SMALL_CONTEXT  # type: ignore[attr-defined]
     fits = sdk.with_options(timeout=900).responses.create(
-        model=MODEL, input=FILLER * 740 + "\n\n" + FRANCE, max_output_tokens=12, temperature=0
+        model=MODEL, input=FILLER * 370 + "\n\n" + FRANCE, max_output_tokens=12, temperature=0
     )
     assert fits.status == "completed" and "Paris" in fits.output_text, fits.output_text
-    assert fits.usage is not None and 1_500 <= fits.usage.input_tokens < SMALL_CONTEXT
+    assert fits.usage is not None and 750 <= fits.usage.input_tokens < SMALL_CONTEXT
     before = sdk.get("/tasks", cast_to=object)
     with pytest.raises(openai.BadRequestError) as refused:
-        sdk.responses.create(model=MODEL, input=FILLER * 1100, max_output_tokens=4)
+        sdk.responses.create(model=MODEL, input=TOO_LONG, max_output_tokens=4)
     error = refused.value.body
     assert isinstance(error, dict) and error["code"] == "context_length_exceeded"
     with pytest.raises(openai.BadRequestError):
         sdk.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": FILLER * 1100}], stream=True
+            model=MODEL, messages=[{"role": "user", "content": TOO_LONG}], stream=True
         )
     assert sdk.get("/tasks", cast_to=object) == before  # refused before any task existed
 
@@ -171,7 +174,7 @@ def test_truncation_auto_drops_the_oldest_turns_to_fit(
     old_turns: list[Any] = []
     for i in range(4):  # the oldest turn alone is longer than the model's context
         old_turns += [
-            {"role": "user", "content": f"Turn {i}. " + (FILLER * 1100 if i == 0 else "Hi.")},
+            {"role": "user", "content": f"Turn {i}. " + (TOO_LONG if i == 0 else "Hi.")},
             {"role": "assistant", "content": "Noted."},
         ]
     last = {"role": "user", "content": FRANCE}
