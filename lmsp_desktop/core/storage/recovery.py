@@ -35,10 +35,13 @@ from lmsp_desktop.core.views import (
 
 log = logging.getLogger(__name__)
 BATCH = 2000  # tasks per set-based statement
-# Recovery's page cache (_cache_for): a task changes under one 4 KiB page on average (its
-# row, its events, its response, their index entries), and the reads go through it too.
-CACHE_KIB_PER_TASK = 8
-CACHE_KIB_MAX = 512 * 1024
+# The ceiling of recovery's page cache (_cache_for), not what it takes: SQLite allocates a
+# page when it reads or changes one. A task of B4's seeded database changes 3.5 KiB (its
+# row, its events, its response, their index entries) and reads 1.6; one that generated a
+# long text carries it in up to five of its closing events (done text, part, item, and
+# twice in the response).
+CACHE_KIB_PER_TASK = 64
+CACHE_KIB_MAX = 256 * 1024
 ERROR_CODE = RESTART_ERROR_CODE
 ERROR_MESSAGE = "The service restarted while this task was unfinished, and its policy is fail."
 
