@@ -6,6 +6,7 @@ import hashlib
 import os
 import secrets
 import threading
+import time
 
 TOKEN_PREFIX = "lmsp_"
 
@@ -39,9 +40,22 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def new_id(prefix: str) -> str:
-    """An opaque id such as `resp_3f9a…`: 96 random bits in hex."""
-    return f"{prefix}_{_random_bytes(12).hex()}"
+# An id's hex starts with the milliseconds since 1970 (48 bits: 12 digits, enough until the
+# year 10889), then its 96 random bits (24 digits), the same as when ids were all random:
+# `resp_0193a3f1c2d48f2a91c0…`. Ids made one after another thus sort together, and a create's
+# rows go in at the right-hand end of every B-tree keyed by the id (responses, the tasks'
+# id index, task_events), instead of each at a random page: a group of creates dirties a few
+# pages, not one per row per tree (B1: half the WAL checkpoints, issue 26). Hex, not base32:
+# ids keep the alphabet they had and sort as plain strings. Nothing relies on their order
+# (tasks.n is the submission order): a clock stepped back only puts a few rows mid-tree, and
+# the random bits alone keep ids unique, across restarts and clock steps alike.
+_TIME_MASK = (1 << 48) - 1
+
+
+def new_id(prefix: str, sep: str = "_") -> str:
+    """An opaque id such as `resp_0193a3f1c2d48f2a91c0…`: its time in ms, 96 random bits."""
+    ms = time.time_ns() // 1_000_000 & _TIME_MASK
+    return f"{prefix}{sep}{ms:012x}{_random_bytes(12).hex()}"
 
 
 def new_token() -> str:

@@ -156,11 +156,14 @@ def short_digest(digest: str | None) -> str:
 
 
 def short_id(task_id: str, keep: int = 8) -> str:
-    """`resp_8f2a91c0…`, and `chatcmpl-8f2a91c0…` alike: the Id column keeps one width
-    whichever API made the task (full chatcmpl- ids widened it while resp_ ones were cut)."""
+    """`resp_…8f2a91c0`, and `chatcmpl-…8f2a91c0` alike: the Id column keeps one width
+    whichever API made the task (full chatcmpl- ids widened it while resp_ ones were cut).
+    The end is kept, not the start: an id starts with its creation time (core/ids.py), the
+    same for every task made within a minute; its last digits are random and tell it apart,
+    and people comparing long ids look at their ends."""
     cut = min((i for i in (task_id.find("_"), task_id.find("-")) if i >= 0), default=-1)
     prefix, rest = task_id[: cut + 1], task_id[cut + 1 :]
-    return f"{prefix}{rest[:keep]}…" if len(rest) > keep else task_id
+    return f"{prefix}…{rest[-keep:]}" if len(rest) > keep else task_id
 
 
 def is_loopback(host: str) -> bool:

@@ -128,6 +128,23 @@ def test_ids_of_every_api_shorten_alike():
     `resp_…` ids were cut (issue 24 item 21)."""
     from lmsp_desktop.gui.format import short_id
 
-    assert short_id("resp_8f2a91c0aabbccdd") == "resp_8f2a91c0…"
-    assert short_id("chatcmpl-8f2a91c0aabbccddeeff") == "chatcmpl-8f2a91c0…"
+    assert short_id("resp_aabbccdd8f2a91c0") == "resp_…8f2a91c0"
+    assert short_id("chatcmpl-aabbccddeeff8f2a91c0") == "chatcmpl-…8f2a91c0"
     assert short_id("resp_abc") == "resp_abc"
+
+
+async def test_the_id_column_tells_apart_tasks_made_in_the_same_millisecond(
+    store, core, monkeypatch
+):
+    """Ids start with their creation time (core/ids.py), the same for every task made at
+    once: the Id column shows their random end, so each row still reads differently."""
+    from lmsp_desktop.core import ids
+    from lmsp_desktop.gui.models.task_table import COL_ID
+
+    monkeypatch.setattr(ids.time, "time_ns", lambda: 1_764_000_000_000 * 1_000_000)
+    made = {await make_task(store, prompt=f"p{i}") for i in range(40)}
+    model = TaskTableModel(core, page_size=100)
+    await model.reload()
+    assert {model.data(model.index(r, 0), Role.TASK_ID) for r in range(40)} == made
+    shown = {model.index(r, COL_ID).data() for r in range(40)}
+    assert len(shown) == 40

@@ -5,18 +5,18 @@ shape."""
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
 from lmsp_desktop.core.api.resource import RowLike, build_response, cached_tokens_of, task_object
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.states import TaskState
 
 
 def new_message_id() -> str:
     """`msg_…`: the id of a message and of its task."""
-    return f"msg_{secrets.token_hex(12)}"
+    return new_id("msg")
 
 
 # An HTTP status → Anthropic's error type (docs: "HTTP errors").

@@ -4,20 +4,18 @@ and `chat.completion.chunk` SSE lines from its committed events."""
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
 from lmsp_desktop.core.api.resource import RowLike, build_response, cached_tokens_of, task_object
+from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.tools.chat_deltas import ToolCallDeltas
-
-CHAT_ID_PREFIX = "chatcmpl-"
 
 
 def new_chat_id() -> str:
     """`chatcmpl-…`: the id of a chat completion and of its task."""
-    return f"{CHAT_ID_PREFIX}{secrets.token_hex(12)}"
+    return new_id("chatcmpl", sep="-")
 
 
 DONE_LINE = b"data: [DONE]\n\n"

@@ -4,17 +4,17 @@
 from __future__ import annotations
 
 import json
-import secrets
 from typing import Any
 
 from lmsp_desktop.core.api.chat.render import DONE_LINE, chat_usage
 from lmsp_desktop.core.api.resource import RowLike, build_response, task_object
+from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.states import TaskState
 
 
 def new_completion_id() -> str:
     """`cmpl-…`: the id of a completion and of its task."""
-    return f"cmpl-{secrets.token_hex(12)}"
+    return new_id("cmpl", sep="-")
 
 
 def finish_reason(state: str) -> str:
