@@ -19,6 +19,7 @@ from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import database_path
 from lmsp_desktop.core.runner import SnapshotTokens
 from lmsp_desktop.core.states import EventType
+from lmsp_desktop.core.storage.creates import created_row
 from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS
 from lmsp_desktop.core.storage.events import (
     closing_with,
@@ -28,7 +29,7 @@ from lmsp_desktop.core.storage.events import (
     with_response,
 )
 from lmsp_desktop.core.storage.store import Store
-from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
+from lmsp_desktop.core.storage.tasks import NewTask, TaskStore, finishing
 from lmsp_desktop.core.storage.transitions import INSERT_EVENT
 
 TASKS = 32
@@ -62,20 +63,30 @@ async def _store_rate(data_dir: Path, seconds: float) -> tuple[float, float, str
             # the tokens come (a dict would be serialised whole at every call, which the
             # service never does).
             snapshot = SnapshotTokens(tokens)
-            while len(tokens) < TOKENS_PER_TASK and time.perf_counter() < deadline:
+            finished = False
+            while not finished and time.perf_counter() < deadline:
                 tokens.extend(range(len(tokens), len(tokens) + PER_CALL))
+                # The last hand-over carries the finish, as the runner's (Runner._generate):
+                # committed with the last deltas, the snapshot cleared by it.
+                finished = len(tokens) >= TOKENS_PER_TASK
                 ok = await tasks.append_deltas(
                     task_id,
                     [f" w{t}" for t in tokens[-PER_CALL:]],
                     output_tokens=len(tokens),
                     input_tokens=12,
-                    snapshot=snapshot.snapshot({"seed": 7}),
+                    snapshot=None if finished else snapshot.snapshot({"seed": 7}),
+                    finish=finishing(
+                        task_id, incomplete_reason=None, input_tokens=12, output_tokens=len(tokens)
+                    )
+                    if finished
+                    else None,
                 )
                 assert ok
                 events += PER_CALL
-            await tasks.finish(
-                task_id, incomplete_reason=None, input_tokens=12, output_tokens=len(tokens)
-            )
+            if not finished:  # the deadline came first
+                await tasks.finish(
+                    task_id, incomplete_reason=None, input_tokens=12, output_tokens=len(tokens)
+                )
 
     start, cpu = time.perf_counter(), cpu_seconds()
     await asyncio.gather(*(generate() for _ in range(TASKS)))
@@ -104,38 +115,6 @@ def check_rule_11_2(path: Path) -> str:
     return "rule 11.2 checked after the run: logs gapless, last_seq and text match"
 
 
-def _joined_row(task_id: str, request_json: str, now: float) -> dict[str, Any]:
-    """A raw task's joined row (task_reads.JOINED), as the store's reads give it."""
-    return {
-        "n": None,
-        "id": task_id,
-        "client_id": None,
-        "model": MODEL,
-        "state": "queued",
-        "on_restart": "fail",
-        "mode": "background",
-        "created_at": int(now),
-        "recovered_boot": None,
-        "kind": "response",
-        "started_at": None,
-        "finished_at": None,
-        "restarts": 0,
-        "last_seq": 0,
-        "snapshot": None,
-        "request": request_json,
-        "output_text": "",
-        "item_id": None,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "completed_at": None,
-        "error": None,
-        "incomplete_reason": None,
-        "output_items": None,
-        "cached_tokens": 0,
-        "stop_sequence": None,
-    }
-
-
 def raw_rate(work: Path, seconds: float) -> tuple[float, float]:
     """The limit: per round, one transaction with executemany of all 32 tasks' events and
     updates (snapshot+last_seq, text), raw sqlite3 at the same synchronous.
@@ -159,7 +138,11 @@ def raw_rate(work: Path, seconds: float) -> tuple[float, float]:
         ids = [f"resp_raw{generation:04d}{i:03d}" for i in range(TASKS)]
         generation += 1
         now = time.time()
-        rows = {t: _joined_row(t, request_json, now) for t in ids}
+        # Each task's joined row as the store's create gives it (creates.created_row).
+        rows = {
+            t: created_row(NewTask(model=MODEL, request=request, id=t), int(now), request_json)
+            for t in ids
+        }
         opening: list[tuple[Any, ...]] = []
         for t, row in rows.items():
             created = with_response(EventType.CREATED, build_response(row, 1, request))

@@ -21,10 +21,12 @@ from lmsp_desktop.core.crashes import CrashLog, CrashRecord
 from lmsp_desktop.core.engines.base import (
     EmbeddingRequest,
     Embeds,
+    EndingSink,
     Engine,
     EngineCrashed,
     EngineError,
     GenerationRequest,
+    GenerationResult,
     LoadedModel,
     LoadSettings,
     TokenPiece,
@@ -39,7 +41,7 @@ from lmsp_desktop.core.storage.embeddings import finish_embedding
 from lmsp_desktop.core.storage.events import to_json
 from lmsp_desktop.core.storage.recovery import recover_after_crash
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
-from lmsp_desktop.core.storage.tasks import TaskStore
+from lmsp_desktop.core.storage.tasks import TaskStore, finishing
 from lmsp_desktop.core.tool_output import CallingOutput
 from lmsp_desktop.core.tools.grammars import max_calls
 from lmsp_desktop.core.tools.plan import plan_output
@@ -96,6 +98,24 @@ def through_stops(
         if stopped:
             return pieces[: n + 1], deltas, True
     return pieces, deltas, False
+
+
+def finish_values(result: GenerationResult) -> dict[str, Any]:
+    """What a task's finish records of its generation's result (TaskStore.finish)."""
+    reason = None
+    if result.finish_reason == "length":
+        reason = "max_output_tokens"
+    elif result.finish_reason == "context":
+        reason = "max_output_tokens"  # the model's context ran out (OpenAI's word for it)
+    return {
+        "incomplete_reason": reason,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        # A task resumed after a restart reports the reuse of the run that finished it (its
+        # prompt evaluated again, usually from an empty cache: 0), matching its input_tokens,
+        # which are that run's too; the first run's count is not kept.
+        "cached_tokens": result.cached_tokens,
+    }
 
 
 class ModelPaths(Protocol):
@@ -453,9 +473,30 @@ class Runner:
                 snapshot=token_json.snapshot(rest),
             )
 
+        ended = False  # the finish committed with the last deltas
+
+        async def last(pieces: list[TokenPiece], result: GenerationResult) -> bool:
+            """The generation's end with its last tokens (engines/pump.py): the task's finish
+            in the transaction of its last deltas, not a commit of its own (B2). Output
+            parsed for tool calls, and stop sequences (text held back, usage cut at the
+            stop), end after `generate` as with engines that hand over no end."""
+            nonlocal ended
+            if calls is not None or stops.stops or result.finish_reason == "cancelled":
+                return await sink(pieces)
+            tokens.extend(p.token_id for p in pieces)
+            ended = await self.tasks.append_deltas(
+                task_id,
+                [p.text for p in pieces if p.text],
+                output_tokens=len(tokens),
+                input_tokens=state["input_tokens"],
+                snapshot=None,  # the finish clears it
+                finish=finishing(task_id, **finish_values(result)),
+            )
+            return ended
+
         self._active[task_id] = request
         try:
-            result = await loaded.generate(request, sink)
+            result = await loaded.generate(request, EndingSink(sink, last))
         except EngineCrashed as exc:
             await self._after_crash(row["model"], task_id, loaded, exc)
             return
@@ -466,6 +507,8 @@ class Runner:
             return
         finally:
             self._active.pop(task_id, None)
+        if ended:
+            return
         if stopped and not request.cancel.is_set():
             # Tokens the engine made after the stop sequence's (in the same hand-over) were
             # never part of the answer: usage counts up to that token.
@@ -489,20 +532,9 @@ class Runner:
         ):
             await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
             return
-        reason = None
-        if result.finish_reason == "length":
-            reason = "max_output_tokens"
-        elif result.finish_reason == "context":
-            reason = "max_output_tokens"  # the model's context ran out (OpenAI's word for it)
         done = await self.tasks.finish(
             task_id,
-            incomplete_reason=reason,
-            input_tokens=result.input_tokens,
-            output_tokens=result.output_tokens,
-            # A task resumed after a restart reports the reuse of the run that finished it
-            # (its prompt evaluated again, usually from an empty cache: 0), matching its
-            # input_tokens, which are that run's too; the first run's count is not kept.
-            cached_tokens=result.cached_tokens,
+            **finish_values(result),
             stop_sequence=stops.matched if stopped else None,
         )
         if not done:

@@ -163,6 +163,28 @@ class EmbeddingResult:
 # Called on the event loop with every batch of new tokens. Returning False stops generation
 # before the next token (a cancel was committed, or the task is no longer running).
 TokenSink = Callable[[list[TokenPiece]], Awaitable[bool]]
+
+
+class EndingSink:
+    """A TokenSink that also takes the generation's end with its last tokens, so that the
+    runner commits the finish in the transaction of the last deltas (B2): `last(pieces,
+    result)` is called once, when the engine's loop has ended without error, with the
+    tokens not handed over yet (maybe none) and the result `generate` then returns. It
+    answers as a TokenSink does (False: refused; the result then says "cancelled"). An
+    engine that never calls it hands everything through `each`, as to any sink."""
+
+    def __init__(
+        self,
+        each: TokenSink,
+        last: Callable[[list[TokenPiece], GenerationResult], Awaitable[bool]],
+    ) -> None:
+        self.each = each
+        self.last = last
+
+    def __call__(self, pieces: list[TokenPiece]) -> Awaitable[bool]:
+        return self.each(pieces)
+
+
 ProgressSink = Callable[[float], None]
 
 

@@ -8,19 +8,22 @@ loop side is waiting for a token, not once per token (and not at all while the l
 sleeps out the interval after a hand-over): each wake-up is a thread hop
 (a write to the loop's self-pipe, a context switch) that costs the decoding cores time.
 When the sink answers False or the request's cancel event is set, the thread stops before
-evaluating or sampling another token.
+evaluating or sampling another token. An `EndingSink` gets the tokens left at the end with
+the generation's result, in one hand-over (`last`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import math
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from lmsp_desktop.core.engines.base import (
+    EndingSink,
     EngineError,
     FinishReason,
     GenerationRequest,
@@ -204,6 +207,7 @@ async def pump_started(
     )
     delivered = 0
     handed_at = -math.inf  # when the sink last got tokens (loop time)
+    last: list[TokenPiece] | None = None  # the tokens that go with the end (EndingSink)
     try:
         finished = False
         while not finished:
@@ -216,6 +220,13 @@ async def pump_started(
                 await asyncio.wait([channel.ended], timeout=wait)
             await channel.wait()  # at once if tokens came meanwhile
             batch, finished = channel.take()
+            if finished and isinstance(sink, EndingSink) and not channel.refused:
+                # The loop has ended: its outcome follows at once (the channel is closed
+                # right before it is known). Ended well, the last tokens go with it.
+                await asyncio.wait([worker])
+                if not worker.cancelled() and worker.exception() is None:
+                    last = batch
+                    break
             if batch and not channel.refused:
                 handed_at = loop.time()
                 delivered += len(batch)
@@ -231,13 +242,16 @@ async def pump_started(
             if not worker.cancelled():
                 worker.exception()  # retrieved: the error being raised here wins
     reason: FinishReason = "cancelled" if channel.refused else outcome.finish_reason
-    return GenerationResult(
+    result = GenerationResult(
         finish_reason=reason,
         input_tokens=outcome.input_tokens,
-        output_tokens=len(request.resume_tokens) + delivered,
+        output_tokens=len(request.resume_tokens) + delivered + len(last or ()),
         seed_used=outcome.seed_used,
         cached_tokens=outcome.cached_tokens,
     )
+    if last is not None and isinstance(sink, EndingSink) and not await sink.last(last, result):
+        return dataclasses.replace(result, finish_reason="cancelled")
+    return result
 
 
 def check_request(request: GenerationRequest) -> None:

@@ -7,6 +7,12 @@ three set-based statements, whatever the number of tasks in it: the compare-and-
 texts appended (which gives each message item's id), and all the events inserted. What a
 task's append returns is what its own statements gave: a task no longer running commits
 nothing, and the others are not affected.
+
+A task's last append may carry its finish (the completion move, TaskStore.finishing): the
+writer applies it right after the deltas, in the same transaction (transitions.apply_moves,
+the finishes of a batch together), so a generation's end costs no commit of its own and a
+cancel either lands before the last deltas (nothing of them is written, the finish neither)
+or after the completion (it is refused).
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from lmsp_desktop.core.storage.events import numbered_deltas
-from lmsp_desktop.core.storage.transitions import INSERT_EVENT
+from lmsp_desktop.core.storage.events import Row, numbered_deltas
+from lmsp_desktop.core.storage.moves import commit_moves
+from lmsp_desktop.core.storage.transitions import INSERT_EVENT, Transition
 
 MAX_TASKS = 256  # appends one batch takes at most (4 SQL variables each)
 
@@ -33,6 +40,7 @@ class Append(NamedTuple):
     output_tokens: int
     input_tokens: int
     snapshot_json: str | None
+    finish: Transition | None = None  # the task's finish, committed with these deltas
 
 
 class Appended(NamedTuple):
@@ -43,6 +51,9 @@ class Appended(NamedTuple):
     model: str
     item_id: str | None
     first_seq: int
+    # The task's row after its finish, when the append carried one (None otherwise), or
+    # the finish's own error (its deltas are committed all the same).
+    finished: Row | Exception | None = None
 
 
 class DeltaBatch:
@@ -98,8 +109,11 @@ class DeltaBatch:
         for task_id, waiter in self._waiters:
             if waiter.done():
                 continue  # its appender was cancelled while waiting
+            finished = done[task_id].finished if task_id in done else None
             if error is not None:
                 waiter.set_exception(error)
+            elif isinstance(finished, Exception):
+                waiter.set_exception(finished)
             else:
                 waiter.set_result(task_id in done)
 
@@ -137,6 +151,14 @@ def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str,
         rows += numbered_deltas(a.task_id, item_id, a.deltas, first, now)
         done[a.task_id] = Appended(last, model, item_id, first)
     conn.executemany(INSERT_EVENT, rows)
+    finishes = [a.finish for a in kept if a.finish is not None]
+    if finishes:
+        # Read after the deltas' statements: the closing events carry the whole text, and
+        # are numbered after the last delta. Still running: the deltas' update said so.
+        for task_id, (_, row_or_error) in commit_moves(conn, finishes).items():
+            if row_or_error is None:  # never: it was running a statement ago (not a loop)
+                row_or_error = RuntimeError(f"the finish of {task_id} found it not running")
+            done[task_id] = done[task_id]._replace(finished=row_or_error)
     return done
 
 

@@ -67,13 +67,7 @@ class MoveBatch:
         with self._lock:
             self._taken = True
             moves = list(self._moves.values())
-        groups: dict[tuple[Any, ...], list[Transition]] = {}
-        for move in moves:
-            groups.setdefault(shape(move), []).append(move)
-        outcomes: dict[str, Outcome] = {}
-        for group in groups.values():
-            outcomes.update(_commit_group(conn, group))
-        return outcomes
+        return commit_moves(conn, moves)
 
     def changed(self, committed: asyncio.Future[dict[str, Outcome]]) -> list[Row]:
         """The rows the commit changed, in the order their moves came."""
@@ -91,6 +85,17 @@ class MoveBatch:
         """On the loop, once the commit has returned (after the listeners heard it): each
         caller gets its task's row, its own move's error, or the whole commit's error."""
         settle_waiters(self._waiters, committed)
+
+
+def commit_moves(conn: sqlite3.Connection, moves: list[Transition]) -> dict[str, Outcome]:
+    """Single-task moves, those of one shape together: each task's outcome."""
+    groups: dict[tuple[Any, ...], list[Transition]] = {}
+    for move in moves:
+        groups.setdefault(shape(move), []).append(move)
+    outcomes: dict[str, Outcome] = {}
+    for group in groups.values():
+        outcomes.update(_commit_group(conn, group))
+    return outcomes
 
 
 def _commit_group(conn: sqlite3.Connection, moves: list[Transition]) -> dict[str, Outcome]:

@@ -13,7 +13,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -229,17 +229,30 @@ class TaskStore(TaskReads):
         output_tokens: int,
         input_tokens: int,
         snapshot: dict[str, Any] | str | None,
+        finish: Transition | None = None,
     ) -> bool:
         """Persist text deltas with the snapshot that covers them (a dict, or its JSON text),
-        only while still running.
+        only while still running; with `finish` (`finishing(task_id, ...)`: the generation's
+        last deltas, or none) the task's finish in the same transaction.
 
         Returns False when the task is no longer running (a cancel was committed): the
-        caller must stop generating; these deltas were not persisted.
+        caller must stop generating; these deltas were not persisted, nor the finish.
         """
-        if not deltas:
+        if not deltas and finish is None:
             return True
+        assert finish is None or (
+            finish.task_ids == (task_id,) and finish.from_states == (TaskState.RUNNING,)
+        )
         snapshot_json = json.dumps(snapshot) if isinstance(snapshot, dict) else snapshot
-        append = Append(task_id, deltas, output_tokens, input_tokens, snapshot_json)
+        append = Append(task_id, deltas, output_tokens, input_tokens, snapshot_json, finish)
+        if (
+            finish is not None
+            and self._deltas is not None
+            and self._deltas.committed is not self.db.last_waiting()
+        ):
+            # As for a move (transition): a finish joining a batch submitted before another
+            # unit (a cancel) would overtake it. It starts the next batch, after that unit.
+            self._deltas = None
         # The tasks generating at this moment share one batch: three statements for all of
         # them in the writer (deltas.py) instead of three each (B2).
         self._deltas, waiter = joined(self.db, self._deltas, append, DeltaBatch, self._committed)
@@ -252,18 +265,7 @@ class TaskStore(TaskReads):
         after them, never before), then each appender learns its outcome."""
         try:
             if not committed.cancelled() and committed.exception() is None:
-                self.publish(
-                    TaskChange(
-                        task_id,
-                        TaskState.RUNNING,
-                        appended.last_seq,
-                        appended.model,
-                        (DELTA,),
-                        # The committed events themselves (what json.loads of the rows gives).
-                        DeltaEvents(appended.item_id, batch.deltas_of(task_id), appended.first_seq),
-                    )
-                    for task_id, appended in committed.result().items()
-                )
+                self.publish(_appended_changes(batch, committed.result()))
         finally:
             # Whatever happened above, no appender may wait for ever.
             batch.settle(committed)
@@ -278,26 +280,16 @@ class TaskStore(TaskReads):
         cached_tokens: int = 0,
         stop_sequence: str | None = None,
     ) -> bool:
-        """running → completed (or incomplete), closing the item, only if still running.
-        `cached_tokens`: of the input tokens, those the prefix cache held (usage shows it);
-        `stop_sequence`: the request's stop sequence that ended the output, if one did."""
-        to_state = TaskState.INCOMPLETE if incomplete_reason else TaskState.COMPLETED
-        final = EventType.INCOMPLETE if incomplete_reason else EventType.COMPLETED
-        now = time.time()
-        move = Transition(
-            (task_id,),
-            (TaskState.RUNNING,),
-            to_state,
-            closing_with(final),
-            task_sets={"finished_at": now, "snapshot": None},
-            response_sets={
-                "completed_at": int(now),
-                "incomplete_reason": incomplete_reason,
-                "input_tokens": input_tokens,
-                "output_tokens": output_tokens,
-                "cached_tokens": cached_tokens,
-                "stop_sequence": stop_sequence,
-            },
+        """running → completed (or incomplete), closing the item, only if still running
+        (`finishing`). A generation's finish usually comes with its last deltas instead
+        (append_deltas' `finish`)."""
+        move = finishing(
+            task_id,
+            incomplete_reason=incomplete_reason,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
+            stop_sequence=stop_sequence,
         )
         return bool(await self.transition(move))
 
@@ -419,6 +411,57 @@ def joined(
         batch.committed = db.submit(batch.commit)
         batch.committed.add_done_callback(functools.partial(settle, batch))
     return batch, waiter
+
+
+def finishing(
+    task_id: str,
+    *,
+    incomplete_reason: str | None,
+    input_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
+    stop_sequence: str | None = None,
+) -> Transition:
+    """The move running → completed (or incomplete) that closes the item.
+    `cached_tokens`: of the input tokens, those the prefix cache held (usage shows it);
+    `stop_sequence`: the request's stop sequence that ended the output, if one did."""
+    to_state = TaskState.INCOMPLETE if incomplete_reason else TaskState.COMPLETED
+    final = EventType.INCOMPLETE if incomplete_reason else EventType.COMPLETED
+    now = time.time()
+    return Transition(
+        (task_id,),
+        (TaskState.RUNNING,),
+        to_state,
+        closing_with(final),
+        task_sets={"finished_at": now, "snapshot": None},
+        response_sets={
+            "completed_at": int(now),
+            "incomplete_reason": incomplete_reason,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cached_tokens": cached_tokens,
+            "stop_sequence": stop_sequence,
+        },
+    )
+
+
+def _appended_changes(batch: DeltaBatch, appended: dict[str, Appended]) -> Iterator[TaskChange]:
+    """What a committed delta batch changed, task by task: the deltas, then the finish that
+    came with them."""
+    for task_id, done in appended.items():
+        deltas = batch.deltas_of(task_id)
+        if deltas:
+            yield TaskChange(
+                task_id,
+                TaskState.RUNNING,
+                done.last_seq,
+                done.model,
+                (DELTA,),
+                # The committed events themselves (what json.loads of the rows gives).
+                DeltaEvents(done.item_id, deltas, done.first_seq),
+            )
+        if done.finished is not None and not isinstance(done.finished, Exception):
+            yield change_of(done.finished)
 
 
 def _still_running(

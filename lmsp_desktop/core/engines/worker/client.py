@@ -189,8 +189,11 @@ class WorkerModel:
             if entry is not None:
                 entry[0].deliver([TokenPiece(t, text) for t, text in message[2]])
         elif kind == "done":
-            _gid, result, facts = message[1:]
+            _gid, result, facts, last = message[1:]
             self._facts(facts)
+            entry = self._pending.get(message[1])
+            if entry is not None:  # the last tokens, taken with the end (pump, EndingSink)
+                entry[0].deliver([TokenPiece(t, text) for t, text in last])
             self._end(
                 message[1],
                 LoopOutcome(

@@ -25,8 +25,10 @@ from typing import Any
 
 from lmsp_desktop.core.engines.base import (
     EmbeddingRequest,
+    EndingSink,
     EngineError,
     GenerationRequest,
+    GenerationResult,
     TokenPiece,
 )
 from lmsp_desktop.core.engines.worker.protocol import encode, receive
@@ -129,20 +131,28 @@ class Worker:
         request = GenerationRequest(**fields)
         self.requests[gid] = request
 
+        last: list[tuple[int, str]] = []
+
         async def sink(pieces: list[TokenPiece]) -> bool:
             self.send("tokens", gid, [(p.token_id, p.text) for p in pieces])
             # The service answers a refusal with "stop", which sets the cancel event.
             return not request.cancel.is_set()
 
+        async def ending(pieces: list[TokenPiece], _result: GenerationResult) -> bool:
+            # The last tokens ride in "done": the service takes them with the end at once
+            # and commits them with the task's finish (B2).
+            last.extend((p.token_id, p.text) for p in pieces)
+            return not request.cancel.is_set()
+
         try:
-            result = await self.model.generate(request, sink)
+            result = await self.model.generate(request, EndingSink(sink, ending))
         except EngineError as exc:
             self.send("failed", gid, exc.code, exc.message)
         except Exception as exc:  # a bug: the service fails the task, the worker goes on
             log.exception("generation %d failed", gid)
             self.send("failed", gid, "internal_error", f"Internal error in the engine: {exc!r}")
         else:
-            self.send("done", gid, result, self.facts())
+            self.send("done", gid, result, self.facts(), last)
         finally:
             del self.requests[gid]
 
