@@ -2,11 +2,11 @@
 (its own executable's hidden `engine-worker` subcommand), cancel across the process
 boundary, and a worker that never outlives the service.
 
-The tests about the worker process alone (its executable, its exit, the stop signals) run
-the demo model cut to 4 blocks (tests/support/cut_model.py): each load ran the exactness
-probe (160 tokens) and nothing in them depends on the model's tokens. Cancel (whose bound,
-one token after the cancel, is against the demo model's token time) and the probe's own
-test keep the demo model."""
+The tests about the worker process alone (its executable, its exit, the stop signals) and
+the kept probe verdict run the demo model cut to 4 blocks (tests/support/cut_model.py): each
+load ran the exactness probe (160 tokens) and nothing in them depends on the model's tokens
+(that the demo model passes the probe is test_llama_batching's). Cancel, whose bound (one
+token after the cancel) is against the demo model's token time, keeps the demo model."""
 
 from __future__ import annotations
 
@@ -126,9 +126,11 @@ async def test_a_fresh_worker_for_a_model_probed_before_skips_the_probe(tmp_path
     resumed task waits for it: B17), and a worker of a restarted service (a new engine on
     the same verdict file), is given the verdict and serves at once, with the same tokens.
     The worker tells the verdict as soon as the probe answers, before any generation ends
-    (a worker killed mid-generation has told it). A replaced file is probed again."""
-    copy = tmp_path / "demo.gguf"
-    copy.write_bytes(demo().read_bytes())
+    (a worker killed mid-generation has told it). A replaced file is probed again.
+    On the cut model: the claim is where the verdict comes from, whatever the model; that
+    the demo model itself passes the probe is test_llama_batching's."""
+    copy = tmp_path / "cut.gguf"
+    copy.write_bytes(cut_demo_model().read_bytes())
     verdicts = tmp_path / "cache" / "exactness-verdicts.json"
     engine = WorkerEngine(n_threads=1, verdict_file=verdicts)
     request = GenerationRequest(PROMPT, max_output_tokens=8, temperature=0)
@@ -147,7 +149,7 @@ async def test_a_fresh_worker_for_a_model_probed_before_skips_the_probe(tmp_path
     try:
         assert first.exact_verdict is None  # probing: the load does not wait for it
         await until(lambda: verdicts.exists(), 120, "the verdict kept without a generation")
-        assert first.exact_verdict is True  # the demo model passes
+        assert first.exact_verdict is True  # the cut model passes, as the demo model does
         expected = await tokens_of(first)
     finally:
         await first.unload()
