@@ -97,6 +97,10 @@ def on_the_cut_model(monkeypatch: pytest.MonkeyPatch, module: object) -> None:
             monkeypatch.setattr(holder, "MODEL_ID", CUT_MODEL)
         if hasattr(holder, "demo_model"):
             monkeypatch.setattr(holder, "demo_model", lambda: cut)
+    # B18's in-process peer opens the core's demo_model_path() itself (it loaded and embedded
+    # with the demo model while the service beside it embedded with the cut model).
+    if hasattr(module, "demo_model_path"):
+        monkeypatch.setattr(module, "demo_model_path", lambda: cut)
     listing = BenchServer.__init__
 
     def listing_the_cut_model(
