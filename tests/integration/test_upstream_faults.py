@@ -5,6 +5,7 @@ with `upstream_unavailable` and the upstream's own words after the retries; noth
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,8 +38,33 @@ class ThreadedFake:
             self.loop.close()  # else its self-pipe sockets leak (a ResourceWarning)
 
 
+# `serve` runs with the service's pause between an upstream's tries (BACKOFF_S: 1, 2 and 4 s,
+# core/upstreams/engine.py) at 10 ms: these tests count the tries and read how the task ends,
+# never how long the pauses were, and the 7 s each retrying test slept was most of its time
+# (the unit tests of the retries shorten it the same way, in process). Otherwise it is
+# `python -m lmsp_desktop ... serve` as users start it.
+SERVE_WITH_QUICK_RETRIES = """
+import runpy
+import lmsp_desktop.core.upstreams.engine
+lmsp_desktop.core.upstreams.engine.BACKOFF_S = 0.01
+runpy.run_module("lmsp_desktop", run_name="__main__", alter_sys=True)
+"""
+
+
+def quick_retries(popen: Any) -> Any:
+    """subprocess.Popen, but a `python -m lmsp_desktop ... serve` runs as above."""
+
+    def started(command: list[str], *args: Any, **kwargs: Any) -> Any:
+        if command[1:3] == ["-m", "lmsp_desktop"] and "serve" in command:
+            command = [command[0], "-c", SERVE_WITH_QUICK_RETRIES, *command[3:]]
+        return popen(command, *args, **kwargs)
+
+    return started
+
+
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[tuple[ServeProcess, str]]:
+def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ServeProcess, str]]:
+    monkeypatch.setattr(subprocess, "Popen", quick_retries(subprocess.Popen))
     server = ServeProcess(tmp_path / "data")
     server.start()
     try:
