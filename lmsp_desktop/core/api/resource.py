@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+from lmsp_desktop.core.json_text import from_json
 from lmsp_desktop.core.states import STATUS_OF_STATE, TERMINAL, TaskState
 
 # A joined tasks+responses row: sqlite3.Row from the store, or a plain mapping in tests.
@@ -47,9 +47,9 @@ def task_object(
     offered to the model); `stop_sequence` is the request's stop sequence that ended the
     output (null when none did, and in lists).
     """
-    error = json.loads(row["error"]) if row["error"] else None
+    error = from_json(row["error"]) if row["error"] else None
     if request is None:
-        request = json.loads(row["request"])
+        request = from_json(row["request"])
     return {
         "id": row["id"],
         "object": "task",
@@ -88,7 +88,7 @@ def cached_tokens_of(row: RowLike) -> int:
 
 def _output_items(row: RowLike) -> list[dict[str, Any]] | None:
     raw = row["output_items"] if "output_items" in row.keys() else None  # noqa: SIM118
-    return None if raw is None else list(json.loads(raw))
+    return None if raw is None else list(from_json(raw))
 
 
 def _items_output(items: list[dict[str, Any]], text: str, state: TaskState) -> list[dict[str, Any]]:
@@ -149,7 +149,7 @@ def build_response(
     settings are the values actually used.
     """
     if request is None:
-        request = json.loads(row["request"])
+        request = from_json(row["request"])
     state = TaskState(row["state"])
     output: list[dict[str, Any]] = []
     items = _output_items(row)
@@ -157,7 +157,8 @@ def build_response(
         output = _items_output(items, row["output_text"], state)
     elif row["item_id"]:
         output.append(message_item(row["item_id"], row["output_text"], item_status(state)))
-    error = json.loads(row["error"]) if row["error"] else None
+    task = task_object(row, queue_position, request)
+    error = task["error"]  # the stored error, decoded once for both
     finished = state in TERMINAL
     usage = None
     if finished or row["output_tokens"]:
@@ -206,7 +207,7 @@ def build_response(
         "include": request.get("include") or [],
         "user": request.get("user"),
         "output_text": row["output_text"],
-        "task": task_object(row, queue_position, request),
+        "task": task,
     }
 
 

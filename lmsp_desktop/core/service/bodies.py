@@ -9,19 +9,7 @@ import orjson
 from aiohttp import web
 
 from lmsp_desktop.core.errors import invalid
-
-# A run of 19 digits may be an integer past 64 bits, which orjson reads as a float (10**30
-# became 1e+30 in a stored tool schema; -9999999999999999999 is below -2**63); json.loads
-# keeps it exact. Found by mapping every ASCII digit to "0" and the rest to " ", then
-# looking for 19 zeros: both in C at memory speed, where re's \d{20} restarted at every
-# digit of every shorter run (B1: 1.15 ms for a body of 1,000 floats, 40 us so).
-_DIGITS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
-_LONG_RUN = b"0" * 19
-
-
-def has_long_number(raw: bytes) -> bool:
-    """Whether `raw` holds a run of 19 or more ASCII digits."""
-    return _LONG_RUN in raw.translate(_DIGITS)
+from lmsp_desktop.core.json_text import has_long_number
 
 
 async def read_json(request: web.Request) -> Any:

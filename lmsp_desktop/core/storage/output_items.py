@@ -10,13 +10,13 @@ These are the only builders of function-call events (TEAM.md: events come from t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lmsp_desktop.core.api.resource import message_item, output_text_part
 from lmsp_desktop.core.ids import new_id
+from lmsp_desktop.core.json_text import from_json
 from lmsp_desktop.core.tools.parser import (
     ArgumentsDelta,
     CallDone,
@@ -29,7 +29,7 @@ ItemList = list[dict[str, Any]]
 
 
 def load_items(raw: str | None) -> ItemList | None:
-    return None if raw is None else list(json.loads(raw))
+    return None if raw is None else list(from_json(raw))
 
 
 def function_call_item(entry: Mapping[str, Any], status: str | None = None) -> dict[str, Any]:
