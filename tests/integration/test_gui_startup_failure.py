@@ -29,12 +29,35 @@ from tests.support.polling import until
 pytestmark = pytest.mark.gui
 
 
+KEYS_IN_FLIGHT = (Qt.Key.Key_Return, Qt.Key.Key_Escape, Qt.Key.Key_Space)
+
+
 @pytest.fixture(autouse=True)
-def slow_arming(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The box's OK arms after a second; on a loaded CI machine the test's own key can come
-    later than that and close the box legitimately. Arming later keeps "a key as the box
-    appears" true however slow the machine is (the test then waits for OK to arm)."""
-    monkeypatch.setattr(launch, "ARM_DELAY_MS", 5000)
+def keys_in_flight(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The keys already on their way land on the box as it opens: delivered in the same call
+    as its open(), before the event loop runs again, so before its OK can arm however slow
+    the machine is (the box keeps its real ARM_DELAY_MS). A test waiting for the box on a
+    loaded machine sent them late, after OK had armed, so the delay had been raised to 5 s
+    for the tests, 4 s each spent waiting for OK. Returns, per box, whether it was still
+    open after the keys."""
+    still_open: list[bool] = []
+    failure_box = launch.failure_box
+
+    def box_that_keys_reach_as_it_opens(text: str) -> QMessageBox:
+        box = failure_box(text)
+        opened = box.open
+
+        def open_with_keys_in_flight() -> None:
+            opened()
+            for key in KEYS_IN_FLIGHT:
+                QTest.keyClick(box.focusWidget() or box, key)
+            still_open.append(box.isVisible())
+
+        box.open = open_with_keys_in_flight  # type: ignore[method-assign]
+        return box
+
+    monkeypatch.setattr(launch, "failure_box", box_that_keys_reach_as_it_opens)
+    return still_open
 
 
 def shown_box() -> QMessageBox | None:
@@ -45,7 +68,11 @@ def shown_box() -> QMessageBox | None:
 
 
 async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
-    qtbot: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    qtbot: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+    keys_in_flight: list[bool],
 ) -> None:
     caplog.set_level(logging.WARNING)
     with socket.socket() as taken:  # another program listening on the port
@@ -60,10 +87,8 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
         assert not run.done(), "the launch ended without showing why"
         box = shown_box()
         assert box is not None
-        for key in (Qt.Key.Key_Return, Qt.Key.Key_Escape, Qt.Key.Key_Space):
-            QTest.keyClick(box.focusWidget() or box, key)  # where a key in flight lands
-            await asyncio.sleep(0.05)
-        assert box.isVisible(), "a key pressed before the box appeared closed it unread"
+        assert keys_in_flight == [True], "a key pressed as the box appeared closed it unread"
+        assert box.isVisible()
         text = box.text()
         assert f"Port {port} on 127.0.0.1 is in use by another program" in text
         assert "Choose another port" in text and "stop the other program" in text
@@ -82,7 +107,9 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
     assert said in capsys.readouterr().out
 
 
-def test_the_whole_launch_as_lmsp_desktop_runs_it(qapp: Any, tmp_path: Path) -> None:
+def test_the_whole_launch_as_lmsp_desktop_runs_it(
+    qapp: Any, tmp_path: Path, keys_in_flight: list[bool]
+) -> None:
     """run_gui, what `lmsp-desktop` calls: its own qasync loop, the box, exit status 1."""
     seen: list[tuple[str, bool]] = []  # the box's text, and whether a key closed it unread
 
@@ -91,8 +118,7 @@ def test_the_whole_launch_as_lmsp_desktop_runs_it(qapp: Any, tmp_path: Path) -> 
         if box is None:
             QTimer.singleShot(20, answer_the_box)
             return
-        QTest.keyClick(box.focusWidget() or box, Qt.Key.Key_Return)  # a key in flight
-        seen.append((box.text(), not box.isVisible()))
+        seen.append((box.text(), not box.isVisible()))  # the keys in flight have landed
         ok = box.button(QMessageBox.StandardButton.Ok)
 
         def click_when_armed() -> None:
@@ -113,4 +139,5 @@ def test_the_whole_launch_as_lmsp_desktop_runs_it(qapp: Any, tmp_path: Path) -> 
     assert len(seen) == 1, seen
     text, closed_unread = seen[0]
     assert f"Port {port} on 127.0.0.1 is in use" in text
+    assert keys_in_flight == [True], "a key pressed as the box appeared closed it unread"
     assert not closed_unread, "a key pressed as the box appeared closed it"
