@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
+from tests.support.cut_model import cut_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("numpy", "gguf", "llama_cpp", "PySide6", "shiboken6", "aiohttp")
@@ -138,3 +139,59 @@ def test_serve_estimates_memory_without_importing_llama_cpp(tmp_path: Path) -> N
     demo = next(m for m in found["models"] if m["id"] == DEMO_MODEL_ID)
     assert demo["memory_estimate"] > 0  # the fit ran: the layout and the GPU question
     assert found["heavy"] == ["aiohttp"], found["heavy"]
+
+
+# An engine worker's run to its first token, as main.py runs it (`python -m
+# lmsp_desktop.core.engines.worker FD`, here with the service's end of the socket played by a
+# thread): load the model, generate one token, unload; then what it had imported.
+WORKER = """
+import asyncio, json, pickle, socket, sys, threading
+from lmsp_desktop.core.engines.worker.main import run
+from lmsp_desktop.core.engines.worker.protocol import HEADER, encode
+
+ours, theirs = socket.socketpair()
+told = []
+
+def service():
+    replies = ours.makefile("rb")
+    def receive():
+        (size,) = HEADER.unpack(replies.read(HEADER.size))
+        return pickle.loads(replies.read(size))
+    ours.sendall(encode(("load", sys.argv[1], {"n_threads": 1}, {"exact": True})))
+    while (message := receive())[0] != "loaded":
+        assert message[0] == "progress", message
+    hi = {"messages": [{"role": "user", "content": "Hi"}], "max_output_tokens": 1}
+    ours.sendall(encode(("generate", 1, hi)))
+    while (message := receive())[0] != "done":
+        if message[0] == "tokens":
+            told.extend(message[2])
+    told.extend(message[4])  # the last tokens ride with the end
+    ours.sendall(encode(("unload",)))
+
+threading.Thread(target=service, daemon=True).start()
+asyncio.run(run(theirs.fileno()))
+packages = sorted({m.split(".")[0] for m in sys.modules})
+ours_ = sorted(m for m in sys.modules if m.startswith("lmsp_desktop."))
+print(json.dumps({"packages": packages, "modules": ours_, "told": told}), file=sys.stderr)
+"""
+
+
+def test_engine_worker_imports_nothing_of_the_service() -> None:
+    # A worker starts for every load and after every crash (B17: SIGKILL → the first resumed
+    # token): it pays for the engine (numpy, llama.cpp) and nothing of the service's side,
+    # the store, the HTTP service or the window (main.py's promise).
+    found = probe(WORKER, str(cut_demo_model()))
+    assert len(found["told"]) == 1  # it did load the model and generate its one token
+    assert {"numpy", "llama_cpp"} <= set(found["heavy"]), found["heavy"]
+    assert not {"aiohttp", "PySide6", "shiboken6", "gguf"} & set(found["heavy"]), found["heavy"]
+    service_side = (
+        "lmsp_desktop.core.engines.worker.client",
+        "lmsp_desktop.core.engines.worker.verdicts",
+        "lmsp_desktop.core.storage",
+        "lmsp_desktop.core.service",
+        "lmsp_desktop.core.api",
+        "lmsp_desktop.core.models",
+        "lmsp_desktop.gui",
+    )
+    imported = [m for m in found["modules"] if m.startswith(service_side)]
+    assert imported == [], imported
