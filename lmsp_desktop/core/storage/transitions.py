@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import orjson
+
 from lmsp_desktop.core.states import EventType, TaskState
 from lmsp_desktop.core.storage.events import (
     EventFactory,
@@ -23,6 +25,10 @@ from lmsp_desktop.core.storage.events import (
 )
 from lmsp_desktop.core.storage.task_reads import JOINED
 
+# The tasks of one move from which its task rows are updated by one statement
+# (_update_alike): that statement costs 30-100 us more to run than one UPDATE by id, and
+# 2.5 us a task against the UPDATE's 6 (SQLite 3.40, the seeded B4 database).
+ALIKE_AT_LEAST = 32
 INSERT_EVENT = "INSERT INTO task_events (task_id, seq, type, created_at, data) VALUES (?,?,?,?,?)"
 
 
@@ -129,12 +135,15 @@ def apply_moves(conn: sqlite3.Connection, moves: Sequence[Transition]) -> list[R
         if response_values != response_before:  # else its row is left unwritten
             response_updates.append((*response_values, row["id"]))
     # Compare-and-set: the rows were read in this transaction with the same condition.
-    task_columns = (*state_set, *first.task_sets)
-    updated = conn.executemany(
-        f"UPDATE tasks SET {''.join(f'{column}=?, ' for column in task_columns)}last_seq=?"
-        f" WHERE id=? AND state IN ({marks(states)})",
-        task_updates,
-    ).rowcount
+    if len(moves) == 1 and len(rows) >= ALIKE_AT_LEAST:
+        updated = _update_alike(conn, {**state_set, **first.task_sets}, rows, states)
+    else:
+        task_columns = (*state_set, *first.task_sets)
+        updated = conn.executemany(
+            f"UPDATE tasks SET {''.join(f'{column}=?, ' for column in task_columns)}last_seq=?"
+            f" WHERE id=? AND state IN ({marks(states)})",
+            task_updates,
+        ).rowcount
     if updated != len(rows):
         raise RuntimeError(f"{len(rows) - updated} tasks changed state under the write lock")
     conn.executemany(INSERT_EVENT, event_rows)
@@ -142,6 +151,35 @@ def apply_moves(conn: sqlite3.Connection, moves: Sequence[Transition]) -> list[R
         assignments = ", ".join(f"{column}=?" for column in first.response_sets)
         conn.executemany(f"UPDATE responses SET {assignments} WHERE id=?", response_updates)
     return cast("list[Row]", rows)
+
+
+def _update_alike(
+    conn: sqlite3.Connection,
+    sets: Mapping[str, Any],
+    rows: list[dict[str, Any]],
+    states: tuple[str, ...],
+) -> int:
+    """The task rows' UPDATE of one move (recovery's cells, 10k tasks each): its values are
+    the same for every task (an `Added` the same amount, added by SQL to the value the
+    compare-and-set finds, which is the value read), so one statement over the tasks' ids and
+    last numbers, passed as one JSON object, instead of a statement per task (B4: 93-98 ms ->
+    64-81 ms for 10k tasks). `+tasks.state`: the tasks found by id, never by the state index
+    (through it SQLite takes 5 s). Returns how many tasks were still in `states`."""
+    assignments, values = [], []
+    for column, value in sets.items():
+        if isinstance(value, Added):
+            assignments.append(f"{column}={column}+?")
+            values.append(value.amount)
+        else:
+            assignments.append(f"{column}=?")
+            values.append(value)
+    # {id: last number}: json_each's key and value (JSON1's, no newer SQLite than UPDATE FROM)
+    seqs = orjson.dumps({row["id"]: row["last_seq"] for row in rows}).decode()
+    return conn.execute(
+        f"UPDATE tasks SET {''.join(f'{a}, ' for a in assignments)}last_seq=u.value"
+        f" FROM json_each(?) AS u WHERE tasks.id=u.key AND +tasks.state IN ({marks(states)})",
+        (*values, seqs, *states),
+    ).rowcount
 
 
 def transition_one(conn: sqlite3.Connection, move: Transition) -> Row | None:

@@ -14,6 +14,7 @@ from lmsp_desktop.core.states import RECOVERY_TABLE, RestartPolicy, TaskState
 from lmsp_desktop.core.storage import recovery
 from lmsp_desktop.core.storage.recovery import last_report, next_boot, recover
 from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.transitions import ALIKE_AT_LEAST
 from tests.support.store_helpers import check_invariants, drive, dump
 
 EVENT_OF_OUTCOME = {
@@ -116,6 +117,31 @@ async def test_cell_of_table_11_3(data_dir: Path, state: TaskState, policy: Rest
         check_invariants(store.db.path)
     finally:
         await store.close()
+
+
+async def test_each_task_of_a_crowded_cell_is_moved_as_a_lone_one(store: Store) -> None:
+    """A cell's tasks are moved together, their rows by one statement from ALIKE_AT_LEAST
+    tasks on (10k at startup): each still gets its cell's state and event, its own last
+    sequence number, one restart more for a rerun, and this startup's mark."""
+    ids = {
+        cell: [await drive(store.tasks, cell[0], on_restart=cell[1]) for _ in range(ALIKE_AT_LEAST)]
+        for cell in CELLS
+    }
+    boot = await next_boot(store.tasks)
+    report = await recover(store.tasks, boot)
+    numbers = {item.task_id: item.sequence_number for item in report.items}
+    assert len(numbers) == len(CELLS) * ALIKE_AT_LEAST
+    for (state, policy), task_ids in ids.items():
+        expected = TaskState(TABLE_11_3[(str(state), str(policy))])
+        for task_id in task_ids:
+            row = await store.tasks.get(task_id)
+            last = (await store.tasks.events(task_id))[-1]
+            assert (row["state"], last["type"]) == (expected, EVENT_OF_OUTCOME[expected])
+            assert row["last_seq"] == last["sequence_number"] == numbers[task_id]
+            reruns = expected in (TaskState.QUEUED, TaskState.RUNNING)
+            assert row["restarts"] == (1 if reruns else 0)
+            assert row["recovered_boot"] == boot
+    check_invariants(store.db.path)
 
 
 async def test_running_recovery_twice_changes_nothing_more(store: Store) -> None:
