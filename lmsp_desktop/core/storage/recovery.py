@@ -97,9 +97,11 @@ async def recover(
                 )
             report = RecoveryReport(started, time.time(), [item for item, _change in done])
             if report.items:
+                # orjson writes a dataclass as the dict of its fields in their order: the text
+                # of as_json()'s items without making 10k dicts first (B4: 10-50 ms -> 3)
                 conn.execute(
                     "INSERT INTO recovery_reports (started_at, finished_at, items) VALUES (?,?,?)",
-                    (report.started_at, report.finished_at, to_json(report.as_json()["items"])),
+                    (report.started_at, report.finished_at, to_json(report.items)),
                 )
         return report, [change for _item, change in done]
 
