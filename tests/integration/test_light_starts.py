@@ -9,6 +9,7 @@ the real thing on a real data directory, then lists which of those packages got 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -195,3 +196,34 @@ def test_engine_worker_imports_nothing_of_the_service() -> None:
     )
     imported = [m for m in found["modules"] if m.startswith(service_side)]
     assert imported == [], imported
+
+
+# serve's model scan on a machine with no Hugging Face cache (tests/conftest.py points
+# HF_HUB_CACHE at a folder that does not exist): the scan a start begins, then a full rescan.
+SERVE_SCANNED = """
+import asyncio, json, sys
+from pathlib import Path
+from lmsp_desktop.app import Core
+
+async def run():
+    core = Core(Path(sys.argv[1]), port=0)
+    await core.start()
+    try:
+        await core.rescan_models()
+        models = [m.id for m in await core.models()]
+        return sorted({m.split(".")[0] for m in sys.modules}), models
+    finally:
+        await core.stop()
+
+packages, models = asyncio.run(run())
+print(json.dumps({"packages": packages, "models": models}), file=sys.stderr)
+"""
+
+
+def test_scan_without_a_hugging_face_cache_skips_its_scanner(tmp_path: Path) -> None:
+    # huggingface_hub's cache scanner answers "no cache" after ~0.02 CPU-s of imports, in
+    # every scan of every start; the scan asks the folder itself.
+    assert not Path(os.environ["HF_HUB_CACHE"]).exists()
+    found = probe(SERVE_SCANNED, str(tmp_path))
+    assert DEMO_MODEL_ID in found["models"]  # the scan ran and listed what there is
+    assert "huggingface_hub" not in found["packages"]
