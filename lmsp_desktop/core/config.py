@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.states import RestartPolicy
 
@@ -25,14 +23,24 @@ ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+")
 def default_data_dir() -> Path:
     """`LMSP_DATA_DIR` if set, else the platform's user data directory."""
     env = os.environ.get("LMSP_DATA_DIR")
-    return Path(env) if env else Path(platformdirs.user_data_dir(APP_NAME))
+    if env:
+        return Path(env)
+    # Imported here: a command given --data-dir (every `serve` a test or a unit file starts)
+    # never asks, and platformdirs costs ~0.01 CPU-s to import.
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP_NAME))
 
 
 def default_cache_dir() -> Path:
     """`LMSP_CACHE_DIR` if set, else the platform's user cache directory: what can be
     recomputed (the exactness probe's verdicts), never user data."""
     env = os.environ.get("LMSP_CACHE_DIR")
-    return Path(env) if env else Path(platformdirs.user_cache_dir(APP_NAME))
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME))
 
 
 def database_path(data_dir: Path) -> Path:

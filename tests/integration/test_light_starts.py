@@ -106,6 +106,10 @@ def test_serve_listens_without_numpy_llama_cpp_or_qt(tmp_path: Path) -> None:
     assert str(found["url"]).startswith("http://127.0.0.1:")
     # aiohttp serves; the rest waits for the first load, embedding or window.
     assert found["heavy"] == ["aiohttp"], found["heavy"]
+    # Given its data directory, and its cache directory in LMSP_CACHE_DIR (tests/conftest.py),
+    # it never asks platformdirs where they are by default (~0.01 CPU-s of imports).
+    assert os.environ.get("LMSP_CACHE_DIR")
+    assert "platformdirs" not in found["packages"]
 
 
 # serve answering /v1/models (a memory estimate per model): its engines run in worker
