@@ -5,6 +5,10 @@ the model's tokens)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from lmsp_desktop.core.engines.base import (
     EndingSink,
     GenerationRequest,
@@ -12,13 +16,30 @@ from lmsp_desktop.core.engines.base import (
     TokenPiece,
 )
 from lmsp_desktop.core.engines.worker import WorkerEngine
+from lmsp_desktop.core.engines.worker.client import WorkerModel
 from tests.support.cut_model import cut_demo_model
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
-TOKENS = 8
+TOKENS = 16
 
 
-async def test_the_workers_last_tokens_come_with_its_result() -> None:
+async def test_the_workers_last_tokens_come_with_its_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the worker process sent, message by message (kind, tokens carried): the service
+    # may read a `tokens` message and the `done` after it in one read and hand them over
+    # together, so only the messages themselves show where the last tokens rode.
+    sent: list[tuple[str, int]] = []
+    dispatch = WorkerModel._dispatch
+
+    def recording(self: WorkerModel, message: tuple[Any, ...]) -> None:
+        if message[0] == "tokens":
+            sent.append(("tokens", len(message[2])))
+        elif message[0] == "done":
+            sent.append(("done", len(message[4])))
+        dispatch(self, message)
+
+    monkeypatch.setattr(WorkerModel, "_dispatch", recording)
     model = await WorkerEngine(n_threads=1).load(cut_demo_model())
     try:
         each: list[list[TokenPiece]] = []
@@ -32,8 +53,9 @@ async def test_the_workers_last_tokens_come_with_its_result() -> None:
             ends.append((pieces, result))
             return True
 
-        # An hour between hand-overs: the first token goes alone (never held back), the
-        # others wait for the end, which cuts the wait short.
+        # An hour between hand-overs: the first goes at once (never held back: one token, or
+        # two when the machine is busy and the worker's loop wakes late), the others wait for
+        # the end, which cuts the wait short.
         request = GenerationRequest(
             PROMPT, max_output_tokens=TOKENS, temperature=0, sink_interval=3600.0
         )
@@ -45,6 +67,11 @@ async def test_the_workers_last_tokens_come_with_its_result() -> None:
     assert len(ends) == 1
     pieces, told = ends[0]
     assert told == result
-    # Every token handed over once, and those after the first with the end itself.
+    # Every token handed over once: the first hand-over alone before the end, all the
+    # others with the end itself.
+    assert len(each) == 1, [len(batch) for batch in each]
     assert sum(map(len, each)) + len(pieces) == TOKENS
-    assert len(pieces) == TOKENS - 1, [len(batch) for batch in each]
+    assert 0 < len(pieces) == TOKENS - len(each[0]), [len(batch) for batch in each]
+    # The worker sent the first hand-over as tokens and every other token inside its done.
+    assert [kind for kind, _ in sent] == ["tokens", "done"], sent
+    assert sent[1][1] == len(pieces), sent
