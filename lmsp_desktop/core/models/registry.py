@@ -12,12 +12,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.errors import DatabaseLockedError, invalid
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.models import messages
 from lmsp_desktop.core.models.demo import DEMO_MODEL_ID, demo_model_path
@@ -57,6 +57,9 @@ __all__ = ["ModelEvent", "ModelInfo", "ModelRegistry"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# A hash's result is written again this long after another program held the database past
+# the busy timeout (each try waits that long already).
+LOCKED_RETRY_S = 1.0
 
 
 @dataclass
@@ -457,7 +460,22 @@ class ModelRegistry:
             digest, after = None, None
         finally:
             self._hashing.discard(job.model_id)
-        await self._record_hash(job, row, digest, before, after)
+        await self._patiently(
+            job.model_id, lambda: self._record_hash(job, row, digest, before, after)
+        )
+
+    async def _patiently(self, model_id: str, write: Callable[[], Awaitable[None]]) -> None:
+        """A hash's result, written once another program lets go of the database. Lost, the
+        file stayed unverified, hence not runnable, until the next scan (a tool holding the
+        database while the start-up hash finished made every run of the model fail)."""
+        while True:
+            try:
+                return await write()
+            except DatabaseLockedError:
+                if self._stop.is_set():
+                    raise
+                log.warning("the hash of %s waits for the database to be free", model_id)
+                await asyncio.sleep(LOCKED_RETRY_S)
 
     async def _record_hash(
         self, job: _HashJob, row: Any, digest: str | None, before: Any, after: Any

@@ -454,3 +454,32 @@ async def test_a_kept_lookup_follows_each_change_and_is_the_callers_own(
     assert (await reg.get("m")).state == "changed"
     assert (await reg.verify("m")).state == "verified"
     assert (await reg.get("m")).state == "verified"
+
+
+async def test_a_hash_result_waits_for_a_database_another_program_holds(
+    store: Store, folder: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hash's write met the database locked by another program past the busy timeout
+    (DatabaseLockedError, as db.run raises it): it is written once the lock is gone, not lost
+    with the file left unverified and every run of it refused."""
+    from lmsp_desktop.core.errors import DatabaseLockedError
+
+    path = write_gguf(folder / "tiny.gguf")
+    reg = registry(store, folder)
+    monkeypatch.setattr(registry_module, "LOCKED_RETRY_S", 0.01)
+    write = reg._write
+    locked = [2]  # the next two writes after the hash meet the lock
+
+    async def held(work: Any) -> Any:
+        if reg.bytes_hashed and locked[0]:
+            locked[0] -= 1
+            raise DatabaseLockedError(str(store.db.path))
+        return await write(work)
+
+    monkeypatch.setattr(reg, "_write", held)
+    await reg.scan()
+    assert locked == [0]
+    [model] = await reg.list_models()
+    assert model.state == "verified" and model.digest == sha256(path)
+    assert await reg.path_for_run(model.id) == path
+    assert "waits for the database to be free" in caplog.text
