@@ -67,11 +67,14 @@ async def test_the_workers_last_tokens_come_with_its_result(
     assert len(ends) == 1
     pieces, told = ends[0]
     assert told == result
-    # Every token handed over once: the first hand-over alone before the end, all the
-    # others with the end itself.
-    assert len(each) == 1, [len(batch) for batch in each]
+    # Every token handed over once, the last ones with the end itself; before it at most the
+    # first hand-over (none when the service's loop was late and read the worker's two
+    # messages in one go).
+    assert len(each) <= 1, [len(batch) for batch in each]
     assert sum(map(len, each)) + len(pieces) == TOKENS
-    assert 0 < len(pieces) == TOKENS - len(each[0]), [len(batch) for batch in each]
-    # The worker sent the first hand-over as tokens and every other token inside its done.
-    assert [kind for kind, _ in sent] == ["tokens", "done"], sent
-    assert sent[1][1] == len(pieces), sent
+    assert pieces, [len(batch) for batch in each]
+    # What the worker sent: its first hand-over as tokens (none if its own loop woke only at
+    # the end), every other token inside its done, never a tokens message of the last ones.
+    assert [kind for kind, _ in sent] in (["tokens", "done"], ["done"]), sent
+    assert sum(count for _, count in sent) == TOKENS, sent
+    assert sent[-1][1] > 0, sent
