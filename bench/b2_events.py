@@ -67,14 +67,14 @@ async def _store_rate(data_dir: Path, seconds: float) -> tuple[float, float, str
             while not finished and time.perf_counter() < deadline:
                 tokens.extend(range(len(tokens), len(tokens) + PER_CALL))
                 # The last hand-over carries the finish, as the runner's (Runner._generate):
-                # committed with the last deltas, the snapshot cleared by it.
+                # committed with the last deltas and their snapshot, which the finish clears.
                 finished = len(tokens) >= TOKENS_PER_TASK
                 ok = await tasks.append_deltas(
                     task_id,
                     [f" w{t}" for t in tokens[-PER_CALL:]],
                     output_tokens=len(tokens),
                     input_tokens=12,
-                    snapshot=None if finished else snapshot.snapshot({"seed": 7}),
+                    snapshot=snapshot.snapshot({"seed": 7}),
                     finish=finishing(
                         task_id, incomplete_reason=None, input_tokens=12, output_tokens=len(tokens)
                     )

@@ -459,19 +459,23 @@ class Runner:
                     input_tokens=state["input_tokens"],
                     snapshot=snap,
                 )
+            return await self.tasks.append_deltas(
+                task_id,
+                deltas,
+                output_tokens=len(tokens),
+                input_tokens=state["input_tokens"],
+                snapshot=snapshot_after(deltas),
+            )
+
+        def snapshot_after(deltas: list[str]) -> str:
+            """The snapshot that covers the tokens so far, `deltas` the last of their text."""
             rest: dict[str, Any] = {"seed": state["seed"]}
             if stops.held:
                 rest["held"] = stops.held
             if keep_text:
                 text.extend(deltas)
                 rest["text"] = "".join(text)
-            return await self.tasks.append_deltas(
-                task_id,
-                deltas,
-                output_tokens=len(tokens),
-                input_tokens=state["input_tokens"],
-                snapshot=token_json.snapshot(rest),
-            )
+            return token_json.snapshot(rest)
 
         ended = False  # the finish committed with the last deltas
 
@@ -484,12 +488,15 @@ class Runner:
             if calls is not None or stops.stops or result.finish_reason == "cancelled":
                 return await sink(pieces)
             tokens.extend(p.token_id for p in pieces)
+            deltas = [p.text for p in pieces if p.text]
             ended = await self.tasks.append_deltas(
                 task_id,
-                [p.text for p in pieces if p.text],
+                deltas,
                 output_tokens=len(tokens),
                 input_tokens=state["input_tokens"],
-                snapshot=None,  # the finish clears it
+                # The finish clears it; should the finish fail, the deltas commit with the
+                # snapshot that covers them, so a resume goes on after them, not from token 0.
+                snapshot=snapshot_after(deltas),
                 finish=finishing(task_id, **finish_values(result)),
             )
             return ended

@@ -198,3 +198,42 @@ async def test_the_runner_finishes_a_task_with_its_last_deltas(
     # flushed at the end) still finishes on its own.
     assert separate == [stopping]
     check_invariants(store.db.path)
+
+
+async def test_a_finish_that_fails_leaves_the_last_deltas_with_their_snapshot(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finish rides with the last deltas; when it fails (here its closing events cannot
+    be built) the deltas still commit, and the task, still running, must keep a snapshot
+    covering them: a crash before it is failed would otherwise resume from token 0 and
+    append the whole output again after its text (review of 26b5368)."""
+    import dataclasses
+
+    from lmsp_desktop.core import runner as runner_module
+
+    def broken(row: Any) -> Any:
+        raise ValueError("closing events could not be built")
+
+    def failing_finish(task_id: str, **values: Any) -> Any:
+        return dataclasses.replace(finishing(task_id, **values), events=broken)
+
+    monkeypatch.setattr(runner_module, "finishing", failing_finish)
+    left: list[Any] = []
+    real_append = TaskStore.append_deltas
+
+    async def append(self: TaskStore, task_id: str, *args: Any, **kw: Any) -> Any:
+        try:
+            return await real_append(self, task_id, *args, **kw)
+        except ValueError:
+            left.append(await self.get(task_id))  # what a crash right now would leave
+            raise
+
+    monkeypatch.setattr(TaskStore, "append_deltas", append)
+    async with started(Runner(store.tasks, Paths(), FakeEngine(token_delay=0.002))):
+        task_id = await submit(store)
+        await until(lambda: finished(store, task_id))
+    [row] = left
+    assert row["state"] == TaskState.RUNNING
+    assert row["output_text"] == "".join(DEFAULT_TOKENS)
+    assert row["snapshot"] is not None
+    assert len(json.loads(row["snapshot"])["tokens"]) == row["output_tokens"] == len(DEFAULT_TOKENS)
