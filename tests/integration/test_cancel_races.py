@@ -39,6 +39,10 @@ async def test_store_races_never_cancel_and_complete(data_dir: Path) -> None:
     # Both sides won often: the offsets really straddle the moment of completion.
     assert figures.outcomes["completed"] > STORE_RACES // 10, figures.outcomes
     assert figures.outcomes["cancelled"] > STORE_RACES // 10, figures.outcomes
+    # ... whichever way the finish went: with the last deltas or as a move of its own.
+    for state in ("completed", "cancelled"):
+        for way in ("with the last deltas", "alone"):
+            assert figures.outcomes[f"{state} ({way})"] > STORE_RACES // 40, figures.outcomes
 
 
 @pytest.fixture

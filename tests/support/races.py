@@ -1,7 +1,8 @@
 """Cancel/complete races (LMSP 11.2: the cancel transition is atomic, completion conditional).
 
 Two drivers: the store itself (a real TaskStore on a real file; `finish` raced against `cancel`
-at random offsets of the event loop's scheduling, concluded the way the runner concludes), and
+at random offsets of the event loop's scheduling, concluded the way the runner concludes: half
+the finishes ride with the task's last deltas, as a plain generation's), and
 a real service over HTTP (cancel fired at random offsets around the measured completion time,
 through `POST /v1/responses/{id}/cancel` and through `Core.cancel`, the GUI's call).
 """
@@ -21,7 +22,7 @@ from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import STATE_OF_EVENT
 from lmsp_desktop.core.storage.store import Store
-from lmsp_desktop.core.storage.tasks import NewTask
+from lmsp_desktop.core.storage.tasks import NewTask, finishing
 from tests.support.polling import until
 
 MODEL = "smollm2-135m-instruct"
@@ -63,14 +64,33 @@ async def _one_store_race(store: Store, rng: random.Random, figures: RaceFigures
     created = await tasks.create(NewTask(model=MODEL, request=REQUEST, mode="background"))
     task_id = created.task_id
     assert await tasks.mark_running(task_id) is not None
-    if rng.random() < 0.5:
+    before = "ab" if rng.random() < 0.5 else ""
+    if before:
         await tasks.append_deltas(
             task_id, ["a", "b"], output_tokens=2, input_tokens=3, snapshot=None
         )
+    # The runner's two ways to finish: with the last deltas (a plain generation), or as a move
+    # of its own (tool calls, stop sequences).
+    with_last = rng.random() < 0.5
+    final = before + ("cd" if with_last else "")
 
     async def finish() -> str:
         # As the runner does: finish only if still running; else confirm the cancel.
-        done = await tasks.finish(task_id, incomplete_reason=None, input_tokens=3, output_tokens=2)
+        if with_last:
+            done = await tasks.append_deltas(
+                task_id,
+                ["c", "d"],
+                output_tokens=len(final),
+                input_tokens=3,
+                snapshot={"tokens": list(range(len(final)))},
+                finish=finishing(
+                    task_id, incomplete_reason=None, input_tokens=3, output_tokens=len(final)
+                ),
+            )
+        else:
+            done = await tasks.finish(
+                task_id, incomplete_reason=None, input_tokens=3, output_tokens=len(final)
+            )
         if not done:
             await tasks.confirm_cancelled(task_id)
         return "finished" if done else "refused"
@@ -97,6 +117,11 @@ async def _one_store_race(store: Store, rng: random.Random, figures: RaceFigures
         figures.violations.append(f"{task_id}: finish won but {row['state']}, {cancelled}")
     if finished == "refused" and (row["state"] != "cancelled" or cancelled != "cancel_cancelling"):
         figures.violations.append(f"{task_id}: cancel won but {row['state']}, {cancelled}")
+    # A completed task has all its text; a cancelled one none of the finishing hand-over.
+    text = {"completed": final, "cancelled": before}.get(row["state"])
+    if row["output_text"] != text:
+        figures.violations.append(f"{task_id}: {row['state']} with text {row['output_text']!r}")
+    figures.outcomes[f"{row['state']} ({'with the last deltas' if with_last else 'alone'})"] += 1
 
 
 async def store_races(
