@@ -8,6 +8,7 @@ handled by this startup is skipped, so running recovery twice changes nothing mo
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import logging
@@ -107,7 +108,20 @@ async def recover(
 
     report, changes = await store.db.run(work)
     store.publish(changes)
+    if report.items:
+        _give_back_memory()
     return report
+
+
+def _give_back_memory() -> None:
+    """Hand the heap recovery used back to the system. Its page cache (_cache_for) and its
+    rows are freed at the commit, but glibc keeps freed heap for the process unless told: the
+    service stayed at 382 MB for its whole run after recovering 2,000 tasks of 16 KiB texts
+    (234 MB with SQLite's usual cache), 36 MB once trimmed (the reviewer's measurement)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc (macOS, Windows, musl): their allocators return memory themselves
 
 
 async def recover_after_crash(
