@@ -8,7 +8,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lmsp_desktop.core.states import STATE_OF_EVENT, RestartPolicy, TaskState
+from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
 
 
@@ -169,3 +172,16 @@ def dump(db_path: Path) -> dict[str, list[tuple[Any, ...]]]:
         }
     finally:
         conn.close()
+
+
+def units_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The writer's transactions, each as its number of units of work."""
+    units: list[int] = []
+    original = db_module._run_group
+
+    def run_group(conn: sqlite3.Connection, works: list[Any], **kw: Any) -> Any:
+        units.append(len(works))
+        return original(conn, works, **kw)
+
+    monkeypatch.setattr(db_module, "_run_group", run_group)
+    return units

@@ -15,7 +15,7 @@ from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.events import DELTA
 from lmsp_desktop.core.storage.store import Store
-from tests.support.store_helpers import check_invariants, drive
+from tests.support.store_helpers import check_invariants, drive, units_counted
 
 TASKS = 12
 
@@ -43,14 +43,7 @@ async def test_tasks_generating_at_once_share_one_unit_and_keep_their_own_text(
     ids = [await drive(store.tasks, TaskState.RUNNING) for _ in range(TASKS)]  # "Hel", "lo"
     cancelled = ids[3]
     await store.tasks.cancel(cancelled)  # running → cancelling: its deltas are refused
-    units: list[int] = []
-    original = db_module._run_group
-
-    def run_group(conn: sqlite3.Connection, works: list[Any], **kw: Any) -> Any:
-        units.append(len(works))
-        return original(conn, works, **kw)
-
-    monkeypatch.setattr(db_module, "_run_group", run_group)
+    units = units_counted(monkeypatch)
     for round_ in range(3):
         words = {t: [f" {t[-4:]}-{round_}-{k}" for k in range(round_ + 1)] for t in ids}
         done = await asyncio.gather(

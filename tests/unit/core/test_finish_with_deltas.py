@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -23,29 +22,15 @@ from lmsp_desktop.core.engines.base import (
 from lmsp_desktop.core.engines.fake import DEFAULT_TOKENS, FakeEngine
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.states import TaskState
-from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask, TaskStore, finishing
 from lmsp_desktop.core.views import TaskChange
 from tests.support.lifecycle import started
 from tests.support.polling import until
-from tests.support.store_helpers import check_invariants, drive, event_types
+from tests.support.store_helpers import check_invariants, drive, event_types, units_counted
 from tests.unit.core.test_runner import Paths, finished, submit
 
 MESSAGES = [{"role": "user", "content": "Say hello."}]
-
-
-def units_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The writer's transactions, each as its number of units of work."""
-    units: list[int] = []
-    original = db_module._run_group
-
-    def run_group(conn: sqlite3.Connection, works: list[Any], **kw: Any) -> Any:
-        units.append(len(works))
-        return original(conn, works, **kw)
-
-    monkeypatch.setattr(db_module, "_run_group", run_group)
-    return units
 
 
 async def test_last_deltas_and_finish_commit_together_and_a_cancel_before_them_wins(
