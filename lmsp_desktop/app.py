@@ -81,6 +81,7 @@ class Core(ClientCalls):
         include_demo: bool = True,
         no_sources: list[str] | None = None,
         allowed_origins: list[str] | None = None,
+        max_context: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store = Store(self.data_dir)
@@ -89,6 +90,7 @@ class Core(ClientCalls):
         self._flag_host, self._flag_port = host, port
         self._flag_no_sources = list(no_sources or [])
         self._flag_origins = list(allowed_origins or [])
+        self._flag_max_context = max_context
         self._engine = engine
         self._include_demo = include_demo
         # What the user set (stored) and what this run uses: the stored settings with the
@@ -286,6 +288,9 @@ class Core(ClientCalls):
             stored,
             host=stored.host if self._flag_host is None else self._flag_host,
             port=stored.port if self._flag_port is None else self._flag_port,
+            max_context=(
+                stored.max_context if self._flag_max_context is None else self._flag_max_context
+            ),
             model_dirs=[*stored.model_dirs, *flag_dirs],
             disabled_sources=[*stored.disabled_sources, *off],
             allowed_origins=[*stored.allowed_origins, *origins],
@@ -300,6 +305,8 @@ class Core(ClientCalls):
             flags["host"] = f"--host {self._flag_host}"
         if self._flag_port is not None:
             flags["port"] = f"--port {self._flag_port}"
+        if self._flag_max_context is not None:
+            flags["max_context"] = f"--max-context {self._flag_max_context}"
         if self._flag_dirs:
             flags["model_dirs"] = " ".join(f"--models-dir {d}" for d in self._flag_dirs)
         if self._flag_no_sources:

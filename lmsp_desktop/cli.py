@@ -48,6 +48,15 @@ def _add_service_flags(parser: argparse.ArgumentParser, *, sub: bool = False) ->
         "(repeatable; no origin is allowed by default)",
     )
     parser.add_argument(
+        "--max-context",
+        type=int,
+        default=keep,
+        metavar="TOKENS",
+        help="the longest context any model runs with, for every model (what Settings > Max "
+        "context sets; 0: each model's trained context, at most 8192, fitted to memory). "
+        "A shorter context loads faster and holds less memory",
+    )
+    parser.add_argument(
         "--host",
         default=keep,
         help="address to bind (default 127.0.0.1; anything else is reachable from other machines)",
@@ -126,6 +135,7 @@ async def serve(args: argparse.Namespace) -> int:
         port=args.port,
         no_sources=args.no_source,
         allowed_origins=args.allow_origin,
+        max_context=args.max_context,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -80,6 +80,7 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
         port=args.port,
         no_sources=args.no_source,
         allowed_origins=args.allow_origin,
+        max_context=args.max_context,
     )
     try:
         report = await core.open()

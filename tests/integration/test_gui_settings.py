@@ -84,22 +84,25 @@ async def test_command_line_flags_apply_to_their_run_and_are_never_saved(
     flag_folder = model_folder(tmp_path)
     data = tmp_path / "data"
     data.mkdir()
-    args = {"engine": FakeEngine(), "port": 0, "model_dirs": [flag_folder]}
+    args = {"engine": FakeEngine(), "port": 0, "model_dirs": [flag_folder], "max_context": 2048}
     async with open_app(qtbot, data, **args) as (core, window):
         assert core.settings.port == 0 and core.url.rsplit(":", 1)[1] != "0"
+        assert core.settings.max_context == 2048
         window.open_settings()
         dialog = window.dialog
         assert dialog.port.value() == DEFAULT_PORT  # what the user set, not --port 0
+        assert dialog.max_context.value() == 0  # nor --max-context 2048
         assert dialog.flag_note.isVisibleTo(dialog) and "--port 0" in dialog.flag_note.text()
+        assert "--max-context 2048" in dialog.flag_note.text()
         listed = [dialog.folders.item(i).text() for i in range(dialog.folders.count())]
         assert str(flag_folder) not in listed
         dialog.retention.setValue(2)
         await save(qtbot, dialog)
         stored = await core.store.settings()
         assert stored.port == DEFAULT_PORT and stored.retention_days == 2
-        assert str(flag_folder) not in stored.model_dirs
+        assert str(flag_folder) not in stored.model_dirs and stored.max_context == 0
         # This run keeps its flags: still on its port, still with the flag's model.
-        assert core.settings.port == 0
+        assert core.settings.port == 0 and core.settings.max_context == 2048
         await until(lambda: model_state(window, EXTRA) == "verified", what="the flag's model")
 
 

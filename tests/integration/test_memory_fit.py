@@ -161,6 +161,32 @@ def test_models_set_round_trip_applies_at_the_next_load(
     assert "holds 2048" in refused["error"]["message"]
 
 
+def test_max_context_flag_sets_every_models_context_for_its_run_only(
+    tmp_path: Path, serve: list[ServeProcess]
+) -> None:
+    """`serve --max-context 2048` (as Ollama's OLLAMA_CONTEXT_LENGTH or llama-server's -c):
+    the demo model runs with 2,048 tokens, its memory estimate shrinks with its KV cache,
+    and the flag is never written to the stored settings."""
+    data = tmp_path / "data"
+    process, token = start(serve, data, "--max-context", "2048")
+    status, model = call(f"{process.url}/v1/models/{DEMO}", token)
+    assert status == 200 and model["context_length"] == 2048, model
+    assert model["trained_context_length"] == 8192
+    status, answer = ask(process.url, token, DEMO)
+    assert status == 200 and answer["output_text"], answer
+    status, model = call(f"{process.url}/v1/models/{DEMO}", token)
+    assert model["state"] == "loaded" and model["context_length"] == 2048
+    status, refused = ask(process.url, token, DEMO, "lighthouse " * 2100)
+    assert status == 400 and refused["error"]["code"] == "context_length_exceeded"
+    assert "holds 2048" in refused["error"]["message"]
+    process.terminate()
+    # Without the flag the stored settings apply: the default context, a larger estimate.
+    listed = lmsp("models", "list", "--json", data_dir=data)
+    row = next(r for r in json.loads(listed.stdout) if r["id"] == DEMO)
+    assert row["context_length"] == 8192
+    assert row["memory_estimate"] > model["memory_estimate"]
+
+
 async def test_memory_taken_before_the_load_fails_the_task_with_507(tmp_path: Path) -> None:
     """The request fitted when it came; by its load the memory was gone: the task fails with
     insufficient_memory, the waiting client gets 507, the engine never loads. Real store,
