@@ -163,6 +163,7 @@ class Core(ClientCalls):
             self._engine = WorkerEngine(
                 n_threads=self.settings.threads(),
                 parallel=self.settings.parallel_per_model,
+                contexts_on_demand=True,
                 verdict_file=default_cache_dir() / "exactness-verdicts.json",
             )
         self.runner = Runner(

@@ -10,6 +10,7 @@ token after the cancel) is against the demo model's token time, keeps the demo m
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import stat
@@ -88,6 +89,61 @@ async def test_cancel_stops_the_worker_before_its_next_token() -> None:
 
 async def _true() -> bool:
     return True
+
+
+def resident(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1]) << 10
+
+
+async def test_a_second_context_opens_when_a_second_request_runs_beside_the_first() -> None:
+    """The service's workers (contexts_on_demand) open the first of a model's contexts at
+    load and the next when a request finds every open one busy: llama.cpp clears a context's
+    whole KV cache when it opens it (190 MiB for 2 sequences here, 377 MiB at the service's
+    8,192 tokens), which a model asked one thing at a time never needs. Two requests at once
+    still decode side by side, each with the tokens it gets alone."""
+    engine = WorkerEngine(n_threads=1, parallel=4, contexts_on_demand=True)
+    # That the demo model passes the exactness probe is test_llama_batching's: given here.
+    model = await engine.load(demo(), exact=True)
+    stories = GenerationRequest(PROMPT, max_output_tokens=24, temperature=0)
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    try:
+        assert model.parallel == 4
+        alone = [await tokens_of(model, stories), await tokens_of(model, short(question))]
+        one_at_a_time = resident(model.pid)
+        # The first runs (400 tokens, cancelled once the second is done) when the second
+        # comes: every open context is busy.
+        running = GenerationRequest(PROMPT, max_output_tokens=400, temperature=0)
+        first: list[int] = []
+        task = asyncio.create_task(tokens_of(model, running, first))
+        await until(lambda: len(first) > 0, 120, "the first request's tokens")
+        second = await tokens_of(model, short(question))
+        running.cancel.set()
+        await task
+        assert second == alone[1]
+        common = min(len(first), len(alone[0]))
+        assert first[:common] == alone[0][:common] and common > 0
+        # The second context's KV cache (190 MiB) is resident now, and only now.
+        assert resident(model.pid) - one_at_a_time > 150 << 20
+    finally:
+        await model.unload()
+
+
+def short(messages: list[dict[str, str]]) -> GenerationRequest:
+    return GenerationRequest(messages, max_output_tokens=8, temperature=0)
+
+
+async def tokens_of(
+    model: WorkerModel, request: GenerationRequest, into: list[int] | None = None
+) -> list[int]:
+    out = [] if into is None else into
+
+    async def sink(batch: list[TokenPiece]) -> bool:
+        out.extend(p.token_id for p in batch)
+        return True
+
+    await model.generate(request, sink)
+    return out
 
 
 async def test_a_worker_exits_when_the_service_goes_away() -> None:

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from lmsp_desktop.core.engines import llama_native
 from lmsp_desktop.core.engines.base import EngineError, GenerationRequest, TokenPiece
 from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel
 from lmsp_desktop.core.models.demo import demo_model_path
 from tests.support.cut_model import cut_demo_model
+from tests.support.polling import until
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
@@ -284,3 +286,32 @@ async def test_unloaded_model_refuses_to_generate(model_path: Path) -> None:
     with pytest.raises(EngineError) as info:
         await loaded.generate(GenerationRequest(HELLO), Collector())
     assert info.value.code == "model_unloaded"
+
+
+async def test_a_context_that_cannot_open_on_demand_leaves_requests_to_the_open_one(
+    model_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second context opened when a second request comes (contexts_on_demand, the
+    service's workers) may fail to open: the memory planned for it at load was taken since.
+    The requests then share the first context's sequences; both are answered, and the log
+    says why the model runs on fewer contexts."""
+    engine = LlamaEngine(n_threads=THREADS, parallel=4, contexts=2, contexts_on_demand=True)
+    loaded = await engine.load(model_path, exact=True)  # the probe is not this test's claim
+
+    def no_memory(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("llama_init_from_model returned no context")
+
+    monkeypatch.setattr(llama_native, "open_context", no_memory)
+    try:
+        first = GenerationRequest(STORY, max_output_tokens=400, temperature=0)
+        stream = Collector()
+        running = asyncio.create_task(loaded.generate(first, stream))
+        await until(lambda: bool(stream.pieces), 60, "the first request's tokens")
+        second = Collector()
+        result = await loaded.generate(GenerationRequest(HELLO, max_output_tokens=4), second)
+        first.cancel.set()
+        assert result.output_tokens == 4 and second.pieces
+        assert (await running).finish_reason == "cancelled" and stream.pieces
+        assert "could not open another context" in caplog.text
+    finally:
+        await loaded.unload()

@@ -23,13 +23,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.engines import llama_native as native
 from lmsp_desktop.core.engines.base import (
     EMBEDDING_CONTEXT,
+    ContextShape,
     EmbeddingRequest,
     EmbeddingResult,
     EngineError,
@@ -139,19 +140,21 @@ class LlamaEngine(LlamaLayout):
             wanted = settings.context_length or self.n_ctx
             n_ctx = min(wanted, trained) if trained > 0 else wanted
             shapes = self.context_shapes(dataclasses.replace(settings, context_length=n_ctx))
-            layout = [shape.n_seq for shape in shapes]
-            for shape in shapes:
-                contexts.append(
-                    native.open_context(
-                        weights,
-                        n_ctx_seq=shape.n_ctx_seq,
-                        n_seq=shape.n_seq,
-                        n_threads=self.n_threads,
-                        n_batch=shape.n_batch,
-                        kv_type=settings.kv_type,
-                        flash_attn=settings.flash_attn,
-                    )
+
+            def open_context(shape: ContextShape) -> Any:
+                return native.open_context(
+                    weights,
+                    n_ctx_seq=shape.n_ctx_seq,
+                    n_seq=shape.n_seq,
+                    n_threads=self.n_threads,
+                    n_batch=shape.n_batch,
+                    kv_type=settings.kv_type,
+                    flash_attn=settings.flash_attn,
                 )
+
+            now = shapes[:1] if self.contexts_on_demand else shapes
+            for shape in now:
+                contexts.append(open_context(shape))
         except Exception as exc:
             for ctx in contexts:
                 lc.llama_free(ctx)
@@ -163,12 +166,14 @@ class LlamaEngine(LlamaLayout):
             ) from exc
         return LlamaModel(
             weights,
-            list(zip(contexts, layout, strict=True)),
+            [(ctx, shape.n_seq) for ctx, shape in zip(contexts, shapes, strict=False)],
             path=path,
             n_ctx=n_ctx,
             n_threads=self.n_threads,
             n_batch=max(self.n_batch, 2),
             exact=exact,
+            later=shapes[len(contexts) :],
+            open_context=open_context,
         )
 
 
@@ -186,12 +191,19 @@ class LlamaModel:
         n_threads: int = DEFAULT_THREADS,
         n_batch: int = 512,
         exact: bool | None = None,
+        later: list[ContextShape] | None = None,
+        open_context: Callable[[ContextShape], Any] | None = None,
     ) -> None:
+        """`contexts`: the open ones, each with its sequence count; `later`: the contexts
+        `open_context` opens when a request finds every open one busy (_open_next)."""
         self._lc = native.lowlevel()
         self._weights: Any = weights
         self.path = path
         self.context_length = n_ctx
-        self.parallel = sum(n_seq for _ctx, n_seq in contexts)
+        self._later = list(later or [])
+        self._open_context = open_context
+        self._opening = threading.Lock()
+        self.parallel = sum(n_seq for _ctx, n_seq in contexts) + sum(s.n_seq for s in self._later)
         self._vocab = self._lc.llama_model_get_vocab(weights)
         self._n_vocab = int(self._lc.llama_vocab_n_tokens(self._vocab))
         self._pieces: dict[int, bytes] = {}
@@ -217,8 +229,9 @@ class LlamaModel:
             self._verdict.set(exact)
 
         self._contexts = [ctx for ctx, _n in contexts]
-        self._decoders: list[BatchDecoder] | None = [
-            BatchDecoder(
+
+        def decoder(ctx: Any, n_seq: int, probe: Callable[[], bool] | None) -> BatchDecoder:
+            return BatchDecoder(
                 ctx,
                 self._vocab,
                 n_seq=n_seq,
@@ -228,8 +241,12 @@ class LlamaModel:
                 cores=cores,
                 token_bytes=self.token_bytes,
                 verdict=self._verdict,
-                probe=probe if index == 0 and exact is None else None,
+                probe=probe,
             )
+
+        self._decoder = decoder
+        self._decoders: list[BatchDecoder] | None = [
+            decoder(ctx, n_seq, probe if index == 0 and exact is None else None)
             for index, (ctx, n_seq) in enumerate(contexts)
         ]
         self._all_decoders = list(self._decoders)
@@ -329,6 +346,8 @@ class LlamaModel:
         self._require()
         seed = request.seed if request.seed is not None else new_seed()
         prompt = await asyncio.to_thread(self._prompt_tokens, request)
+        if self._later and all(d.active for d in self._require()):
+            await asyncio.to_thread(self._open_next)
         decoder = self._choose(prompt + list(request.resume_tokens))
 
         def start(channel: TokenChannel) -> concurrent.futures.Future[LoopOutcome]:
@@ -385,6 +404,32 @@ class LlamaModel:
             return (match >= LONG_PREFIX, -decoder.active, match, -index)
 
         return decoders[max(range(len(decoders)), key=score)]
+
+    def _open_next(self) -> None:
+        """Open the next context not opened at load, if every open one is still busy: a
+        request then decodes beside the others on a core of its own, as if it had been
+        opened at load. Opening it can fail (memory taken since the load was planned): the
+        requests then share the open contexts' sequences, waiting for a free one."""
+        with self._opening, self._in_use():
+            if not self._later or not all(d.active for d in self._require()):
+                return
+            shape = self._later[0]
+            assert self._open_context is not None
+            try:
+                ctx = self._open_context(shape)
+            except Exception as exc:
+                log.warning("%s: could not open another context (%s)", self.path.name, exc)
+                self._later.clear()
+                return
+            with self._users_changed:  # an unload takes the decoders under this lock
+                if self._decoders is None:
+                    self._lc.llama_free(ctx)
+                    return
+                self._later.pop(0)
+                self._contexts.append(ctx)
+                decoder = self._decoder(ctx, shape.n_seq, None)
+                self._decoders.append(decoder)
+                self._all_decoders.append(decoder)
 
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         with self._in_use():

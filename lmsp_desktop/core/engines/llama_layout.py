@@ -31,6 +31,7 @@ class LlamaLayout:
         n_batch: int = 512,
         parallel: int = DEFAULT_PARALLEL,
         contexts: int | None = None,
+        contexts_on_demand: bool = False,
     ) -> None:
         self.n_ctx = n_ctx
         self.n_threads = n_threads
@@ -38,6 +39,10 @@ class LlamaLayout:
         self.parallel = parallel
         # How many contexts (decoding threads) share the weights; None: by the cores.
         self.contexts = contexts
+        # Open the first context at load and each other one when a request finds every open
+        # one busy (the service's workers): llama.cpp clears a context's whole KV cache when
+        # it opens it, which a model never asked for two requests at once never needs.
+        self.contexts_on_demand = contexts_on_demand
 
     def _complete(self, settings: LoadSettings | None) -> LoadSettings:
         """`settings` with the engine's defaults for what it leaves open."""
