@@ -38,6 +38,22 @@ def test_the_key_changes_with_whatever_changes_the_numerics(tmp_path: Path) -> N
     assert verdict_key(tmp_path / "gone.gguf", None, options) is None
 
 
+def test_the_same_file_under_another_name_keeps_its_verdict(tmp_path: Path) -> None:
+    """A hard link (another app's store linking the same file), a symlink or a rename is
+    the same file: its verdict holds. A copy is another file (probed again)."""
+    path = model_file(tmp_path)
+    key = verdict_key(path, None, {})
+    os.link(path, tmp_path / "linked.gguf")
+    (tmp_path / "symlinked.gguf").symlink_to(path)
+    assert verdict_key(tmp_path / "linked.gguf", None, {}) == key
+    assert verdict_key(tmp_path / "symlinked.gguf", None, {}) == key
+    path.rename(tmp_path / "renamed.gguf")
+    assert verdict_key(tmp_path / "renamed.gguf", None, {}) == key
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes((tmp_path / "renamed.gguf").read_bytes())
+    assert verdict_key(copy, None, {}) != key
+
+
 def test_the_key_changes_with_the_llama_build_and_the_probe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -35,17 +35,21 @@ KEPT = 200
 
 
 def verdict_key(path: Path, settings: LoadSettings | None, options: dict[str, Any]) -> str | None:
-    """What a verdict holds for: the file as it is now (path, size, modification time: a
-    replaced file is probed again), every load setting (KV type and with it flash
-    attention, context, sequences, GPU layers), the engine's options (threads, n_batch),
-    the llama.cpp build and this machine's processor. None when the file cannot be read."""
+    """What a verdict holds for: the file as it is now (the file itself, its size and
+    modification time: a replaced file is probed again), every load setting (KV type and
+    with it flash attention, context, sequences, GPU layers), the engine's options (threads,
+    n_batch), the llama.cpp build and this machine's processor. None when the file cannot
+    be read. The file is its device and inode, not its name: the same file under other
+    names (a hard link in another app's model store, a symlink, a renamed file) has the
+    same numerics and is not probed again."""
     try:
         stat = path.stat()
     except OSError:
         return None
     facts = [
         PROBE_VERSION,
-        str(path.resolve()),
+        stat.st_dev,
+        stat.st_ino,
         stat.st_size,
         stat.st_mtime_ns,
         dataclasses.asdict(settings or LoadSettings()),
