@@ -119,6 +119,15 @@ async def model() -> AsyncIterator[LlamaModel]:
         await loaded.unload()
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def verdict(model: LlamaModel) -> bool:
+    """The module model's exactness verdict, given to the tests' other loads of the demo
+    model (other n_ctx, parallel and contexts): the probe measures the file's numerics on
+    this machine's cores, ~0.8 CPU-s each load (160 prompt tokens read twice), and the
+    first test asserts its verdict. A load with exact=None would probe again."""
+    return await asyncio.to_thread(lambda: model.exact_batching)
+
+
 def request(messages: list[dict[str, str]], **kw: object) -> GenerationRequest:
     args: dict[str, object] = {"max_output_tokens": 24, "temperature": 0}
     args.update(kw)
@@ -177,7 +186,9 @@ async def test_a_generation_joining_midway_changes_nobody(model: LlamaModel) -> 
     assert [first.ids, second.ids] == alone
 
 
-async def test_the_next_turn_reuses_the_cached_conversation_exactly(model: LlamaModel) -> None:
+async def test_the_next_turn_reuses_the_cached_conversation_exactly(
+    model: LlamaModel, verdict: bool
+) -> None:
     system = {"role": "system", "content": "You are a careful assistant. " * 8}
     turn1 = [system, {"role": "user", "content": "Name a large animal."}]
     first = Collector()
@@ -198,7 +209,9 @@ async def test_the_next_turn_reuses_the_cached_conversation_exactly(model: Llama
     # A model with an empty cache gives the very same answer (exact reuse).
     path = demo_model_path()
     assert path is not None
-    other = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=1).load(Path(path))
+    other = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=1).load(
+        Path(path), exact=verdict
+    )
     try:
         assert await solo(other, request(turn2)) == cached.ids
         assert other.prefix_stats.tokens_reused == 0
@@ -292,7 +305,7 @@ async def test_resume_inside_a_shared_batch_is_exact(model: LlamaModel) -> None:
 
 
 async def test_a_long_prompt_gives_the_same_tokens_however_it_was_read(
-    model: LlamaModel,
+    model: LlamaModel, verdict: bool
 ) -> None:
     """A prompt longer than one decode (n_batch) read alone, in large chunks on every core,
     gives the tokens it gives when read in small chunks beside a generating stream, and a
@@ -310,7 +323,7 @@ async def test_a_long_prompt_gives_the_same_tokens_however_it_was_read(
     path = demo_model_path()
     assert path is not None
     other = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=2, contexts=1).load(
-        Path(path)
+        Path(path), exact=verdict
     )
     try:
         stream = Collector()
@@ -335,10 +348,12 @@ async def test_a_long_prompt_gives_the_same_tokens_however_it_was_read(
         await other.unload()
 
 
-async def test_resuming_a_run_that_filled_the_context_ends_there_too() -> None:
+async def test_resuming_a_run_that_filled_the_context_ends_there_too(verdict: bool) -> None:
     path = demo_model_path()
     assert path is not None
-    small = await LlamaEngine(n_threads=THREADS, n_ctx=64, parallel=2).load(Path(path))
+    small = await LlamaEngine(n_threads=THREADS, n_ctx=64, parallel=2).load(
+        Path(path), exact=verdict
+    )
     try:
         full = Collector()
         first = await small.generate(request(PROMPTS[0], max_output_tokens=None), full)
@@ -356,11 +371,11 @@ async def test_resuming_a_run_that_filled_the_context_ends_there_too() -> None:
         await small.unload()
 
 
-async def test_two_contexts_share_the_weights_and_the_prefix_cache() -> None:
+async def test_two_contexts_share_the_weights_and_the_prefix_cache(verdict: bool) -> None:
     path = demo_model_path()
     assert path is not None
     model = await LlamaEngine(n_threads=THREADS, n_ctx=1024, parallel=4, contexts=2).load(
-        Path(path)
+        Path(path), exact=verdict
     )
     try:
         assert model.parallel == 4 and len(model._contexts) == 2
@@ -383,7 +398,7 @@ async def test_two_contexts_share_the_weights_and_the_prefix_cache() -> None:
 
 
 async def test_a_long_prompt_takes_every_core_and_both_contexts_streams_keep_streaming(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, verdict: bool
 ) -> None:
     """B16's third row: two streams run, one in each of the model's two contexts, and a long
     prompt joins one of them. Its chunks are read on every core while the other context
@@ -395,19 +410,17 @@ async def test_a_long_prompt_takes_every_core_and_both_contexts_streams_keep_str
     notes = (f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(45))
     long_prompt = [{"role": "user", "content": " ".join(notes) + " Summarise the notes."}]
 
-    async def load(exact: bool | None = None) -> LlamaModel:
+    async def load() -> LlamaModel:
         engine = LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=4, contexts=2)
-        return await engine.load(Path(path), exact=exact)
+        return await engine.load(Path(path), exact=verdict)
 
     model = await load()
     try:
         prompt_alone = await solo(model, request(long_prompt, max_output_tokens=6))
-        verdict = model.exact_verdict
     finally:
         await model.unload()
-    # Nothing of the prompt in its prefix cache; the same file and settings, so the first
-    # load's probe verdict is given, as a restarted service is given its kept verdict.
-    model = await load(verdict)
+    # Nothing of the prompt in its prefix cache.
+    model = await load()
     emitted = Emitted(monkeypatch, model)
     try:
         # Stopped once the prompt is read: their length is only room to keep streaming
@@ -439,7 +452,7 @@ async def test_a_long_prompt_takes_every_core_and_both_contexts_streams_keep_str
     finally:
         await model.unload()
     # Each stream's tokens are its solo run's, as far as it went (a fresh load again).
-    model = await load(verdict)
+    model = await load()
     try:
         alone = [
             await solo(model, request(p, max_output_tokens=len(s.ids)))
@@ -451,7 +464,7 @@ async def test_a_long_prompt_takes_every_core_and_both_contexts_streams_keep_str
 
 
 async def test_a_neighbour_cancelled_during_a_prompt_chunk_leaves_without_waiting_for_it(
-    model: LlamaModel,
+    model: LlamaModel, verdict: bool
 ) -> None:
     """A stream shares its context with a long prompt and is cancelled while a chunk of the
     prompt is being read (seconds on a busy machine): llama.cpp's abort callback stops the
@@ -495,7 +508,7 @@ async def test_a_neighbour_cancelled_during_a_prompt_chunk_leaves_without_waitin
     path = demo_model_path()
     assert path is not None
     fresh = await LlamaEngine(n_threads=THREADS, n_ctx=2048, parallel=1, contexts=1).load(
-        Path(path)
+        Path(path), exact=verdict
     )
     try:
         assert await solo(fresh, request(long_prompt, max_output_tokens=6)) == reader.ids
