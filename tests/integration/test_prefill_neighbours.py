@@ -63,14 +63,17 @@ async def test_a_stream_keeps_streaming_while_a_long_prompt_is_read_beside_it() 
     # The first worker reads the prompt alone, then waits to run the story alone as far as
     # the stream beside the prompt got: the stream is stopped once the prompt is read (run
     # to its 100 tokens, here and alone, it cost more than the prompt's own tokens).
-    first = await engine().load(demo())
+    # Both workers from one engine: the second is given the first's exactness verdict (the
+    # same file and settings), as the service's next load is, instead of probing again.
+    workers = engine()
+    first = await workers.load(demo())
     try:
         summary_alone = Tokens()
         read = await first.generate(summary(), summary_alone)
         assert read.input_tokens > 6 * SHARED_CHUNK
 
         # A fresh worker: nothing of the prompt is in its prefix cache.
-        model = await engine().load(demo())
+        model = await workers.load(demo())
         try:
             stream = Tokens()
             story_request = story(400)  # room to keep streaming while the prompt is read
