@@ -17,7 +17,9 @@ import pytest
 from openai import OpenAI
 
 from tests.integration.serve_process import call
-from tests.integration.service_fixtures import ALL_SCOPES, MODEL, LiveCore
+from tests.integration.service_fixtures import ALL_SCOPES, LiveCore
+from tests.support.cut_model import NAME as MODEL
+from tests.support.cut_model import cut_demo_model
 from tests.support.polling import until_sync
 
 # ~520 tokens: on a quiet machine a second or more of computing, against the few
@@ -30,7 +32,13 @@ INPUTS = [f"Paragraph {n}: " + SENTENCE * 9 for n in range(6)]
 
 @pytest.fixture(scope="module")
 def live_crash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
-    live = LiveCore(tmp_path_factory.mktemp("embedding-crash"))
+    # The demo model cut to 4 blocks (tests/support/cut_model.py): what is claimed is each
+    # restart policy's outcome and that a recomputed embedding equals the first one (within
+    # a tolerance), neither the model's words nor exact numerics; a token costs a fifth of
+    # the demo's CPU, and the embeddings here were most of this module's.
+    live = LiveCore(
+        tmp_path_factory.mktemp("embedding-crash"), model_dirs=[cut_demo_model().parent]
+    )
     try:
         yield live
     finally:
