@@ -26,6 +26,13 @@ from tests.support.polling import until_sync
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 MAX_TOKENS = 80
+VICTIM: dict[str, Any] = {
+    "model": MODEL,
+    "input": PROMPT,
+    "max_output_tokens": MAX_TOKENS,
+    "temperature": 0.7,
+    "seed": 4242,
+}
 TERMINAL = ("completed", "incomplete", "failed", "cancelled")
 
 
@@ -56,6 +63,15 @@ def two_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveC
         yield live, token, other
     finally:
         live.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(two_models: tuple[LiveCore, str, str]) -> dict[str, Any]:
+    """The victim's uninterrupted run, the same for every signal and policy: run once."""
+    live, token, _other = two_models
+    status, answer = call(f"{live.url}/v1/responses", token, "POST", VICTIM)
+    assert status == 200, answer
+    return answer  # type: ignore[no-any-return]
 
 
 def task(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
@@ -92,16 +108,15 @@ def background(live: LiveCore, token: str, body: dict[str, Any]) -> str:
     ids=["sigkill-resume", "sigsegv-retry", "sigabrt-fail"],
 )
 def test_a_killed_worker_costs_only_its_own_tasks(
-    two_models: tuple[LiveCore, str, str], sig: signal.Signals, policy: str
+    two_models: tuple[LiveCore, str, str],
+    reference: dict[str, Any],
+    sig: signal.Signals,
+    policy: str,
 ) -> None:
     live, token, other = two_models
-    body = {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS}
-    body.update(temperature=0.7, seed=4242)
-    status, reference = call(f"{live.url}/v1/responses", token, "POST", body)
-    assert status == 200, reference
     expected = reference["output_text"]
 
-    victim = background(live, token, {**body, "on_restart": policy})
+    victim = background(live, token, {**VICTIM, "on_restart": policy})
     wait_for(live, token, victim, lambda t: t["output_tokens"] >= 8, "the victim to be going")
     pid = model_entry(live, token, MODEL)["engine_pid"]
     # The other model streams a long answer across the kill. Started only now, right before
