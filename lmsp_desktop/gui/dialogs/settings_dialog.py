@@ -88,7 +88,7 @@ class SettingsDialog(QDialog):
         self.max_context.setToolTip(
             "The longest context any model gets, in tokens. Auto fits each model's context to "
             f"the memory free, up to {DEFAULT_CONTEXT_CAP:,} tokens; a model's own setting (Models "
-            "page) overrides it. Longer contexts cost memory: the Models page shows how much."
+            "page) chooses within it. Longer contexts cost memory: the Models page shows how much."
         )
         self.max_context.setSuffix(" tokens")
         self.parallel = QSpinBox(minimum=1, maximum=64, value=settings.parallel_per_model)

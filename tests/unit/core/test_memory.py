@@ -90,6 +90,11 @@ def test_the_context_never_exceeds_the_trained_one_or_the_global_cap() -> None:
     long = demo_shape(trained=131_072)
     wanted = plan(long, ModelSettings(), plenty(), one, default_parallel=1, context_cap=32_768)
     assert wanted.context_length == 32_768
+    # A model's own context chooses within the cap, never past it (docs/memory.md).
+    own = ModelSettings(context_length=32_768)
+    assert plan(
+        long, own, plenty(), one, default_parallel=1, context_cap=16_384
+    ).context_length == (16_384)
 
 
 def test_the_default_context_shrinks_to_the_budget() -> None:
