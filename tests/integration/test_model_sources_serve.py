@@ -13,9 +13,9 @@ from tests.integration.serve_process import ServeProcess, call, create_token
 from tests.support import model_stores as stores
 from tests.support.cut_model import cut_demo_model
 from tests.support.fake_hub import FakeHub
-from tests.support.gguf_split import split_gguf
 from tests.support.hub_repos import DEMO_FILE, DEMO_REPO, hub_repos
 from tests.support.polling import until, until_sync
+from tests.support.split_model import copy_split_cut_model
 
 MODELS = {
     "smollm2:135m": "ollama",
@@ -43,7 +43,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     split = home / ".lmstudio" / "models" / "me" / "SmolLM2-Split-GGUF"
     split.mkdir(parents=True)
-    split_gguf(cut, split / "SmolLM2-135M-Instruct-Q4_1.gguf")
+    copy_split_cut_model(split / "SmolLM2-135M-Instruct-Q4_1.gguf")
     monkeypatch.setenv("HOME", str(home))
     for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         monkeypatch.delenv(name, raising=False)
@@ -54,7 +54,7 @@ def test_a_model_from_each_store_answers_through_serve(home: Path, tmp_path: Pat
     data = tmp_path / "data"
     data.mkdir()
     token = create_token(data)
-    serve = ServeProcess(data)
+    serve = ServeProcess(data, "--max-context", "2048")
     url = serve.start()
     try:
 
@@ -101,7 +101,7 @@ async def test_a_model_downloaded_into_the_hf_cache_is_listed_and_answers(
     monkeypatch.delenv("HF_TOKEN", raising=False)
     data = tmp_path / "data"
     token = await asyncio.to_thread(create_token, data)
-    serve = ServeProcess(data)
+    serve = ServeProcess(data, "--max-context", "2048")
     url = await asyncio.to_thread(serve.start)
     model_id = f"{DEMO_REPO.lower()}:q4_1"
     try:
