@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import ipaddress
 import logging
@@ -71,5 +72,16 @@ class ServiceHost:
     async def stop(self) -> None:
         self.ctx.shutting_down = True
         if self._runner is not None:
+            server = self._runner.server
+            transports = [c.transport for c in server.connections] if server is not None else []
             await self._runner.cleanup()
             self._runner = None
+            # The cleanup closes each connection gently (transport.close() waits until the
+            # answers still buffered are sent): one whose client stopped reading would keep
+            # its socket open after this returns, and past the loop's end (a leaked socket).
+            # abort() drops the buffer (a no-op on a transport already closed), and the
+            # sleep lets its connection_lost, which closes the socket, run before we return.
+            for transport in transports:
+                if transport is not None:
+                    transport.abort()
+            await asyncio.sleep(0)
