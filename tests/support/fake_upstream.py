@@ -40,10 +40,9 @@ class FakeUpstream:
         self.auth: list[str | None] = []
         self.runner: web.AppRunner | None = None
         self.url = ""
-        self._transports: set[asyncio.BaseTransport] = set()  # every connection a request came on
 
     async def start(self) -> str:
-        app = web.Application(middlewares=[self._keep_transport])
+        app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         if self.lmsp:
@@ -59,24 +58,25 @@ class FakeUpstream:
         return self.url
 
     async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
-        # A connection whose client gave up while this loop was starved (a loaded machine)
-        # may still be open after the cleanup: closed here, and its close run before the
-        # caller stops the loop, or its socket leaks (a ResourceWarning failing some later
-        # test: test_upstream_never_answering beside a CPU hog).
-        for transport in self._transports:
-            if not transport.is_closing():
+        if self.runner is None:
+            return
+        # Every connection the server holds, whether a request came on it yet or not (one
+        # accepted while this loop was starved may not have reached a handler).
+        server = self.runner.server
+        transports = [c.transport for c in server.connections] if server is not None else []
+        await self.runner.cleanup()
+        if server is not None:  # and any made while the cleanup ran
+            transports += [c.transport for c in server.connections]
+        # A connection whose client gave up while this loop was starved (a loaded machine), or
+        # whose client stopped reading, may still be open after the cleanup (its close waits
+        # for the buffer to be sent): aborted here, and its connection_lost, which closes the
+        # socket, run before the caller stops the loop, or the socket leaks (a ResourceWarning
+        # failing some later test: test_upstream_never_answering beside a CPU hog).
+        for transport in transports:
+            if transport is not None:
                 transport.abort()
-        self._transports.clear()
         for _ in range(3):
-            await asyncio.sleep(0)  # connection_lost, which closes the socket, is a callback
-
-    @web.middleware
-    async def _keep_transport(self, request: web.Request, handler: Any) -> Any:
-        if request.transport is not None:
-            self._transports.add(request.transport)
-        return await handler(request)
+            await asyncio.sleep(0)
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(

@@ -76,6 +76,8 @@ class ServiceHost:
             transports = [c.transport for c in server.connections] if server is not None else []
             await self._runner.cleanup()
             self._runner = None
+            if server is not None:  # and any made while the cleanup ran
+                transports += [c.transport for c in server.connections]
             # The cleanup closes each connection gently (transport.close() waits until the
             # answers still buffered are sent): one whose client stopped reading would keep
             # its socket open after this returns, and past the loop's end (a leaked socket).
