@@ -52,6 +52,7 @@ def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any]:
 # starts a five-minute module when the other is nearly done. A module missing here only
 # runs later; an unknown name here is ignored.
 LONGEST_FIRST = (
+    "test_resume_among_neighbours.py",
     "test_resume_after_kill.py",
     "test_real_clients.py",
     "test_llama_batching.py",

@@ -3,17 +3,14 @@ on_restart=resume to byte-identical output (real demo model, temperature 0 and a
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
 from tests.support.polling import until_sync
+from tests.support.resume import finished, reference_text, wait_finished, wait_task
 
 # A bound on a hang, not on speed: every kill costs a `serve` start, a model load and the
 # exactness probe, which at load 18 on two cores (other work beside the suite) took over a
@@ -57,33 +54,6 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
             assert server.terminate() == 0  # a clean exit after all the resumes
 
 
-def wait_task(url: str, token: str, task_id: str, predicate, timeout: float = 600.0):  # type: ignore[no-untyped-def]
-    seen: list[Any] = [None]
-
-    def reached() -> Any:
-        status, seen[0] = call(f"{url}/v1/tasks/{task_id}", token)
-        assert status == 200, seen[0]
-        return seen[0] if predicate(seen[0]) else None
-
-    return until_sync(reached, timeout, lambda: f"task {task_id} to get there: {seen[0]}")
-
-
-def finished(task) -> bool:  # type: ignore[no-untyped-def]
-    return task["state"] in ("completed", "incomplete", "failed", "cancelled")
-
-
-def reference_text(url: str, token: str, body: dict) -> str:  # type: ignore[type-arg]
-    """An uninterrupted run's text (in the background: a long prompt outlasts a request's
-    timeout on a busy machine)."""
-    status, created = call(f"{url}/v1/responses", token, "POST", {**body, "background": True})
-    assert status == 202, created
-    wait_task(url, token, created["id"], finished, 600)
-    status, response = call(f"{url}/v1/responses/{created['id']}", token)
-    assert status == 200, response
-    assert response["usage"]["output_tokens"] > 20  # long enough to kill at several points
-    return response["output_text"]  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize(
     ("sampling", "cuts"),
     [
@@ -118,7 +88,7 @@ def test_kill_and_resume_gives_byte_identical_output(
         url = server.start()
     assert kills == len(cuts), "the generation ended before the kills could happen"
 
-    wait_task(url, token, task_id, finished)
+    wait_finished(url, token, task_id)
     status, response = call(f"{url}/v1/responses/{task_id}", token)
     assert response["output_text"] == expected
     status, page = call(f"{url}/v1/tasks/{task_id}/events?limit=1000", token)
@@ -128,110 +98,6 @@ def test_kill_and_resume_gives_byte_identical_output(
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == expected  # the log never repeats nor skips text
     assert [e["sequence_number"] for e in events] == list(range(1, len(events) + 1))
-
-
-# A prompt longer than one decode (512 tokens; 534 with the chat template): read in large
-# chunks on every core when alone, in 64-token chunks between the neighbours' tokens when
-# they generate. Each read costs about as much CPU as generating as many tokens, and the
-# prompt is read four times (the reference, the run, after each kill): no longer than that.
-LONG_PROMPT = (
-    " ".join(f"Note {i}: the lamp at mile {i * 7 % 13} burned until dawn." for i in range(33))
-    + " Now write a short story about the keeper who lit these lamps."
-)
-ONE_DECODE = 512
-# Two kills among the neighbours, each with tokens still to come (every step decodes all
-# eight sequences: no more tokens than the kills need): the first once 6 tokens are out, the
-# second once the resumed run has made 2 of its own. A fixed second cut (24 of 40) left 16
-# tokens between the poll that sees it and the end: on a busy machine the service, starved
-# while the worker decoded, committed them in one group with the finish, and the task ended
-# before the kill (suite at load 4, 26b5368's finish with the last deltas).
-NEIGHBOUR_KILLS = 2
-FIRST_CUT = 6
-NEW_TOKENS_BEFORE_NEXT_CUT = 2
-NEIGHBOUR_MAX_TOKENS = 40
-
-
-def set_settings(data_dir: Path, **values: object) -> None:
-    """Store settings in a stopped service's database, as the Settings dialog would."""
-    with sqlite3.connect(data_dir / "lmsp.db") as conn:
-        row = conn.execute("SELECT value FROM service_config WHERE key='settings'").fetchone()
-        settings = {**(json.loads(row[0]) if row else {}), **values}
-        conn.execute(
-            "INSERT OR REPLACE INTO service_config (key, value) VALUES ('settings', ?)",
-            (json.dumps(settings),),
-        )
-
-
-@pytest.mark.parametrize(
-    ("neighbours", "settings"),
-    [
-        # One context of two sequences (two threads each): the neighbour shares every decode.
-        (1, {"engine_threads": 2, "parallel_per_model": 2}),
-        # The default: two contexts of two sequences.
-        (3, {}),
-        # Two contexts of four sequences: every sequence busy.
-        (7, {"parallel_per_model": 8}),
-    ],
-    ids=["1-neighbour", "3-neighbours", "7-neighbours"],
-)
-def test_resume_is_exact_while_other_tasks_share_the_decodes(
-    tmp_path: Path,
-    neighbours: int,
-    settings: dict,  # type: ignore[type-arg]
-) -> None:
-    """The reference runs alone; the killed task, its prompt longer than one decode, runs
-    and resumes beside generating tasks, and still ends byte-identical."""
-    data_dir = tmp_path / "data"
-    token = create_token(data_dir)  # which creates the database, so settings can be stored
-    set_settings(data_dir, **settings)
-    server = ServeProcess(data_dir)
-    url = server.start()
-    try:
-        _resume_among_neighbours(server, url, token, neighbours)
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.kill()  # never leave a server generating after a failure
-
-
-def _resume_among_neighbours(server: ServeProcess, url: str, token: str, count: int) -> None:
-    body = {"model": MODEL, "input": LONG_PROMPT, "max_output_tokens": NEIGHBOUR_MAX_TOKENS}
-    body.update(seed=77, temperature=0.7)
-    expected = reference_text(url, token, body)
-    background = {"background": True, "on_restart": "resume"}
-    status, created = call(f"{url}/v1/responses", token, "POST", {**body, **background})
-    assert status == 202, created
-    task_id = created["id"]
-    neighbours = []
-    topics = ("volcanoes", "the moon", "bread", "rivers", "glass", "bees", "trains")
-    for topic in topics[:count]:
-        other = {"model": MODEL, "input": f"Write a long essay about {topic}.", **background}
-        other.update(temperature=0, max_output_tokens=600)
-        status, made = call(f"{url}/v1/responses", token, "POST", other)
-        assert status == 202, made
-        neighbours.append(made["id"])
-    kills, cut = 0, FIRST_CUT
-    for _ in range(NEIGHBOUR_KILLS):
-        task = wait_task(
-            url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t), 600
-        )
-        if finished(task):
-            break
-        server.kill()
-        kills += 1
-        url = server.start()
-        status, task = call(f"{url}/v1/tasks/{task_id}", token)  # what the kill left committed
-        assert status == 200, task
-        cut = task["output_tokens"] + NEW_TOKENS_BEFORE_NEXT_CUT
-    assert kills == NEIGHBOUR_KILLS, "the generation ended before the kills could happen"
-    wait_task(url, token, task_id, finished, 600)
-    status, response = call(f"{url}/v1/responses/{task_id}", token)
-    assert response["output_text"] == expected
-    assert response["usage"]["input_tokens"] > ONE_DECODE
-    for other_id in neighbours:  # they really were generating alongside
-        status, other_task = call(f"{url}/v1/tasks/{other_id}", token)
-        assert other_task["output_tokens"] > 0, json.dumps(other_task)
-        call(f"{url}/v1/responses/{other_id}/cancel", token, "POST", {})
-    assert server.terminate() == 0
 
 
 STRICT_TOOL = {
@@ -308,7 +174,7 @@ def test_kill_and_resume_under_a_grammar_gives_the_same_output(
         kills += 1
         url = server.start()
     assert kills == 3, "the generation ended before the kills could happen"
-    wait_task(url, token, task_id, finished)
+    wait_finished(url, token, task_id)
     status, response = call(f"{url}/v1/responses/{task_id}", token)
     assert _outcome(response) == _outcome(reference)
     status, page = call(f"{url}/v1/tasks/{task_id}/events?limit=1000", token)
@@ -364,7 +230,7 @@ def test_a_chat_completion_resumes_after_a_kill_to_the_same_text(serve: Serve) -
     server.kill()
     waiting.join(10)
     url = server.start()
-    wait_task(url, token, task_id, finished)
+    wait_finished(url, token, task_id)
     status, completion = call(f"{url}/v1/chat/completions/{task_id}", token)
     assert status == 200, completion
     assert completion["choices"][0]["message"]["content"] == expected
