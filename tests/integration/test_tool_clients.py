@@ -308,7 +308,9 @@ def test_a_codex_like_first_request_is_served(sdk: OpenAI) -> None:
         tool_choice="auto",
         parallel_tool_calls=False,
         stream=False,
-        **SETTINGS,
+        # The claim is that the request is served and which tools it kept, not the words:
+        # the demo model wrote all 60 tokens of SETTINGS here (~1 CPU-s of decoding).
+        **{**SETTINGS, "max_output_tokens": 8},
     )
     assert response.status in ("completed", "incomplete")
     assert [t.name for t in response.tools] == ["shell", "get_weather"]  # type: ignore[union-attr]
