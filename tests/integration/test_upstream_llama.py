@@ -213,7 +213,10 @@ def test_kill_9_mid_generation_recovers_through_the_upstream(
     token = create_token(data_dir)
     register(data_dir, upstream)
     wait_listed(url, token)
-    body = {**LONG, "background": True, "on_restart": policy}
+    # Killed at 5 tokens: 120 leave the kill a wide margin, and the restarted generation
+    # (read again from the start under retry, continued under resume) runs to its cap:
+    # LONG's 300 cost the upstream's one thread ~2.5x the decoding for the same claim.
+    body = {**LONG, "max_output_tokens": 120, "background": True, "on_restart": policy}
     status, created = api(f"{url}/v1/responses", token, "POST", body)
     assert status == 202
     task_id = created["id"]
