@@ -5,9 +5,6 @@ refused with 507 before anything is allocated; `models set` applies at the next 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,9 +12,9 @@ import pytest
 
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models import machine
-from lmsp_desktop.core.models.demo import demo_model_path
 from tests.integration.serve_process import ServeProcess, call, create_token, lmsp
 from tests.support.fake_core import MODEL, running_core, session, token
+from tests.support.long_context_model import copy_long_context_demo_model
 
 LONG = "long-context"
 DEMO = "smollm2-135m-instruct"
@@ -42,16 +39,7 @@ def rss(pid: int) -> int:
 def long_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with the demo model declaring a 131,072-token trained context."""
     folder = tmp_path_factory.mktemp("long-models")
-    demo = demo_model_path()
-    assert demo is not None
-    copy = folder / f"{LONG}.gguf"
-    shutil.copyfile(demo, copy)
-    tool = Path(sys.executable).parent / "gguf-set-metadata"
-    subprocess.run(
-        [str(tool), str(copy), "llama.context_length", "131072", "--force"],
-        check=True,
-        capture_output=True,
-    )
+    copy_long_context_demo_model(folder / f"{LONG}.gguf", 131_072)
     return folder
 
 
