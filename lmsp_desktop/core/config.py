@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.models.memory import SMALLEST_CONTEXT
 from lmsp_desktop.core.states import RestartPolicy
 
 APP_NAME = "lmsp-desktop"
@@ -89,8 +90,12 @@ class Settings:
             raise invalid("on_restart must be fail, retry or resume.", "default_on_restart")
         if self.max_loaded_models < 1:
             raise invalid("At least one model must be allowed to stay loaded.", "max_loaded_models")
-        if self.max_context < 0:
-            raise invalid("The context cap must be 0 (none) or a number of tokens.", "max_context")
+        if self.max_context != 0 and self.max_context < SMALLEST_CONTEXT:
+            raise invalid(
+                f"Max context (Settings, or --max-context) must be 0 (each model's own, fitted "
+                f"to memory) or at least {SMALLEST_CONTEXT} tokens; got {self.max_context}.",
+                "max_context",
+            )
         if self.parallel_per_model < 1:
             raise invalid("Concurrent requests per model must be at least 1.", "parallel_per_model")
         for origin in self.allowed_origins:

@@ -59,6 +59,10 @@ class EmbeddingContext:
         params = lc.llama_context_default_params()
         params.embeddings = True
         params.pooling_type = pooling
+        # llama.cpp's pooling aborts the process (GGML_ASSERT in build_pooling) unless the
+        # context is a multiple of 16: a context of 1,000 took the worker down at the first
+        # embedding, and every generation running in it. Rounded down, at least 16.
+        n_ctx = max(16, n_ctx - n_ctx % 16)
         params.n_ctx = n_ctx
         # A pooled input must sit in one micro-batch: the longest input is the context.
         params.n_batch = params.n_ubatch = n_ctx

@@ -32,6 +32,9 @@ RESERVE_SHARE = 0.20
 # memory), and less when the budget is short, never below MIN_CONTEXT.
 DEFAULT_CONTEXT_CAP = 8192
 MIN_CONTEXT = 2048
+# The least context a setting may ask for (a model's own, or Max context): below it no chat
+# template and prompt fit, and llama.cpp's pooling needs a context it can split evenly.
+SMALLEST_CONTEXT = MIN_CONTEXT // 8
 CONTEXT_STEP = 256  # llama.cpp pads each KV stream to 256 cells
 FALLBACK_CONTEXT = 4096  # a header that does not say
 # Bytes per cache element: f16 2; q8_0 blocks of 32 values in 34 bytes.

@@ -9,7 +9,7 @@ import time
 
 from lmsp_desktop.core.engines.base import KV_TYPES
 from lmsp_desktop.core.errors import invalid
-from lmsp_desktop.core.models.memory import MIN_CONTEXT, ModelSettings
+from lmsp_desktop.core.models.memory import SMALLEST_CONTEXT, ModelSettings
 from lmsp_desktop.core.storage.db import Database
 
 MAX_PARALLEL = 64  # llama.cpp's LLAMA_MAX_SEQ is 256; more than this is a typo
@@ -18,9 +18,9 @@ MAX_PARALLEL = 64  # llama.cpp's LLAMA_MAX_SEQ is 256; more than this is a typo
 def check(settings: ModelSettings) -> ModelSettings:
     """The settings, or 400 naming the field and what it accepts."""
     context = settings.context_length
-    if context is not None and context < MIN_CONTEXT // 8:
+    if context is not None and context < SMALLEST_CONTEXT:
         raise invalid(
-            f"The context must be at least {MIN_CONTEXT // 8} tokens (or auto); got {context}.",
+            f"The context must be at least {SMALLEST_CONTEXT} tokens (or auto); got {context}.",
             "context_length",
         )
     if settings.parallel is not None and not 1 <= settings.parallel <= MAX_PARALLEL:
