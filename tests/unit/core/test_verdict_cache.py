@@ -148,3 +148,25 @@ def test_a_rebuilt_llama_cpp_of_the_same_version_is_another_build(
     verdicts._llama_build.cache_clear()
     assert verdicts._llama_build() != before
     verdicts._llama_build.cache_clear()
+
+
+def test_files_on_a_file_system_without_inodes_do_not_share_a_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # FAT and some FUSE or network mounts report inode 0 for every file: two different
+    # files of one size and time must not share a verdict there (review of a775f48).
+    first, second = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    first.write_bytes(b"x" * 64)
+    second.write_bytes(b"y" * 64)
+    os.utime(second, ns=(first.stat().st_atime_ns, first.stat().st_mtime_ns))
+    real_stat = Path.stat
+
+    def without_inode(self: Path, **kwargs: object) -> os.stat_result:
+        found = real_stat(self)
+        fields = list(found)
+        fields[1] = 0  # st_ino
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(Path, "stat", without_inode)
+    assert verdict_key(first, None, {}) != verdict_key(second, None, {})
+    assert verdict_key(first, None, {}) == verdict_key(first, None, {})

@@ -49,7 +49,9 @@ def verdict_key(path: Path, settings: LoadSettings | None, options: dict[str, An
     facts = [
         PROBE_VERSION,
         stat.st_dev,
-        stat.st_ino,
+        # Some file systems (FAT, some FUSE and network mounts) report no inode (0): there
+        # the file is known by its resolved path, as before, not shared with another file.
+        stat.st_ino or str(path.resolve()),
         stat.st_size,
         stat.st_mtime_ns,
         dataclasses.asdict(settings or LoadSettings()),
