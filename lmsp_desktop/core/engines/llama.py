@@ -36,6 +36,7 @@ from lmsp_desktop.core.engines.base import (
     EngineError,
     GenerationRequest,
     GenerationResult,
+    KvType,
     LoadSettings,
     ProgressSink,
     TokenSink,
@@ -174,7 +175,33 @@ class LlamaEngine(LlamaLayout):
             exact=exact,
             later=shapes[len(contexts) :],
             open_context=open_context,
+            refusal=room_check(path, settings.kv_type),
         )
+
+
+def room_check(path: Path, kv_type: KvType) -> Callable[[ContextShape], str]:
+    """Why one more context of the model at `path` does not fit the memory available now
+    ("" when it does): the fitter's own estimate and budget (core/models/memory.py), from
+    the file's header, read the first time it is asked (a model asked one thing at a time
+    never is) and kept."""
+    known: list[Any] = []
+
+    def refusal(ctx: ContextShape) -> str:
+        from lmsp_desktop.core.models import machine
+        from lmsp_desktop.core.models.gguf_meta import read_gguf_meta
+        from lmsp_desktop.core.models.memory import Budget, ModelShape, context_refusal
+
+        if not known:
+            try:
+                known.append(ModelShape.from_gguf(read_gguf_meta(path), path.stat().st_size))
+            except (OSError, ValueError) as exc:  # replaced or gone since the load
+                log.warning("%s: no memory estimate for another context (%s)", path.name, exc)
+                return ""
+        host = machine.host_memory()
+        budget = Budget(host.total, host.available, host.source)
+        return context_refusal(known[0], ctx, kv_type, budget)
+
+    return refusal
 
 
 class LlamaModel:
@@ -193,16 +220,20 @@ class LlamaModel:
         exact: bool | None = None,
         later: list[ContextShape] | None = None,
         open_context: Callable[[ContextShape], Any] | None = None,
+        refusal: Callable[[ContextShape], str] | None = None,
     ) -> None:
         """`contexts`: the open ones, each with its sequence count; `later`: the contexts
-        `open_context` opens when a request finds every open one busy (_open_next)."""
+        `open_context` opens when a request finds every open one busy (_open_next), unless
+        `refusal` says why the memory has no room for one now."""
         self._lc = native.lowlevel()
         self._weights: Any = weights
         self.path = path
         self.context_length = n_ctx
         self._later = list(later or [])
         self._open_context = open_context
+        self._refusal = refusal
         self._opening = threading.Lock()
+        self._short = False  # a context could not open: said once until one does
         self.parallel = sum(n_seq for _ctx, n_seq in contexts) + sum(s.n_seq for s in self._later)
         self._vocab = self._lc.llama_model_get_vocab(weights)
         self._n_vocab = int(self._lc.llama_vocab_n_tokens(self._vocab))
@@ -406,21 +437,40 @@ class LlamaModel:
         return decoders[max(range(len(decoders)), key=score)]
 
     def _open_next(self) -> None:
-        """Open the next context not opened at load, if every open one is still busy: a
-        request then decodes beside the others on a core of its own, as if it had been
-        opened at load. Opening it can fail (memory taken since the load was planned): the
-        requests then share the open contexts' sequences, waiting for a free one."""
+        """Open the next context not opened at load, if every open one is still busy and the
+        memory available now has room for it (other models may have loaded since this one's
+        plan counted it): a request then decodes beside the others on a core of its own, as
+        if it had been opened at load. Without the room, or when llama.cpp cannot open it,
+        the requests share the open contexts' sequences (waiting for a free one, as on a
+        model loaded with fewer contexts), the log says why, and the next request that finds
+        every open context busy tries again."""
         with self._opening, self._in_use():
             if not self._later or not all(d.active for d in self._require()):
                 return
             shape = self._later[0]
             assert self._open_context is not None
-            try:
-                ctx = self._open_context(shape)
-            except Exception as exc:
-                log.warning("%s: could not open another context (%s)", self.path.name, exc)
-                self._later.clear()
+            ctx = None
+            why = self._refusal(shape) if self._refusal is not None else ""
+            if why:
+                why = f"not opening another context now: {why}"
+            else:
+                try:
+                    ctx = self._open_context(shape)
+                except Exception as exc:
+                    why = f"could not open another context ({exc})"
+            if ctx is None:
+                if not self._short:  # once until one opens, not a line per request
+                    log.warning(
+                        "%s: %s; requests wait for a free sequence of the open contexts, and a "
+                        "later request tries again",
+                        self.path.name,
+                        why,
+                    )
+                self._short = True
                 return
+            if self._short:
+                log.warning("%s: opened another context: the memory allows it now", self.path.name)
+                self._short = False
             with self._users_changed:  # an unload takes the decoders under this lock
                 if self._decoders is None:
                     self._lc.llama_free(ctx)

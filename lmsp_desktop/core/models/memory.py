@@ -234,6 +234,25 @@ class Budget:
         return "tight" if need <= self.available else "wont_fit"
 
 
+def context_refusal(shape: ModelShape, ctx: ContextShape, kv_type: KvType, budget: Budget) -> str:
+    """Why one more context (a model's contexts opened when a second request comes, the
+    service's workers) must not open now, or "" when it fits: its KV cache and buffers held
+    against the memory available now, as a load's plan (Budget.fit), the reserve kept free.
+    A load that left less than the reserve free was warned of ("tight"); an optional
+    context never takes that memory: the requests share the open contexts' sequences
+    instead. Counted in RAM even with GPU layers (the worker does not ask the GPU): too
+    much, never too little."""
+    cost = estimate(shape, [ctx], kv_type)
+    need = cost.kv_cache + cost.compute
+    if budget.fit(need) == "fits":
+        return ""
+    return (
+        f"another context needs about {gib(need)} (KV cache {gib(cost.kv_cache)}, buffers "
+        f"{gib(cost.compute)}), and {gib(budget.available)} is available ({budget.source}), "
+        f"of which {gib(budget.reserve)} is kept free"
+    )
+
+
 @dataclass(frozen=True)
 class Plan:
     """A load decided: the settings, what they cost, and how that sits with the memory."""

@@ -1,0 +1,125 @@
+"""A model's second context, opened when a second request runs beside the first (the
+service's workers, contexts_on_demand), opens only if the memory available at that moment
+has room for it: other models may have loaded since this one's plan counted it, and the
+out-of-memory killer would come before any fallback. Without the room the second request
+waits for the open context's sequence (as on a model loaded with one context), the log
+says why, nothing is killed, and a later request opens it once the memory allows.
+
+The memory is faked the way the memory tests fake it, LMSP_MEMORY_AVAILABLE (read at every
+check, by the worker from the environment it was started with). The models are the demo
+model cut to 4 blocks (tests/support/cut_model.py): the claims are about which request
+decodes when, not about the words; the exactness verdict is given (exact=True), as a
+restarted service gives it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
+from lmsp_desktop.core.engines.llama import LlamaEngine
+from lmsp_desktop.core.engines.worker import WorkerEngine
+from lmsp_desktop.core.models.machine import AVAILABLE_ENV
+from tests.support.cut_model import cut_demo_model
+from tests.support.polling import until
+
+STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# Two contexts of one sequence each: a second request either opens the second context
+# (decodes beside the first) or waits for the first context's only sequence.
+OPTIONS: dict[str, Any] = {"n_threads": 1, "parallel": 2, "contexts": 2, "contexts_on_demand": True}
+SHORT = "100M"  # less than any context needs with the reserve kept free
+PLENTY = "64G"
+
+
+class Order:
+    """Every token hand-over of both requests, in the order they reached the caller."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.count = {"first": 0, "second": 0}
+
+    def sink(self, name: str) -> Callable[[list[TokenPiece]], Awaitable[bool]]:
+        async def take(batch: list[TokenPiece]) -> bool:
+            self.events.append(name)
+            self.count[name] += len(batch)
+            return True
+
+        return take
+
+    def second_waited_for_first(self) -> bool:
+        last_first = max(i for i, e in enumerate(self.events) if e == "first")
+        return self.events.index("second") > last_first
+
+
+async def both(model: Any, order: Order, first_tokens: int) -> bool:
+    """The first request (`first_tokens` long) and a second one sent once the first has
+    tokens and is far from its end. Whether the first was still running when the second
+    had its answer (then it is cancelled): the two ran side by side; else the first ran to
+    its end."""
+    first = GenerationRequest(STORY, max_output_tokens=first_tokens, temperature=0)
+    running = asyncio.create_task(model.generate(first, order.sink("first")))
+    await until(lambda: order.count["first"] > 0, 120, "the first request's tokens")
+    # Far from its end when the second comes: the second is sent while it decodes.
+    assert order.count["first"] < first_tokens // 2
+    second = GenerationRequest(QUESTION, max_output_tokens=4, temperature=0)
+    result = await model.generate(second, order.sink("second"))
+    assert result.output_tokens == 4
+    beside = not running.done()
+    first.cancel.set()
+    reason = (await running).finish_reason
+    assert reason == ("cancelled" if beside else "length"), reason
+    return beside
+
+
+async def test_a_worker_short_of_memory_serves_the_second_request_after_the_first(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(AVAILABLE_ENV, SHORT)  # the worker starts with it
+    model = await WorkerEngine(**OPTIONS).load(cut_demo_model(), exact=True)
+    try:
+        order = Order()
+        assert not await both(model, order, 300)
+        assert order.second_waited_for_first(), order.events
+        assert model.crash is None  # nothing was killed: the worker serves on
+        os.kill(model.pid, 0)
+        err = capfd.readouterr().err
+        assert "not opening another context now" in err, err
+        assert f"({AVAILABLE_ENV}={SHORT})" in err, err
+    finally:
+        await model.unload()
+
+
+async def test_a_worker_with_the_memory_runs_the_second_request_beside_the_first(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(AVAILABLE_ENV, PLENTY)
+    model = await WorkerEngine(**OPTIONS).load(cut_demo_model(), exact=True)
+    try:
+        order = Order()
+        assert await both(model, order, 400)
+        assert "not opening another context" not in capfd.readouterr().err
+    finally:
+        await model.unload()
+
+
+async def test_a_later_request_opens_the_context_once_the_memory_allows(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The engine in this process, so the memory can change between two rounds."""
+    model = await LlamaEngine(**OPTIONS).load(cut_demo_model(), exact=True)
+    try:
+        monkeypatch.setenv(AVAILABLE_ENV, SHORT)
+        short = Order()
+        assert not await both(model, short, 300)
+        assert short.second_waited_for_first(), short.events
+        assert "not opening another context now" in caplog.text
+        monkeypatch.setenv(AVAILABLE_ENV, PLENTY)  # another model was unloaded meanwhile
+        assert await both(model, Order(), 400)
+        assert "opened another context: the memory allows it now" in caplog.text
+    finally:
+        await model.unload()

