@@ -138,7 +138,7 @@ class TokenCounter:
             return vocab
 
     def fit_sync(
-        self, info: Any, request: dict[str, Any], limit: int, param: str = "input"
+        self, info: Any, request: dict[str, Any], limit: int, param: str = "input", cap: int = 0
     ) -> int | None:
         """Count the prompt and, if it does not fit, truncate (truncation auto) or refuse.
         Returns the prompt's token count, or None when the model cannot be read here."""
@@ -148,7 +148,7 @@ class TokenCounter:
         if request.get("prompt") is not None:  # a legacy completion: its text as it is
             count = vocab.count_raw(request["prompt"], request.get("suffix"))
             if count >= limit:
-                raise context_exceeded(count, limit, False, param, info)
+                raise context_exceeded(count, limit, False, param, info, cap)
             return count
 
         def counted(messages: list[dict[str, Any]]) -> int:
@@ -168,16 +168,16 @@ class TokenCounter:
             messages = shorter
             count = counted(messages)
         if count >= limit:
-            raise context_exceeded(count, limit, truncate, param, info)
+            raise context_exceeded(count, limit, truncate, param, info, cap)
         request["messages"] = messages
         return count
 
     async def fit(
-        self, info: Any, request: dict[str, Any], limit: int, param: str = "input"
+        self, info: Any, request: dict[str, Any], limit: int, param: str = "input", cap: int = 0
     ) -> int | None:
         if self._unreadable(info):
             return None  # known already: no hop to a thread to learn it again (B1)
-        return await asyncio.to_thread(self.fit_sync, info, request, limit, param)
+        return await asyncio.to_thread(self.fit_sync, info, request, limit, param, cap)
 
     def _unreadable(self, info: Any) -> bool:
         """This file is known to have no tokenizer llama.cpp can load (None in the cache).
@@ -223,8 +223,11 @@ def drop_oldest_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | N
 
 
 def context_exceeded(
-    count: int, limit: int, truncated: bool, param: str, info: Any = None
+    count: int, limit: int, truncated: bool, param: str, info: Any = None, cap: int = 0
 ) -> LmspError:
+    """The refusal of an input longer than `limit`, saying what gives the model more: its
+    own setting, or, when Max context (`cap`, 0: none) is what holds it to `limit` or would
+    clamp the setting, raising that (a model's setting never goes past it)."""
     how = (
         "even with only the system messages and the last turn left"
         if truncated
@@ -233,12 +236,26 @@ def context_exceeded(
     trained = int(getattr(info, "context_length", 0) or 0)
     if trained > limit:
         # The usual case with agents (Claude Code's first prompt is ~20k tokens): the model
-        # could take more, the service runs it with less to spare memory.
+        # could take more, the service runs it with less to spare memory, or the user's cap.
         wanted = min(trained, 1 << max(count, 1).bit_length())
+        raise_cap = (
+            f"raise Max context to {wanted} or more (Settings; for a service started with "
+            f"`lmsp-desktop serve --max-context N`, restart it with `--max-context {wanted}`)"
+        )
+        ways = []
+        if not 0 < cap <= limit:  # the model's own setting or the memory holds it
+            ways.append(
+                f"run it with a larger context: `lmsp-desktop models set {info.id} --context "
+                f"{wanted}` (or the Models page's settings)"
+            )
+        if 0 < cap < wanted:  # Max context holds it, or would clamp that setting
+            ways.append(raise_cap)
         how += (
-            f". The model was trained for {trained} tokens: run it with a larger context, "
-            f"memory permitting: `lmsp-desktop models set {info.id} --context {wanted}` "
-            "(or the Models page's settings)"
+            f". The model was trained for {trained} tokens"
+            + (f" and Max context caps every model at {cap}" if 0 < cap < wanted else "")
+            + ": "
+            + ", and ".join(ways)
+            + ", memory permitting"
         )
     return LmspError(
         f"The input is {count} tokens long, but this model's context holds {limit} "
@@ -265,4 +282,6 @@ async def admit(
     path = getattr(info, "path", None)
     if counter is None or path is None or getattr(info, "source", "upstream") == "upstream":
         return
-    await counter.fit(info, request, limit or effective_context(info.context_length, cap), param)
+    await counter.fit(
+        info, request, limit or effective_context(info.context_length, cap), param, cap
+    )
