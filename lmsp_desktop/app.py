@@ -652,7 +652,11 @@ class Core(ClientCalls):
         return self.data_dir / "service.json"
 
     def _write_service_json(self) -> None:
-        data = {"url": self.url, "pid": os.getpid(), "started_at": int(time.time())}
+        data: dict[str, Any] = {"url": self.url, "pid": os.getpid(), "started_at": int(time.time())}
+        if self._flag_max_context is not None:
+            # `models list` beside this run shows the contexts it really uses (the flag wins
+            # over the stored setting it reads).
+            data["max_context"] = self._flag_max_context
         tmp = self._service_json().with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(self._service_json())

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.config import Settings
@@ -78,6 +80,15 @@ def changed(current: ModelSettings, args: argparse.Namespace) -> ModelSettings:
 
 async def run_model_settings(action: str, args: argparse.Namespace, store: Store) -> int:
     settings = (await store.settings()).validate()
+    flag = running_max_context(store.data_dir)
+    if flag is not None:
+        # What the running service uses: its `--max-context` wins over the stored setting.
+        settings = replace(settings, max_context=flag)
+        print(
+            f"The running service was started with --max-context {flag}: every model's "
+            f"context is at most {flag} tokens while it runs.",
+            file=sys.stderr,
+        )
     fitter = _fitter(store, settings)
     infos = await _local_models(store)
     if action == "models.set":
@@ -100,6 +111,19 @@ async def run_model_settings(action: str, args: argparse.Namespace, store: Store
     else:
         _print(rows)
     return 0
+
+
+def running_max_context(data_dir: Path) -> int | None:
+    """The `--max-context` of the service running on `data_dir` (its service.json, written at
+    its start and removed at its stop; one left by a killed service names a dead pid), or
+    None when none runs or it was started without the flag."""
+    try:
+        announced = json.loads((data_dir / "service.json").read_text())
+        os.kill(int(announced["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    cap = announced.get("max_context")
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) else None
 
 
 def _fitter(store: Store, settings: Settings) -> ModelFitter:

@@ -1,0 +1,49 @@
+"""What a user sees of a `serve --max-context N` run besides the answers: `models list`
+run beside it shows the context the running service uses (the flag, not the stored
+setting it would otherwise read), and a prompt too long for the capped context is told to
+raise the cap, not to `models set --context`, which the cap clamps (review of 46763e6)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration.serve_process import ServeProcess, call, create_token, lmsp
+
+DEMO = "smollm2-135m-instruct"  # trained for 8,192 tokens
+
+
+def demo_row(listing: str) -> list[str]:
+    return next(line.split() for line in listing.splitlines() if line.startswith(DEMO))
+
+
+def test_models_list_and_the_too_long_hint_follow_the_running_services_cap(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    token = create_token(data)
+    process = ServeProcess(data, "--max-context", "2048")
+    process.start()
+    try:
+        listed = lmsp("models", "list", data_dir=data)
+        assert listed.returncode == 0, listed.stderr
+        # NAME STATE CONTEXT (setting) ...: what the running service loads it with.
+        assert demo_row(listed.stdout)[2:4] == ["2048", "(auto)"], listed.stdout
+        assert "started with --max-context 2048" in listed.stderr, listed.stderr
+        _status, served = call(f"{process.url}/v1/models/{DEMO}", token)
+        assert served["context_length"] == 2048  # the same figure as the service's own
+
+        body = {"model": DEMO, "input": "word " * 2500, "max_output_tokens": 8}
+        status, refused = call(f"{process.url}/v1/responses", token, "POST", body)
+        assert status == 400, refused
+        message = refused["error"]["message"]
+        assert refused["error"]["code"] == "context_length_exceeded", refused
+        assert "holds 2048" in message and "Max context caps every model at 2048" in message
+        assert "--max-context 4096" in message, message
+        assert "models set" not in message, message  # clamped by the cap: it would not help
+    finally:
+        process.terminate()
+    # No service runs: the stored settings are what the next start uses.
+    listed = lmsp("models", "list", data_dir=data)
+    assert demo_row(listed.stdout)[2:4] == ["8192", "(auto)"], listed.stdout
+    assert "--max-context" not in listed.stderr
