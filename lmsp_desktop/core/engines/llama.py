@@ -345,7 +345,7 @@ class LlamaModel:
 
     def _raw_tokens(self, prompt: str, suffix: str | None) -> list[int]:
         try:
-            return raw_prompt_tokens(
+            tokens = raw_prompt_tokens(
                 lambda text, bos: native.tokenize(self._vocab, text, add_bos=bos),
                 prompt,
                 suffix,
@@ -354,6 +354,20 @@ class LlamaModel:
             )
         except LmspError as exc:  # no FIM tokens: the same refusal as at admission
             raise EngineError("invalid_input", exc.message) from None
+        if tokens:
+            return tokens
+        # An empty prompt of a model that adds no BOS itself: nothing to continue. OpenAI
+        # generates "as if from the beginning of a new document", llama-server from the BOS
+        # token alone: the model's beginning-of-text token (else its end-of-text one, the
+        # document separator of GPT-2-style vocabularies).
+        for start in (self._lc.llama_vocab_bos(self._vocab), self._lc.llama_vocab_eos(self._vocab)):
+            if start >= 0:
+                return [int(start)]
+        raise EngineError(
+            "invalid_input",
+            "The prompt is empty and this model has no beginning-of-text token to start "
+            "from; send some text to continue.",
+        )
 
     def token_bytes(self, token: int) -> bytes:
         """The bytes a token stands for (control tokens such as end-of-turn give b"")."""
