@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
 from tests.support.polling import until_sync
-from tests.support.resume import finished, reference_text, wait_finished, wait_task
+from tests.support.resume import kill_at, reference_text, wait_finished
 
 # A bound on a hang, not on speed: every kill costs a `serve` start, a model load and the
 # exactness probe, which at load 18 on two cores (other work beside the suite) took over a
@@ -76,16 +76,7 @@ def test_kill_and_resume_gives_byte_identical_output(
     )
     assert status == 202, created
     task_id = created["id"]
-    kills = 0
-    for cut in cuts:
-        task = wait_task(
-            url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t)
-        )
-        if finished(task):
-            break
-        server.kill()
-        kills += 1
-        url = server.start()
+    url, kills = kill_at(server, token, task_id, cuts)
     assert kills == len(cuts), "the generation ended before the kills could happen"
 
     wait_finished(url, token, task_id)
@@ -163,16 +154,7 @@ def test_kill_and_resume_under_a_grammar_gives_the_same_output(
     )
     assert status == 202, created
     task_id = created["id"]
-    kills = 0
-    for cut in (4, 11, 23):
-        task = wait_task(
-            url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t)
-        )
-        if finished(task):
-            break
-        server.kill()
-        kills += 1
-        url = server.start()
+    url, kills = kill_at(server, token, task_id, (4, 11, 23))
     assert kills == 3, "the generation ended before the kills could happen"
     wait_finished(url, token, task_id)
     status, response = call(f"{url}/v1/responses/{task_id}", token)
@@ -225,11 +207,9 @@ def test_a_chat_completion_resumes_after_a_kill_to_the_same_text(serve: Serve) -
 
     task_id = until_sync(newest_other, 60, "the waiting client's task to be created")
     assert task_id.startswith("chatcmpl-")
-    task = wait_task(url, token, task_id, lambda t: t["output_tokens"] >= 9 or finished(t))
-    assert not finished(task), "the generation ended before the kill"
-    server.kill()
-    waiting.join(10)
-    url = server.start()
+    url, kills = kill_at(server, token, task_id, (9,))
+    assert kills == 1, "the generation ended before the kill"
+    waiting.join(10)  # its connection died with the killed service
     wait_finished(url, token, task_id)
     status, completion = call(f"{url}/v1/chat/completions/{task_id}", token)
     assert status == 200, completion

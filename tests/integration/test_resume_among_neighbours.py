@@ -12,13 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
-from tests.support.resume import (
-    finished,
-    reference_text,
-    set_settings,
-    wait_finished,
-    wait_task,
-)
+from tests.support.resume import kill_at, reference_text, set_settings, wait_finished
 
 # A bound on a hang, not on speed: every kill costs a `serve` start, a model load and the
 # exactness probe, which at load 18 on two cores (other work beside the suite) took over a
@@ -95,19 +89,8 @@ def _resume_among_neighbours(server: ServeProcess, url: str, token: str, count: 
         status, made = call(f"{url}/v1/responses", token, "POST", other)
         assert status == 202, made
         neighbours.append(made["id"])
-    kills, cut = 0, FIRST_CUT
-    for _ in range(NEIGHBOUR_KILLS):
-        task = wait_task(
-            url, token, task_id, lambda t, c=cut: t["output_tokens"] >= c or finished(t)
-        )
-        if finished(task):
-            break
-        server.kill()
-        kills += 1
-        url = server.start()
-        status, task = call(f"{url}/v1/tasks/{task_id}", token)  # what the kill left committed
-        assert status == 200, task
-        cut = task["output_tokens"] + NEW_TOKENS_BEFORE_NEXT_CUT
+    cuts = (FIRST_CUT,) + (NEW_TOKENS_BEFORE_NEXT_CUT,) * (NEIGHBOUR_KILLS - 1)
+    url, kills = kill_at(server, token, task_id, cuts, relative=True)
     assert kills == NEIGHBOUR_KILLS, "the generation ended before the kills could happen"
     wait_finished(url, token, task_id)
     status, response = call(f"{url}/v1/responses/{task_id}", token)

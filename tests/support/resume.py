@@ -1,17 +1,18 @@
 """Following tasks of a real `serve` over HTTP, for the resume-after-kill modules: waits on
 a task's state (a poll, where a kill must land at a token count) or on its end (its event
-stream, which the service closes when the task ends), and a task's uninterrupted text."""
+stream, which the service closes when the task ends), a task's uninterrupted text, and the
+kill -9 and restart loop both modules run."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.integration.serve_process import call
+from tests.integration.serve_process import ServeProcess, call
 from tests.support.polling import until_sync
 
 
@@ -64,6 +65,33 @@ def reference_text(url: str, token: str, body: dict[str, Any]) -> str:
     assert status == 200, response
     assert response["usage"]["output_tokens"] > 20  # long enough to kill at several points
     return response["output_text"]  # type: ignore[no-any-return]
+
+
+def kill_at(
+    server: ServeProcess, token: str, task_id: str, cuts: Sequence[int], *, relative: bool = False
+) -> tuple[str, int]:
+    """SIGKILL the running `server` once the task has made `cut` output tokens, for each cut
+    in turn, and start it again: the restarted service's URL and the kills done, fewer than
+    the cuts when the task ended first (the caller asserts the count). With `relative`, a
+    cut counts the tokens made beyond what the previous kill left committed, read after the
+    restart: on a busy machine a service starved while the worker decoded commits many tokens
+    at once, so a fixed late cut could find the task already ended."""
+    url, kills, committed = server.url, 0, 0
+    for cut in cuts:
+        goal = committed + cut if relative else cut
+        task = wait_task(
+            url, token, task_id, lambda t, g=goal: t["output_tokens"] >= g or finished(t)
+        )
+        if finished(task):
+            break
+        server.kill()
+        kills += 1
+        url = server.start()
+        if relative:
+            status, task = call(f"{url}/v1/tasks/{task_id}", token)  # what the kill left
+            assert status == 200, task
+            committed = task["output_tokens"]
+    return url, kills
 
 
 def set_settings(data_dir: Path, **values: object) -> None:
