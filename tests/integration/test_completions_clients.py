@@ -1,7 +1,7 @@
 """Legacy completions (`POST /v1/completions`) with the official `openai` SDK, unchanged,
-against a real `serve` process: the demo model (plain, stream, echo; `suffix` refused, as it
-has no fill-in-the-middle tokens) and a copy of it whose GGUF declares FIM tokens, whose
-`suffix` requests go through llama.cpp's FIM path for real."""
+against a real `serve` process: the demo model (plain, stream, echo, an empty prompt;
+`suffix` refused, as it has no fill-in-the-middle tokens) and a copy of it whose GGUF
+declares FIM tokens, whose `suffix` requests go through llama.cpp's FIM path for real."""
 
 from __future__ import annotations
 
@@ -113,3 +113,23 @@ def test_fill_in_the_middle_through_the_models_fim_tokens(sdk: OpenAI) -> None:
     assert all(a.usage is not None for a in alone)
     sizes = [a.usage.prompt_tokens for a in alone if a.usage is not None]
     assert middle.usage.prompt_tokens == sum(sizes) + 3
+
+
+@pytest.mark.parametrize("prompt", ["", [""]])
+def test_an_empty_prompt_generates_from_the_beginning_of_a_document(
+    sdk: OpenAI, prompt: str | list[str]
+) -> None:
+    """OpenAI's reference: "if a prompt is not specified the model will generate as if from
+    the beginning of a new document"; llama-server reads "" as its BOS token alone (llama.cpp
+    PR 5953). The demo's vocabulary adds no BOS, so "" gave no tokens and failed 500
+    engine_error; it starts from the model's beginning-of-text token now."""
+    completion = sdk.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0)
+    choice = completion.choices[0]
+    assert choice.finish_reason in ("length", "stop")
+    assert completion.usage is not None
+    # The beginning-of-text token alone was read, and the model wrote from there.
+    assert completion.usage.prompt_tokens == 1
+    assert completion.usage.completion_tokens >= 1 and choice.text is not None
+    stream = sdk.completions.create(model=MODEL, prompt=prompt, max_tokens=4, stream=True)
+    chunks = list(stream)
+    assert chunks and chunks[-1].choices[0].finish_reason in ("length", "stop")

@@ -83,7 +83,7 @@ async def test_a_worker_short_of_memory_serves_the_second_request_after_the_firs
     model = await WorkerEngine(**OPTIONS).load(cut_demo_model(), exact=True)
     try:
         order = Order()
-        assert not await both(model, order, 300)
+        assert not await both(model, order, 120)
         assert order.second_waited_for_first(), order.events
         assert model.crash is None  # nothing was killed: the worker serves on
         os.kill(model.pid, 0)
@@ -115,7 +115,7 @@ async def test_a_later_request_opens_the_context_once_the_memory_allows(
     try:
         monkeypatch.setenv(AVAILABLE_ENV, SHORT)
         short = Order()
-        assert not await both(model, short, 300)
+        assert not await both(model, short, 120)
         assert short.second_waited_for_first(), short.events
         assert "not opening another context now" in caplog.text
         monkeypatch.setenv(AVAILABLE_ENV, PLENTY)  # another model was unloaded meanwhile
