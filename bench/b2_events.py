@@ -1,6 +1,8 @@
 """B2 events: delta events persisted per second across 32 concurrently generating tasks
 through TaskStore.append_deltas (state check, events, last_seq, text and snapshot in one
-transaction: rule 11.2), against raw batched executemany of the same rows."""
+transaction: rule 11.2) as the runner calls it (answered once the state check has run, while
+the commit syncs; the finish once committed, and the run's time ends after it), against raw
+batched executemany of the same rows."""
 
 from __future__ import annotations
 
@@ -82,6 +84,7 @@ async def _store_rate(data_dir: Path, seconds: float) -> tuple[float, float, str
                     )
                     if finished
                     else None,
+                    early=True,  # as the runner hands over: answered while the commit syncs
                 )
                 assert ok
                 events += PER_CALL

@@ -465,6 +465,7 @@ class Runner:
                 output_tokens=len(tokens),
                 input_tokens=state["input_tokens"],
                 snapshot=snapshot_after(deltas),
+                early=True,  # go on while the commit syncs (storage/deltas.py)
             )
 
         def snapshot_after(deltas: list[str]) -> str:

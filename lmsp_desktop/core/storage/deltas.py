@@ -13,6 +13,16 @@ writer applies it right after the deltas, in the same transaction (transitions.a
 the finishes of a batch together), so a generation's end costs no commit of its own and a
 cancel either lands before the last deltas (nothing of them is written, the finish neither)
 or after the completion (it is refused).
+
+An appender that asks for it (the runner's, `early`) and carries no finish learns its
+outcome as soon as the batch's statements have run, before the COMMIT (its fsync) returns:
+the state check has answered by then, and the appender prepares its next tokens while the
+disk syncs (B2: 32 tasks' hand-overs overlap the
+fsync instead of waiting for it). Nothing is published before the commit (rule 11.2: the
+listeners, and through them every stream, hear of the deltas only once they are durable).
+Should that COMMIT fail, the task's next append or finish raises its error
+(TaskStore.append_deltas), and an append already queued behind it is refused in the writer
+(`Append.after`), so the log never goes on past deltas that were not written.
 """
 
 from __future__ import annotations
@@ -41,6 +51,10 @@ class Append(NamedTuple):
     input_tokens: int
     snapshot_json: str | None
     finish: Transition | None = None  # the task's finish, committed with these deltas
+    # The batch of the task's previous append while that batch's commit was still going on:
+    # should it have failed, these deltas must not be written after the missing ones.
+    after: DeltaBatch | None = None
+    early: bool = False  # answered before the commit returns (module docstring)
 
 
 class Appended(NamedTuple):
@@ -67,6 +81,10 @@ class DeltaBatch:
     def __init__(self) -> None:
         self._appends: dict[str, Append] = {}
         self._waiters: list[tuple[str, asyncio.Future[bool]]] = []
+        # Appends refused in the writer because the batch of the task's previous one failed.
+        self._lost: dict[str, BaseException] = {}
+        # Tasks whose appenders were answered before the commit returned (`_release`).
+        self.released: list[str] = []
         self._lock = threading.Lock()  # the loop adds, the writer thread takes
         self._taken = False
         self._loop = asyncio.get_running_loop()
@@ -86,6 +104,9 @@ class DeltaBatch:
         self._waiters.append((append.task_id, waiter))
         return waiter
 
+    def task_ids(self) -> list[str]:
+        return [task_id for task_id, _ in self._waiters]
+
     def deltas_of(self, task_id: str) -> Sequence[str]:
         return self._appends[task_id].deltas
 
@@ -95,7 +116,40 @@ class DeltaBatch:
         with self._lock:
             self._taken = True
             appends = list(self._appends.values())
-        return commit_appends(conn, appends)
+        for a in appends:
+            failure = None if a.after is None else a.after.failure()
+            if failure is not None:
+                self._lost[a.task_id] = failure
+        done = commit_appends(conn, [a for a in appends if a.task_id not in self._lost])
+        if any(a.early and a.finish is None for a in appends):
+            # Before the COMMIT: the appenders go on while it syncs (module docstring).
+            self._loop.call_soon_threadsafe(self._release, done)
+        return done
+
+    def failure(self) -> BaseException | None:
+        """The error of this batch's commit once it has failed (None while it runs or once it
+        has committed). Read in the writer thread, for the batch after it: the database's
+        flusher sets the outcome before it hands the next group to the writer."""
+        committed = self.committed
+        if committed is None or not committed.done():
+            return None
+        if committed.cancelled():
+            return asyncio.CancelledError("the commit of the previous deltas was cancelled")
+        return committed.exception()
+
+    def _release(self, done: dict[str, Appended]) -> None:
+        """On the loop, while the writer commits: each `early` appender without a finish
+        learns whether its task was still running (the others wait for the commit: `settle`)."""
+        for task_id, waiter in self._waiters:
+            append = self._appends[task_id]
+            if waiter.done() or not append.early or append.finish is not None:
+                continue
+            lost = self._lost.get(task_id)
+            if lost is not None:
+                waiter.set_exception(lost)
+            else:
+                waiter.set_result(task_id in done)
+                self.released.append(task_id)
 
     def settle(self, committed: asyncio.Future[dict[str, Appended]]) -> None:
         """On the loop, once the commit has returned (after the listeners heard it): each
@@ -108,10 +162,11 @@ class DeltaBatch:
         done = {} if error is not None else committed.result()
         for task_id, waiter in self._waiters:
             if waiter.done():
-                continue  # its appender was cancelled while waiting
+                continue  # released before the commit, or its appender was cancelled
             finished = done[task_id].finished if task_id in done else None
-            if error is not None:
-                waiter.set_exception(error)
+            failure = error if error is not None else self._lost.get(task_id)
+            if failure is not None:
+                waiter.set_exception(failure)
             elif isinstance(finished, Exception):
                 waiter.set_exception(finished)
             else:

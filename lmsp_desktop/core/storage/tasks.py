@@ -78,6 +78,12 @@ class TaskStore(TaskReads):
         super().__init__(db)
         self.listeners: list[Callable[[TaskChange], None]] = []
         self._deltas: DeltaBatch | None = None  # the appends waiting for the writer (B2)
+        # Each generating task's last append, until its batch's commit has returned: an
+        # appender goes on before then (deltas.py), so the task's next write checks it.
+        self._unsettled: dict[str, DeltaBatch] = {}
+        # The commit error of a task's append answered before a COMMIT that then failed:
+        # raised by the task's next append or finish (its log must not go on past it).
+        self._lost: dict[str, BaseException] = {}
         self._creates: CreateBatch | None = None  # the creates waiting for the writer (B1)
         self._moves: MoveBatch | None = None  # the single-task moves waiting for it (B2)
 
@@ -230,6 +236,7 @@ class TaskStore(TaskReads):
         input_tokens: int,
         snapshot: dict[str, Any] | str | None,
         finish: Transition | None = None,
+        early: bool = False,
     ) -> bool:
         """Persist text deltas with the snapshot that covers them (a dict, or its JSON text),
         only while still running; with `finish` (`finishing(task_id, ...)`: the generation's
@@ -237,14 +244,27 @@ class TaskStore(TaskReads):
 
         Returns False when the task is no longer running (a cancel was committed): the
         caller must stop generating; these deltas were not persisted, nor the finish.
+        With `early` (the runner) and no finish it returns once the state check has run,
+        while the commit syncs (deltas.py): nothing is published before the commit, and
+        should that commit fail, this task's next append or finish raises its error.
         """
+        self._raise_lost(task_id)
         if not deltas and finish is None:
             return True
         assert finish is None or (
             finish.task_ids == (task_id,) and finish.from_states == (TaskState.RUNNING,)
         )
         snapshot_json = json.dumps(snapshot) if isinstance(snapshot, dict) else snapshot
-        append = Append(task_id, deltas, output_tokens, input_tokens, snapshot_json, finish)
+        append = Append(
+            task_id,
+            deltas,
+            output_tokens,
+            input_tokens,
+            snapshot_json,
+            finish,
+            self._unsettled.get(task_id),
+            early,
+        )
         if (
             finish is not None
             and self._deltas is not None
@@ -256,6 +276,7 @@ class TaskStore(TaskReads):
         # The tasks generating at this moment share one batch: three statements for all of
         # them in the writer (deltas.py) instead of three each (B2).
         self._deltas, waiter = joined(self.db, self._deltas, append, DeltaBatch, self._committed)
+        self._unsettled[task_id] = self._deltas
         committed: bool = await waiter
         return committed
 
@@ -266,9 +287,33 @@ class TaskStore(TaskReads):
         try:
             if not committed.cancelled() and committed.exception() is None:
                 self.publish(_appended_changes(batch, committed.result()))
+            else:
+                failure = batch.failure()
+                for task_id in batch.released:  # answered already: told at their next write
+                    if self._unsettled.get(task_id) is batch and failure is not None:
+                        self._lost[task_id] = failure
         finally:
+            for task_id in batch.task_ids():
+                if self._unsettled.get(task_id) is batch:
+                    del self._unsettled[task_id]
             # Whatever happened above, no appender may wait for ever.
             batch.settle(committed)
+
+    def _raise_lost(self, task_id: str) -> None:
+        """A write of `task_id` after one of its appends was answered and its commit then
+        failed: that error, once (the runner fails the task, or resumes it from the snapshot
+        the store still has)."""
+        lost = self._lost.pop(task_id, None)
+        if lost is not None:
+            raise lost
+
+    async def _settled(self, task_id: str) -> None:
+        """Wait until the commit of the task's last append has returned, then raise its
+        error if it failed (`_raise_lost`): a finish must not close a log missing deltas."""
+        batch = self._unsettled.get(task_id)
+        if batch is not None and batch.committed is not None:
+            await asyncio.wait([batch.committed])
+        self._raise_lost(task_id)
 
     async def finish(
         self,
@@ -283,6 +328,7 @@ class TaskStore(TaskReads):
         """running → completed (or incomplete), closing the item, only if still running
         (`finishing`). A generation's finish usually comes with its last deltas instead
         (append_deltas' `finish`)."""
+        await self._settled(task_id)
         move = finishing(
             task_id,
             incomplete_reason=incomplete_reason,
