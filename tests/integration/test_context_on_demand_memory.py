@@ -3,7 +3,9 @@ service's workers, contexts_on_demand), opens only if the memory available at th
 has room for it: other models may have loaded since this one's plan counted it, and the
 out-of-memory killer would come before any fallback. Without the room the second request
 waits for the open context's sequence (as on a model loaded with one context), the log
-says why, nothing is killed, and a later request opens it once the memory allows.
+says why, nothing is killed, and a later request opens it once the memory allows. The
+embedding context a first embedding opens is checked the same way; an embedding cannot wait
+for it, so it is refused (507 insufficient_memory in the service) and the worker serves on.
 
 The memory is faked the way the memory tests fake it, LMSP_MEMORY_AVAILABLE (read at every
 check, by the worker from the environment it was started with). The models are the demo
@@ -20,7 +22,12 @@ from typing import Any
 
 import pytest
 
-from lmsp_desktop.core.engines.base import GenerationRequest, TokenPiece
+from lmsp_desktop.core.engines.base import (
+    EmbeddingRequest,
+    EngineError,
+    GenerationRequest,
+    TokenPiece,
+)
 from lmsp_desktop.core.engines.llama import LlamaEngine
 from lmsp_desktop.core.engines.worker import WorkerEngine
 from lmsp_desktop.core.models.machine import AVAILABLE_ENV
@@ -121,5 +128,25 @@ async def test_a_later_request_opens_the_context_once_the_memory_allows(
         monkeypatch.setenv(AVAILABLE_ENV, PLENTY)  # another model was unloaded meanwhile
         assert await both(model, Order(), 400)
         assert "opened another context: the memory allows it now" in caplog.text
+    finally:
+        await model.unload()
+
+
+async def test_a_worker_short_of_memory_refuses_the_embedding_context_and_serves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(AVAILABLE_ENV, SHORT)
+    model = await WorkerEngine(n_threads=1).load(cut_demo_model(), exact=True)
+    try:
+        with pytest.raises(EngineError) as refused:
+            await model.embed(EmbeddingRequest(["a lighthouse by the sea"]))
+        assert refused.value.code == "insufficient_memory", refused.value
+        assert "embedding context needs about" in refused.value.message
+        assert f"({AVAILABLE_ENV}={SHORT})" in refused.value.message
+        assert model.crash is None  # nothing was killed: the worker serves on
+        os.kill(model.pid, 0)
+        order = Order()
+        request = GenerationRequest(QUESTION, max_output_tokens=3, temperature=0)
+        assert (await model.generate(request, order.sink("first"))).output_tokens == 3
     finally:
         await model.unload()

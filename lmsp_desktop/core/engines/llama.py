@@ -175,33 +175,48 @@ class LlamaEngine(LlamaLayout):
             exact=exact,
             later=shapes[len(contexts) :],
             open_context=open_context,
-            refusal=room_check(path, settings.kv_type),
+            room=MemoryRoom(path, settings.kv_type),
         )
 
 
-def room_check(path: Path, kv_type: KvType) -> Callable[[ContextShape], str]:
-    """Why one more context of the model at `path` does not fit the memory available now
-    ("" when it does): the fitter's own estimate and budget (core/models/memory.py), from
-    the file's header, read the first time it is asked (a model asked one thing at a time
-    never is) and kept."""
-    known: list[Any] = []
+class MemoryRoom:
+    """Whether a context opened after the load fits the memory available at that moment
+    (other models may have loaded since this one's plan counted it): another decoding
+    context when a second request comes, the embedding context at the first embedding. The
+    fitter's own estimate and budget (core/models/memory.py), from the file's header, read
+    the first time it is asked (a model asked one thing at a time never is) and kept. Each
+    answer is why it does not fit, or "" when it does (or cannot be known)."""
 
-    def refusal(ctx: ContextShape) -> str:
+    def __init__(self, path: Path, kv_type: KvType) -> None:
+        self.path = path
+        self.kv_type = kv_type
+        self._shape: Any = None
+
+    def context(self, ctx: ContextShape) -> str:
+        from lmsp_desktop.core.models.memory import context_refusal
+
+        return self._ask(lambda shape, budget: context_refusal(shape, ctx, self.kv_type, budget))
+
+    def embedding(self, n_ctx: int) -> str:
+        from lmsp_desktop.core.models.memory import embedding_refusal
+
+        return self._ask(lambda shape, budget: embedding_refusal(shape, n_ctx, budget))
+
+    def _ask(self, refusal: Callable[[Any, Any], str]) -> str:
         from lmsp_desktop.core.models import machine
         from lmsp_desktop.core.models.gguf_meta import read_gguf_meta
-        from lmsp_desktop.core.models.memory import Budget, ModelShape, context_refusal
+        from lmsp_desktop.core.models.memory import Budget, ModelShape
 
-        if not known:
+        if self._shape is None:
             try:
-                known.append(ModelShape.from_gguf(read_gguf_meta(path), path.stat().st_size))
+                self._shape = ModelShape.from_gguf(
+                    read_gguf_meta(self.path), self.path.stat().st_size
+                )
             except (OSError, ValueError) as exc:  # replaced or gone since the load
-                log.warning("%s: no memory estimate for another context (%s)", path.name, exc)
+                log.warning("%s: no memory estimate for a new context (%s)", self.path.name, exc)
                 return ""
         host = machine.host_memory()
-        budget = Budget(host.total, host.available, host.source)
-        return context_refusal(known[0], ctx, kv_type, budget)
-
-    return refusal
+        return refusal(self._shape, Budget(host.total, host.available, host.source))
 
 
 class LlamaModel:
@@ -220,18 +235,18 @@ class LlamaModel:
         exact: bool | None = None,
         later: list[ContextShape] | None = None,
         open_context: Callable[[ContextShape], Any] | None = None,
-        refusal: Callable[[ContextShape], str] | None = None,
+        room: MemoryRoom | None = None,
     ) -> None:
         """`contexts`: the open ones, each with its sequence count; `later`: the contexts
         `open_context` opens when a request finds every open one busy (_open_next), unless
-        `refusal` says why the memory has no room for one now."""
+        `room` says the memory has none for one now (nor for the embedding context)."""
         self._lc = native.lowlevel()
         self._weights: Any = weights
         self.path = path
         self.context_length = n_ctx
         self._later = list(later or [])
         self._open_context = open_context
-        self._refusal = refusal
+        self._room = room
         self._opening = threading.Lock()
         self._short = False  # a context could not open: said once until one does
         self.parallel = sum(n_seq for _ctx, n_seq in contexts) + sum(s.n_seq for s in self._later)
@@ -416,9 +431,13 @@ class LlamaModel:
             ]
             with self._embedding_lock:
                 if self._embedding is None:
+                    n_ctx = min(self.context_length, EMBEDDING_CONTEXT)
+                    why = self._room.embedding(n_ctx) if self._room is not None else ""
+                    if why:  # refused as a load that cannot fit: 507, the worker goes on
+                        raise EngineError("insufficient_memory", why)
                     self._embedding = EmbeddingContext(
                         self._weights,
-                        n_ctx=min(self.context_length, EMBEDDING_CONTEXT),
+                        n_ctx=n_ctx,
                         n_threads=self._n_threads,
                         pooling=declared_pooling(self.metadata),
                     )
@@ -464,7 +483,7 @@ class LlamaModel:
             shape = self._later[0]
             assert self._open_context is not None
             ctx = None
-            why = self._refusal(shape) if self._refusal is not None else ""
+            why = self._room.context(shape) if self._room is not None else ""
             if why:
                 why = f"not opening another context now: {why}"
             else:

@@ -253,6 +253,21 @@ def context_refusal(shape: ModelShape, ctx: ContextShape, kv_type: KvType, budge
     )
 
 
+def embedding_refusal(shape: ModelShape, n_ctx: int, budget: Budget) -> str:
+    """Why the embedding context a model's first embedding opens must not open now, or ""
+    when it may: its estimate at its worst (an input as long as it holds) against the memory
+    available now. An embedding cannot do without it, so it is refused as a load is, only
+    when it cannot fit at all, not when it leaves less than the reserve free."""
+    need = _embedding(shape, n_ctx)
+    if budget.fit(need) != "wont_fit":
+        return ""
+    return (
+        f"The embedding context needs about {gib(need)} (inputs up to "
+        f"{min(n_ctx, EMBEDDING_CONTEXT)} tokens), more than the {gib(budget.available)} "
+        f"available ({budget.source}). Free memory (unload other models), then try again."
+    )
+
+
 @dataclass(frozen=True)
 class Plan:
     """A load decided: the settings, what they cost, and how that sits with the memory."""

@@ -1,7 +1,9 @@
 """The memory check before a model's context opens on demand (a second request beside the
 first, the service's workers): the fitter's own estimate of that one context (KV cache and
 buffers, from the file's header) against the memory available at that moment, the reserve
-kept free as for a load that fits. /proc/meminfo is faked in a folder (host_memory's root)."""
+kept free as for a load that fits; and before the embedding context a first embedding
+opens, refused only when it cannot fit at all, as a load is. /proc/meminfo is faked in a
+folder (host_memory's root)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lmsp_desktop.core.engines.base import ContextShape
-from lmsp_desktop.core.engines.llama import room_check
+from lmsp_desktop.core.engines.llama import MemoryRoom
 from lmsp_desktop.core.models import machine
 from lmsp_desktop.core.models.demo import demo_model_path
 
@@ -44,7 +46,7 @@ def test_a_context_opens_when_the_memory_now_keeps_the_reserve_free(
 ) -> None:
     # 16 GiB machine: the reserve is 3.2 GiB; 4 GiB available leaves 0.8 GiB for it.
     with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 4 * GIB_KB)
-    assert room_check(demo(), "f16")(SECOND) == ""
+    assert MemoryRoom(demo(), "f16").context(SECOND) == ""
 
 
 def test_a_context_that_would_eat_into_the_reserve_is_refused_with_the_figures(
@@ -53,7 +55,7 @@ def test_a_context_that_would_eat_into_the_reserve_is_refused_with_the_figures(
     # 3.5 GiB available: the context (608 MiB) fits the memory but not beside the 3.2 GiB
     # reserve: other models loaded since the plan; an optional context never takes it.
     with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 7 * GIB_KB // 2)
-    why = room_check(demo(), "f16")(SECOND)
+    why = MemoryRoom(demo(), "f16").context(SECOND)
     assert why.startswith("another context needs about 608 MiB (KV cache 360 MiB"), why
     assert "3.50 GiB is available (MemAvailable), of which 3.20 GiB is kept free" in why
 
@@ -61,16 +63,30 @@ def test_a_context_that_would_eat_into_the_reserve_is_refused_with_the_figures(
 def test_the_check_reads_the_memory_each_time_it_is_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    check = room_check(demo(), "f16")
+    room = MemoryRoom(demo(), "f16")
     with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, GIB_KB)
-    assert check(SECOND)
+    assert room.context(SECOND)
     with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 8 * GIB_KB)  # a model was unloaded
-    assert check(SECOND) == ""
+    assert room.context(SECOND) == ""
 
 
 def test_a_q8_0_cache_needs_less(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 3.2 GiB reserve + 450 MiB: the q8_0 context (191 MiB KV cache, 31 MiB buffers with
     # flash attention) fits, the f16 one (608 MiB) does not.
     with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 16 * GIB_KB // 5 + 450 * 1024)
-    assert room_check(demo(), "q8_0")(SECOND) == ""
-    assert room_check(demo(), "f16")(SECOND)
+    assert MemoryRoom(demo(), "q8_0").context(SECOND) == ""
+    assert MemoryRoom(demo(), "f16").context(SECOND)
+
+
+def test_the_embedding_context_is_refused_only_when_it_cannot_fit_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The demo's embedding context at its worst (2,048-token inputs): 860 MiB. An embedding
+    # cannot wait for it as a request waits for a sequence: into the reserve it may go.
+    room = MemoryRoom(demo(), "f16")
+    with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, GIB_KB)  # 1 GiB: all reserve
+    assert room.embedding(2048) == ""
+    with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 600 * 1024)
+    why = room.embedding(2048)
+    assert why.startswith("The embedding context needs about 860 MiB"), why
+    assert "more than the 600 MiB available (MemAvailable)" in why
