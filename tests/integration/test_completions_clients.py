@@ -12,9 +12,8 @@ import openai
 import pytest
 from openai import OpenAI
 
-from lmsp_desktop.core.models.demo import demo_model_path
 from tests.integration.serve_process import ServeProcess, call, create_token
-from tests.support.gguf_fim import with_fim_tokens
+from tests.support.gguf_fim import fim_demo_model_copy
 
 MODEL = "smollm2-135m-instruct"
 FIM_MODEL = "smollm2-fim"
@@ -26,9 +25,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     root = tmp_path_factory.mktemp("completions")
     models = root / "models"
     models.mkdir()
-    demo = demo_model_path()
-    assert demo is not None
-    with_fim_tokens(demo, models / f"{FIM_MODEL}.gguf")
+    fim_demo_model_copy(models / f"{FIM_MODEL}.gguf")
     data_dir: Path = root / "data"
     token = create_token(data_dir, "models:read,responses:read,responses:write")
     server = ServeProcess(data_dir, "--models-dir", str(models))

@@ -16,7 +16,7 @@ from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.models.sources import SOURCES
 from lmsp_desktop.core.storage.store import Store
 from tests.support import model_stores as stores
-from tests.support.gguf_split import split_gguf
+from tests.support.split_model import copy_split_cut_model
 
 HF_ID = "huggingfacetb/smollm2-135m-instruct-gguf:q4_1"
 LMS_ID = "lmstudio-community/smollm2-135m-instruct-gguf:q4_1"
@@ -158,7 +158,7 @@ async def test_bad_input_in_a_store_is_named_and_the_rest_is_listed(
 async def test_a_split_model_is_one_model_named_by_its_first_part(
     store: Store, home: Path, tmp_path: Path
 ) -> None:
-    parts = split_gguf(stores.demo(), tmp_path / "SmolLM2-135M-Instruct-Q4_1.gguf")
+    parts = copy_split_cut_model(tmp_path / "SmolLM2-135M-Instruct-Q4_1.gguf")
     for part in parts:
         stores.place(part, home / ".lmstudio" / "models" / "me" / "Split-GGUF" / part.name)
     for part in parts[:2]:  # its last part never arrived: it cannot load, so it is not listed

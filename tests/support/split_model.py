@@ -3,8 +3,8 @@ does (tests/support/gguf_split.py), built once per machine and copied where a te
 
 Writing the parts with the `gguf` package costs ~2.3 CPU-s; copying them, a few hundredths.
 Built once per machine (tests/support/built_once.py) into a folder keyed on the cut file's
-(itself keyed on the demo file and its recipe), the parts' name and the split's recipe, so
-parallel workers share one.
+(itself keyed on the demo file's content and its recipe), the parts' name and the split's
+recipe, so parallel workers share one.
 """
 
 from __future__ import annotations

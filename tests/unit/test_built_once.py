@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import built_once as module
-from tests.support.built_once import built_once
+from tests.support.built_once import built_once, file_key
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +104,14 @@ def test_a_changed_recipe_is_built_again_and_a_folder_can_be_built(tmp_path: Pat
     assert new != old
     assert len(builds) == 2
     assert ((old / "part").read_text(), (new / "part").read_text()) == ("PARTS = 3", "PARTS = 4")
+
+
+def test_the_same_file_installed_again_has_the_same_key(tmp_path: Path) -> None:
+    """Every checkout's `make install` writes the demo anew: its builds are still shared."""
+    first, again, other = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "c.gguf"
+    first.write_bytes(b"GGUF weights")
+    again.write_bytes(b"GGUF weights")
+    other.write_bytes(b"GGUF Weights")
+    os.utime(again, ns=(1, 1))
+    assert file_key(first) == file_key(again)
+    assert file_key(first) != file_key(other)
