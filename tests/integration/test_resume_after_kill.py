@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
 from tests.support.polling import until_sync
-from tests.support.resume import kill_at, reference_text, wait_finished
+from tests.support.resume import SERVE_FLAGS, kill_at, reference_text, wait_finished
 
 # A bound on a hang, not on speed: every kill costs a `serve` start, a model load and the
 # exactness probe, which at load 18 on two cores (other work beside the suite) took over a
@@ -44,7 +44,7 @@ class Serve:
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     data_dir = tmp_path_factory.mktemp("resume") / "data"
-    server = ServeProcess(data_dir)
+    server = ServeProcess(data_dir, *SERVE_FLAGS)
     server.start()
     shared = Serve(server, create_token(data_dir))
     try:

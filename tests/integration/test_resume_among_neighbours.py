@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
-from tests.support.resume import kill_at, reference_text, set_settings, wait_finished
+from tests.support.resume import SERVE_FLAGS, kill_at, reference_text, set_settings, wait_finished
 
 # A bound on a hang, not on speed: every kill costs a `serve` start, a model load and the
 # exactness probe, which at load 18 on two cores (other work beside the suite) took over a
@@ -64,7 +64,7 @@ def test_resume_is_exact_while_other_tasks_share_the_decodes(
     data_dir = tmp_path / "data"
     token = create_token(data_dir)  # which creates the database, so settings can be stored
     set_settings(data_dir, **settings)
-    server = ServeProcess(data_dir)
+    server = ServeProcess(data_dir, *SERVE_FLAGS)
     url = server.start()
     try:
         _resume_among_neighbours(server, url, token, neighbours)

@@ -1,6 +1,6 @@
 """Following tasks of a real `serve` over HTTP, for the resume-after-kill modules: waits on
-a task's state (a poll, where a kill must land at a token count) or on its end (its event
-stream, which the service closes when the task ends), a task's uninterrupted text, and the
+a task's state (where a kill must land at a token count) or on its end, both on its event
+stream (which the service closes when the task ends), a task's uninterrupted text, and the
 kill -9 and restart loop both modules run."""
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.serve_process import ServeProcess, call
-from tests.support.polling import until_sync
+
+# Each sequence's context in the modules' services (serve --max-context): room for their
+# longest run (534 prompt tokens and 40 more; a neighbour ~100), and an eighth of the KV
+# cache the demo model gets by default (8192 tokens a sequence), which llama.cpp allocates
+# and clears for every context at every start and restart: CPU no claim here is about.
+SERVE_FLAGS = ("--max-context", "1024")
 
 
 def finished(task: dict[str, Any]) -> bool:
@@ -27,16 +32,34 @@ def wait_task(
     predicate: Callable[[dict[str, Any]], bool],
     timeout: float = 600.0,
 ) -> dict[str, Any]:
-    """The task once `predicate` holds, polled every 20 ms: a kill waits on a token count,
-    which no event carries."""
-    seen: list[Any] = [None]
+    """The task once `predicate` holds: read now, then again at each event its stream (SSE)
+    sends from there on. The tokens a kill waits for are committed with their deltas, and
+    the end with its event, which the service sends after the commit (rule 11.2), so the
+    read after an event sees them; the count itself is in no event, hence the read. A poll
+    every 20 ms had the service answer ~800 requests a module while the machine decoded.
+    `timeout` bounds each read (the suite's timeout bounds the whole)."""
+    task = _task(url, token, task_id)
+    if predicate(task):
+        return task
+    request = urllib.request.Request(
+        f"{url}/v1/tasks/{task_id}/events?after={task['last_sequence_number']}",
+        headers={"Authorization": f"Bearer {token}", "Accept": "text/event-stream"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as stream:
+        for line in stream:
+            if line.startswith(b"data:"):
+                task = _task(url, token, task_id)
+                if predicate(task):
+                    return task
+    task = _task(url, token, task_id)  # the stream ended with the task
+    assert predicate(task), f"task {task_id} ended without getting there: {task}"
+    return task
 
-    def reached() -> Any:
-        status, seen[0] = call(f"{url}/v1/tasks/{task_id}", token)
-        assert status == 200, seen[0]
-        return seen[0] if predicate(seen[0]) else None
 
-    return until_sync(reached, timeout, lambda: f"task {task_id} to get there: {seen[0]}")  # type: ignore[no-any-return]
+def _task(url: str, token: str, task_id: str) -> dict[str, Any]:
+    status, task = call(f"{url}/v1/tasks/{task_id}", token)
+    assert status == 200, task
+    return task  # type: ignore[no-any-return]
 
 
 def wait_finished(url: str, token: str, task_id: str, timeout: float = 600.0) -> dict[str, Any]:
