@@ -41,11 +41,7 @@ def wait_task(
     task = _task(url, token, task_id)
     if predicate(task):
         return task
-    request = urllib.request.Request(
-        f"{url}/v1/tasks/{task_id}/events?after={task['last_sequence_number']}",
-        headers={"Authorization": f"Bearer {token}", "Accept": "text/event-stream"},
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as stream:
+    with _events(url, token, task_id, task["last_sequence_number"], timeout) as stream:
         for line in stream:
             if line.startswith(b"data:"):
                 task = _task(url, token, task_id)
@@ -62,20 +58,26 @@ def _task(url: str, token: str, task_id: str) -> dict[str, Any]:
     return task  # type: ignore[no-any-return]
 
 
+def _events(url: str, token: str, task_id: str, after: int, timeout: float) -> Any:
+    """The task's event stream (SSE) after sequence number `after`: replayed, then followed
+    until the service closes it at the task's end."""
+    request = urllib.request.Request(
+        f"{url}/v1/tasks/{task_id}/events?after={after}",
+        headers={"Authorization": f"Bearer {token}", "Accept": "text/event-stream"},
+    )
+    return urllib.request.urlopen(request, timeout=timeout)
+
+
 def wait_finished(url: str, token: str, task_id: str, timeout: float = 600.0) -> dict[str, Any]:
     """The task once it has ended: its event stream (SSE) replayed and followed until the
     service closes it at the task's end, one request instead of a poll every 20 ms.
     `timeout` bounds each read (the suite's timeout bounds the whole)."""
-    request = urllib.request.Request(
-        f"{url}/v1/tasks/{task_id}/events",
-        headers={"Authorization": f"Bearer {token}", "Accept": "text/event-stream"},
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as stream:
+    with _events(url, token, task_id, 0, timeout) as stream:
         for _line in stream:
             pass
-    status, task = call(f"{url}/v1/tasks/{task_id}", token)
-    assert status == 200 and finished(task), task
-    return task  # type: ignore[no-any-return]
+    task = _task(url, token, task_id)
+    assert finished(task), task
+    return task
 
 
 def reference_text(url: str, token: str, body: dict[str, Any]) -> str:
