@@ -213,7 +213,9 @@ async def test_a_fresh_worker_for_a_model_probed_before_skips_the_probe(tmp_path
     first = await engine.load(copy)
     try:
         assert first.exact_verdict is None  # probing: the load does not wait for it
+        # Kept by the worker as its probe answers (verdicts.probe_once), then told.
         await until(lambda: verdicts.exists(), 120, "the verdict kept without a generation")
+        await until(lambda: first.exact_verdict is not None, 120, "the verdict told")
         assert first.exact_verdict is True  # the cut model passes, as the demo model does
         expected = await tokens_of(first)
     finally:

@@ -54,6 +54,9 @@ from lmsp_desktop.core.engines.sampling import new_seed
 from lmsp_desktop.core.errors import LmspError
 
 log = logging.getLogger(__name__)
+# How a load runs its exactness probe when given one (verdicts.probe_once): called with the
+# probe, answers the verdict.
+RunProbe = Callable[[Callable[[], bool]], bool]
 # A cached prefix this long is worth waiting in a busier context for (see _choose).
 LONG_PREFIX = 256
 # How long an unload waits for the threads still using the model (decoding, tokenizing a
@@ -79,13 +82,15 @@ class LlamaEngine(LlamaLayout):
         *,
         settings: LoadSettings | None = None,
         exact: bool | None = None,
+        run_probe: RunProbe | None = None,
     ) -> LlamaModel:
         """`settings.context_length`: each sequence's context (the service passes what the
         memory planner chose); `n_ctx` when not given, and never past the trained length.
         `settings.parallel`: sequences (else `parallel`); kv type and GPU layers as given.
         `exact`: the exactness probe's verdict from an earlier load of the same file with
         the same settings on this machine (LlamaModel.exact_verdict), which skips the probe;
-        None runs it."""
+        None runs it, through `run_probe` when given (the worker's: verdicts.probe_once, so
+        that two processes loading the same file at once probe it once)."""
         loop = asyncio.get_running_loop()
         settings = self._complete(settings)
 
@@ -100,7 +105,7 @@ class LlamaEngine(LlamaLayout):
         if progress is not None:
             progress(0.0)
         loading = asyncio.ensure_future(
-            asyncio.to_thread(self._load_sync, Path(path), report, settings, exact)
+            asyncio.to_thread(self._load_sync, Path(path), report, settings, exact, run_probe)
         )
         try:
             model = await asyncio.shield(loading)
@@ -118,7 +123,12 @@ class LlamaEngine(LlamaLayout):
         return model
 
     def _load_sync(
-        self, path: Path, report: ProgressSink, settings: LoadSettings, exact: bool | None
+        self,
+        path: Path,
+        report: ProgressSink,
+        settings: LoadSettings,
+        exact: bool | None,
+        run_probe: RunProbe | None,
     ) -> LlamaModel:
         if not path.is_file():
             raise EngineError(
@@ -173,6 +183,7 @@ class LlamaEngine(LlamaLayout):
             n_threads=self.n_threads,
             n_batch=max(self.n_batch, 2),
             exact=exact,
+            run_probe=run_probe,
             later=shapes[len(contexts) :],
             open_context=open_context,
             room=MemoryRoom(path, settings.kv_type),
@@ -233,6 +244,7 @@ class LlamaModel:
         n_threads: int = DEFAULT_THREADS,
         n_batch: int = 512,
         exact: bool | None = None,
+        run_probe: RunProbe | None = None,
         later: list[ContextShape] | None = None,
         open_context: Callable[[ContextShape], Any] | None = None,
         room: MemoryRoom | None = None,
@@ -266,7 +278,12 @@ class LlamaModel:
         cores = Cores(os.cpu_count() or 1)
 
         def probe() -> bool:
-            return probe_exactness(first_ctx, self._vocab, first_n_seq, probe_tokens, cores.count)
+            def run() -> bool:
+                return probe_exactness(
+                    first_ctx, self._vocab, first_n_seq, probe_tokens, cores.count
+                )
+
+            return run() if run_probe is None else run_probe(run)
 
         if exact is not None:
             # Known from an earlier load (the same file, settings and machine give the same

@@ -1,17 +1,21 @@
 """The exactness verdicts kept across processes (core/engines/worker/verdicts.py): what the
-key holds for, the file a restarted service reads, and a file that cannot be used."""
+key holds for, the file a restarted service reads, a file that cannot be used, and two
+processes loading one file at once (probe_once, with real processes)."""
 
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import os
+import time
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import pytest
 
 from lmsp_desktop.core.engines.base import LoadSettings
 from lmsp_desktop.core.engines.worker import verdicts
-from lmsp_desktop.core.engines.worker.verdicts import VerdictCache, verdict_key
+from lmsp_desktop.core.engines.worker.verdicts import VerdictCache, probe_once, verdict_key
 
 
 def model_file(tmp_path: Path) -> Path:
@@ -170,3 +174,73 @@ def test_files_on_a_file_system_without_inodes_do_not_share_a_verdict(
     monkeypatch.setattr(Path, "stat", without_inode)
     assert verdict_key(first, None, {}) != verdict_key(second, None, {})
     assert verdict_key(first, None, {}) == verdict_key(first, None, {})
+
+
+def _probe(log: Path, probing: Event, seconds: float) -> bool:
+    """The exactness probe as a process sees it: counted, then `seconds` of work."""
+    with log.open("a") as out:
+        out.write(f"{os.getpid()}\n")
+    probing.set()
+    time.sleep(seconds)
+    return True
+
+
+def _load(cache: Path, key: str, log: Path, probing: Event, after: bool, answer: Path) -> None:
+    if after:  # the second load starts while the first probes
+        probing.wait(60)
+    answer.write_text(str(probe_once(cache, key, lambda: _probe(log, probing, 1))))
+
+
+def test_two_processes_loading_one_file_at_once_probe_it_once(tmp_path: Path) -> None:
+    cache = tmp_path / "cache" / "exactness-verdicts.json"
+    key = verdict_key(model_file(tmp_path), LoadSettings(context_length=2048), {"n_threads": 1})
+    assert key is not None
+    log, fork = tmp_path / "probes", multiprocessing.get_context("fork")
+    probing = fork.Event()
+    loads = [
+        fork.Process(target=_load, args=(cache, key, log, probing, after, tmp_path / str(after)))
+        for after in (False, True)
+    ]
+    for load in loads:
+        load.start()
+    for load in loads:
+        load.join(60)
+    assert [load.exitcode for load in loads] == [0, 0]
+    assert len(log.read_text().split()) == 1  # one probe
+    assert [(tmp_path / str(after)).read_text() for after in (False, True)] == ["True"] * 2
+    assert VerdictCache(cache).get(key) is True  # kept for the next load
+
+
+def _probe_until_killed(cache: Path, key: str, probing: Event) -> None:
+    probe_once(cache, key, lambda: _probe(cache.parent / "killed", probing, 60))
+
+
+def test_a_prober_killed_mid_probe_holds_no_load_up(tmp_path: Path) -> None:
+    cache = tmp_path / "exactness-verdicts.json"
+    fork = multiprocessing.get_context("fork")
+    probing = fork.Event()
+    killed = fork.Process(target=_probe_until_killed, args=(cache, "ab12", probing))
+    killed.start()
+    assert probing.wait(60)
+    killed.kill()  # SIGKILL mid-probe: the lock goes with the process
+    killed.join(60)
+    # Not waited for at all (wait=0), the lock is free: the probe runs under it and its
+    # verdict is kept (a load that could not take the lock probes without keeping it).
+    assert probe_once(cache, "ab12", lambda: False, wait=0) is False
+    assert VerdictCache(cache).get("ab12") is False
+
+
+def test_a_load_waits_for_another_prober_no_longer_than_its_wait(tmp_path: Path) -> None:
+    cache = tmp_path / "exactness-verdicts.json"
+    fork = multiprocessing.get_context("fork")
+    probing = fork.Event()
+    slow = fork.Process(target=_probe_until_killed, args=(cache, "ab12", probing))
+    slow.start()
+    try:
+        assert probing.wait(60)
+        probed = []
+        assert probe_once(cache, "ab12", lambda: probed.append(1) or True, wait=0.2) is True
+        assert probed == [1]  # probed here, not told the other's verdict after its 60 s
+    finally:
+        slow.kill()
+        slow.join(60)

@@ -104,6 +104,10 @@ class WorkerEngine:
         exact = self.verdicts.get(key) if key is not None else None
         if exact is not None:
             kwargs = {**kwargs, "exact": exact}
+        elif key is not None and self.verdicts.path is not None:
+            # The worker probes under the cache's lock and keeps the verdict itself: another
+            # process probing this file and settings at the same time is waited for.
+            kwargs = {**kwargs, "shared_verdict": (self.verdicts.path, key)}
         model = await WorkerModel.start(Path(path), self.memory_limit)
         if key is not None:
             model.on_verdict = partial(self.verdicts.put, key)

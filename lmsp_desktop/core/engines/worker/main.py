@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,11 @@ class Worker:
         def progress(value: float) -> None:
             self.send("progress", value)
 
+        shared = kwargs.pop("shared_verdict", None)
+        if shared is not None:  # WorkerEngine.load: probed once however many load it at once
+            from lmsp_desktop.core.engines.worker.verdicts import probe_once
+
+            kwargs["run_probe"] = partial(probe_once, *shared)
         try:
             self.model = await LlamaEngine(**options).load(Path(path), progress, **kwargs)
         except EngineError as exc:

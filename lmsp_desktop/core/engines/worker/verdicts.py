@@ -7,6 +7,10 @@ The verdicts live in one small JSON file in the user's cache directory (config.p
 default_cache_dir), rewritten whole through a temporary file and a rename: a reader sees
 the old file or the new one, never half of one. A missing, unreadable or foreign file is
 an empty cache (the probe runs); the cache is never needed for correctness.
+
+Two processes loading one file with one set of settings at once (two services sharing the
+cache, the window and `serve`) probe it once: probe_once runs the probe under a lock
+beside the cache, and the second waits for the first's verdict instead of probing too.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import logging
 import os
 import platform
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,9 @@ log = logging.getLogger(__name__)
 PROBE_VERSION = 1
 # Verdicts kept in the file (the most recent); one per file and settings ever loaded.
 KEPT = 200
+# How long a load waits for another process probing the same file and settings before it
+# probes itself (the probe takes well under a second on a quiet machine, seconds on a busy one).
+PROBE_WAIT_S = 10.0
 
 
 def verdict_key(path: Path, settings: LoadSettings | None, options: dict[str, Any]) -> str | None:
@@ -81,7 +88,10 @@ class VerdictCache:
         self._known[key] = exact
         if self.path is None:
             return
-        kept = {**self._read(), key: exact}
+        kept = self._read()
+        if kept.get(key) == exact:
+            return  # written by the worker that probed (probe_once)
+        kept[key] = exact
         kept = dict(list(kept.items())[-KEPT:])
         temporary: str | None = None
         try:
@@ -110,14 +120,44 @@ class VerdictCache:
             return {}
 
 
+def probe_once(file: Path, key: str, probe: Callable[[], bool], wait: float = PROBE_WAIT_S) -> bool:
+    """The verdict for `key` kept in `file`, or `probe`'s, kept there: run in the process
+    that loads the model, under a lock beside `file` that another process probing the same
+    key holds until its verdict is kept, so it is read instead of probed again. The lock is
+    the OS's (flock): a prober that dies releases it. One that is still probing after `wait`
+    seconds, or a cache directory that cannot be written, is not waited for: probe here."""
+    from filelock import FileLock, Timeout
+
+    # Sixteen lock files at most (keys are hex digests): a load rarely waits for another
+    # key's probe, and the cache directory does not fill with one file per model ever loaded.
+    lock = FileLock(file.parent / f".probing-{key[0]}.lock")
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire(timeout=wait)
+    except (Timeout, OSError) as exc:
+        log.warning("probing without waiting for another process's verdict (%s)", exc)
+        return probe()
+    try:
+        cache = VerdictCache(file)
+        exact = cache.get(key)
+        if exact is None:
+            exact = probe()
+            cache.put(key, exact)
+        return exact
+    finally:
+        lock.release()
+
+
 @functools.cache
 def _llama_build() -> str:
     """llama-cpp-python's version and its compiled libraries (name, size, modification
     time): a rebuild at the same version with other CMAKE_ARGS (CUDA, Vulkan, Metal, BLAS,
     native or not) has other kernels, so its verdict is its own."""
+    from importlib import metadata  # here: its email parser is no cost of a worker's start
+
     try:
-        version = importlib.metadata.version("llama_cpp_python")
-    except importlib.metadata.PackageNotFoundError:  # a bundle without the metadata
+        version = metadata.version("llama_cpp_python")
+    except metadata.PackageNotFoundError:  # a bundle without the metadata
         version = "unknown"
     spec = importlib.util.find_spec("llama_cpp")
     libraries: list[str] = []
