@@ -12,7 +12,6 @@ oldest turns (never a system or developer message) until it fits.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import threading
 from collections import OrderedDict
@@ -41,28 +40,54 @@ def effective_context(trained: int | None, cap: int) -> int:
 
 
 class _Vocab:
-    """A model's tokenizer and chat template, loaded without its weights."""
+    """A model's tokenizer and chat template, loaded without its weights (llama.cpp's own
+    tokenizer through its C API, as the engine's; llama_bindings.py: no numpy, no
+    llama-cpp-python high-level API in the service process)."""
 
     def __init__(self, path: Path, template: str | None) -> None:
+        from lmsp_desktop.core.engines.llama_bindings import bindings
         from lmsp_desktop.core.engines.llama_chat import ChatRenderer
 
-        internals: Any = importlib.import_module("llama_cpp._internals")
-        lowlevel: Any = importlib.import_module("llama_cpp.llama_cpp")
+        lowlevel: Any = bindings()
+        self._lc = lowlevel
         params = lowlevel.llama_model_default_params()
         params.vocab_only = True
-        self._model = internals.LlamaModel(path_model=str(path), params=params, verbose=False)
-        self._add_bos = bool(self._model.add_bos_token())
-        self._fim = fim_tokens(lowlevel, lowlevel.llama_model_get_vocab(self._model.model))
-        self._renderer = ChatRenderer(
-            template,
-            bos_token=self._text(self._model.token_bos()),
-            eos_token=self._text(self._model.token_eos()),
-        )
+        model = lowlevel.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        if not model:
+            raise ValueError(f"llama.cpp cannot load a tokenizer from {path}")
+        self._model = model
+        try:
+            self._vocab = lowlevel.llama_model_get_vocab(model)
+            self._add_bos = bool(lowlevel.llama_vocab_get_add_bos(self._vocab))
+            self._fim = fim_tokens(lowlevel, self._vocab)
+            self._renderer = ChatRenderer(
+                template,
+                bos_token=self._text(lowlevel.llama_vocab_bos(self._vocab)),
+                eos_token=self._text(lowlevel.llama_vocab_eos(self._vocab)),
+            )
+        except BaseException:  # a template Jinja cannot compile: no tokenizer kept
+            lowlevel.llama_model_free(model)
+            raise
         self._lock = threading.Lock()  # held while llama.cpp tokenizes: close waits for it
         self._closed = False
 
     def _text(self, token: int) -> str:
-        return "" if token < 0 else str(self._model.token_get_text(token))
+        lc = self._lc
+        return "" if token < 0 else bytes(lc.llama_vocab_get_text(self._vocab, token)).decode()
+
+    def _tokenize(self, text: bytes, add_bos: bool, special: bool) -> list[int]:
+        """llama_tokenize into a buffer as long as the text (a token is at least a byte but
+        for a BOS or a space llama.cpp may add), or, if it asks for more, one that long."""
+        size = len(text) + 8
+        for _ in range(2):
+            buffer = (self._lc.llama_token * size)()
+            n = self._lc.llama_tokenize(
+                self._vocab, text, len(text), buffer, size, add_bos, special
+            )
+            if n >= 0:
+                return list(buffer[:n])
+            size = -n
+        raise RuntimeError(f"llama.cpp could not tokenize {len(text)} bytes ({n})")
 
     def count(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -77,14 +102,14 @@ class _Vocab:
             # A lone surrogate escape has no UTF-8 form: counted as the engine will see it
             # replaced (the run then fails or answers; admission must not crash).
             raw = prompt.encode("utf-8", "replace")
-            return len(self._model.tokenize(raw, add_bos, True))
+            return len(self._tokenize(raw, add_bos, True))
 
     def count_raw(self, prompt: str, suffix: str | None) -> int:
         """A legacy completion's prompt tokens, as the llama engine builds them (400 for a
         suffix on a model without FIM tokens)."""
 
         def tokenize(text: str, bos: bool) -> list[int]:
-            return list(self._model.tokenize(text.encode("utf-8", "replace"), bos, True))
+            return self._tokenize(text.encode("utf-8", "replace"), bos, True)
 
         with self._lock:
             if self._closed:
@@ -98,14 +123,25 @@ class _Vocab:
             if self._closed:
                 raise ShuttingDownError()
             raw = text.encode("utf-8", "replace")
-            return len(self._model.tokenize(raw, self._add_bos, False))
+            return len(self._tokenize(raw, self._add_bos, False))
 
     def close(self) -> None:
         """Free the tokenizer once no thread is counting with it (freeing it under a count
         crashed the process)."""
         with self._lock:
             self._closed = True
-            self._model.close()
+            self._free()
+
+    def _free(self) -> None:
+        if self._model is not None:
+            self._lc.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        # Dropped from the cache (not closed: a count may have been using it), it is freed
+        # once no request holds it any more.
+        if getattr(self, "_model", None) is not None:
+            self._free()
 
 
 class TokenCounter:

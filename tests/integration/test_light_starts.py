@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
+from lmsp_desktop.core.engines.llama_bindings import PRIVATE as LOWLEVEL
+from lmsp_desktop.core.models.demo import DEMO_MODEL_ID, demo_model_path
 from tests.support.cut_model import cut_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +145,87 @@ def test_serve_estimates_memory_without_importing_llama_cpp(tmp_path: Path) -> N
     demo = next(m for m in found["models"] if m["id"] == DEMO_MODEL_ID)
     assert demo["memory_estimate"] > 0  # the fit ran: the layout and the GPU question
     assert found["heavy"] == ["aiohttp"], found["heavy"]
+
+
+# serve's first answer from a local model: the service counts the prompt's tokens (the
+# model's own tokenizer, core/context_window.py) before its engine worker runs it.
+SERVE_FIRST_ANSWER = """
+import asyncio, json, sys, urllib.request
+from pathlib import Path
+from lmsp_desktop.app import Core
+
+async def run():
+    core = Core(Path(sys.argv[1]), port=0)
+    await core.start()
+    try:
+        body = {"model": sys.argv[3], "input": "Say hi", "max_output_tokens": 2}
+        request = urllib.request.Request(
+            core.url + "/v1/responses",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": "Bearer " + sys.argv[2], "Content-Type": "application/json"},
+        )
+        read = lambda: json.loads(urllib.request.urlopen(request, timeout=120).read())
+        answer = await asyncio.to_thread(read)
+        return sorted({m.split(".")[0] for m in sys.modules}), sorted(sys.modules), answer
+    finally:
+        await core.stop()
+
+packages, modules, answer = asyncio.run(run())
+print(json.dumps({"packages": packages, "modules": modules, "answer": answer}), file=sys.stderr)
+"""
+
+
+def test_serve_counts_its_first_prompt_without_numpy_or_llama_cpps_high_level_api(
+    tmp_path: Path,
+) -> None:
+    # The count needs llama.cpp's tokenizer (its C API); `import llama_cpp` would also
+    # import numpy, jinja's chat formats and the high-level Llama class (~0.1 CPU-s of the
+    # first request), which only the engine worker uses.
+    made = probe(CLI, "--data-dir", str(tmp_path), "token", "create", "--name", "probe")
+    assert made["code"] == 0
+    found = probe(SERVE_FIRST_ANSWER, str(tmp_path), made["stdout"].strip(), DEMO_MODEL_ID)
+    answer = found["answer"]
+    assert answer["usage"]["input_tokens"] > 0 and answer["usage"]["output_tokens"] > 0
+    assert LOWLEVEL in found["modules"]  # it did count, with llama.cpp's bindings
+    assert "numpy" not in found["packages"]
+    assert "llama_cpp" not in found["packages"]
+
+
+# The counter first, then what a process running models imports (tests and benches do
+# both, with PySide6's import hook inspecting each new module, as in a pytest-qt process):
+# llama_cpp imports as a plain import makes it, and both go on working.
+COUNT_THEN_ENGINE = """
+import json, sys
+import PySide6.QtCore
+from pathlib import Path
+from types import SimpleNamespace
+from lmsp_desktop.core.context_window import TokenCounter
+from lmsp_desktop.core.engines.llama_native import lowlevel
+
+path = Path(sys.argv[1])
+info = SimpleNamespace(path=path, mtime_ns=1, chat_template=None)
+hi = {"messages": [{"role": "user", "content": "Hi"}]}
+counter = TokenCounter()
+first = counter.fit_sync(info, dict(hi), 100)
+lowlevel()
+import llama_cpp.llama_cpp
+from llama_cpp import Llama
+llama = Llama(model_path=str(path), vocab_only=True, verbose=False)
+counter.close()
+again = TokenCounter().fit_sync(info, dict(hi), 100)
+report = {"counts": [first, again], "lib": llama_cpp.llama_cpp._lib._name,
+          "tokens": len(llama.tokenize(b"Hi")), "packages": []}
+print(json.dumps(report), file=sys.stderr)
+"""
+
+
+def test_llama_cpp_imports_as_usual_after_the_counter() -> None:
+    demo = demo_model_path()
+    assert demo is not None
+    found = probe(COUNT_THEN_ENGINE, str(demo))
+    assert found["counts"][0] == found["counts"][1] > 1
+    assert found["lib"].endswith(("libllama.so", "libllama.dylib", "llama.dll"))
+    assert found["tokens"] >= 1
 
 
 # An engine worker's run to its first token, as main.py runs it (`python -m

