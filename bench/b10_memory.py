@@ -92,7 +92,7 @@ async def _measure(work: Path, max_tokens: int) -> tuple[int, int]:
 
 
 def run(work: Path, quick: bool) -> list[Row]:
-    max_tokens = 12 if quick else 96
+    max_tokens = 4 if quick else 96
     one, four = asyncio.run(_measure(work, max_tokens))
     weights = os.path.getsize(demo_model())
     kv = kv_bytes_per_sequence(demo_model())

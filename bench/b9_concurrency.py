@@ -91,7 +91,7 @@ async def _measure(
 
 
 def run(work: Path, quick: bool) -> list[Row]:
-    max_tokens, repeats = (12, 1) if quick else (96, 2)
+    max_tokens, repeats = (4, 1) if quick else (96, 2)
     best = asyncio.run(_measure(work, max_tokens, repeats))
     one = best[1][0]
     rows = [
