@@ -32,8 +32,8 @@ def lmsp(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def create_token(data_dir: Path, scopes: str = "admin") -> str:
-    """A client's token, made as `lmsp-desktop token create --name tests --scopes SCOPES`
+def create_token(data_dir: Path, scopes: str = "admin", name: str = "tests") -> str:
+    """A client's token, made as `lmsp-desktop token create --name NAME --scopes SCOPES`
     makes it (the store opened on the data directory, creating it if need be, and
     create_client), in this process: a CLI process per token cost ~1.5 s of start-up and
     imports, for set-up no test is about (test_cli_admin runs the command itself). On a
@@ -43,9 +43,7 @@ def create_token(data_dir: Path, scopes: str = "admin") -> str:
         store = Store(data_dir)
         await store.open()
         try:
-            _client, token = await create_client(
-                store.db, "tests", parse_scopes(scopes, "--scopes")
-            )
+            _client, token = await create_client(store.db, name, parse_scopes(scopes, "--scopes"))
         finally:
             await store.close()
         return token

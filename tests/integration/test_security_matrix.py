@@ -18,7 +18,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 
 from lmsp_desktop.core.pairing import MAX_FAILURES
-from tests.integration.serve_process import ServeProcess, lmsp
+from tests.integration.serve_process import ServeProcess, create_token, lmsp
 from tests.support.fake_core import running_core, token
 from tests.support.polling import until_sync
 
@@ -77,9 +77,9 @@ class Service:
         return answer
 
     def new_token(self, name: str, scopes: str) -> str:
-        done = lmsp("token", "create", "--name", name, "--scopes", scopes, data_dir=self.data_dir)
-        assert done.returncode == 0, done.stderr
-        secret = done.stdout.strip().splitlines()[0]
+        # As `lmsp-desktop token create --name NAME --scopes SCOPES` makes it, in this
+        # process: the matrix is about the service (test_cli_admin runs the command).
+        secret = create_token(self.data_dir, scopes, name)
         self.issued.append(secret)
         return secret
 
