@@ -30,6 +30,7 @@ from lmsp_desktop.core.engines.base import Engine, EngineError, LoadSettings
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.follow import EventFollower
 from lmsp_desktop.core.lock import DataDirLock
+from lmsp_desktop.core.models.digest_cache import DigestCache
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.machine import resident_memory
@@ -150,6 +151,7 @@ class Core(ClientCalls):
             [Path(d).expanduser() for d in self.settings.model_dirs],
             include_demo=self._include_demo,
             sources=self.settings.enabled_sources(),
+            digests=DigestCache(default_cache_dir() / "model-digests.json"),
         )
         self.upstreams = UpstreamCatalog(self.store.db)
         await self.upstreams.refresh()  # before the runner picks up recovered upstream tasks

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.gui
 async def test_a_task_waiting_for_its_models_digest_check_says_so_then_runs(
     qtbot: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A first hash on this machine: not the digest another test's service kept (digest_cache).
+    monkeypatch.setenv("LMSP_CACHE_DIR", str(tmp_path / "cache"))
     folder = tmp_path / "models"
     folder.mkdir()
     release = threading.Event()

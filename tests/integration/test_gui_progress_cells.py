@@ -35,6 +35,8 @@ def margin_colour(table: Any, row: int, col: int) -> QColor:
 async def test_a_selected_models_row_keeps_its_highlight_round_the_hashing_bar(
     qtbot: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A first hash on this machine: not the digest another test's service kept (digest_cache).
+    monkeypatch.setenv("LMSP_CACHE_DIR", str(tmp_path / "cache"))
     folder = tmp_path / "models"
     folder.mkdir()
     release = threading.Event()

@@ -90,6 +90,8 @@ async def test_a_folder_added_is_kept_even_if_the_app_quits_while_hashing_it(
     """Walked: Models › Add folder… with an 8 GiB file, three tasks queued for it, Quit while
     it hashed: at the next start the folder was gone from the settings, the model 'missing'
     and the tasks failed model_missing (the folder was saved only after the hash)."""
+    # A first hash on this machine: not the digest another test's service kept (digest_cache).
+    monkeypatch.setenv("LMSP_CACHE_DIR", str(tmp_path / "cache"))
     models = tmp_path / "models"
     place(demo(), models / f"{MODEL}.gguf")
     data = tmp_path / "data"

@@ -21,6 +21,7 @@ from lmsp_desktop.core.errors import DatabaseLockedError, invalid
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.models import messages
 from lmsp_desktop.core.models.demo import DEMO_MODEL_ID, demo_model_path
+from lmsp_desktop.core.models.digest_cache import DigestCache
 from lmsp_desktop.core.models.digests import CHUNK_SIZE, HashCancelled, sha256_file
 from lmsp_desktop.core.models.discovery import (
     DEMO,
@@ -89,8 +90,13 @@ class ModelRegistry:
         include_demo: bool = True,
         chunk_size: int = CHUNK_SIZE,
         sources: Collection[str] = (),
+        digests: DigestCache | None = None,
     ) -> None:
         self.db = db
+        # The digests of files this machine verified from any data folder (the app passes
+        # the per-machine one): a scan takes an unchanged file's digest from it instead of
+        # reading the whole file again; "verify now" always reads.
+        self.digests = digests
         self.folders: list[Path] = []
         for folder in folders:
             resolved = Path(folder).expanduser().resolve()
@@ -426,6 +432,15 @@ class ModelRegistry:
         if before is None:
             await self._set_state(job.model_id, MISSING)
             return
+        if job.from_scan and self.digests is not None:
+            kept = await asyncio.to_thread(self.digests.get, path, before)
+            if kept is not None:
+                log.info("%s: digest of the unchanged file from %s", path, self.digests.path)
+                await self._patiently(
+                    job.model_id, lambda: self._record_hash(job, row, kept, before, before)
+                )
+                return
+        log.info("hashing %s (%d bytes)", path, before.st_size)
         loop = asyncio.get_running_loop()
         total = before.st_size
         done = 0
@@ -484,11 +499,19 @@ class ModelRegistry:
         if after is None or digest is None:
             await self._set_state(model_id, MISSING if after is None else UNVERIFIED)
             return
-        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        if (after.st_size, after.st_mtime_ns, after.st_dev, after.st_ino) != (
+            before.st_size,
+            before.st_mtime_ns,
+            before.st_dev,
+            before.st_ino,
+        ):
             # Written to while we read it (a download still in progress): no digest to trust
             # yet; the next scan tries again.
             await self._set_state(model_id, UNVERIFIED)
             return
+        if self.digests is not None:
+            # The file as it was both before and after the read (inode too: not replaced).
+            await asyncio.to_thread(self.digests.put, Path(row["path"]), after, digest)
         meta: dict[str, Any] = json.loads(row["meta"]) if row["meta"] else {}
         recorded = row["digest"]
         now = int(time.time())
