@@ -117,10 +117,16 @@ class DeltaBatch:
             self._taken = True
             appends = list(self._appends.values())
         for a in appends:
-            failure = None if a.after is None else a.after.failure()
+            if a.after is None:
+                continue
+            failure = a.after.failure()
             if failure is not None:
                 self._lost[a.task_id] = failure
-        done = commit_appends(conn, [a for a in appends if a.task_id not in self._lost])
+            # Checked: let the previous batch go (a chain of `after`s would keep every batch
+            # of a long generation, snapshots and all, alive).
+            self._appends[a.task_id] = a._replace(after=None)
+        kept = [a for a in appends if a.task_id not in self._lost]
+        done = commit_appends(conn, kept) if kept else {}  # all refused: no statement to run
         if any(a.early and a.finish is None for a in appends):
             # Before the COMMIT: the appenders go on while it syncs (module docstring).
             self._loop.call_soon_threadsafe(self._release, done)
@@ -149,7 +155,8 @@ class DeltaBatch:
                 waiter.set_exception(lost)
             else:
                 waiter.set_result(task_id in done)
-                self.released.append(task_id)
+                if task_id in done:  # told its deltas are written: told again if they are not
+                    self.released.append(task_id)
 
     def settle(self, committed: asyncio.Future[dict[str, Appended]]) -> None:
         """On the loop, once the commit has returned (after the listeners heard it): each

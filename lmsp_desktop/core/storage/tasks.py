@@ -341,6 +341,7 @@ class TaskStore(TaskReads):
 
     async def fail(self, task_id: str, code: str, message: str) -> bool:
         """queued/loading/running → failed with an error code (engine or load errors)."""
+        self._lost.pop(task_id, None)  # the task ends: a lost append no longer matters
         move = Transition(
             (task_id,),
             (TaskState.QUEUED, TaskState.LOADING, TaskState.RUNNING),
@@ -396,6 +397,7 @@ class TaskStore(TaskReads):
 
     async def confirm_cancelled(self, task_id: str) -> bool:
         """cancelling → cancelled once the engine has stopped; the partial output is kept."""
+        self._lost.pop(task_id, None)  # as in fail()
         move = Transition(
             (task_id,),
             (TaskState.CANCELLING,),

@@ -5,9 +5,11 @@ task's log where it was: the deltas queued behind it are refused, the next finis
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sqlite3
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.events import DELTA
 from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.tasks import finishing
 from tests.support.store_helpers import check_invariants, drive
 
 HANG = 30  # a bound for the failure case only: the waits below end at once otherwise
@@ -159,3 +162,92 @@ async def test_a_finish_after_a_failed_early_append_raises_and_leaves_the_task_r
     # Told once: the runner's next move (failing the task) goes through.
     assert await store.tasks.fail(task_id, "storage_error", "the deltas could not be written")
     check_invariants(store.db.path)
+
+
+async def test_a_lone_task_behind_a_failed_commit_gets_that_commits_error(store: Store) -> None:
+    """The common case: one task generating. Its next deltas queue alone behind the commit
+    that fails after the early answer: they should be refused with that commit's error."""
+    task_id = await drive(store.tasks, TaskState.RUNNING)
+    lost = asyncio.create_task(append(store, task_id, [" lost"], 3, early=True))
+    await asyncio.sleep(0)
+    held = Held(store, poison=True)
+    try:
+        assert await asyncio.wait_for(lost, HANG) is True
+        behind = asyncio.create_task(append(store, task_id, [" behind"], 4, early=True))
+        await asyncio.sleep(0)
+    finally:
+        held.release.set()
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        await held.done
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        await asyncio.wait_for(behind, HANG)
+
+
+async def test_a_lone_tasks_last_deltas_and_finish_behind_a_failed_commit_get_its_error(store: Store) -> None:
+    task_id = await drive(store.tasks, TaskState.RUNNING)
+    lost = asyncio.create_task(append(store, task_id, [" lost"], 3, early=True))
+    await asyncio.sleep(0)
+    held = Held(store, poison=True)
+    try:
+        assert await asyncio.wait_for(lost, HANG) is True
+        behind = asyncio.create_task(
+            append(
+                store,
+                task_id,
+                [" end"],
+                4,
+                finish=finishing(task_id, incomplete_reason=None, input_tokens=3, output_tokens=4),
+            )
+        )
+        await asyncio.sleep(0)
+    finally:
+        held.release.set()
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        await held.done
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        await asyncio.wait_for(behind, HANG)
+
+
+async def test_an_early_no_whose_commit_failed_leaves_no_error_for_the_tasks_next_run(
+    store: Store,
+) -> None:
+    """A cancel and an early append in one group: the append is answered False (the task was
+    cancelling), then the group's COMMIT fails, the cancel with it. The task is still running;
+    its next run's appends must go through, not meet an error meant for written deltas."""
+    task_id = await drive(store.tasks, TaskState.RUNNING)
+    first = Held(store)  # the writer busy: the next three units wait and form one group
+    await asyncio.get_running_loop().run_in_executor(None, first.holding.wait, HANG)
+    cancel = asyncio.create_task(store.tasks.cancel(task_id))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    refused = asyncio.create_task(append(store, task_id, [" no"], 3, early=True))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    poison = Held(store, poison=True)
+    first.release.set()
+    try:
+        assert await asyncio.wait_for(refused, HANG) is False  # answered before the COMMIT
+    finally:
+        poison.release.set()
+    await first.done
+    for unit in (poison.done, cancel):
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            await unit
+    assert (await store.tasks.get(task_id))["state"] == TaskState.RUNNING  # rolled back
+    assert await append(store, task_id, [" again"], 3) is True
+    assert committed_deltas(store, task_id) == ["Hel", "lo", " again"]
+
+
+async def test_a_long_early_generation_does_not_keep_its_old_batches(store: Store) -> None:
+    """Each early append checks the batch of the one before; once checked, that batch must be
+    let go, or a generation would keep every hand-over (snapshots and all) until it ends."""
+    task_id = await drive(store.tasks, TaskState.RUNNING)
+    batches: list[weakref.ref[Any]] = []
+    for n in range(40):
+        assert await append(store, task_id, [f" w{n}"], 3 + n, early=True)
+        assert store.tasks._deltas is not None
+        batches.append(weakref.ref(store.tasks._deltas))
+    assert await append(store, task_id, [" end"], 43)  # durable: every commit before it ended
+    gc.collect()
+    alive = sum(ref() is not None for ref in batches)
+    assert alive <= 2, f"{alive} of 40 batches still alive"
