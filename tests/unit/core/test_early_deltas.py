@@ -183,7 +183,9 @@ async def test_a_lone_task_behind_a_failed_commit_gets_that_commits_error(store:
         await asyncio.wait_for(behind, HANG)
 
 
-async def test_a_lone_tasks_last_deltas_and_finish_behind_a_failed_commit_get_its_error(store: Store) -> None:
+async def test_a_lone_tasks_last_deltas_and_finish_behind_a_failed_commit_get_its_error(
+    store: Store,
+) -> None:
     task_id = await drive(store.tasks, TaskState.RUNNING)
     lost = asyncio.create_task(append(store, task_id, [" lost"], 3, early=True))
     await asyncio.sleep(0)
