@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -115,11 +115,14 @@ async def run_model_settings(action: str, args: argparse.Namespace, store: Store
 
 def running_max_context(data_dir: Path) -> int | None:
     """The `--max-context` of the service running on `data_dir` (its service.json, written at
-    its start and removed at its stop; one left by a killed service names a dead pid), or
-    None when none runs or it was started without the flag."""
+    its start and removed at its stop), or None when none runs or it was started without the
+    flag. Running means answering at the URL it announced: a service.json left by a killed
+    service may name a pid some other process has since been given."""
     try:
         announced = json.loads((data_dir / "service.json").read_text())
-        os.kill(int(announced["pid"]), 0)
+        url = f"{str(announced['url']).rstrip('/')}/v1/health"
+        with urllib.request.urlopen(url, timeout=2):
+            pass
     except (OSError, ValueError, KeyError, TypeError):
         return None
     cap = announced.get("max_context")
