@@ -244,3 +244,21 @@ def test_a_load_waits_for_another_prober_no_longer_than_its_wait(tmp_path: Path)
     finally:
         slow.kill()
         slow.join(60)
+
+
+def test_a_probe_of_another_file_is_not_waited_for(tmp_path: Path) -> None:
+    """Keys are digests: two models' keys may share their first characters. A load of one
+    must not wait for (nor give up keeping its verdict because of) the other's probe."""
+    cache = tmp_path / "exactness-verdicts.json"
+    fork = multiprocessing.get_context("fork")
+    probing = fork.Event()
+    slow = fork.Process(target=_probe_until_killed, args=(cache, "ab12", probing))
+    slow.start()
+    try:
+        assert probing.wait(60)
+        # Not waited for at all (wait=0): its own lock is free, so its verdict is kept.
+        assert probe_once(cache, "ab99", lambda: True, wait=0) is True
+        assert VerdictCache(cache).get("ab99") is True
+    finally:
+        slow.kill()
+        slow.join(60)

@@ -128,9 +128,10 @@ def probe_once(file: Path, key: str, probe: Callable[[], bool], wait: float = PR
     seconds, or a cache directory that cannot be written, is not waited for: probe here."""
     from filelock import FileLock, Timeout
 
-    # Sixteen lock files at most (keys are hex digests): a load rarely waits for another
-    # key's probe, and the cache directory does not fill with one file per model ever loaded.
-    lock = FileLock(file.parent / f".probing-{key[0]}.lock")
+    # One lock per key (an empty file per model and settings ever probed): a load never
+    # waits for another model's probe, which on a large model takes seconds (review of
+    # 4b12d58: with one lock per first hex digit, 1 in 16 loads beside another did).
+    lock = FileLock(file.parent / f".probing-{key}.lock")
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire(timeout=wait)
