@@ -50,9 +50,12 @@ serve: $(STAMP)
 # process ever writes it, so every `serve`, engine worker and CLI the tests start compiled
 # lmsp_desktop from source (~0.14 CPU-s of a serve start's 0.52); compileall writes it
 # regardless and only for files changed since.
+# Test modules are compiled by pytest itself (its assertion rewriting, cached under its own
+# tag beside each module): with PYTHONDONTWRITEBYTECODE it could never keep them, and every
+# xdist worker rewrote the whole suite at every run (collection 8.0 -> 4.2 CPU-s each).
 test: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 lmsp_desktop bench
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	env -u PYTHONDONTWRITEBYTECODE QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
 		--no-loadscope-reorder --durations=30 --durations-min=5 $(ARGS)
 
 lint: $(STAMP)
