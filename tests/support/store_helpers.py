@@ -12,6 +12,8 @@ import pytest
 
 from lmsp_desktop.core.states import STATE_OF_EVENT, RestartPolicy, TaskState
 from lmsp_desktop.core.storage import db as db_module
+from lmsp_desktop.core.storage.events import DELTA
+from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
 
 
@@ -185,3 +187,15 @@ def units_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(db_module, "_run_group", run_group)
     return units
+
+
+def deltas_of(store: Store, task_id: str) -> list[str]:
+    """The text deltas of a task that another connection sees: only what is committed."""
+    conn = sqlite3.connect(store.db.path)
+    try:
+        rows = conn.execute(
+            "SELECT data FROM task_events WHERE task_id=? AND type=? ORDER BY seq", (task_id, DELTA)
+        ).fetchall()
+    finally:
+        conn.close()
+    return [json.loads(data)["delta"] for (data,) in rows]

@@ -13,22 +13,10 @@ import pytest
 
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage import db as db_module
-from lmsp_desktop.core.storage.events import DELTA
 from lmsp_desktop.core.storage.store import Store
-from tests.support.store_helpers import check_invariants, drive, units_counted
+from tests.support.store_helpers import check_invariants, deltas_of, drive, units_counted
 
 TASKS = 12
-
-
-def deltas_of(store: Store, task_id: str) -> list[str]:
-    conn = sqlite3.connect(store.db.path)
-    try:
-        rows = conn.execute(
-            "SELECT data FROM task_events WHERE task_id=? AND type=? ORDER BY seq", (task_id, DELTA)
-        ).fetchall()
-    finally:
-        conn.close()
-    return [json.loads(data)["delta"] for (data,) in rows]
 
 
 async def append(store: Store, task_id: str, words: list[str], n: int) -> bool:

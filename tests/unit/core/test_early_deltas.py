@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import sqlite3
 import threading
 import weakref
@@ -15,24 +14,12 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.states import TaskState
-from lmsp_desktop.core.storage.events import DELTA
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import finishing
 from tests.support.store_helpers import check_invariants, drive
+from tests.support.store_helpers import deltas_of as committed_deltas
 
 HANG = 30  # a bound for the failure case only: the waits below end at once otherwise
-
-
-def committed_deltas(store: Store, task_id: str) -> list[str]:
-    """The deltas another connection sees: only what is committed."""
-    conn = sqlite3.connect(store.db.path)
-    try:
-        rows = conn.execute(
-            "SELECT data FROM task_events WHERE task_id=? AND type=? ORDER BY seq", (task_id, DELTA)
-        ).fetchall()
-    finally:
-        conn.close()
-    return [json.loads(data)["delta"] for (data,) in rows]
 
 
 async def append(store: Store, task_id: str, words: list[str], n: int, **kw: Any) -> bool:
@@ -164,42 +151,22 @@ async def test_a_finish_after_a_failed_early_append_raises_and_leaves_the_task_r
     check_invariants(store.db.path)
 
 
-async def test_a_lone_task_behind_a_failed_commit_gets_that_commits_error(store: Store) -> None:
-    """The common case: one task generating. Its next deltas queue alone behind the commit
-    that fails after the early answer: they should be refused with that commit's error."""
-    task_id = await drive(store.tasks, TaskState.RUNNING)
-    lost = asyncio.create_task(append(store, task_id, [" lost"], 3, early=True))
-    await asyncio.sleep(0)
-    held = Held(store, poison=True)
-    try:
-        assert await asyncio.wait_for(lost, HANG) is True
-        behind = asyncio.create_task(append(store, task_id, [" behind"], 4, early=True))
-        await asyncio.sleep(0)
-    finally:
-        held.release.set()
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-        await held.done
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-        await asyncio.wait_for(behind, HANG)
-
-
-async def test_a_lone_tasks_last_deltas_and_finish_behind_a_failed_commit_get_its_error(
-    store: Store,
+@pytest.mark.parametrize("with_finish", [False, True], ids=["deltas", "last-deltas-and-finish"])
+async def test_a_lone_task_behind_a_failed_commit_gets_that_commits_error(
+    store: Store, with_finish: bool
 ) -> None:
+    """The common case (review of 7817270): one task generating, so its next hand-over (its
+    next deltas, or its last ones with the finish) is alone behind the commit that fails after
+    the early answer: refused with that commit's error, not a statement's over nothing."""
     task_id = await drive(store.tasks, TaskState.RUNNING)
     lost = asyncio.create_task(append(store, task_id, [" lost"], 3, early=True))
     await asyncio.sleep(0)
     held = Held(store, poison=True)
     try:
         assert await asyncio.wait_for(lost, HANG) is True
+        finish = finishing(task_id, incomplete_reason=None, input_tokens=3, output_tokens=4)
         behind = asyncio.create_task(
-            append(
-                store,
-                task_id,
-                [" end"],
-                4,
-                finish=finishing(task_id, incomplete_reason=None, input_tokens=3, output_tokens=4),
-            )
+            append(store, task_id, [" next"], 4, **({"finish": finish} if with_finish else {}))
         )
         await asyncio.sleep(0)
     finally:
@@ -208,6 +175,7 @@ async def test_a_lone_tasks_last_deltas_and_finish_behind_a_failed_commit_get_it
         await held.done
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
         await asyncio.wait_for(behind, HANG)
+    assert committed_deltas(store, task_id) == ["Hel", "lo"]
 
 
 async def test_an_early_no_whose_commit_failed_leaves_no_error_for_the_tasks_next_run(

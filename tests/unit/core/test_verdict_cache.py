@@ -4,10 +4,12 @@ processes loading one file at once (probe_once, with real processes)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import multiprocessing
 import os
 import time
+from collections.abc import Iterator
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
@@ -230,35 +232,34 @@ def test_a_prober_killed_mid_probe_holds_no_load_up(tmp_path: Path) -> None:
     assert VerdictCache(cache).get("ab12") is False
 
 
-def test_a_load_waits_for_another_prober_no_longer_than_its_wait(tmp_path: Path) -> None:
-    cache = tmp_path / "exactness-verdicts.json"
+@contextlib.contextmanager
+def another_process_probing(cache: Path, key: str) -> Iterator[None]:
+    """A process in the middle of a long probe of `key` (killed at the end)."""
     fork = multiprocessing.get_context("fork")
     probing = fork.Event()
-    slow = fork.Process(target=_probe_until_killed, args=(cache, "ab12", probing))
+    slow = fork.Process(target=_probe_until_killed, args=(cache, key, probing))
     slow.start()
     try:
         assert probing.wait(60)
-        probed = []
-        assert probe_once(cache, "ab12", lambda: probed.append(1) or True, wait=0.2) is True
-        assert probed == [1]  # probed here, not told the other's verdict after its 60 s
+        yield
     finally:
         slow.kill()
         slow.join(60)
+
+
+def test_a_load_waits_for_another_prober_no_longer_than_its_wait(tmp_path: Path) -> None:
+    cache = tmp_path / "exactness-verdicts.json"
+    with another_process_probing(cache, "ab12"):
+        probed = []
+        assert probe_once(cache, "ab12", lambda: probed.append(1) or True, wait=0.2) is True
+        assert probed == [1]  # probed here, not told the other's verdict after its 60 s
 
 
 def test_a_probe_of_another_file_is_not_waited_for(tmp_path: Path) -> None:
     """Keys are digests: two models' keys may share their first characters. A load of one
     must not wait for (nor give up keeping its verdict because of) the other's probe."""
     cache = tmp_path / "exactness-verdicts.json"
-    fork = multiprocessing.get_context("fork")
-    probing = fork.Event()
-    slow = fork.Process(target=_probe_until_killed, args=(cache, "ab12", probing))
-    slow.start()
-    try:
-        assert probing.wait(60)
+    with another_process_probing(cache, "ab12"):
         # Not waited for at all (wait=0): its own lock is free, so its verdict is kept.
         assert probe_once(cache, "ab99", lambda: True, wait=0) is True
         assert VerdictCache(cache).get("ab99") is True
-    finally:
-        slow.kill()
-        slow.join(60)
