@@ -243,7 +243,7 @@ def _get(
                     raise _Cut(str(exc)) from exc
                 if not chunk:
                     break
-                out.write(chunk)
+                _write_all(out, chunk)
                 hashing.update(chunk)
                 transfer.file_done += len(chunk)
                 written_since_flush += len(chunk)
@@ -281,6 +281,18 @@ class _Pipelined:
             self._pool.shutdown()
 
 
+def _write_all(out: BinaryIO, chunk: bytes) -> None:
+    """`chunk` handed to the OS before it is counted as done: the file is unbuffered, so a
+    progress event never names bytes that a kill -9 would lose from a buffer of ours (the
+    download resumes from the bytes on disk, which must be at least what it reported)."""
+    view = memoryview(chunk)
+    while view:
+        written = out.write(view)
+        if not written:  # a regular file takes bytes or raises (ENOSPC...): never loop here
+            raise OSError(errno.EIO, f"writing {getattr(out, 'name', 'the file')} took no bytes")
+        view = view[written:]
+
+
 def _start_writeback(out: BinaryIO) -> None:
     """Have the kernel start writing what is written so far, so the fsync at the end waits
     for the last stretch only instead of the whole file (and the page cache is spared)."""
@@ -294,7 +306,7 @@ def _writing(partial: Path) -> Iterator[BinaryIO]:
     """The partial file opened for appending; a full disk deletes it (nothing half-written
     is left behind) and says so."""
     try:
-        with partial.open("ab") as out:
+        with partial.open("ab", buffering=0) as out:  # see _write_all
             yield out
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
