@@ -9,7 +9,8 @@ import gc
 import sqlite3
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 
@@ -19,6 +20,7 @@ from lmsp_desktop.core.storage.tasks import finishing
 from tests.support.store_helpers import check_invariants, drive
 from tests.support.store_helpers import deltas_of as committed_deltas
 
+T = TypeVar("T")
 HANG = 30  # a bound for the failure case only: the waits below end at once otherwise
 
 
@@ -49,6 +51,24 @@ class Held:
             self.release.wait(HANG)
 
         self.done = store.db.submit(work)
+
+
+async def after_a_failed_commit(store: Store, task_id: str, then: Callable[[], T]) -> T:
+    """An early append of `task_id` answered True, then `then()` (what the runner does next:
+    it starts its tasks while that append's COMMIT is held), then the COMMIT fails (a deferred
+    foreign key, as a full disk would). Returns what `then` returned."""
+    lost = asyncio.create_task(append(store, task_id, [" lost"], 3, early=True))
+    await asyncio.sleep(0)
+    held = Held(store, poison=True)
+    try:
+        assert await asyncio.wait_for(lost, HANG) is True  # answered before the COMMIT
+        made = then()
+        await asyncio.sleep(0)
+    finally:
+        held.release.set()
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        await held.done  # the COMMIT failed: nothing of that group was written
+    return made
 
 
 async def test_an_early_append_is_answered_while_its_commit_waits_and_heard_only_after_it(
@@ -96,19 +116,15 @@ async def test_deltas_queued_behind_a_failed_commit_are_refused_and_others_go_on
     store: Store,
 ) -> None:
     first, other = [await drive(store.tasks, TaskState.RUNNING) for _ in range(2)]
-    lost = asyncio.create_task(append(store, first, [" lost"], 3, early=True))
-    await asyncio.sleep(0)
-    held = Held(store, poison=True)
-    try:
-        assert await asyncio.wait_for(lost, HANG) is True  # answered before the COMMIT
-        # The runner goes on: its next deltas queue behind the commit still going on.
-        behind = asyncio.create_task(append(store, first, [" behind"], 4, early=True))
-        beside = asyncio.create_task(append(store, other, [" kept"], 3))  # answered durable
-        await asyncio.sleep(0)
-    finally:
-        held.release.set()
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-        await held.done  # the COMMIT failed: nothing of that group was written
+    # The runner goes on: its next deltas queue behind the commit still going on.
+    behind, beside = await after_a_failed_commit(
+        store,
+        first,
+        lambda: (
+            asyncio.create_task(append(store, first, [" behind"], 4, early=True)),
+            asyncio.create_task(append(store, other, [" kept"], 3)),  # answered durable
+        ),
+    )
     # Deltas after the ones that were not written would leave a hole in the text: refused
     # with the commit's error, which makes the runner fail the task.
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
@@ -125,20 +141,14 @@ async def test_a_finish_after_a_failed_early_append_raises_and_leaves_the_task_r
     store: Store,
 ) -> None:
     task_id = await drive(store.tasks, TaskState.RUNNING)
-    lost = asyncio.create_task(append(store, task_id, [" lost"], 3, early=True))
-    await asyncio.sleep(0)
-    held = Held(store, poison=True)
-    try:
-        assert await asyncio.wait_for(lost, HANG) is True
-        # The generation ends now: its finish must not close a log missing " lost".
-        finishing = asyncio.create_task(
+    # The generation ends now: its finish must not close a log missing " lost".
+    finishing = await after_a_failed_commit(
+        store,
+        task_id,
+        lambda: asyncio.create_task(
             store.tasks.finish(task_id, incomplete_reason=None, input_tokens=3, output_tokens=3)
-        )
-        await asyncio.sleep(0)
-    finally:
-        held.release.set()
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-        await held.done
+        ),
+    )
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
         await asyncio.wait_for(finishing, HANG)
     row = await store.tasks.get(task_id)
@@ -159,20 +169,14 @@ async def test_a_lone_task_behind_a_failed_commit_gets_that_commits_error(
     next deltas, or its last ones with the finish) is alone behind the commit that fails after
     the early answer: refused with that commit's error, not a statement's over nothing."""
     task_id = await drive(store.tasks, TaskState.RUNNING)
-    lost = asyncio.create_task(append(store, task_id, [" lost"], 3, early=True))
-    await asyncio.sleep(0)
-    held = Held(store, poison=True)
-    try:
-        assert await asyncio.wait_for(lost, HANG) is True
-        finish = finishing(task_id, incomplete_reason=None, input_tokens=3, output_tokens=4)
-        behind = asyncio.create_task(
+    finish = finishing(task_id, incomplete_reason=None, input_tokens=3, output_tokens=4)
+    behind = await after_a_failed_commit(
+        store,
+        task_id,
+        lambda: asyncio.create_task(
             append(store, task_id, [" next"], 4, **({"finish": finish} if with_finish else {}))
-        )
-        await asyncio.sleep(0)
-    finally:
-        held.release.set()
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-        await held.done
+        ),
+    )
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
         await asyncio.wait_for(behind, HANG)
     assert committed_deltas(store, task_id) == ["Hel", "lo"]
