@@ -4,8 +4,9 @@ has room for it: other models may have loaded since this one's plan counted it, 
 out-of-memory killer would come before any fallback. Without the room the second request
 waits for the open context's sequence (as on a model loaded with one context), the log
 says why, nothing is killed, and a later request opens it once the memory allows. The
-embedding context a first embedding opens is checked the same way; an embedding cannot wait
-for it, so it is refused (507 insufficient_memory in the service) and the worker serves on.
+embedding context a first embedding opens (at the size its inputs need) is checked the same
+way; an embedding cannot wait for it, so it is refused (507 insufficient_memory in the
+service) and the worker serves on.
 
 The memory is faked the way the memory tests fake it, LMSP_MEMORY_AVAILABLE (read at every
 check, by the worker from the environment it was started with). The models are the demo
@@ -138,13 +139,17 @@ async def test_a_worker_short_of_memory_refuses_the_embedding_context_and_serves
     monkeypatch.setenv(AVAILABLE_ENV, SHORT)
     model = await WorkerEngine(n_threads=1).load(cut_demo_model(), exact=True)
     try:
+        # The context is sized by the input: a long one's does not fit, a short one's does.
         with pytest.raises(EngineError) as refused:
-            await model.embed(EmbeddingRequest(["a lighthouse by the sea"]))
+            await model.embed(EmbeddingRequest(["word " * 1500]))
         assert refused.value.code == "insufficient_memory", refused.value
         assert "embedding context needs about" in refused.value.message
+        assert "(inputs up to 2048 tokens)" in refused.value.message
         assert f"({AVAILABLE_ENV}={SHORT})" in refused.value.message
         assert model.crash is None  # nothing was killed: the worker serves on
         os.kill(model.pid, 0)
+        short = await model.embed(EmbeddingRequest(["a lighthouse by the sea"]))
+        assert short.vectors.shape[0] == 1
         order = Order()
         request = GenerationRequest(QUESTION, max_output_tokens=3, temperature=0)
         assert (await model.generate(request, order.sink("first"))).output_tokens == 3

@@ -23,8 +23,11 @@ ALL_LAYERS = -1
 # every token of an input and keeps a copy (2 x vocabulary x 4 bytes a token: 384 KiB for
 # the demo model, 1.2 MiB for a 151k vocabulary), so that context costs what its longest
 # input does: capped at what embedding inputs are (retrieval chunks), not the chat context,
-# and counted in the memory estimate (core/models/memory.py, docs/memory.md).
+# and counted at that size in the memory estimate (core/models/memory.py, docs/memory.md).
+# It is opened at the size the inputs need (a power of two from EMBEDDING_MIN_CONTEXT, at
+# most EMBEDDING_CONTEXT; llama_embed.context_sizes), larger when a longer input comes.
 EMBEDDING_CONTEXT = 2048
+EMBEDDING_MIN_CONTEXT = 64
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from typing import Any
 
 from lmsp_desktop.core.engines import llama_native as native
 from lmsp_desktop.core.engines.base import (
-    EMBEDDING_CONTEXT,
     ContextShape,
     EmbeddingRequest,
     EmbeddingResult,
@@ -44,7 +43,13 @@ from lmsp_desktop.core.engines.base import (
 from lmsp_desktop.core.engines.llama_batch import BatchDecoder, Job
 from lmsp_desktop.core.engines.llama_chat import ChatRenderer
 from lmsp_desktop.core.engines.llama_cores import Cores
-from lmsp_desktop.core.engines.llama_embed import POOLING_NAMES, EmbeddingContext, declared_pooling
+from lmsp_desktop.core.engines.llama_embed import (
+    POOLING_NAMES,
+    EmbeddingContext,
+    context_limit,
+    context_sizes,
+    declared_pooling,
+)
 from lmsp_desktop.core.engines.llama_layout import DEFAULT_THREADS, LlamaLayout
 from lmsp_desktop.core.engines.llama_probe import Verdict, probe_exactness
 from lmsp_desktop.core.engines.prefix_cache import PrefixStats
@@ -208,10 +213,10 @@ class MemoryRoom:
 
         return self._ask(lambda shape, budget: context_refusal(shape, ctx, self.kv_type, budget))
 
-    def embedding(self, n_ctx: int) -> str:
+    def embedding(self, n_ctx: int, optional: bool = False) -> str:
         from lmsp_desktop.core.models.memory import embedding_refusal
 
-        return self._ask(lambda shape, budget: embedding_refusal(shape, n_ctx, budget))
+        return self._ask(lambda shape, budget: embedding_refusal(shape, n_ctx, budget, optional))
 
     def _ask(self, refusal: Callable[[Any, Any], str]) -> str:
         from lmsp_desktop.core.models import machine
@@ -446,23 +451,50 @@ class LlamaModel:
                 self.tokenize_text(item) if isinstance(item, str) else list(item)
                 for item in request.inputs
             ]
-            with self._embedding_lock:
-                if self._embedding is None:
-                    n_ctx = min(self.context_length, EMBEDDING_CONTEXT)
-                    why = self._room.embedding(n_ctx) if self._room is not None else ""
-                    if why:  # refused as a load that cannot fit: 507, the worker goes on
-                        raise EngineError("insufficient_memory", why)
-                    self._embedding = EmbeddingContext(
-                        self._weights,
-                        n_ctx=n_ctx,
-                        n_threads=self._n_threads,
-                        pooling=declared_pooling(self.metadata),
+            limit = context_limit(self.context_length)
+            for n, tokens in enumerate(inputs):
+                if len(tokens) > limit:
+                    raise EngineError(
+                        "context_length_exceeded",
+                        f"Input {n} is {len(tokens)} tokens long, but an embedding input "
+                        f"holds at most {limit} tokens with this model; split it into "
+                        "shorter pieces.",
                     )
-                context = self._embedding
-            vectors = context.embed(inputs, request.cancel)
+            # One embedding at a time, from opening its context to its last decode: a
+            # longer input's request frees the context to open a larger one.
+            with self._embedding_lock:
+                context = self._embedding_context([len(tokens) for tokens in inputs], limit)
+                vectors = context.embed(inputs, request.cancel)
         return EmbeddingResult(
             vectors, sum(len(tokens) for tokens in inputs), POOLING_NAMES[context.pooling]
         )
+
+    def _embedding_context(self, lengths: list[int], limit: int) -> EmbeddingContext:
+        """The embedding context, opened at the size these inputs need (context_sizes) if
+        the open one cannot hold the longest: the open one is freed first, then the size
+        that holds them together if the memory keeps its reserve free beside it, else the
+        size that holds the longest if the memory has it at all, else 507 (the worker goes
+        on; a shorter input may still fit)."""
+        context = self._embedding
+        wanted, least = context_sizes(lengths, limit)
+        if context is not None and context.n_ctx >= least:
+            return context
+        if context is not None:
+            self._embedding = None
+            context.free()
+        n_ctx = wanted
+        if wanted > least and self._room is not None and self._room.embedding(wanted, True):
+            n_ctx = least
+        why = self._room.embedding(n_ctx) if self._room is not None else ""
+        if why:  # refused as a load that cannot fit: 507, the worker goes on
+            raise EngineError("insufficient_memory", why)
+        self._embedding = EmbeddingContext(
+            self._weights,
+            n_ctx=n_ctx,
+            n_threads=self._n_threads,
+            pooling=declared_pooling(self.metadata),
+        )
+        return self._embedding
 
     def tokenize_text(self, text: str) -> list[int]:
         """A plain text's tokens, as llama-cpp-python's Llama.tokenize gives them (BOS when

@@ -9,6 +9,10 @@ OpenAI's are. Several inputs share one decode (a sequence each) while they fit t
 The context is opened on the first embedding a loaded model is asked for and kept until the
 model is unloaded: a model only used to chat never pays for it, and a client embedding many
 chunks does not open a context per call (llama_init_from_model reserves its compute graph).
+It is sized by what it has to hold (context_sizes), as llama-server sizes its batch by what
+it has to process: its cost grows with its size (a row of logits per token), so a machine
+short of memory still embeds short inputs, and it is opened again, larger, only when a
+longer input comes.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lmsp_desktop.core.engines import llama_native as native
-from lmsp_desktop.core.engines.base import EngineError
+from lmsp_desktop.core.engines.base import EMBEDDING_CONTEXT, EMBEDDING_MIN_CONTEXT, EngineError
 
 # llama.cpp's enum llama_pooling_type.
 POOLING_NONE, POOLING_MEAN, POOLING_CLS, POOLING_LAST, POOLING_RANK = 0, 1, 2, 3, 4
@@ -47,6 +51,27 @@ def declared_pooling(metadata: dict[str, str]) -> int:
             "texts and gives no embeddings; use an embedding or chat model.",
         )
     return declared if declared in POOLING_NAMES else POOLING_MEAN
+
+
+def context_limit(context_length: int) -> int:
+    """The most tokens an embedding input holds with a model run at `context_length`: its
+    context, at most EMBEDDING_CONTEXT, a multiple of 16 (EmbeddingContext)."""
+    n_ctx = min(context_length, EMBEDDING_CONTEXT)
+    return max(16, n_ctx - n_ctx % 16)
+
+
+def context_sizes(lengths: list[int], limit: int) -> tuple[int, int]:
+    """The embedding context to open for inputs of `lengths` tokens (each at most `limit`):
+    the size wanted, holding as many of them as one decode takes (MAX_SEQUENCES), and the
+    least size, holding the longest. Powers of two from EMBEDDING_MIN_CONTEXT (a context
+    grows a few times at most), never past `limit`."""
+
+    def size(tokens: int) -> int:
+        return min(limit, max(EMBEDDING_MIN_CONTEXT, 1 << max(tokens - 1, 0).bit_length()))
+
+    together = sum(sorted(lengths)[-MAX_SEQUENCES:])
+    least = size(max(lengths, default=1))
+    return max(least, size(min(together, limit))), least
 
 
 class EmbeddingContext:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from lmsp_desktop.core.engines.base import (
     ALL_LAYERS,
     EMBEDDING_CONTEXT,
+    EMBEDDING_MIN_CONTEXT,
     ContextShape,
     KvType,
     LoadSettings,
@@ -253,18 +254,21 @@ def context_refusal(shape: ModelShape, ctx: ContextShape, kv_type: KvType, budge
     )
 
 
-def embedding_refusal(shape: ModelShape, n_ctx: int, budget: Budget) -> str:
-    """Why the embedding context a model's first embedding opens must not open now, or ""
-    when it may: its estimate at its worst (an input as long as it holds) against the memory
-    available now. An embedding cannot do without it, so it is refused as a load is, only
-    when it cannot fit at all, not when it leaves less than the reserve free."""
+def embedding_refusal(shape: ModelShape, n_ctx: int, budget: Budget, optional: bool = False) -> str:
+    """Why a model's embedding context of `n_ctx` tokens must not open now, or "" when it
+    may: its estimate at that size (an input as long as it holds) against the memory
+    available now. The size the inputs need is refused as a load is, only when it cannot
+    fit at all (an embedding cannot do without it), not when it leaves less than the
+    reserve free; a larger, `optional` one (more inputs per decode) keeps the reserve free."""
     need = _embedding(shape, n_ctx)
-    if budget.fit(need) != "wont_fit":
+    if budget.fit(need) == "fits" or (not optional and budget.fit(need) == "tight"):
         return ""
+    shorter = " or split the input into shorter pieces" if n_ctx > EMBEDDING_MIN_CONTEXT else ""
     return (
         f"The embedding context needs about {gib(need)} (inputs up to "
         f"{min(n_ctx, EMBEDDING_CONTEXT)} tokens), more than the {gib(budget.available)} "
-        f"available ({budget.source}). Free memory (unload other models), then try again."
+        f"available ({budget.source}). Free memory (unload other models){shorter}, then try "
+        "again."
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from lmsp_desktop.core.engines.base import ContextShape
 from lmsp_desktop.core.engines.llama import MemoryRoom
+from lmsp_desktop.core.engines.llama_embed import context_sizes
 from lmsp_desktop.core.models import machine
 from lmsp_desktop.core.models.demo import demo_model_path
 
@@ -90,3 +91,27 @@ def test_the_embedding_context_is_refused_only_when_it_cannot_fit_at_all(
     why = room.embedding(2048)
     assert why.startswith("The embedding context needs about 860 MiB"), why
     assert "more than the 600 MiB available (MemAvailable)" in why
+
+
+def test_the_embedding_context_is_sized_by_the_inputs() -> None:
+    # (wanted, least): the longest input's power of two from 64, at most the limit; wanted
+    # holds the inputs one decode takes (16) together, as far as the limit allows.
+    assert context_sizes([3], 2048) == (64, 64)
+    assert context_sizes([65], 2048) == (128, 128)
+    assert context_sizes([1500], 2048) == (2048, 2048)
+    assert context_sizes([700], 992) == (992, 992)  # a model run at 1,000 tokens
+    assert context_sizes([10] * 16, 2048) == (256, 64)
+    assert context_sizes([30] * 100, 2048) == (512, 64)  # 16 of them per decode
+
+
+def test_a_larger_embedding_context_than_the_inputs_need_keeps_the_reserve_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1 GiB available on a 16 GiB machine: all of it is the reserve. The 512-token context
+    # (219 MiB) opens when an input needs it, not to batch shorter inputs.
+    room = MemoryRoom(demo(), "f16")
+    with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, GIB_KB)
+    assert room.embedding(512) == ""
+    assert room.embedding(512, optional=True)
+    with_meminfo(tmp_path, monkeypatch, 16 * GIB_KB, 4 * GIB_KB)
+    assert room.embedding(512, optional=True) == ""
