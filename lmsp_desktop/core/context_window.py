@@ -174,17 +174,25 @@ class TokenCounter:
             return vocab
 
     def fit_sync(
-        self, info: Any, request: dict[str, Any], limit: int, param: str = "input", cap: int = 0
+        self,
+        info: Any,
+        request: dict[str, Any],
+        limit: int,
+        param: str = "input",
+        cap: int = 0,
+        own: int = 0,
     ) -> int | None:
-        """Count the prompt and, if it does not fit, truncate (truncation auto) or refuse.
-        Returns the prompt's token count, or None when the model cannot be read here."""
+        """Count the prompt and, if it does not fit, truncate (truncation auto) or refuse
+        (the hint told Max context, `cap`, and the model's own context setting, `own`; 0:
+        none). Returns the prompt's token count, or None when the model cannot be read
+        here."""
         vocab = self._vocab(Path(info.path), int(info.mtime_ns), info.chat_template)
         if vocab is None:
             return None
         if request.get("prompt") is not None:  # a legacy completion: its text as it is
             count = vocab.count_raw(request["prompt"], request.get("suffix"))
             if count >= limit:
-                raise context_exceeded(count, limit, False, param, info, cap)
+                raise context_exceeded(count, limit, False, param, info, cap, own)
             return count
 
         def counted(messages: list[dict[str, Any]]) -> int:
@@ -204,16 +212,22 @@ class TokenCounter:
             messages = shorter
             count = counted(messages)
         if count >= limit:
-            raise context_exceeded(count, limit, truncate, param, info, cap)
+            raise context_exceeded(count, limit, truncate, param, info, cap, own)
         request["messages"] = messages
         return count
 
     async def fit(
-        self, info: Any, request: dict[str, Any], limit: int, param: str = "input", cap: int = 0
+        self,
+        info: Any,
+        request: dict[str, Any],
+        limit: int,
+        param: str = "input",
+        cap: int = 0,
+        own: int = 0,
     ) -> int | None:
         if self._unreadable(info):
             return None  # known already: no hop to a thread to learn it again (B1)
-        return await asyncio.to_thread(self.fit_sync, info, request, limit, param, cap)
+        return await asyncio.to_thread(self.fit_sync, info, request, limit, param, cap, own)
 
     def _unreadable(self, info: Any) -> bool:
         """This file is known to have no tokenizer llama.cpp can load (None in the cache).
@@ -259,11 +273,18 @@ def drop_oldest_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | N
 
 
 def context_exceeded(
-    count: int, limit: int, truncated: bool, param: str, info: Any = None, cap: int = 0
+    count: int,
+    limit: int,
+    truncated: bool,
+    param: str,
+    info: Any = None,
+    cap: int = 0,
+    own: int = 0,
 ) -> LmspError:
     """The refusal of an input longer than `limit`, saying what gives the model more: its
-    own setting, or, when Max context (`cap`, 0: none) is what holds it to `limit` or would
-    clamp the setting, raising that (a model's setting never goes past it)."""
+    own setting (`own`, 0: auto) where that or the memory holds it, and raising Max context
+    (`cap`, 0: none) where that holds it to `limit` or would clamp the setting (a model's
+    setting never goes past it); both when both hold."""
     how = (
         "even with only the system messages and the last turn left"
         if truncated
@@ -279,16 +300,26 @@ def context_exceeded(
             f"`lmsp-desktop serve --max-context N`, restart it with `--max-context {wanted}`)"
         )
         ways = []
-        if not 0 < cap <= limit:  # the model's own setting or the memory holds it
+        capped = 0 < cap < wanted
+        # The model's own setting or the memory holds it, or the setting would hold it once
+        # the cap is raised (both at the limit: the cap alone would not help).
+        set_own = not 0 < cap <= limit or 0 < own < wanted
+        if set_own:
             ways.append(
                 f"run it with a larger context: `lmsp-desktop models set {info.id} --context "
                 f"{wanted}` (or the Models page's settings)"
             )
-        if 0 < cap < wanted:  # Max context holds it, or would clamp that setting
+        if capped:  # Max context holds it, or would clamp that setting
             ways.append(raise_cap)
+        holders = []
+        if 0 < own < wanted:
+            holders.append(f"its own context setting is {own}")
+        if capped:
+            holders.append(f"Max context caps every model at {cap}")
+        held = " and ".join(holders)
         how += (
             f". The model was trained for {trained} tokens"
-            + (f" and Max context caps every model at {cap}" if 0 < cap < wanted else "")
+            + (f", {held}" if len(holders) > 1 else f" and {held}" if holders else "")
             + ": "
             + ", and ".join(ways)
             + ", memory permitting"
@@ -307,17 +338,19 @@ async def admit(
     info: Any,
     request: dict[str, Any],
     cap: int,
-    limit: int | None = None,
+    plan: Any = None,
     param: str = "input",
 ) -> None:
     """Before a task is created: the request fits the model's context (maybe truncated), or
-    400 context_length_exceeded naming `param`. `limit` is the context the model runs with
-    (the memory plan's); without one, its trained length capped by `cap`. Models without a
-    local GGUF file (an upstream's) are left to their engine; a local file may have any name
-    (Ollama's blobs have no extension)."""
+    400 context_length_exceeded naming `param`. `plan` is the memory plan the model runs
+    with (core/models/memory.py: its context and the model's own setting); without one, its
+    trained length capped by `cap`. Models without a local GGUF file (an upstream's) are left
+    to their engine; a local file may have any name (Ollama's blobs have no extension)."""
     path = getattr(info, "path", None)
     if counter is None or path is None or getattr(info, "source", "upstream") == "upstream":
         return
-    await counter.fit(
-        info, request, limit or effective_context(info.context_length, cap), param, cap
-    )
+    if plan is not None:
+        limit, own = plan.context_length, plan.own_context or 0
+    else:
+        limit, own = effective_context(info.context_length, cap), 0
+    await counter.fit(info, request, limit, param, cap, own)

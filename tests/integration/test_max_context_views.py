@@ -1,7 +1,8 @@
 """What a user sees of a `serve --max-context N` run besides the answers: `models list`
 run beside it shows the context the running service uses (the flag, not the stored
 setting it would otherwise read), and a prompt too long for the capped context is told to
-raise the cap, not to `models set --context`, which the cap clamps (review of 46763e6)."""
+raise the cap, not to `models set --context`, which the cap clamps (review of 46763e6),
+and, once the model's own setting is at the cap too, to change both."""
 
 from __future__ import annotations
 
@@ -41,9 +42,22 @@ def test_models_list_and_the_too_long_hint_follow_the_running_services_cap(
         assert "holds 2048" in message and "Max context caps every model at 2048" in message
         assert "--max-context 4096" in message, message
         assert "models set" not in message, message  # clamped by the cap: it would not help
+
+        # The model's own setting at the cap too: raising the cap alone would leave the
+        # model at 2048, so the hint names both (review finding 7 on 106f460).
+        done = lmsp("models", "set", DEMO, "--context", "2048", data_dir=data)
+        assert done.returncode == 0, done.stderr
+        status, refused = call(f"{process.url}/v1/responses", token, "POST", body)
+        assert status == 400, refused
+        message = refused["error"]["message"]
+        assert "its own context setting is 2048 and Max context caps every model at 2048" in (
+            message
+        ), message
+        assert f"`lmsp-desktop models set {DEMO} --context 4096`" in message, message
+        assert "--max-context 4096" in message, message
     finally:
         process.terminate()
     # No service runs: the stored settings are what the next start uses.
     listed = lmsp("models", "list", data_dir=data)
-    assert demo_row(listed.stdout)[2:4] == ["8192", "(auto)"], listed.stdout
+    assert demo_row(listed.stdout)[2:4] == ["2048", "(2048)"], listed.stdout
     assert "--max-context" not in listed.stderr

@@ -120,12 +120,12 @@ async def create_task(
     if info.state == INVALID:  # never runnable: 400 model_invalid before anything is stored
         raise not_runnable(info)
     # A model that must be loaded and cannot fit the memory: 507 before anything is stored.
-    limit = None
+    decided = None
     if ctx.fitter is not None:
         loaded = ctx.runner.loaded_state(info.id) if ctx.runner is not None else "unloaded"
-        limit = await ctx.fitter.admit(info, loaded)
+        decided = await ctx.fitter.admit(info, loaded)
     await admit(
-        ctx.tokens, info, request, ctx.settings.max_context, limit, param=intake.input_param
+        ctx.tokens, info, request, ctx.settings.max_context, decided, param=intake.input_param
     )
     mode = mode_of(request)
     claim = None

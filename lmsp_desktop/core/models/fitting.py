@@ -140,22 +140,23 @@ class ModelFitter:
         self.loaded[info.id] = decided
         return decided.settings
 
-    async def admit(self, info: ModelInfo, loaded_state: str, reclaimable: int = 0) -> int | None:
-        """Before a task is created: the context the model runs with (None: not a local
-        model, or a header that cannot be read), or 507 when the model is not loaded and
-        its load could not fit. A model already loaded (or loading) has its memory."""
+    async def admit(self, info: ModelInfo, loaded_state: str, reclaimable: int = 0) -> Plan | None:
+        """Before a task is created: the plan the model runs with, its context among the
+        rest (None: not a local model, or a header that cannot be read), or 507 when the
+        model is not loaded and its load could not fit. A model already loaded (or loading)
+        has its memory."""
         if not is_local(info):
             return None
         loaded = self.loaded.get(info.id)
         if loaded is not None and loaded_state != "unloaded":
-            return loaded.context_length
+            return loaded
         try:
             decided = await self.plan(info, reclaimable=reclaimable)
         except (OSError, ValueError):
             return None  # an unreadable header: the load reports it
         if decided.fit == "wont_fit" and loaded_state == "unloaded":
             raise InsufficientMemory(decided.reason, code=INSUFFICIENT, param="model")
-        return decided.context_length
+        return decided
 
     def unloaded(self, model_id: str) -> None:
         self.loaded.pop(model_id, None)

@@ -283,6 +283,7 @@ class Plan:
     budget: Budget
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    own_context: int | None = None  # the model's own context setting (None: auto)
 
     @property
     def context_length(self) -> int:
@@ -370,7 +371,7 @@ def plan(
             f"than the {gib(max(gpus))} free on it. Lower the GPU layers (or set them to "
             "auto), the context length or the concurrent requests."
         )
-    return Plan(settings, trained, cost, verdict, budget, reason)
+    return Plan(settings, trained, cost, verdict, budget, reason, own_context=wanted.context_length)
 
 
 def _layers(gpu_layers: int) -> str:

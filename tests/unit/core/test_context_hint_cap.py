@@ -1,7 +1,7 @@
 """The context_length_exceeded hint under Max context (the global cap): what it tells the
 user to change is what gives the model more. A model's own context setting never goes past
 the cap, so where the cap holds the model (or would clamp the setting asked for) the hint
-says to raise the cap."""
+says to raise the cap; where the model's own setting holds it too, the hint names both."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ class Model:
     context_length = 131072
 
 
-def hint(count: int, limit: int, cap: int) -> str:
-    error = context_exceeded(count, limit, False, "input", Model(), cap)
+def hint(count: int, limit: int, cap: int, own: int = 0) -> str:
+    error = context_exceeded(count, limit, False, "input", Model(), cap, own)
     assert error.code == "context_length_exceeded" and error.status == 400
     return error.message
 
@@ -43,3 +43,21 @@ def test_a_setting_the_cap_would_clamp_needs_both() -> None:
     message = hint(5000, 2048, 4096)
     assert "--context 8192" in message
     assert "raise Max context to 8192" in message
+
+
+def test_where_the_cap_and_the_models_setting_both_hold_the_hint_names_both() -> None:
+    # `models set --context 2048` under a cap of 2048: raising the cap alone leaves the
+    # model at its own 2048, setting it alone is clamped by the cap.
+    message = hint(3000, 2048, 2048, own=2048)
+    assert "its own context setting is 2048 and Max context caps every model at 2048" in message
+    assert "`lmsp-desktop models set qwen2.5-7b-instruct --context 4096`" in message
+    assert "raise Max context to 4096" in message and "--max-context 4096" in message
+
+
+def test_a_setting_the_raised_cap_would_still_clamp_is_named_too() -> None:
+    # Set to 3000 (clamped to the 2048 cap): raising the cap to 4096 leaves it at 3000.
+    message = hint(3500, 2048, 2048, own=3000)
+    assert "--context 4096" in message and "raise Max context to 4096" in message
+    # Set to 8192: the cap alone holds it.
+    message = hint(3500, 2048, 2048, own=8192)
+    assert "models set" not in message and "raise Max context to 4096" in message

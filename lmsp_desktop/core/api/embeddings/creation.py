@@ -41,7 +41,8 @@ async def create_embedding(
     limit = None
     if ctx.fitter is not None:
         loaded = ctx.runner.loaded_state(info.id) if ctx.runner is not None else "unloaded"
-        limit = await ctx.fitter.admit(info, loaded)
+        decided = await ctx.fitter.admit(info, loaded)
+        limit = decided.context_length if decided is not None else None
     if ctx.tokens is not None and getattr(info, "source", "upstream") != "upstream":
         counts = await asyncio.to_thread(ctx.tokens.count_inputs, info, request["input"])
         chat = limit or effective_context(info.context_length, ctx.settings.max_context)
