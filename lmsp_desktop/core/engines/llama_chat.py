@@ -66,6 +66,20 @@ def _strftime_now(f: str) -> str:
     return datetime.now().strftime(f)
 
 
+def chat_environment() -> jinja2.Environment:
+    """The Jinja environment chat templates are parsed and rendered in, as llama-cpp-python's
+    Jinja2ChatFormatter (0.3.x) sets it up: sandboxed, Transformers' extensions (the
+    `{% generation %}` tag, `{% break %}` / `{% continue %}`) and `tojson`."""
+    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        loader=jinja2.BaseLoader(),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_IgnoreGenerationTags, jinja2.ext.loopcontrols],
+    )
+    environment.filters["tojson"] = _tojson
+    return environment
+
+
 class ChatRenderer:
     """One model's chat template, rendered as llama-cpp-python's Jinja2ChatFormatter
     (0.3.x) renders it: the same sandboxed environment, extensions, filters and variables.
@@ -74,18 +88,13 @@ class ChatRenderer:
 
     def __init__(self, template: str | None, bos_token: str, eos_token: str) -> None:
         self.template = template or FALLBACK_TEMPLATE
-        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
-            loader=jinja2.BaseLoader(),
-            trim_blocks=True,
-            lstrip_blocks=True,
-            extensions=[_IgnoreGenerationTags, jinja2.ext.loopcontrols],
-        )
-        environment.filters["tojson"] = _tojson
+        environment = chat_environment()
         self._compiled = environment.from_string(self.template)
         self.eos_token = eos_token
         self.bos_token = bos_token
-        # Tools go through the template when it takes them, else the generic prompt.
-        self.native_tools = template_takes_tools(self.template)
+        # Tools go through the template when it takes them, else the generic prompt: read
+        # in the environment it renders in (a plain one cannot parse Transformers' tags).
+        self.native_tools = template_takes_tools(self.template, environment)
 
     def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None

@@ -12,7 +12,10 @@ documents it.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import jinja2
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
@@ -31,14 +34,15 @@ JSON_NOTE = "Answer with a JSON object only."
 SCHEMA_NOTE = "Answer with a JSON object only, matching this JSON Schema:\n{schema}"
 
 
-def template_takes_tools(template: str) -> bool:
+def template_takes_tools(template: str, environment: jinja2.Environment) -> bool:
     """Whether a chat template renders a `tools` variable in the `<tool_call>` format (the
-    only tool-call format the parser reads); other templates get the generic prompt."""
-    import jinja2
+    only tool-call format the parser reads); other templates get the generic prompt. Parsed
+    in `environment`, the one the template renders in (llama_chat.chat_environment), whose
+    extensions know tags a plain environment cannot parse (`{% generation %}`, `{% break %}`)."""
     import jinja2.meta
 
     try:
-        names = jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(template))
+        names = jinja2.meta.find_undeclared_variables(environment.parse(template))
     except jinja2.TemplateSyntaxError:
         return False
     return "tools" in names and OPEN in template

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lmsp_desktop.core.engines.llama_chat import FALLBACK_TEMPLATE, ChatRenderer
+from lmsp_desktop.core.engines.llama_chat import FALLBACK_TEMPLATE, ChatRenderer, chat_environment
 from lmsp_desktop.core.tools.plan import plan_output
 from lmsp_desktop.core.tools.prompt import template_takes_tools
 
@@ -34,10 +34,40 @@ HERMES = (
 )
 
 
+# The same, with Transformers' template tags: `{% generation %}` (the assistant mask) and
+# the loop controls `{% break %}` / `{% continue %}`, which a plain Jinja environment cannot
+# parse.
+HERMES_TAGGED = (
+    "{% if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}"
+    "</tools> Use <tool_call></tool_call>.<|im_end|>\n{% endif %}"
+    "{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}"
+    "{% if loop.index > 20 %}{% break %}{% endif %}<|im_start|>{{ m.role }}\n"
+    "{% if m.role == 'assistant' %}{% generation %}"
+    "{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>\n{{ c.function | tojson }}\n"
+    "</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}"
+    "{% endgeneration %}{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}"
+    "<|im_start|>assistant\n"
+)
+
+
 def test_template_detection() -> None:
-    assert not template_takes_tools(FALLBACK_TEMPLATE)
-    assert template_takes_tools(HERMES)
-    assert not template_takes_tools("{% if tools %}[AVAILABLE_TOOLS]{% endif %}")
+    environment = chat_environment()
+    assert not template_takes_tools(FALLBACK_TEMPLATE, environment)
+    assert template_takes_tools(HERMES, environment)
+    assert template_takes_tools(HERMES_TAGGED, environment)
+    assert not template_takes_tools("{% if tools %}[AVAILABLE_TOOLS]{% endif %}", environment)
+
+
+def test_a_template_with_transformers_tags_gets_the_tools_itself() -> None:
+    renderer = ChatRenderer(HERMES_TAGGED, bos_token="", eos_token="<|im_end|>")
+    prompt = renderer.render([{"role": "system", "content": "Be brief."}, *TURNS], [TOOL])
+    assert "You can call functions" not in prompt  # not the generic prompt
+    assert '<tools>{"type": "function", "function": {"name": "get_weather"' in prompt
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": '
+        '{"city": "Paris"}}\n</tool_call><|im_end|>' in prompt
+    )  # the call as the template writes it, inside its {% generation %} block
+    assert "Be brief." not in prompt  # the template's {% continue %} skipped it
 
 
 def test_generic_prompt_lists_tools_and_replays_tool_turns() -> None:
