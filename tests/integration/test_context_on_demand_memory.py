@@ -42,6 +42,10 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 OPTIONS: dict[str, Any] = {"n_threads": 1, "parallel": 2, "contexts": 2, "contexts_on_demand": True}
 SHORT = "100M"  # less than any context needs with the reserve kept free
 PLENTY = "64G"
+# More than the first request reaches in any test here: it is cancelled once the second has
+# answered or is seen waiting (within the cut model's 4,096-token context).
+FIRST_BUDGET = 3000
+REFUSED = "not opening another context now"  # the engine's log line when the memory says no
 
 
 class Order:
@@ -64,24 +68,37 @@ class Order:
         return self.events.index("second") > last_first
 
 
-async def both(model: Any, order: Order, first_tokens: int) -> bool:
-    """The first request (`first_tokens` long) and a second one sent once the first has
-    tokens and is far from its end. Whether the first was still running when the second
-    had its answer (then it is cancelled): the two ran side by side; else the first ran to
-    its end."""
-    first = GenerationRequest(STORY, max_output_tokens=first_tokens, temperature=0)
+async def both(model: Any, order: Order, waiting: Callable[[], bool]) -> bool:
+    """The first request, with a budget it never reaches here, and a second one sent once
+    the first has streamed tokens (it is decoding). Whether the second ran beside the first
+    (it answered while the first still decoded); else it waited for the first's sequence,
+    which `waiting()` says (the engine's log line) and cancelling the first frees. Either
+    way the first is cancelled, never ended by its length: the second is always sent while
+    the first decodes, however slow the machine."""
+    first = GenerationRequest(STORY, max_output_tokens=FIRST_BUDGET, temperature=0)
     running = asyncio.create_task(model.generate(first, order.sink("first")))
     await until(lambda: order.count["first"] > 0, 120, "the first request's tokens")
-    # Far from its end when the second comes: the second is sent while it decodes.
-    assert order.count["first"] < first_tokens // 2
     second = GenerationRequest(QUESTION, max_output_tokens=4, temperature=0)
-    result = await model.generate(second, order.sink("second"))
-    assert result.output_tokens == 4
-    beside = not running.done()
+    answering = asyncio.create_task(model.generate(second, order.sink("second")))
+    await until(lambda: answering.done() or waiting(), 120, "the second's answer or its wait")
+    beside = answering.done()
     first.cancel.set()
+    assert (await answering).output_tokens == 4
     reason = (await running).finish_reason
-    assert reason == ("cancelled" if beside else "length"), reason
+    assert reason == "cancelled", reason  # it was still decoding when the second came
     return beside
+
+
+class Stderr:
+    """What the worker process wrote to stderr so far (its log)."""
+
+    def __init__(self, capfd: pytest.CaptureFixture[str]) -> None:
+        self.capfd = capfd
+        self.text = ""
+
+    def says(self, words: str) -> bool:
+        self.text += self.capfd.readouterr().err
+        return words in self.text
 
 
 async def test_a_worker_short_of_memory_serves_the_second_request_after_the_first(
@@ -91,13 +108,12 @@ async def test_a_worker_short_of_memory_serves_the_second_request_after_the_firs
     model = await WorkerEngine(**OPTIONS).load(cut_demo_model(), exact=True)
     try:
         order = Order()
-        assert not await both(model, order, 120)
+        err = Stderr(capfd)
+        assert not await both(model, order, lambda: err.says(REFUSED))
         assert order.second_waited_for_first(), order.events
         assert model.crash is None  # nothing was killed: the worker serves on
         os.kill(model.pid, 0)
-        err = capfd.readouterr().err
-        assert "not opening another context now" in err, err
-        assert f"({AVAILABLE_ENV}={SHORT})" in err, err
+        assert f"({AVAILABLE_ENV}={SHORT})" in err.text, err.text
     finally:
         await model.unload()
 
@@ -108,9 +124,9 @@ async def test_a_worker_with_the_memory_runs_the_second_request_beside_the_first
     monkeypatch.setenv(AVAILABLE_ENV, PLENTY)
     model = await WorkerEngine(**OPTIONS).load(cut_demo_model(), exact=True)
     try:
-        order = Order()
-        assert await both(model, order, 400)
-        assert "not opening another context" not in capfd.readouterr().err
+        err = Stderr(capfd)
+        assert await both(model, Order(), lambda: err.says(REFUSED))
+        assert not err.says(REFUSED)
     finally:
         await model.unload()
 
@@ -123,11 +139,10 @@ async def test_a_later_request_opens_the_context_once_the_memory_allows(
     try:
         monkeypatch.setenv(AVAILABLE_ENV, SHORT)
         short = Order()
-        assert not await both(model, short, 120)
+        assert not await both(model, short, lambda: REFUSED in caplog.text)
         assert short.second_waited_for_first(), short.events
-        assert "not opening another context now" in caplog.text
         monkeypatch.setenv(AVAILABLE_ENV, PLENTY)  # another model was unloaded meanwhile
-        assert await both(model, Order(), 400)
+        assert await both(model, Order(), lambda: False)
         assert "opened another context: the memory allows it now" in caplog.text
     finally:
         await model.unload()
