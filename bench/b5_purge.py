@@ -1,19 +1,23 @@
 """B5 purge: retention over 1M events while a task keeps appending: total time, the longest
-write-lock hold (timed by a lock wrapper, core untouched), the worst appender wait."""
+write-lock hold (each step of the writer thread timed, the core untouched), the worst
+appender wait."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from bench.report import Row
 from bench.seed import Shape, seed, settle
 from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.config import database_path
+from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.db import DEFAULT_SYNCHRONOUS, Database
 from lmsp_desktop.core.storage.retention import TERMINAL_SQL, purge_finished
 from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
@@ -21,39 +25,48 @@ from lmsp_desktop.core.storage.tasks import NewTask, TaskStore
 APPEND_EVERY_S = 0.01
 
 
-class TimedLock(asyncio.Lock):
-    """The writer lock, recording how long each holder kept it and each waiter waited."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.holds: list[float] = []
-        self.waits: list[float] = []
-        self._since = 0.0
-
-    async def acquire(self) -> Literal[True]:
-        asked = time.perf_counter()
-        await super().acquire()
-        self._since = time.perf_counter()
-        self.waits.append(self._since - asked)
-        return True
-
-    def release(self) -> None:
-        self.holds.append(time.perf_counter() - self._since)
-        super().release()
-
-
 class TimedDatabase(Database):
-    """Database whose writer lock is a TimedLock: every transaction() is timed."""
+    """Database whose writer thread's steps are timed: each group's transaction (BEGIN
+    IMMEDIATE to COMMIT, SQLite's write lock; `_run_group` wrapped, the core untouched) and
+    each checkpoint between them (the writes queued meanwhile wait for it as for the lock)."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
-        self.timed = TimedLock()
-        self._lock = self.timed
+        self.holds: list[float] = []  # appended in the writer thread, read once it is idle
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        started = time.perf_counter()
+        try:
+            super()._checkpoint(conn)
+        finally:
+            self.holds.append(time.perf_counter() - started)
+
+    @contextlib.contextmanager
+    def groups_timed(self) -> Iterator[None]:
+        original = db_module._run_group
+
+        def timed(conn: sqlite3.Connection, works: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(conn, works, **kwargs)
+            finally:
+                self.holds.append(time.perf_counter() - started)
+
+        db_module._run_group = timed
+        try:
+            yield
+        finally:
+            db_module._run_group = original
 
 
 async def _purge_with_appender(data_dir: Path) -> dict[str, float]:
     db = TimedDatabase(database_path(data_dir))
     await db.open()
+    with db.groups_timed():
+        return await _purge_timed(db)
+
+
+async def _purge_timed(db: TimedDatabase) -> dict[str, float]:
     tasks = TaskStore(db)
     request = parse_create({"model": "bench-model", "input": "go", "background": True}, "fail")
     task_id = (await tasks.create(NewTask(model="bench-model", request=request))).task_id
@@ -74,7 +87,7 @@ async def _purge_with_appender(data_dir: Path) -> dict[str, float]:
 
     running = asyncio.create_task(appender())
     await asyncio.sleep(0.2)
-    db.timed.holds.clear()
+    db.holds.clear()
     started = time.perf_counter()
     purged = await purge_finished(db, 7.0)
     total = time.perf_counter() - started
@@ -85,7 +98,7 @@ async def _purge_with_appender(data_dir: Path) -> dict[str, float]:
     return {
         "total": total,
         "purged": purged,
-        "hold": max(db.timed.holds) * 1000,
+        "hold": max(db.holds) * 1000,
         "append": max(appends) * 1000,
         "appends": len(appends),
         "left": left["c"] if left else -1,

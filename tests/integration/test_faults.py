@@ -32,15 +32,17 @@ TERMINAL = ("completed", "incomplete", "failed", "cancelled")
 async def limit_pages(db: Database, extra: int | None) -> None:
     """Test hook: cap the database at its current size plus `extra` pages (None: no cap),
     on the writer connection between transactions — a disk that is full, then freed."""
-    async with db._lock:
-        conn = db._writer
-        assert conn is not None
+    conn = db._writer
+    assert conn is not None
+
+    def cap(writer: sqlite3.Connection) -> None:  # one step of the writer thread's own
         if extra is None:
-            await conn.execute("PRAGMA max_page_count=1073741823")
+            writer.execute("PRAGMA max_page_count=1073741823").fetchall()
             return
-        row = await (await conn.execute("PRAGMA page_count")).fetchone()
-        assert row is not None
-        await conn.execute(f"PRAGMA max_page_count={int(row[0]) + extra}")
+        pages = int(writer.execute("PRAGMA page_count").fetchone()[0])
+        writer.execute(f"PRAGMA max_page_count={pages + extra}").fetchall()
+
+    await conn._execute(cap, conn._conn)
 
 
 def counts(db_path: Path) -> tuple[int, int, int]:

@@ -141,9 +141,13 @@ class Database:
         self.synchronous = synchronous
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
+        # The units waiting for the writer: the loop adds them, the writer thread takes them.
+        self._queue = threading.Lock()
         self._pending: list[_Unit] = []
-        self._flusher: asyncio.Task[None] | None = None
+        # True from the moment a unit finds no writer pass going on until a pass has found
+        # nothing more to take (Database._write_all): only one pass is ever queued or running.
+        self._writing = False
+        self._passes: asyncio.Task[None] | None = None
         # A descriptor on the -shm file, open from open() until after the connections are
         # closed: closing any descriptor of a file drops every POSIX lock this process holds
         # on it, SQLite's included (sqlite.org/howtocorrupt.html 2.2), so it is never
@@ -334,7 +338,7 @@ class Database:
         still share.
         """
         # Not shielded: a caller cancelled while waiting cancels only this future (the
-        # flusher skips a done one); its work still commits with its group, as it would
+        # writer's settling skips a done one); its work still commits with its group, as it would
         # have under a shield, and nothing is left whose exception nobody retrieves.
         return await self.submit(work, large=large)
 
@@ -347,60 +351,108 @@ class Database:
         if self._writer is None:
             raise RuntimeError("database is not open")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Unit(work, future, large))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_pending())
+        with self._queue:
+            self._pending.append(_Unit(work, future, large))
+            if self._writing:
+                return future  # the pass going on takes it
+            self._writing = True
+        self._passes = asyncio.create_task(self._write_all())
         return future
 
     def last_waiting(self) -> asyncio.Future[Any] | None:
         """The future of the unit submitted last, while it still waits for the writer: a
         batch that may still take work without letting it overtake a unit submitted after
         the batch (TaskStore.transition)."""
-        return self._pending[-1].future if self._pending else None
+        with self._queue:
+            return self._pending[-1].future if self._pending else None
 
-    async def _flush_pending(self) -> None:
-        while self._pending:
-            async with self._lock:
-                batch = self._next_group()
-                writer = self._writer
-                try:
-                    if writer is None:
-                        raise RuntimeError("database is not open")
-                    integrity = self._integrity
-                    group = _run_group
-                    if integrity is not None:  # the check beside the first writes (open)
-                        group = functools.partial(
-                            _run_group, before_commit=functools.partial(self._passed, integrity)
-                        )
-                    # aiosqlite's own hook for running a function in its connection thread:
-                    # one thread hop for the whole group instead of one per statement.
-                    outcomes = await writer._execute(  # type: ignore[no-untyped-call]
-                        group, writer._conn, [unit.work for unit in batch]
-                    )
-                    if integrity is not None:
-                        self._integrity = None  # it passed: this group committed
-                except BaseException as exc:
-                    failure = translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
-                    for unit in batch:
-                        if not unit.future.done():
-                            unit.future.set_exception(failure)
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-            for unit, (ok, value) in zip(batch, outcomes, strict=True):
-                future = unit.future
-                if future.done():
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    error = (
-                        translate(value, self.path) if isinstance(value, sqlite3.Error) else value
-                    )
-                    future.set_exception(error)
-            self._after_commit()
+    async def _write_all(self) -> None:
+        """On the loop: writer passes (`_write_groups`) until no unit is left waiting. A pass
+        ends when it finds none, or after a group that failed, which the loop has settled by
+        the time the next pass runs (so a later unit can see it failed: deltas.py)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            writer = self._writer
+            try:
+                if writer is None:
+                    raise RuntimeError("database is not open")
+                # aiosqlite's own hook for running a function in its connection thread.
+                await writer._execute(  # type: ignore[no-untyped-call]
+                    self._write_groups, writer._conn, loop
+                )
+            except BaseException as exc:
+                # The pass could not run (the database was closed) or this task was
+                # cancelled: the units it did not take fail, as a group that failed.
+                with self._queue:
+                    left, self._pending, self._writing = self._pending, [], False
+                self._settle(left, None, exc)
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            with self._queue:
+                if not self._pending:
+                    self._writing = False
+                    return
+
+    def _write_groups(self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop) -> None:
+        """In the writer thread: group after group (`_next_group`) while units wait. Each
+        group's outcomes go to the loop as soon as it has committed, and the next group
+        starts at once: the loop's turn (settling, publishing, the appenders preparing their
+        next tokens, B2) overlaps the writer's next transaction instead of standing between
+        two. After a group that failed, the pass stops: the loop settles that failure before
+        any later unit runs (a delta batch checks its task's previous one, deltas.py). The
+        WAL is checkpointed here too, between groups, once CHECKPOINT_FRAMES wait."""
+        while True:
+            with self._queue:
+                group = self._next_group()
+            if not group:
+                return
+            integrity = self._integrity
+            run = _run_group
+            if integrity is not None:  # the check beside the first writes (open)
+                run = functools.partial(
+                    _run_group, before_commit=functools.partial(self._passed, integrity)
+                )
+            try:
+                outcomes = run(conn, [unit.work for unit in group])
+            except BaseException as exc:
+                loop.call_soon_threadsafe(self._settle, group, None, exc)
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            if integrity is not None:
+                self._integrity = None  # it passed: this group committed
+            loop.call_soon_threadsafe(self._settle, group, outcomes, None)
             if self.wal_backlog() >= CHECKPOINT_FRAMES:
-                await self.checkpoint()
+                self._checkpoint(conn)
+
+    def _settle(
+        self,
+        group: list[_Unit],
+        outcomes: list[tuple[bool, Any]] | None,
+        error: BaseException | None,
+    ) -> None:
+        """On the loop: each unit's caller learns its outcome (a unit whose caller was
+        cancelled meanwhile is skipped), or the whole group's error; after a commit, the
+        after-commit hooks run."""
+        if error is not None:
+            failure = translate(error, self.path) if isinstance(error, sqlite3.Error) else error
+            for unit in group:
+                if not unit.future.done():
+                    unit.future.set_exception(failure)
+            return
+        assert outcomes is not None
+        for unit, (ok, value) in zip(group, outcomes, strict=True):
+            future = unit.future
+            if future.done():
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(
+                    translate(value, self.path) if isinstance(value, sqlite3.Error) else value
+                )
+        self._after_commit()
 
     def _next_group(self) -> list[_Unit]:
         """The units of the next transaction: up to MAX_GROUP in their order, with at most
@@ -466,18 +518,24 @@ class Database:
         return max(0, last - copied)
 
     async def checkpoint(self) -> None:
-        """A PASSIVE checkpoint as a write step of its own, between group commits. Only the
-        writer checkpoints (see DESIGN.md on SQLite's WAL-reset bug). A checkpoint that
-        fails loses nothing (the frames stay in the WAL): it is logged, the next one retries.
-        """
-        async with self._lock:
-            if self._writer is None or self._integrity is not None:
-                return  # nothing reaches the file before the integrity check has passed
-            try:
-                # Fetched to the end: a statement left in progress would block SAVEPOINT.
-                await self._writer.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error:
-                log.warning("WAL checkpoint failed; the next one retries", exc_info=True)
+        """A PASSIVE checkpoint now, in the writer thread between two groups (the writer
+        also checkpoints on its own once CHECKPOINT_FRAMES wait: `_write_groups`)."""
+        writer = self._writer
+        if writer is None:
+            return
+        await writer._execute(self._checkpoint, writer._conn)  # type: ignore[no-untyped-call]
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        """In the writer thread: a PASSIVE checkpoint as a write step of its own. Only the
+        writer checkpoints (see DESIGN.md on SQLite's WAL-reset bug). A checkpoint that fails
+        loses nothing (the frames stay in the WAL): it is logged, the next one retries."""
+        if self._integrity is not None:
+            return  # nothing reaches the file before the integrity check has passed
+        try:
+            # Fetched to the end: a statement left in progress would block SAVEPOINT.
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            log.warning("WAL checkpoint failed; the next one retries", exc_info=True)
 
 
 def _run_group(

@@ -28,11 +28,14 @@ Should that COMMIT fail, the task's next append or finish raises its error
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import orjson
 
 from lmsp_desktop.core.storage.events import Row, numbered_deltas
 from lmsp_desktop.core.storage.moves import commit_moves
@@ -134,8 +137,10 @@ class DeltaBatch:
 
     def failure(self) -> BaseException | None:
         """The error of this batch's commit once it has failed (None while it runs or once it
-        has committed). Read in the writer thread, for the batch after it: the database's
-        flusher sets the outcome before it hands the next group to the writer."""
+        has committed). Read in the writer thread, for the batch after it: the writer goes on
+        from a group to the next only once the group has committed, and after a failure the
+        loop settles it before the writer takes a later unit (Database._write_groups): not
+        done there means committed."""
         committed = self.committed
         if committed is None or not committed.done():
             return None
@@ -181,38 +186,43 @@ class DeltaBatch:
 
 
 def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str, Appended]:
-    running = conn.execute(
+    """The batch's statements, each run in as few SQLite steps as it can: every step lets
+    go of the GIL and takes it back, and taking it back waits for whatever Python the loop
+    is running meanwhile (the appenders building their next tokens). A RETURNING row is a
+    step of its own, and so is each row of an `executemany`: 32 tasks' 256 deltas took
+    some 330 steps, and their waits made the statements 1.7 ms a batch (B2). Now the
+    tasks' updates run without RETURNING, one SELECT reads back what they gave as one JSON
+    value, and the events go in as multi-row INSERTs (`insert_rows`): a few steps."""
+    conn.execute(
         "UPDATE tasks SET snapshot=v.column2, last_seq=last_seq+v.column3 FROM (VALUES "
-        f"{_rows(len(appends), 3)}) AS v WHERE tasks.id=v.column1 AND tasks.state='running'"
-        " RETURNING tasks.id, tasks.last_seq, tasks.model",
+        f"{_rows(len(appends), 3)}) AS v WHERE tasks.id=v.column1 AND tasks.state='running'",
         [x for a in appends for x in (a.task_id, a.snapshot_json, len(a.deltas))],
-    ).fetchall()  # fetched to the end: a statement in progress blocks RELEASE
-    if not running:
+    )
+    (found,) = conn.execute(
+        "SELECT json_group_array(json_array(t.id, t.last_seq, t.model, r.item_id)) FROM tasks t"
+        f" JOIN responses r ON r.id=t.id WHERE t.id IN ({_marks(len(appends))})"
+        " AND t.state='running'",
+        [a.task_id for a in appends],
+    ).fetchone()
+    moved = {task_id: (last, model, item) for task_id, last, model, item in orjson.loads(found)}
+    if not moved:
         return {}
-    moved = {str(task_id): (int(last), str(model)) for task_id, last, model in running}
     kept = [a for a in appends if a.task_id in moved]
-    items = dict(
-        conn.execute(
-            "UPDATE responses SET output_text=output_text || v.column2, output_tokens=v.column3,"
-            f" input_tokens=v.column4 FROM (VALUES {_rows(len(kept), 4)}) AS v"
-            " WHERE responses.id=v.column1 RETURNING responses.id, responses.item_id",
-            [
-                x
-                for a in kept
-                for x in (a.task_id, "".join(a.deltas), a.output_tokens, a.input_tokens)
-            ],
-        ).fetchall()
+    conn.execute(
+        "UPDATE responses SET output_text=output_text || v.column2, output_tokens=v.column3,"
+        f" input_tokens=v.column4 FROM (VALUES {_rows(len(kept), 4)}) AS v"
+        " WHERE responses.id=v.column1",
+        [x for a in kept for x in (a.task_id, "".join(a.deltas), a.output_tokens, a.input_tokens)],
     )
     now = time.time()
     done: dict[str, Appended] = {}
     rows = []
     for a in kept:
-        last, model = moved[a.task_id]
+        last, model, item_id = moved[a.task_id]
         first = last - len(a.deltas) + 1
-        item_id = items[a.task_id]
         rows += numbered_deltas(a.task_id, item_id, a.deltas, first, now)
         done[a.task_id] = Appended(last, model, item_id, first)
-    conn.executemany(INSERT_EVENT, rows)
+    insert_rows(conn, rows)
     finishes = [a.finish for a in kept if a.finish is not None]
     if finishes:
         # Read after the deltas' statements: the closing events carry the whole text, and
@@ -227,3 +237,27 @@ def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str,
 def _rows(n: int, width: int) -> str:
     row = "(" + ",".join("?" * width) + ")"
     return ",".join([row] * n)
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+INSERT_CHUNK = 256  # event rows one INSERT takes at most (1,280 SQL variables)
+
+
+def insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    """`executemany(INSERT_EVENT, rows)` in a few steps: multi-row INSERTs of a power of two
+    rows each (256, 128, ... 1), so the statement cache keeps the nine shapes they take."""
+    at = 0
+    while at < len(rows):
+        n = min(INSERT_CHUNK, 1 << ((len(rows) - at).bit_length() - 1))
+        conn.execute(_insert_sql(n), [x for row in rows[at : at + n] for x in row])
+        at += n
+
+
+@functools.cache
+def _insert_sql(n: int) -> str:
+    values = "VALUES " + _rows(1, 5)
+    assert INSERT_EVENT.endswith(values)
+    return INSERT_EVENT.replace(values, "VALUES " + _rows(n, 5))

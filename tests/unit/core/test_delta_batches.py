@@ -110,3 +110,19 @@ async def test_listeners_hear_deltas_and_a_cancel_in_the_order_they_were_committ
     assert appended.result() is True  # committed before the cancel
     assert [state for state, _ in heard] == [TaskState.RUNNING, TaskState.CANCELLING]
     assert heard[0][1] < heard[1][1]
+
+
+async def test_a_batch_of_more_events_than_one_insert_takes_keeps_every_event(
+    store: Store,
+) -> None:
+    """The events of a batch go in as multi-row INSERTs of at most 256 rows each (deltas.py):
+    three tasks' 303 deltas (256 + 32 + 8 + 4 + 2 + 1 rows) are all in the log, each once,
+    numbered gaplessly in their order, each task's text its own."""
+    ids = [await drive(store.tasks, TaskState.RUNNING) for _ in range(3)]
+    words = {t: [f" {t[-4:]}:{k}" for k in range(101)] for t in ids}
+    done = await asyncio.gather(*(append(store, t, words[t], 2 + 101) for t in ids))
+    assert done == [True, True, True]
+    for t in ids:
+        assert deltas_of(store, t) == ["Hel", "lo", *words[t]]
+        assert (await store.tasks.get(t))["output_text"] == "Hello" + "".join(words[t])
+    check_invariants(store.db.path)
