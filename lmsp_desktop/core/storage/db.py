@@ -1,9 +1,11 @@
-"""One SQLite database: a single writer connection under a lock, and a reader connection.
+"""One SQLite database: a single writer connection, and a reader connection.
 
 Every write goes through `run(work)`: a plain function of the writer's sqlite3 connection,
 run in the writer's thread inside a transaction (shared with the other units queued at that
-moment, each in its own savepoint), under an asyncio lock, so no two writes ever interleave.
-Reads go through `fetchall`/`fetchone` on the reader connection.
+moment, each in its own savepoint). A transaction, BEGIN IMMEDIATE to COMMIT, is one call in
+the writer thread, never spread over awaits, so no two writes ever interleave and no
+coroutine runs inside another's transaction (what DESIGN.md's lock from BEGIN to COMMIT is
+for). Reads go through `fetchall`/`fetchone` on the reader connection.
 """
 
 from __future__ import annotations
@@ -373,26 +375,38 @@ class Database:
         loop = asyncio.get_running_loop()
         while True:
             writer = self._writer
+            if writer is None:
+                self._end_passes(RuntimeError("database is not open"))
+                return
+            # aiosqlite's own hook for running a function in its connection thread.
+            going: asyncio.Future[None] = asyncio.ensure_future(
+                writer._execute(self._write_groups, writer._conn, loop)  # type: ignore[no-untyped-call]
+            )
             try:
-                if writer is None:
-                    raise RuntimeError("database is not open")
-                # aiosqlite's own hook for running a function in its connection thread.
-                await writer._execute(  # type: ignore[no-untyped-call]
-                    self._write_groups, writer._conn, loop
-                )
-            except BaseException as exc:
-                # The pass could not run (the database was closed) or this task was
-                # cancelled: the units it did not take fail, as a group that failed.
-                with self._queue:
-                    left, self._pending, self._writing = self._pending, [], False
-                self._settle(left, None, exc)
-                if not isinstance(exc, Exception):
-                    raise
+                await asyncio.shield(going)
+            except asyncio.CancelledError as exc:
+                # This task is cancelled (the loop shutting down), the pass goes on in the
+                # writer thread: the units it leaves fail once it has ended, not before (a
+                # second pass must not start while a failure it met is still unsettled).
+                going.add_done_callback(functools.partial(self._pass_stopped, exc))
+                raise
+            except Exception as exc:  # the pass could not run (the database was closed)
+                self._end_passes(exc)
                 return
             with self._queue:
                 if not self._pending:
                     self._writing = False
                     return
+
+    def _pass_stopped(self, error: BaseException, going: asyncio.Future[None]) -> None:
+        self._end_passes(error)
+
+    def _end_passes(self, error: BaseException) -> None:
+        """No pass is going on and none will start: the units left waiting fail with
+        `error`, as a group that failed."""
+        with self._queue:
+            left, self._pending, self._writing = self._pending, [], False
+        self._settle(left, None, error)
 
     def _write_groups(self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop) -> None:
         """In the writer thread: group after group (`_next_group`) while units wait. Each
@@ -518,8 +532,9 @@ class Database:
         return max(0, last - copied)
 
     async def checkpoint(self) -> None:
-        """A PASSIVE checkpoint now, in the writer thread between two groups (the writer
-        also checkpoints on its own once CHECKPOINT_FRAMES wait: `_write_groups`)."""
+        """A PASSIVE checkpoint now, in the writer thread once the pass going on has ended
+        (the writer also checkpoints between groups, once CHECKPOINT_FRAMES wait:
+        `_write_groups`)."""
         writer = self._writer
         if writer is None:
             return

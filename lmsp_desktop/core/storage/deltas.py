@@ -33,6 +33,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any, NamedTuple
 
 import orjson
@@ -58,6 +59,12 @@ class Append(NamedTuple):
     # should it have failed, these deltas must not be written after the missing ones.
     after: DeltaBatch | None = None
     early: bool = False  # answered before the commit returns (module docstring)
+    # The events' rows built on the loop (`Numbering`), flat as the INSERT binds them (five
+    # values a row), numbered from `first_seq` in message item `item_id`: used when the
+    # writer finds the task's log there, else built again there.
+    values: list[Any] | None = None
+    first_seq: int = 0
+    item_id: str | None = None
 
 
 class Appended(NamedTuple):
@@ -81,8 +88,13 @@ class DeltaBatch:
     has returned: no task and no shield per batch, and an appender cancelled meanwhile
     cancels only its own wait (its deltas still commit with the batch, as before)."""
 
-    def __init__(self) -> None:
+    def __init__(self, numbering: Numbering) -> None:
+        self._numbering = numbering
         self._appends: dict[str, Append] = {}
+        # Each task's previous batch while its commit was going on (Append.after), until the
+        # writer has checked it (then let go: a chain of them would keep every batch of a
+        # long generation, snapshots and all, alive).
+        self._after: dict[str, DeltaBatch] = {}
         self._waiters: list[tuple[str, asyncio.Future[bool]]] = []
         # Appends refused in the writer because the batch of the task's previous one failed.
         self._lost: dict[str, BaseException] = {}
@@ -90,6 +102,7 @@ class DeltaBatch:
         self.released: list[str] = []
         self._lock = threading.Lock()  # the loop adds, the writer thread takes
         self._taken = False
+        self._learned = False  # the numbering has heard this batch's outcome (`_learn`)
         self._loop = asyncio.get_running_loop()
         # The writer's commit of this batch (Database.submit); once it is done the batch
         # takes no more appends.
@@ -102,6 +115,9 @@ class DeltaBatch:
         with self._lock:
             if self._taken or len(self._appends) >= MAX_TASKS or append.task_id in self._appends:
                 return None
+            if append.after is not None:
+                self._after[append.task_id] = append.after
+                append = append._replace(after=None)
             self._appends[append.task_id] = append
         waiter: asyncio.Future[bool] = self._loop.create_future()
         self._waiters.append((append.task_id, waiter))
@@ -119,15 +135,11 @@ class DeltaBatch:
         with self._lock:
             self._taken = True
             appends = list(self._appends.values())
-        for a in appends:
-            if a.after is None:
-                continue
-            failure = a.after.failure()
+            after, self._after = self._after, {}
+        for task_id, previous in after.items():
+            failure = previous.failure()
             if failure is not None:
-                self._lost[a.task_id] = failure
-            # Checked: let the previous batch go (a chain of `after`s would keep every batch
-            # of a long generation, snapshots and all, alive).
-            self._appends[a.task_id] = a._replace(after=None)
+                self._lost[task_id] = failure
         kept = [a for a in appends if a.task_id not in self._lost]
         done = commit_appends(conn, kept) if kept else {}  # all refused: no statement to run
         if any(a.early and a.finish is None for a in appends):
@@ -151,6 +163,7 @@ class DeltaBatch:
     def _release(self, done: dict[str, Appended]) -> None:
         """On the loop, while the writer commits: each `early` appender without a finish
         learns whether its task was still running (the others wait for the commit: `settle`)."""
+        self._learn(done)
         for task_id, waiter in self._waiters:
             append = self._appends[task_id]
             if waiter.done() or not append.early or append.finish is not None:
@@ -163,6 +176,13 @@ class DeltaBatch:
                 if task_id in done:  # told its deltas are written: told again if they are not
                     self.released.append(task_id)
 
+    def _learn(self, done: dict[str, Appended]) -> None:
+        """Once per batch, as soon as its outcome is known (released early, or settled):
+        a second time would take the numbering back behind the appends made meanwhile."""
+        if not self._learned:
+            self._learned = True
+            self._numbering.learn(self._appends, done)
+
     def settle(self, committed: asyncio.Future[dict[str, Appended]]) -> None:
         """On the loop, once the commit has returned (after the listeners heard it): each
         appender learns whether its append committed, or the commit's error."""
@@ -172,6 +192,7 @@ class DeltaBatch:
             return
         error = committed.exception()
         done = {} if error is not None else committed.result()
+        self._learn(done)
         for task_id, waiter in self._waiters:
             if waiter.done():
                 continue  # released before the commit, or its appender was cancelled
@@ -186,22 +207,22 @@ class DeltaBatch:
 
 
 def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str, Appended]:
-    """The batch's statements, each run in as few SQLite steps as it can: every step lets
-    go of the GIL and takes it back, and taking it back waits for whatever Python the loop
-    is running meanwhile (the appenders building their next tokens). A RETURNING row is a
-    step of its own, and so is each row of an `executemany`: 32 tasks' 256 deltas took
-    some 330 steps, and their waits made the statements 1.7 ms a batch (B2). Now the
-    tasks' updates run without RETURNING, one SELECT reads back what they gave as one JSON
-    value, and the events go in as multi-row INSERTs (`insert_rows`): a few steps."""
+    """The batch's statements, in as few SQLite steps and as little Python as they can be:
+    the writer thread is what B2's rate waits on, and every step lets go of the GIL and
+    takes it back from the loop. The tasks' update runs without RETURNING (each returned
+    row is a step) and one SELECT reads back what it gave as one JSON value; the events'
+    rows, built on the loop when their numbers could be foreseen (`Numbering`), go in as
+    multi-row INSERTs (`insert_rows`; an `executemany` steps once a row)."""
     conn.execute(
         "UPDATE tasks SET snapshot=v.column2, last_seq=last_seq+v.column3 FROM (VALUES "
         f"{_rows(len(appends), 3)}) AS v WHERE tasks.id=v.column1 AND tasks.state='running'",
         [x for a in appends for x in (a.task_id, a.snapshot_json, len(a.deltas))],
     )
+    # `+t.state`: found by id; an index on the state would visit every running task.
     (found,) = conn.execute(
         "SELECT json_group_array(json_array(t.id, t.last_seq, t.model, r.item_id)) FROM tasks t"
         f" JOIN responses r ON r.id=t.id WHERE t.id IN ({_marks(len(appends))})"
-        " AND t.state='running'",
+        " AND +t.state='running'",
         [a.task_id for a in appends],
     ).fetchone()
     moved = {task_id: (last, model, item) for task_id, last, model, item in orjson.loads(found)}
@@ -216,13 +237,16 @@ def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str,
     )
     now = time.time()
     done: dict[str, Appended] = {}
-    rows = []
+    values: list[Any] = []
     for a in kept:
         last, model, item_id = moved[a.task_id]
         first = last - len(a.deltas) + 1
-        rows += numbered_deltas(a.task_id, item_id, a.deltas, first, now)
+        if a.values is not None and a.first_seq == first and a.item_id == item_id:
+            values += a.values
+        else:  # not foreseen, or foreseen wrong: numbered from the log itself
+            values += chain.from_iterable(numbered_deltas(a.task_id, item_id, a.deltas, first, now))
         done[a.task_id] = Appended(last, model, item_id, first)
-    insert_rows(conn, rows)
+    insert_rows(conn, values)
     finishes = [a.finish for a in kept if a.finish is not None]
     if finishes:
         # Read after the deltas' statements: the closing events carry the whole text, and
@@ -232,6 +256,43 @@ def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str,
                 row_or_error = RuntimeError(f"the finish of {task_id} found it not running")
             done[task_id] = done[task_id]._replace(finished=row_or_error)
     return done
+
+
+class Numbering:
+    """Each generating task's next event number and message item as the loop foresees them
+    (from its previous append), so its next deltas' rows are built on the loop, while the
+    writer runs the batch before (B2). Only a guess: the writer checks it against the log
+    and numbers the rows itself when it differs. Any other write of the task (a move, a
+    cancel, tool output) forgets it; a task's first append after that is numbered by the
+    writer, and its outcome teaches the next."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, tuple[int, str | None]] = {}
+
+    def rows(self, task_id: str, deltas: Sequence[str]) -> tuple[list[Any] | None, int, str | None]:
+        """The deltas' rows (flat), their first number and their item, if foreseen."""
+        foreseen = self._next.get(task_id)
+        if foreseen is None or not deltas:
+            return None, 0, None
+        first, item_id = foreseen
+        self._next[task_id] = (first + len(deltas), item_id)
+        rows = numbered_deltas(task_id, item_id, deltas, first, time.time())
+        return list(chain.from_iterable(rows)), first, item_id
+
+    def forget(self, task_id: str) -> None:
+        self._next.pop(task_id, None)
+
+    def learn(self, appends: dict[str, Append], done: dict[str, Appended]) -> None:
+        """On the loop, once a batch's outcome is known: each task the loop did not foresee
+        right goes on from what the writer found (a finish ends it: nothing to foresee)."""
+        for task_id, appended in done.items():
+            append = appends[task_id]
+            if append.finish is None and (
+                append.values is None
+                or append.first_seq != appended.first_seq
+                or append.item_id != appended.item_id
+            ):
+                self._next[task_id] = (appended.last_seq + 1, appended.item_id)
 
 
 def _rows(n: int, width: int) -> str:
@@ -244,20 +305,22 @@ def _marks(n: int) -> str:
 
 
 INSERT_CHUNK = 256  # event rows one INSERT takes at most (1,280 SQL variables)
+_WIDTH = 5  # values a task_events row binds (INSERT_EVENT)
 
 
-def insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    """`executemany(INSERT_EVENT, rows)` in a few steps: multi-row INSERTs of a power of two
-    rows each (256, 128, ... 1), so the statement cache keeps the nine shapes they take."""
-    at = 0
-    while at < len(rows):
-        n = min(INSERT_CHUNK, 1 << ((len(rows) - at).bit_length() - 1))
-        conn.execute(_insert_sql(n), [x for row in rows[at : at + n] for x in row])
-        at += n
+def insert_rows(conn: sqlite3.Connection, values: list[Any]) -> None:
+    """`executemany(INSERT_EVENT, rows)` for rows given flat, in a few steps: multi-row
+    INSERTs of a power of two rows each (256, 128, ... 1), so the statement cache keeps the
+    nine shapes they take."""
+    left, at = len(values) // _WIDTH, 0
+    while left:
+        n = min(INSERT_CHUNK, 1 << (left.bit_length() - 1))
+        conn.execute(_insert_sql(n), values[at : at + n * _WIDTH])
+        at, left = at + n * _WIDTH, left - n
 
 
 @functools.cache
 def _insert_sql(n: int) -> str:
-    values = "VALUES " + _rows(1, 5)
-    assert INSERT_EVENT.endswith(values)
-    return INSERT_EVENT.replace(values, "VALUES " + _rows(n, 5))
+    one = "VALUES " + _rows(1, _WIDTH)
+    assert INSERT_EVENT.endswith(one)
+    return INSERT_EVENT.replace(one, "VALUES " + _rows(n, _WIDTH))

@@ -31,7 +31,7 @@ from lmsp_desktop.core.states import (
 )
 from lmsp_desktop.core.storage.creates import Create, CreateBatch, CreateResult
 from lmsp_desktop.core.storage.db import Database
-from lmsp_desktop.core.storage.deltas import Append, Appended, DeltaBatch
+from lmsp_desktop.core.storage.deltas import Append, Appended, DeltaBatch, Numbering
 from lmsp_desktop.core.storage.events import (
     DELTA,
     DeltaEvents,
@@ -78,6 +78,7 @@ class TaskStore(TaskReads):
         super().__init__(db)
         self.listeners: list[Callable[[TaskChange], None]] = []
         self._deltas: DeltaBatch | None = None  # the appends waiting for the writer (B2)
+        self._numbering = Numbering()  # each generating task's next event number, foreseen
         # Each generating task's last append, until its batch's commit has returned: an
         # appender goes on before then (deltas.py), so the task's next write checks it.
         self._unsettled: dict[str, DeltaBatch] = {}
@@ -122,6 +123,8 @@ class TaskStore(TaskReads):
         A move of one task (the runner's start, finish, cancel confirmation...) joins the
         other such moves waiting for the writer: one unit of work for all of them
         (moves.py, B2)."""
+        for task_id in move.task_ids:
+            self._numbering.forget(task_id)  # its log goes on with events of the move
         if len(move.task_ids) != 1:
             rows = await self.db.run(lambda conn: transition_many(conn, move))
             self.publish([change_of(row) for row in rows])
@@ -190,6 +193,7 @@ class TaskStore(TaskReads):
         the snapshot that covers it, only while still running (False otherwise, as
         append_deltas). Each item is opened by its first text or call (output_items.py)."""
         snapshot_json = json.dumps(snapshot) if snapshot is not None else None
+        self._numbering.forget(task_id)
 
         def work(conn: sqlite3.Connection) -> tuple[int, str, tuple[str, ...]] | None:
             found = _still_running(conn, task_id, snapshot_json)
@@ -255,6 +259,10 @@ class TaskStore(TaskReads):
             finish.task_ids == (task_id,) and finish.from_states == (TaskState.RUNNING,)
         )
         snapshot_json = json.dumps(snapshot) if isinstance(snapshot, dict) else snapshot
+        # The rows built here, on the loop, while the writer runs the batch before (deltas.py).
+        values, first_seq, item_id = self._numbering.rows(task_id, deltas)
+        if finish is not None:
+            self._numbering.forget(task_id)  # its last deltas: nothing more to foresee
         append = Append(
             task_id,
             deltas,
@@ -264,6 +272,9 @@ class TaskStore(TaskReads):
             finish,
             self._unsettled.get(task_id),
             early,
+            values,
+            first_seq,
+            item_id,
         )
         if (
             finish is not None
@@ -275,10 +286,15 @@ class TaskStore(TaskReads):
             self._deltas = None
         # The tasks generating at this moment share one batch: three statements for all of
         # them in the writer (deltas.py) instead of three each (B2).
-        self._deltas, waiter = joined(self.db, self._deltas, append, DeltaBatch, self._committed)
+        self._deltas, waiter = joined(
+            self.db, self._deltas, append, self._new_deltas, self._committed
+        )
         self._unsettled[task_id] = self._deltas
         committed: bool = await waiter
         return committed
+
+    def _new_deltas(self) -> DeltaBatch:
+        return DeltaBatch(self._numbering)
 
     def _committed(self, batch: DeltaBatch, committed: asyncio.Future[dict[str, Appended]]) -> None:
         """Once a batch's commit has returned, in the same loop turn: its tasks' changes are
@@ -358,6 +374,7 @@ class TaskStore(TaskReads):
         queued → cancelled at once; loading/running → cancelling (the runner then stops and
         confirms); cancelling/cancelled → unchanged (idempotent); other finished states → 409.
         """
+        self._numbering.forget(task_id)
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> tuple[Row, bool]:

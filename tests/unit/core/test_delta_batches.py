@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.states import EventType, TaskState
 from lmsp_desktop.core.storage import db as db_module
 from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.transitions import append_events
 from tests.support.store_helpers import check_invariants, deltas_of, drive, units_counted
 
 TASKS = 12
@@ -125,4 +126,36 @@ async def test_a_batch_of_more_events_than_one_insert_takes_keeps_every_event(
     for t in ids:
         assert deltas_of(store, t) == ["Hel", "lo", *words[t]]
         assert (await store.tasks.get(t))["output_text"] == "Hello" + "".join(words[t])
+    check_invariants(store.db.path)
+
+
+async def test_deltas_foreseen_wrong_are_numbered_from_the_log(store: Store) -> None:
+    """A task's next deltas are numbered on the loop from its previous append (deltas.py,
+    Numbering). Should the log have grown another way meanwhile (here an event written by a
+    unit of work of its own, which the store's numbering never hears of), the writer numbers
+    them from the log: no number twice, no gap, the text in order."""
+    task_id = await drive(store.tasks, TaskState.RUNNING)
+    assert await append(store, task_id, [" a"], 3)
+    assert await append(store, task_id, [" b"], 4)  # foreseen from the one before
+
+    def another_event(conn: sqlite3.Connection) -> None:
+        (last,) = conn.execute("SELECT last_seq FROM tasks WHERE id=?", (task_id,)).fetchone()
+        append_events(conn, task_id, last, [{"type": EventType.RESUMED}])
+
+    await store.db.run(another_event)
+    assert await append(store, task_id, [" c"], 5)  # foreseen wrong: one number too low
+    assert await append(store, task_id, [" d"], 6)  # and the next from what the writer found
+    assert deltas_of(store, task_id) == ["Hel", "lo", " a", " b", " c", " d"]
+    assert (await store.tasks.get(task_id))["output_text"] == "Hello a b c d"
+    numbers = (
+        sqlite3.connect(store.db.path)
+        .execute(
+            "SELECT seq, json_extract(data, '$.sequence_number') FROM task_events WHERE task_id=?"
+            " ORDER BY seq",
+            (task_id,),
+        )
+        .fetchall()
+    )
+    assert [seq for seq, _ in numbers] == list(range(1, len(numbers) + 1))
+    assert all(seq == in_json for seq, in_json in numbers)  # each event says its own number
     check_invariants(store.db.path)
