@@ -136,8 +136,10 @@ class DeltaBatch:
             self._taken = True
             appends = list(self._appends.values())
             after, self._after = self._after, {}
+        # Most tasks of a batch come from the same one before: each previous batch once.
+        failures = {previous: previous.failure() for previous in set(after.values())}
         for task_id, previous in after.items():
-            failure = previous.failure()
+            failure = failures[previous]
             if failure is not None:
                 self._lost[task_id] = failure
         kept = [a for a in appends if a.task_id not in self._lost]
