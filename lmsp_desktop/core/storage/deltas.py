@@ -65,6 +65,7 @@ class Append(NamedTuple):
     values: list[Any] | None = None
     first_seq: int = 0
     item_id: str | None = None
+    model: str = ""  # the task's model, foreseen with the numbers
 
 
 class Appended(NamedTuple):
@@ -211,26 +212,30 @@ class DeltaBatch:
 def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str, Appended]:
     """The batch's statements, in as few SQLite steps and as little Python as they can be:
     the writer thread is what B2's rate waits on, and every step lets go of the GIL and
-    takes it back from the loop. The tasks' update runs without RETURNING (each returned
-    row is a step) and one SELECT reads back what it gave as one JSON value; the events'
-    rows, built on the loop when their numbers could be foreseen (`Numbering`), go in as
-    multi-row INSERTs (`insert_rows`; an `executemany` steps once a row)."""
-    conn.execute(
-        "UPDATE tasks SET snapshot=v.column2, last_seq=last_seq+v.column3 FROM (VALUES "
-        f"{_rows(len(appends), 3)}) AS v WHERE tasks.id=v.column1 AND tasks.state='running'",
-        [x for a in appends for x in (a.task_id, a.snapshot_json, len(a.deltas))],
-    )
-    # `+t.state`: found by id; an index on the state would visit every running task.
-    (found,) = conn.execute(
-        "SELECT json_group_array(json_array(t.id, t.last_seq, t.model, r.item_id)) FROM tasks t"
-        f" JOIN responses r ON r.id=t.id WHERE t.id IN ({_marks(len(appends))})"
-        " AND +t.state='running'",
-        [a.task_id for a in appends],
-    ).fetchone()
-    moved = {task_id: (last, model, item) for task_id, last, model, item in orjson.loads(found)}
-    if not moved:
-        return {}
-    kept = [a for a in appends if a.task_id in moved]
+    takes it back from the loop.
+
+    The tasks whose numbers the loop foresaw (`Numbering`) are moved in one UPDATE that also
+    checks each one's last number: when it moved them all (its row count), everything the
+    appends need is known, and their rows, built on the loop, go in as they are. Otherwise
+    (a task's first append, a task no longer running, or a number foreseen wrong) the tasks
+    it left are moved by a second UPDATE and one SELECT reads back, as one JSON value, what
+    both gave; their rows are numbered from the log. The events go in as multi-row INSERTs
+    (`insert_rows`; an `executemany` steps once a row)."""
+    foreseen = [a for a in appends if a.values is not None]
+    moved_at_once = 0
+    if foreseen:
+        moved_at_once = conn.execute(
+            _MOVE_FORESEEN.format(rows=_rows(len(foreseen), 4)),
+            [x for a in foreseen for x in (a.task_id, a.snapshot_json, len(a.deltas), a.first_seq)],
+        ).rowcount
+    if moved_at_once == len(appends):
+        kept = appends
+        moved = {a.task_id: (a.first_seq + len(a.deltas) - 1, a.model, a.item_id) for a in kept}
+    else:
+        moved = _move_the_others(conn, appends)
+        if not moved:
+            return {}
+        kept = [a for a in appends if a.task_id in moved]
     conn.execute(
         "UPDATE responses SET output_text=output_text || v.column2, output_tokens=v.column3,"
         f" input_tokens=v.column4 FROM (VALUES {_rows(len(kept), 4)}) AS v"
@@ -260,6 +265,39 @@ def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str,
     return done
 
 
+# Each foreseen task moved past its deltas if it still runs and its log ends just before
+# the first number foreseen for them (column4).
+_MOVE_FORESEEN = (
+    "UPDATE tasks SET snapshot=v.column2, last_seq=last_seq+v.column3 FROM (VALUES {rows}) AS v"
+    " WHERE tasks.id=v.column1 AND tasks.state='running' AND tasks.last_seq=v.column4-1"
+)
+
+
+def _move_the_others(
+    conn: sqlite3.Connection, appends: list[Append]
+) -> dict[str, tuple[int, str, str | None]]:
+    """The running tasks `_MOVE_FORESEEN` left (not foreseen, or foreseen wrong), moved past
+    their deltas; then every running task of the batch's last number, model and message
+    item. A task that statement moved is told from one it left by its log: rule 11.2 keeps
+    `last_seq` the number of a task's last event, so a task whose log has an event at its
+    `last_seq` was not moved yet (a moved one's new events are not written yet)."""
+    conn.execute(
+        "UPDATE tasks SET snapshot=v.column2, last_seq=last_seq+v.column3 FROM (VALUES "
+        f"{_rows(len(appends), 3)}) AS v WHERE tasks.id=v.column1 AND tasks.state='running'"
+        " AND EXISTS (SELECT 1 FROM task_events e WHERE e.task_id=tasks.id"
+        " AND e.seq=tasks.last_seq)",
+        [x for a in appends for x in (a.task_id, a.snapshot_json, len(a.deltas))],
+    )
+    # `+t.state`: found by id; an index on the state would visit every running task.
+    (found,) = conn.execute(
+        "SELECT json_group_array(json_array(t.id, t.last_seq, t.model, r.item_id)) FROM tasks t"
+        f" JOIN responses r ON r.id=t.id WHERE t.id IN ({_marks(len(appends))})"
+        " AND +t.state='running'",
+        [a.task_id for a in appends],
+    ).fetchone()
+    return {task_id: (last, model, item) for task_id, last, model, item in orjson.loads(found)}
+
+
 class Numbering:
     """Each generating task's next event number and message item as the loop foresees them
     (from its previous append), so its next deltas' rows are built on the loop, while the
@@ -269,17 +307,20 @@ class Numbering:
     writer, and its outcome teaches the next."""
 
     def __init__(self) -> None:
-        self._next: dict[str, tuple[int, str | None]] = {}
+        self._next: dict[str, tuple[int, str | None, str]] = {}
 
-    def rows(self, task_id: str, deltas: Sequence[str]) -> tuple[list[Any] | None, int, str | None]:
-        """The deltas' rows (flat), their first number and their item, if foreseen."""
+    def rows(
+        self, task_id: str, deltas: Sequence[str]
+    ) -> tuple[list[Any] | None, int, str | None, str]:
+        """The deltas' rows (flat), their first number, their item and the task's model, if
+        foreseen."""
         foreseen = self._next.get(task_id)
         if foreseen is None or not deltas:
-            return None, 0, None
-        first, item_id = foreseen
-        self._next[task_id] = (first + len(deltas), item_id)
+            return None, 0, None, ""
+        first, item_id, model = foreseen
+        self._next[task_id] = (first + len(deltas), item_id, model)
         rows = numbered_deltas(task_id, item_id, deltas, first, time.time())
-        return list(chain.from_iterable(rows)), first, item_id
+        return list(chain.from_iterable(rows)), first, item_id, model
 
     def forget(self, task_id: str) -> None:
         self._next.pop(task_id, None)
@@ -294,7 +335,7 @@ class Numbering:
                 or append.first_seq != appended.first_seq
                 or append.item_id != appended.item_id
             ):
-                self._next[task_id] = (appended.last_seq + 1, appended.item_id)
+                self._next[task_id] = (appended.last_seq + 1, appended.item_id, appended.model)
 
 
 def _rows(n: int, width: int) -> str:

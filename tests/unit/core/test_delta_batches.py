@@ -159,3 +159,49 @@ async def test_deltas_foreseen_wrong_are_numbered_from_the_log(store: Store) -> 
     assert [seq for seq, _ in numbers] == list(range(1, len(numbers) + 1))
     assert all(seq == in_json for seq, in_json in numbers)  # each event says its own number
     check_invariants(store.db.path)
+
+
+async def test_one_batch_of_tasks_foreseen_right_wrong_not_at_all_and_stopped(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer moves the tasks whose numbers the loop foresaw in one statement, and the
+    ones it left (never foreseen, foreseen wrong) in another (deltas.py): each task of such a
+    mixed batch is moved past its deltas once, its events numbered gaplessly from its own log,
+    and a task no longer running — whether the numbering knew it or not — commits nothing."""
+    right, wrong, stopped_known, stopped, fresh = [
+        await drive(store.tasks, TaskState.RUNNING) for _ in range(5)
+    ]
+    for task_id in (right, wrong, stopped_known):
+        assert await append(store, task_id, [" a"], 3)  # the next numbers foreseen from here
+
+    def another_event(conn: sqlite3.Connection) -> None:
+        (last,) = conn.execute("SELECT last_seq FROM tasks WHERE id=?", (wrong,)).fetchone()
+        append_events(conn, wrong, last, [{"type": EventType.RESUMED}])
+
+    await store.db.run(another_event)  # `wrong`'s log grows behind the numbering's back
+    await store.tasks.cancel(stopped)
+    with monkeypatch.context() as patched:  # a stop the numbering does not hear of
+        patched.setattr(store.tasks._numbering, "forget", lambda task_id: None)
+        await store.tasks.cancel(stopped_known)
+    units = units_counted(monkeypatch)
+    ids = [right, wrong, stopped_known, stopped, fresh]
+    done = await asyncio.gather(*(append(store, t, [" b", " c"], 5) for t in ids))
+    assert units == [1]  # one batch
+    assert done == [True, True, False, False, True]
+
+    assert deltas_of(store, right) == ["Hel", "lo", " a", " b", " c"]
+    assert deltas_of(store, wrong) == ["Hel", "lo", " a", " b", " c"]
+    assert deltas_of(store, fresh) == ["Hel", "lo", " b", " c"]
+    assert deltas_of(store, stopped_known) == ["Hel", "lo", " a"]
+    assert deltas_of(store, stopped) == ["Hel", "lo"]
+    for task_id, text in [(right, "Hello a b c"), (wrong, "Hello a b c"), (fresh, "Hello b c")]:
+        row = await store.tasks.get(task_id)
+        assert row["output_text"] == text
+        assert json.loads(row["snapshot"]) == {"tokens": list(range(5))}
+    # And the batch after it is foreseen from what this one found, wrong or not.
+    done = await asyncio.gather(*(append(store, t, [" d"], 6) for t in (right, wrong, fresh)))
+    assert done == [True, True, True]
+    assert units == [1, 1]
+    for task_id in (right, wrong, fresh):
+        assert deltas_of(store, task_id)[-3:] == [" b", " c", " d"]
+    check_invariants(store.db.path)  # gapless numbers ending at last_seq, each once
