@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Sequence
 from itertools import chain
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import orjson
@@ -51,6 +52,7 @@ class Append(NamedTuple):
 
     task_id: str
     deltas: Sequence[str]
+    text: str  # the deltas joined
     output_tokens: int
     input_tokens: int
     snapshot_json: str | None
@@ -59,13 +61,11 @@ class Append(NamedTuple):
     # should it have failed, these deltas must not be written after the missing ones.
     after: DeltaBatch | None = None
     early: bool = False  # answered before the commit returns (module docstring)
-    # The events' rows built on the loop (`Numbering`), flat as the INSERT binds them (five
-    # values a row), numbered from `first_seq` in message item `item_id`: used when the
-    # writer finds the task's log there, else built again there.
+    # What the loop foresees the append gives (`Numbering`), and the events' rows built
+    # there for it, flat as the INSERT binds them (five values a row): used when the writer
+    # finds the task's log there, else built again there.
+    foreseen: Appended | None = None
     values: list[Any] | None = None
-    first_seq: int = 0
-    item_id: str | None = None
-    model: str = ""  # the task's model, foreseen with the numbers
 
 
 class Appended(NamedTuple):
@@ -103,6 +103,7 @@ class DeltaBatch:
         self.released: list[str] = []
         self._lock = threading.Lock()  # the loop adds, the writer thread takes
         self._taken = False
+        self._early = False  # an `early` append without a finish has joined
         self._learned = False  # the numbering has heard this batch's outcome (`_learn`)
         self._loop = asyncio.get_running_loop()
         # The writer's commit of this batch (Database.submit); once it is done the batch
@@ -120,6 +121,7 @@ class DeltaBatch:
                 self._after[append.task_id] = append.after
                 append = append._replace(after=None)
             self._appends[append.task_id] = append
+            self._early = self._early or (append.early and append.finish is None)
         waiter: asyncio.Future[bool] = self._loop.create_future()
         self._waiters.append((append.task_id, waiter))
         return waiter
@@ -143,9 +145,9 @@ class DeltaBatch:
             failure = failures[previous]
             if failure is not None:
                 self._lost[task_id] = failure
-        kept = [a for a in appends if a.task_id not in self._lost]
+        kept = [a for a in appends if a.task_id not in self._lost] if self._lost else appends
         done = commit_appends(conn, kept) if kept else {}  # all refused: no statement to run
-        if any(a.early and a.finish is None for a in appends):
+        if self._early:
             # Before the COMMIT: the appenders go on while it syncs (module docstring).
             self._loop.call_soon_threadsafe(self._release, done)
         return done
@@ -221,38 +223,40 @@ def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str,
     it left are moved by a second UPDATE and one SELECT reads back, as one JSON value, what
     both gave; their rows are numbered from the log. The events go in as multi-row INSERTs
     (`insert_rows`; an `executemany` steps once a row)."""
-    foreseen = [a for a in appends if a.values is not None]
+    foreseen = [a for a in appends if a.foreseen is not None]
     moved_at_once = 0
     if foreseen:
         moved_at_once = conn.execute(
             _MOVE_FORESEEN.format(rows=_rows(len(foreseen), 4)),
-            [x for a in foreseen for x in (a.task_id, a.snapshot_json, len(a.deltas), a.first_seq)],
+            list(chain.from_iterable(map(_foreseen_move, foreseen))),
         ).rowcount
-    if moved_at_once == len(appends):
+    done: dict[str, Appended] = {}
+    values: list[Any] = []
+    if moved_at_once == len(appends):  # each one foreseen, and foreseen right
         kept = appends
-        moved = {a.task_id: (a.first_seq + len(a.deltas) - 1, a.model, a.item_id) for a in kept}
+        done = {a.task_id: a.foreseen for a in foreseen if a.foreseen is not None}
+        values = list(chain.from_iterable(map(_values, kept)))
     else:
         moved = _move_the_others(conn, appends)
         if not moved:
             return {}
         kept = [a for a in appends if a.task_id in moved]
+        now = time.time()
+        for a in kept:
+            last, model, item_id = moved[a.task_id]
+            appended = Appended(last, model, item_id, last - len(a.deltas) + 1)
+            if a.values is not None and a.foreseen == appended:
+                values += a.values
+            else:  # not foreseen, or foreseen wrong: numbered from the log itself
+                rows = numbered_deltas(a.task_id, item_id, a.deltas, appended.first_seq, now)
+                values += chain.from_iterable(rows)
+            done[a.task_id] = appended
     conn.execute(
         "UPDATE responses SET output_text=output_text || v.column2, output_tokens=v.column3,"
         f" input_tokens=v.column4 FROM (VALUES {_rows(len(kept), 4)}) AS v"
         " WHERE responses.id=v.column1",
-        [x for a in kept for x in (a.task_id, "".join(a.deltas), a.output_tokens, a.input_tokens)],
+        list(chain.from_iterable(map(_text_update, kept))),
     )
-    now = time.time()
-    done: dict[str, Appended] = {}
-    values: list[Any] = []
-    for a in kept:
-        last, model, item_id = moved[a.task_id]
-        first = last - len(a.deltas) + 1
-        if a.values is not None and a.first_seq == first and a.item_id == item_id:
-            values += a.values
-        else:  # not foreseen, or foreseen wrong: numbered from the log itself
-            values += chain.from_iterable(numbered_deltas(a.task_id, item_id, a.deltas, first, now))
-        done[a.task_id] = Appended(last, model, item_id, first)
     insert_rows(conn, values)
     finishes = [a.finish for a in kept if a.finish is not None]
     if finishes:
@@ -265,12 +269,16 @@ def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str,
     return done
 
 
-# Each foreseen task moved past its deltas if it still runs and its log ends just before
-# the first number foreseen for them (column4).
+# Each foreseen task moved to its last number foreseen (column3) if it still runs and its
+# log ends just before the first one (column4). The statements' values are taken from the
+# appends by attrgetters: in C, as the writer's Python is on B2's critical path.
 _MOVE_FORESEEN = (
-    "UPDATE tasks SET snapshot=v.column2, last_seq=last_seq+v.column3 FROM (VALUES {rows}) AS v"
+    "UPDATE tasks SET snapshot=v.column2, last_seq=v.column3 FROM (VALUES {rows}) AS v"
     " WHERE tasks.id=v.column1 AND tasks.state='running' AND tasks.last_seq=v.column4-1"
 )
+_foreseen_move = attrgetter("task_id", "snapshot_json", "foreseen.last_seq", "foreseen.first_seq")
+_text_update = attrgetter("task_id", "text", "output_tokens", "input_tokens")
+_values = attrgetter("values")
 
 
 def _move_the_others(
@@ -307,35 +315,30 @@ class Numbering:
     writer, and its outcome teaches the next."""
 
     def __init__(self) -> None:
-        self._next: dict[str, tuple[int, str | None, str]] = {}
+        self._last: dict[str, Appended] = {}  # each task's last append, as committed or foreseen
 
-    def rows(
-        self, task_id: str, deltas: Sequence[str]
-    ) -> tuple[list[Any] | None, int, str | None, str]:
-        """The deltas' rows (flat), their first number, their item and the task's model, if
-        foreseen."""
-        foreseen = self._next.get(task_id)
-        if foreseen is None or not deltas:
-            return None, 0, None, ""
-        first, item_id, model = foreseen
-        self._next[task_id] = (first + len(deltas), item_id, model)
-        rows = numbered_deltas(task_id, item_id, deltas, first, time.time())
-        return list(chain.from_iterable(rows)), first, item_id, model
+    def rows(self, task_id: str, deltas: Sequence[str]) -> tuple[list[Any] | None, Appended | None]:
+        """The deltas' rows (flat) and what their append gives, if foreseen."""
+        last = self._last.get(task_id)
+        if last is None or not deltas:
+            return None, None
+        foreseen = Appended(
+            last.last_seq + len(deltas), last.model, last.item_id, last.last_seq + 1
+        )
+        self._last[task_id] = foreseen
+        rows = numbered_deltas(task_id, foreseen.item_id, deltas, foreseen.first_seq, time.time())
+        return list(chain.from_iterable(rows)), foreseen
 
     def forget(self, task_id: str) -> None:
-        self._next.pop(task_id, None)
+        self._last.pop(task_id, None)
 
     def learn(self, appends: dict[str, Append], done: dict[str, Appended]) -> None:
         """On the loop, once a batch's outcome is known: each task the loop did not foresee
         right goes on from what the writer found (a finish ends it: nothing to foresee)."""
         for task_id, appended in done.items():
             append = appends[task_id]
-            if append.finish is None and (
-                append.values is None
-                or append.first_seq != appended.first_seq
-                or append.item_id != appended.item_id
-            ):
-                self._next[task_id] = (appended.last_seq + 1, appended.item_id, appended.model)
+            if append.finish is None and append.foreseen != appended:
+                self._last[task_id] = appended
 
 
 def _rows(n: int, width: int) -> str:

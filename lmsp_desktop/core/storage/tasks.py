@@ -260,22 +260,21 @@ class TaskStore(TaskReads):
         )
         snapshot_json = json.dumps(snapshot) if isinstance(snapshot, dict) else snapshot
         # The rows built here, on the loop, while the writer runs the batch before (deltas.py).
-        values, first_seq, item_id, model = self._numbering.rows(task_id, deltas)
+        values, foreseen = self._numbering.rows(task_id, deltas)
         if finish is not None:
             self._numbering.forget(task_id)  # its last deltas: nothing more to foresee
         append = Append(
             task_id,
             deltas,
+            "".join(deltas),
             output_tokens,
             input_tokens,
             snapshot_json,
             finish,
             self._unsettled.get(task_id),
             early,
+            foreseen,
             values,
-            first_seq,
-            item_id,
-            model,
         )
         if (
             finish is not None
