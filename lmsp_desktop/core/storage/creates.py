@@ -2,9 +2,10 @@
 
 The creates made while the writer is busy join one `CreateBatch`, which the writer commits
 as one unit of work: each create's idempotency key claimed (or replayed, or refused) in
-turn, then the rows of all those that go ahead in one `executemany` per table (responses,
-tasks, their `response.created` events, the keys' 202 answers) instead of a savepoint and
-seven statements each. Each caller is answered only after the group holding its rows has
+turn, then the rows of all those that go ahead in one multi-row INSERT per table
+(responses, tasks, their `response.created` events; inserts.py) and the keys' 202 answers,
+instead of a savepoint and seven statements each. Each create's response object is built on
+the loop before it joins (`prepared`); the writer adds the queue position it counts. Each caller is answered only after the group holding its rows has
 committed (rule 11.2: its 202 and its event follow the commit).
 
 A create that fails its own checks (a key reused with another body: 422; one still being
@@ -30,6 +31,7 @@ from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.db import settle_waiters
 from lmsp_desktop.core.storage.events import created_event_row, to_json
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, claim_key, mark_answered
+from lmsp_desktop.core.storage.inserts import insert_rows
 from lmsp_desktop.core.storage.task_reads import queue_length_in
 from lmsp_desktop.core.storage.transitions import INSERT_EVENT
 
@@ -96,12 +98,23 @@ def created_row(spec: NewTask, now: int, request_json: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Create:
-    """One create as the loop prepared it: the task, its key, its time and request JSON."""
+    """One create as the loop prepared it: the task, its key, its time, its request JSON and
+    its response object, all but the queue position, which the writer counts."""
 
     spec: NewTask
     claim: IdempotencyClaim | None
     now: int
     request_json: str
+    body: dict[str, Any]
+
+
+def prepared(spec: NewTask, claim: IdempotencyClaim | None) -> Create:
+    """On the loop, before the create joins a batch: what the writer thread would otherwise
+    build while the loop waits for it, or fights it for the GIL (B1)."""
+    now = int(time.time())
+    request_json = to_json(spec.request)
+    body = build_response(created_row(spec, now, request_json), None, spec.request)
+    return Create(spec, claim, now, request_json, body)
 
 
 class CreateBatch:
@@ -204,28 +217,32 @@ def _write(conn: sqlite3.Connection, creates: list[Create]) -> list[Outcome]:
         going.append((at, create))
     if not going:
         return [outcome for outcome in outcomes if outcome is not None]
-    conn.executemany(
-        INSERT_RESPONSE, [(c.spec.id, c.now, c.spec.model, c.request_json) for _, c in going]
+    # Multi-row INSERTs (inserts.py): a step per row would give the GIL back to the busy
+    # loop and wait to take it again, row after row.
+    insert_rows(
+        conn,
+        INSERT_RESPONSE,
+        [x for _, c in going for x in (c.spec.id, c.now, c.spec.model, c.request_json)],
     )
     # Queue positions: each model's queue as the writer counts it, then one more for each
     # new task of it, in their order (the order of their `n`).
     queued = {model: queue_length_in(conn, model) for model in {c.spec.model for _, c in going}}
-    conn.executemany(INSERT_TASK, [_task_row(c.spec, c.now) for _, c in going])
-    events, answers = [], []
+    insert_rows(conn, INSERT_TASK, [x for _, c in going for x in _task_row(c.spec, c.now)])
+    events: list[Any] = []  # flat, as insert_rows takes them
+    answers = []
     for at, create in going:
         spec = create.spec
         queued[spec.model] += 1
-        body = build_response(
-            created_row(spec, create.now, create.request_json), queued[spec.model], spec.request
-        )
+        body = create.body
+        body["task"]["queue_position"] = queued[spec.model]
         body_json = to_json(body)
-        events.append(created_event_row(spec.id, body_json, time.time()))
+        events += created_event_row(spec.id, body_json, time.time())
         background = spec.mode == "background"
         if create.claim is not None and background:  # a retry replays the 202 at once
             answers.append((202, body_json, create.claim.client_id, create.claim.key))
         status = 202 if background else 200
         outcomes[at] = (True, CreateResult(spec.id, status, body, body_json=body_json))
-    conn.executemany(INSERT_EVENT, events)
+    insert_rows(conn, INSERT_EVENT, events)
     if answers:
         mark_answered(conn, answers)
     return [outcome for outcome in outcomes if outcome is not None]

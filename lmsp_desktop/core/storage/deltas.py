@@ -28,7 +28,6 @@ Should that COMMIT fail, the task's next append or finish raises its error
 from __future__ import annotations
 
 import asyncio
-import functools
 import sqlite3
 import threading
 import time
@@ -40,6 +39,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from lmsp_desktop.core.storage.events import Row, numbered_deltas
+from lmsp_desktop.core.storage.inserts import insert_rows
 from lmsp_desktop.core.storage.moves import commit_moves
 from lmsp_desktop.core.storage.transitions import INSERT_EVENT, Transition
 
@@ -257,7 +257,7 @@ def commit_appends(conn: sqlite3.Connection, appends: list[Append]) -> dict[str,
         " WHERE responses.id=v.column1",
         list(chain.from_iterable(map(_text_update, kept))),
     )
-    insert_rows(conn, values)
+    insert_rows(conn, INSERT_EVENT, values)
     finishes = [a.finish for a in kept if a.finish is not None]
     if finishes:
         # Read after the deltas' statements: the closing events carry the whole text, and
@@ -348,25 +348,3 @@ def _rows(n: int, width: int) -> str:
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)
-
-
-INSERT_CHUNK = 256  # event rows one INSERT takes at most (1,280 SQL variables)
-_WIDTH = 5  # values a task_events row binds (INSERT_EVENT)
-
-
-def insert_rows(conn: sqlite3.Connection, values: list[Any]) -> None:
-    """`executemany(INSERT_EVENT, rows)` for rows given flat, in a few steps: multi-row
-    INSERTs of a power of two rows each (256, 128, ... 1), so the statement cache keeps the
-    nine shapes they take."""
-    left, at = len(values) // _WIDTH, 0
-    while left:
-        n = min(INSERT_CHUNK, 1 << (left.bit_length() - 1))
-        conn.execute(_insert_sql(n), values[at : at + n * _WIDTH])
-        at, left = at + n * _WIDTH, left - n
-
-
-@functools.cache
-def _insert_sql(n: int) -> str:
-    one = "VALUES " + _rows(1, _WIDTH)
-    assert INSERT_EVENT.endswith(one)
-    return INSERT_EVENT.replace(one, "VALUES " + _rows(n, _WIDTH))

@@ -29,7 +29,7 @@ from lmsp_desktop.core.states import (
     TaskKind,
     TaskState,
 )
-from lmsp_desktop.core.storage.creates import Create, CreateBatch, CreateResult
+from lmsp_desktop.core.storage.creates import CreateBatch, CreateResult, prepared
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.deltas import Append, Appended, DeltaBatch, Numbering
 from lmsp_desktop.core.storage.events import (
@@ -40,7 +40,6 @@ from lmsp_desktop.core.storage.events import (
     closing_with,
     in_progress,
     message_opened,
-    to_json,
 )
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim
 from lmsp_desktop.core.storage.moves import MoveBatch, Outcome
@@ -103,7 +102,7 @@ class TaskStore(TaskReads):
         The caller may answer 202 as soon as this returns: the commit has happened. The
         creates made meanwhile share one unit of work for the writer (creates.py, B1).
         """
-        create = Create(spec, idempotency, int(time.time()), to_json(spec.request))
+        create = prepared(spec, idempotency)
         self._creates, waiter = joined(
             self.db, self._creates, create, CreateBatch, CreateBatch.settle
         )
