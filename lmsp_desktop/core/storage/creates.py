@@ -5,8 +5,9 @@ as one unit of work: each create's idempotency key claimed (or replayed, or refu
 turn, then the rows of all those that go ahead in one multi-row INSERT per table
 (responses, tasks, their `response.created` events; inserts.py) and the keys' 202 answers,
 instead of a savepoint and seven statements each. Each create's response object is built on
-the loop before it joins (`prepared`); the writer adds the queue position it counts. Each caller is answered only after the group holding its rows has
-committed (rule 11.2: its 202 and its event follow the commit).
+the loop before it joins (`prepared`); the writer adds the queue position it counts. Each
+caller is answered only after the group holding its rows has committed (rule 11.2: its 202
+and its event follow the commit).
 
 A create that fails its own checks (a key reused with another body: 422; one still being
 answered: 409) fails alone: its rows are never written. A statement that fails for one
