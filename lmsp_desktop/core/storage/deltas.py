@@ -2,11 +2,12 @@
 
 Each running task hands over its new tokens' text as one `Append`. The appends made while
 the writer is busy join one `DeltaBatch`, which the writer commits as one unit of work in
-three set-based statements, whatever the number of tasks in it: the compare-and-set on
-`running` that stores each task's snapshot and moves its `last_seq` past its deltas, the
-texts appended (which gives each message item's id), and all the events inserted. What a
-task's append returns is what its own statements gave: a task no longer running commits
-nothing, and the others are not affected.
+a few set-based statements, whatever the number of tasks in it (`commit_appends`): the
+compare-and-set on `running` that stores each task's snapshot and moves its `last_seq` past
+its deltas (checking the numbers the loop foresaw; a read-back only when they were not all
+right), the texts appended, and all the events inserted. What a task's append returns is
+what its own statements gave: a task no longer running commits nothing, and the others are
+not affected.
 
 A task's last append may carry its finish (the completion move, TaskStore.finishing): the
 writer applies it right after the deltas, in the same transaction (transitions.apply_moves,
