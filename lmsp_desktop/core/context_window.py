@@ -181,11 +181,12 @@ class TokenCounter:
         param: str = "input",
         cap: int = 0,
         own: int = 0,
+        can_truncate: bool = False,
     ) -> int | None:
         """Count the prompt and, if it does not fit, truncate (truncation auto) or refuse
         (the hint told Max context, `cap`, and the model's own context setting, `own`; 0:
-        none). Returns the prompt's token count, or None when the model cannot be read
-        here."""
+        none; `truncation: "auto"` suggested where the API takes it, `can_truncate`).
+        Returns the prompt's token count, or None when the model cannot be read here."""
         vocab = self._vocab(Path(info.path), int(info.mtime_ns), info.chat_template)
         if vocab is None:
             return None
@@ -212,7 +213,9 @@ class TokenCounter:
             messages = shorter
             count = counted(messages)
         if count >= limit:
-            raise context_exceeded(count, limit, truncate, param, info, cap, own)
+            raise context_exceeded(
+                count, limit, truncate, param, info, cap, own, can_truncate=can_truncate
+            )
         request["messages"] = messages
         return count
 
@@ -224,10 +227,13 @@ class TokenCounter:
         param: str = "input",
         cap: int = 0,
         own: int = 0,
+        can_truncate: bool = False,
     ) -> int | None:
         if self._unreadable(info):
             return None  # known already: no hop to a thread to learn it again (B1)
-        return await asyncio.to_thread(self.fit_sync, info, request, limit, param, cap, own)
+        return await asyncio.to_thread(
+            self.fit_sync, info, request, limit, param, cap, own, can_truncate
+        )
 
     def _unreadable(self, info: Any) -> bool:
         """This file is known to have no tokenizer llama.cpp can load (None in the cache).
@@ -280,16 +286,24 @@ def context_exceeded(
     info: Any = None,
     cap: int = 0,
     own: int = 0,
+    *,
+    can_truncate: bool = False,
 ) -> LmspError:
     """The refusal of an input longer than `limit`, saying what gives the model more: its
     own setting (`own`, 0: auto) where that or the memory holds it, and raising Max context
     (`cap`, 0: none) where that holds it to `limit` or would clamp the setting (a model's
-    setting never goes past it); both when both hold."""
-    how = (
-        "even with only the system messages and the last turn left"
-        if truncated
-        else 'send `truncation: "auto"` to drop the oldest turns, or shorten the input'
-    )
+    setting never goes past it); both when both hold. `truncation: "auto"` is suggested
+    only where the API takes it (`can_truncate`: Responses; Anthropic's, Ollama's and Chat
+    Completions' clients have no such field, and the advice would send them round)."""
+    if truncated:
+        how = (
+            ", even with only the system messages and the last turn left (truncation auto "
+            "dropped the older turns); shorten those"
+        )
+    elif can_truncate:
+        how = '; send `truncation: "auto"` to drop the oldest turns, or shorten the input'
+    else:
+        how = "; shorten the input"
     trained = int(getattr(info, "context_length", 0) or 0)
     if trained > limit:
         # The usual case with agents (Claude Code's first prompt is ~20k tokens): the model
@@ -326,7 +340,7 @@ def context_exceeded(
         )
     return LmspError(
         f"The input is {count} tokens long, but this model's context holds {limit} "
-        f"(input and output together); {how}.",
+        f"(input and output together){how}.",
         code="context_length_exceeded",
         param=param,
         status=400,
@@ -340,6 +354,7 @@ async def admit(
     cap: int,
     plan: Any = None,
     param: str = "input",
+    can_truncate: bool = False,
 ) -> None:
     """Before a task is created: the request fits the model's context (maybe truncated), or
     400 context_length_exceeded naming `param`. `plan` is the memory plan the model runs
@@ -353,4 +368,4 @@ async def admit(
         limit, own = plan.context_length, plan.own_context or 0
     else:
         limit, own = effective_context(info.context_length, cap), 0
-    await counter.fit(info, request, limit, param, cap, own)
+    await counter.fit(info, request, limit, param, cap, own, can_truncate)

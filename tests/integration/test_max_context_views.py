@@ -42,6 +42,24 @@ def test_models_list_and_the_too_long_hint_follow_the_running_services_cap(
         assert "holds 2048" in message and "Max context caps every model at 2048" in message
         assert "--max-context 4096" in message, message
         assert "models set" not in message, message  # clamped by the cap: it would not help
+        assert 'send `truncation: "auto"`' in message, message  # Responses takes it
+        # Anthropic's and Ollama's clients cannot send `truncation`: not suggested to them
+        # (Claude Code's user, told to, sent it to /v1/messages and got the same 400).
+        words = [{"role": "user", "content": "word " * 2500}]
+        status, refused = call(
+            f"{process.url}/v1/messages",
+            token,
+            "POST",
+            {"model": DEMO, "max_tokens": 8, "messages": words},
+        )
+        assert status == 400 and refused["type"] == "error", refused
+        told = refused["error"]["message"]
+        assert "holds 2048" in told and "truncation" not in told, told
+        assert "shorten the input" in told and "--max-context 4096" in told, told
+        status, refused = call(
+            f"{process.url}/api/chat", token, "POST", {"model": DEMO, "messages": words}
+        )
+        assert status == 400 and "truncation" not in refused["error"], refused
 
         # The model's own setting at the cap too: raising the cap alone would leave the
         # model at 2048, so the hint names both (review finding 7 on 106f460).

@@ -50,6 +50,10 @@ class Intake:
     prepare: Prepare = nothing_to_prepare
     # The request field a too-long input is reported against.
     input_param: str = "input"
+    # Whether the API lets a client ask for the oldest turns to be dropped when the input
+    # does not fit (Responses' `truncation: "auto"`): a too-long input's 400 suggests it
+    # only where a client can send it.
+    can_truncate: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,13 @@ async def create_task(
         loaded = ctx.runner.loaded_state(info.id) if ctx.runner is not None else "unloaded"
         decided = await ctx.fitter.admit(info, loaded)
     await admit(
-        ctx.tokens, info, request, ctx.settings.max_context, decided, param=intake.input_param
+        ctx.tokens,
+        info,
+        request,
+        ctx.settings.max_context,
+        decided,
+        param=intake.input_param,
+        can_truncate=intake.can_truncate,
     )
     mode = mode_of(request)
     claim = None

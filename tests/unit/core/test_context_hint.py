@@ -27,12 +27,18 @@ class Model:
         self.context_length = trained
 
 
-def refusal(trained: int, limit: int) -> str:
+def refusal(
+    trained: int, limit: int, can_truncate: bool = True, truncation: str = "disabled"
+) -> str:
     counter = TokenCounter()
     counter._vocabs[("m.gguf", 1)] = CharVocab()  # type: ignore[assignment]
-    request = {"api": "responses", "messages": [{"role": "user", "content": "x" * 300}]}
+    request = {
+        "api": "responses",
+        "messages": [{"role": "user", "content": "x" * 300}],
+        "truncation": truncation,
+    }
     with pytest.raises(LmspError) as caught:
-        counter.fit_sync(Model(trained), request, limit)
+        counter.fit_sync(Model(trained), request, limit, can_truncate=can_truncate)
     assert caught.value.code == "context_length_exceeded"
     return caught.value.message
 
@@ -48,3 +54,21 @@ def test_a_model_trained_for_more_names_the_command_that_gives_it_more() -> None
 def test_a_model_at_its_trained_context_is_not_offered_more() -> None:
     message = refusal(trained=256, limit=256)
     assert "models set" not in message and "truncation" in message
+
+
+def test_truncation_is_suggested_only_where_the_api_takes_it() -> None:
+    """Anthropic's, Ollama's and Chat Completions' clients cannot send `truncation`: told to,
+    Claude Code's user sent it and got the same 400 back."""
+    message = refusal(trained=256, limit=256, can_truncate=False)
+    assert "truncation" not in message
+    assert message.endswith("(input and output together); shorten the input.")
+    assert "truncation" in refusal(trained=256, limit=256, can_truncate=True)
+
+
+def test_still_too_long_after_truncation_says_what_is_left_to_shorten() -> None:
+    message = refusal(trained=256, limit=256, truncation="auto")
+    assert message == (
+        "The input is 300 tokens long, but this model's context holds 256 (input and output "
+        "together), even with only the system messages and the last turn left (truncation "
+        "auto dropped the older turns); shorten those."
+    )

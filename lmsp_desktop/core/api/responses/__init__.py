@@ -19,4 +19,4 @@ def new_response_id() -> str:
     return new_id("resp")
 
 
-INTAKE = Intake(parse=parse_create, new_id=new_response_id, prepare=resolve)
+INTAKE = Intake(parse=parse_create, new_id=new_response_id, prepare=resolve, can_truncate=True)
