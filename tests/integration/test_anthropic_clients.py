@@ -97,6 +97,17 @@ def test_create_a_message(sdk: anthropic.Anthropic, served: Served) -> None:
     assert (task["state"], task["api"]) == ("completed", "anthropic.messages")
 
 
+def test_the_sdks_model_list_and_retrieve(sdk: anthropic.Anthropic) -> None:
+    """`client.models.list()` gets Anthropic's fields beside OpenAI's on the same route (a
+    new user's walk found `type`, `display_name` and `created_at` all None)."""
+    page = sdk.models.list()
+    ids = [model.id for model in page.data]
+    assert MODEL in ids and page.first_id == ids[0] and page.last_id == ids[-1]
+    model = sdk.models.retrieve(MODEL)
+    assert model.type == "model" and model.display_name
+    assert model.created_at.year >= 2024 and model.created_at.utcoffset() is not None
+
+
 def test_stream_a_message(sdk: anthropic.Anthropic) -> None:
     with sdk.messages.stream(
         model=MODEL,

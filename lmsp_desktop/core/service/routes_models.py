@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -16,8 +17,17 @@ from lmsp_desktop.core.service.context import ServiceContext, requires
 routes = web.RouteTableDef()
 
 
+def anthropic_fields(item: dict[str, Any], name: str | None) -> dict[str, Any]:
+    """What the anthropic SDK's `models.list()` and `models.retrieve()` read (`type`,
+    `display_name`, `created_at` in RFC 3339) beside OpenAI's fields: the same route
+    answers both SDKs (their base URLs meet at /v1/models)."""
+    created = datetime.fromtimestamp(item["created"], UTC).isoformat().replace("+00:00", "Z")
+    return {"type": "model", "display_name": name or item["id"], "created_at": created}
+
+
 async def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
     item = info.as_api(ctx.runner.loaded_state(info.id) if ctx.runner else "unloaded")
+    item.update(anthropic_fields(item, getattr(info, "name", None)))
     if item["state"] == "invalid":
         item["context_length"] = None
     if item.get("owned_by") == "local" and item["state"] != "invalid":
@@ -43,7 +53,11 @@ async def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
 @requires(MODELS_READ)
 async def list_models(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     models = [await _model_api(ctx, info) for info in await ctx.registry.list_models()]
-    return web.json_response(list_body(models, False))
+    body = list_body(models, False)
+    # Anthropic's list page names its first and last ids (null when empty).
+    body["first_id"] = models[0]["id"] if models else None
+    body["last_id"] = models[-1]["id"] if models else None
+    return web.json_response(body)
 
 
 # Upstream and store models have a slash (gpu/llama-3-70b, org/repo:q4_k_m). Not `pull`,
