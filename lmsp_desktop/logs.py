@@ -16,8 +16,12 @@ def setup_logging(data_dir: Path | None, level: str = "INFO") -> Path | None:
     root.addHandler(console)
     if data_dir is None:
         return None
+    # The data directory itself 0700 when this makes it (mkdir gives only the last part
+    # the mode): it holds every prompt, and a window that fails to open must not leave it
+    # readable by others.
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_dir = data_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log_dir.mkdir(exist_ok=True, mode=0o700)
     path = log_dir / "lmsp-desktop.log"
     file_handler = logging.handlers.RotatingFileHandler(
         path, maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"

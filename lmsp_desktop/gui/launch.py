@@ -132,8 +132,30 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
     return 1 if steps.failures else 0  # each failure is in the log with its traceback
 
 
+NO_DISPLAY = (
+    "lmsp-desktop: there is no display to open the window on (DISPLAY and WAYLAND_DISPLAY "
+    "are unset). On a machine without a desktop, run the service alone: `lmsp-desktop "
+    "serve` (or `make serve`); over SSH, forward the display with `ssh -X`."
+)
+
+
+def missing_display(platform: str, env: dict[str, str]) -> bool:
+    """Linux with no X or Wayland display and no Qt platform chosen: Qt would abort with
+    its own "could not connect to display" and a core dump (a new user's `make run` on a
+    server)."""
+    if not platform.startswith("linux") or env.get("QT_QPA_PLATFORM"):
+        return False
+    return not (env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
+
+
 def run_gui(args: argparse.Namespace) -> int:
+    import os
+
     import qasync
+
+    if missing_display(sys.platform, dict(os.environ)):
+        print(NO_DISPLAY, file=sys.stderr)
+        return 1
 
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv)
