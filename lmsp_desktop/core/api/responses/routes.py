@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -26,9 +28,11 @@ from lmsp_desktop.core.errors import invalid, not_found
 from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.bodies import query_flag, query_int
 from lmsp_desktop.core.service.context import ServiceContext, requires
-from lmsp_desktop.core.states import LMSP_ONLY_EVENTS, EventType
+from lmsp_desktop.core.states import LMSP_ONLY_EVENTS, EventType, TaskState
 
 routes = web.RouteTableDef()
+# How long a cancel's answer waits for a running task to stop (LMSP_API.md, Cancel).
+CANCEL_ANSWER_WAIT_S = 2.0
 
 
 def responses_view(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -115,6 +119,13 @@ async def cancel_response(
     task_id = request.match_info["id"]
     await _a_response(ctx, task_id, principal)
     row = await ctx.store.tasks.cancel(task_id, principal.owner_filter())
+    if row["state"] == TaskState.CANCELLING:
+        # The engine stops within a token: answer with the cancelled response, as OpenAI's
+        # cancel does (the SDK's `cancel(...).status` is "cancelled" there), unless it takes
+        # longer (a model load in progress ends first): then the response as it is now.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ctx.follower.wait_finished(task_id), CANCEL_ANSWER_WAIT_S)
+        row = await ctx.store.tasks.get(task_id, principal.owner_filter())
     return web.json_response(build_response(row))
 
 
