@@ -109,17 +109,25 @@ def _now() -> float:
 _last_seen_checked: dict[str, float] = {}
 
 
-async def authenticate(db: Database, authorization: str | None, peer: str | None) -> Principal:
-    """The Principal of an `Authorization: Bearer lmsp_…` header, or a 401 LmspError."""
+async def authenticate(
+    db: Database, authorization: str | None, peer: str | None, header: str = "Authorization"
+) -> Principal:
+    """The Principal of an `Authorization: Bearer lmsp_…` header, or a 401 LmspError.
+    `header` is where the token came (`x-api-key` as Anthropic's clients send it, given here
+    as `Bearer …`): a malformed one is refused naming that header, never echoing the token."""
     if not authorization or not authorization.strip():
         raise _unauthorized("missing_token", "This request needs a bearer token. " + _HOW_TO_PAIR)
     scheme, _, token = authorization.strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not _TOKEN_SHAPE.fullmatch(token):
+        shape = (
+            "`Bearer lmsp_…` with a token"
+            if header.lower() == "authorization"
+            else "an `lmsp_…` token"
+        )
         raise _unauthorized(
             "invalid_token",
-            "The Authorization header is not `Bearer lmsp_…` with a token from this service. "
-            + _HOW_TO_PAIR,
+            f"The {header} header is not {shape} from this service. " + _HOW_TO_PAIR,
         )
     digest = token_hash(token)
     row = await client_by_token_hash(db, digest)

@@ -54,11 +54,12 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         kind, code = HTTP_ERRORS.get(exc.status, ("invalid_request_error", "http_error"))
         message = {
-            404: f"There is no route {request.method} {request.path}. See /v1/openapi.json.",
             405: f"{request.method} is not allowed on {request.path}.",
             413: "The request body is too large. Send a smaller body (limit: "
             f"{request.app[CONTEXT].settings.max_body_bytes} bytes).",
         }.get(exc.status, exc.reason)
+        if exc.status == 404:
+            message, shape = await unknown_route(request, shape)
         answer = error_response(LmspError(message, code=code, status=exc.status, type=kind), shape)
         if isinstance(exc, web.HTTPMethodNotAllowed):
             answer.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
@@ -75,6 +76,54 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             ),
             shape,
         )
+
+
+# Routes whose clients take the service root as their base URL and add /v1 themselves
+# (Anthropic's SDK, Claude Code's ANTHROPIC_BASE_URL); OpenAI's SDKs take one ending in /v1.
+ROOT_BASED = ("/v1/messages",)
+
+
+async def unknown_route(request: web.Request, shape: ErrorBody) -> tuple[str, ErrorBody]:
+    """The 404 message for a path no route has, and its error shape. A path that would be a
+    route with one `/v1` less (a base URL ending in /v1 given to a client that adds its own)
+    or one more (a base URL without it given to a client that adds none) names the base URL
+    to use instead, in the shape of that route's API: the one its client parses."""
+    path, root = request.path, f"{request.scheme}://{request.host}"
+    doubled = path.startswith("/v1/v1/")
+    unknown = f"There is no route {request.method} {path}. See /v1/openapi.json.", shape
+    if path.startswith("/v1/") and not doubled:
+        return unknown  # under /v1 once: no base URL would make it a route
+    meant = path.removeprefix("/v1") if doubled else "/v1" + path
+    # Match info is a dict (empty for a path without variables): test its kind, not truth.
+    match = await request.app.router.resolve(
+        request.clone(rel_url=request.rel_url.with_path(meant))
+    )
+    if isinstance(match, MatchInfoError) and match.http_exception.status == 404:
+        return unknown
+    if doubled and meant.startswith(ROOT_BASED):
+        advice = (
+            "the client's base URL already ends in /v1 and the SDK adds another. Anthropic's "
+            "SDK and Claude Code (ANTHROPIC_BASE_URL) add /v1 themselves: give them the "
+            f"service root, {root}, without /v1."
+        )
+    elif doubled:
+        advice = (
+            "the client's base URL already ends in /v1 and the client adds another: drop one "
+            f"/v1. A client that adds /v1 itself takes {root}; OpenAI's SDKs take {root}/v1."
+        )
+    elif meant.startswith(ROOT_BASED):
+        advice = (
+            f"the path is {meant}. Anthropic's SDK and Claude Code (ANTHROPIC_BASE_URL) take "
+            f"the service root, {root}, and add /v1 themselves; a client that adds only "
+            f"{path} takes {root}/v1."
+        )
+    else:
+        advice = (
+            "the client's base URL lacks /v1. OpenAI's SDKs and OpenAI-compatible clients "
+            f"take a base URL ending in /v1: {root}/v1."
+        )
+    said = f"There is no route {request.method} {path}: {advice}"
+    return said, getattr(match.handler, "error_body", None) or LmspError.body
 
 
 # Both are asked on every request with the same few values (parsing an address each time
@@ -149,13 +198,14 @@ async def cross_origin_headers(request: web.Request, response: web.StreamRespons
         response.headers["Vary"] = "Origin"
 
 
-def _credentials(request: web.Request) -> str | None:
-    """The bearer token as sent: `Authorization: Bearer …`, or Anthropic's `x-api-key: …`
-    (its SDK and Claude Code send our token that way)."""
+def _credentials(request: web.Request) -> tuple[str | None, str]:
+    """The bearer token as sent, and the header it came in: `Authorization: Bearer …`, or
+    Anthropic's `x-api-key: …` (Claude Code's ANTHROPIC_API_KEY and earlier anthropic SDKs
+    send our token that way; the SDK 2.16 sends `Authorization: Bearer`)."""
     header = request.headers.get("Authorization")
     if not (header or "").strip() and request.headers.get("x-api-key"):
-        header = f"Bearer {request.headers['x-api-key']}"
-    return header
+        return f"Bearer {request.headers['x-api-key']}", "x-api-key"
+    return header, "Authorization"
 
 
 @web.middleware
@@ -175,5 +225,6 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         )
     )
     if not public:
-        request[PRINCIPAL] = await authenticate(ctx.store.db, _credentials(request), request.remote)
+        token, header = _credentials(request)
+        request[PRINCIPAL] = await authenticate(ctx.store.db, token, request.remote, header)
     return await handler(request)

@@ -162,3 +162,22 @@ async def test_last_seen_is_written_at_most_every_30_seconds(
     seen = await get_client(store.db, client["id"])
     assert (seen["last_seen_at"], seen["last_seen_addr"]) == (1_000_031, "10.0.0.7")
     assert len(writes) == 2
+
+
+@pytest.mark.parametrize(
+    ("header", "authorization", "named"),
+    [
+        ("x-api-key", "Bearer sk-ant-secret", "The x-api-key header is not an `lmsp_…` token "),
+        ("x-api-key", "Bearer Bearer x", "The x-api-key header is not an `lmsp_…` token "),
+        ("Authorization", "Basic c2VjcmV0", "The Authorization header is not `Bearer lmsp_…` "),
+    ],
+)
+async def test_a_malformed_token_is_refused_naming_the_header_it_came_in(
+    store: Store, header: str, authorization: str, named: str
+) -> None:
+    with pytest.raises(LmspError) as info:
+        await authenticate(store.db, authorization, None, header)
+    assert (info.value.status, info.value.code) == (401, "invalid_token")
+    assert info.value.message.startswith(named)
+    assert "POST /v1/pairing" in info.value.message  # the advice on getting a token stays
+    assert "secret" not in info.value.message and "c2VjcmV0" not in info.value.message
