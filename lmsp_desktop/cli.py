@@ -195,5 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     except LmspError as exc:
         print(f"lmsp-desktop: {exc.message}", file=sys.stderr)
         return 1
+    except PermissionError as exc:  # the data directory or a file in it (logs, the lock)
+        print(
+            f"lmsp-desktop: cannot write {exc.filename or args.data_dir} (permission "
+            "denied). Give this user write access to the data directory, or choose another "
+            "with --data-dir (or LMSP_DATA_DIR).",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
         return 130

@@ -72,6 +72,21 @@ class StorageFullError(LmspError):
         )
 
 
+class StorageReadOnlyError(LmspError):
+    """The database (or its folder) cannot be written: permissions or a read-only disk."""
+
+    status = 507
+    type = "server_error"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"The database {path} cannot be written (no write permission on it or its "
+            "folder, or a read-only disk), so nothing was saved. Give this user write access "
+            "to the data directory, or choose another with --data-dir (or LMSP_DATA_DIR).",
+            code="storage_read_only",
+        )
+
+
 class DatabaseLockedError(LmspError):
     """Another process holds the database's write lock for too long."""
 

@@ -28,7 +28,12 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from lmsp_desktop.core.errors import DatabaseLockedError, LmspError, StorageFullError
+from lmsp_desktop.core.errors import (
+    DatabaseLockedError,
+    LmspError,
+    StorageFullError,
+    StorageReadOnlyError,
+)
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS, WRITER_TEMP_SCHEMA
 
@@ -82,6 +87,8 @@ def translate(exc: sqlite3.Error, path: Path) -> Exception:
         return StorageFullError(str(path.parent))
     if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "database is locked" in text:
         return DatabaseLockedError(str(path))
+    if code == sqlite3.SQLITE_READONLY or "readonly database" in text:
+        return StorageReadOnlyError(str(path))
     if isinstance(exc, sqlite3.OperationalError) and "file is too large" in text:
         return StorageFullError(str(path.parent))
     return exc
