@@ -86,7 +86,8 @@ def fetch(
             headers: dict[str, Any] = build_hf_headers(token=token)
             if urlparse(meta.location).netloc != urlparse(url).netloc:
                 headers.pop("authorization", None)  # a CDN's signed URL: the token stays home
-            _download(meta.location, blob, headers, meta.size or file.size, expected, transfer)
+            size = meta.size or file.size
+            _download(meta.location, blob, file.name, headers, size, expected, transfer)
     path = _hub_call(
         lambda: hf_hub_download(
             repo,
@@ -133,6 +134,7 @@ def _exclusive(repo: str, etag: str, transfer: Transfer) -> Iterator[None]:
 def _download(
     url: str,
     blob: Path,
+    shown: str,
     headers: dict[str, Any],
     size: int | None,
     expected: str,
@@ -140,6 +142,7 @@ def _download(
 ) -> None:
     partial = transfer.partial = partial_path(blob)
     blob.parent.mkdir(parents=True, exist_ok=True)
+    # `shown`: the file's name in the repo, as errors name it (the blob is its digest).
     have = partial.stat().st_size if partial.exists() else 0
     if size is not None and have > size:  # not this file's bytes: start over
         partial.unlink()
@@ -151,14 +154,15 @@ def _download(
     while size is None or transfer.file_done < size:  # a complete partial needs no GET
         before = transfer.file_done
         try:
-            hasher = _get(url, partial, headers, hasher, transfer, size)
+            hasher = _get(url, shown, partial, headers, hasher, transfer, size)
             break
         except _Cut as exc:  # cut, reset, timed out: resume from what we have
             failures = 0 if transfer.file_done > before else failures + 1
-            if failures > RETRIES:
+            if failures >= RETRIES:
+                of = f" of {size}" if size is not None else ""
                 raise LmspError(
-                    f"The download of {blob.name[:12]}… was cut {failures} times without "
-                    f"progress ({type(exc).__name__}); {transfer.file_done} bytes are kept. "
+                    f"The download of {shown} was cut {failures} times in a row without "
+                    f"progress (the last time: {exc}); {transfer.file_done}{of} bytes are kept. "
                     "Check the network and pull again: it continues from there.",
                     code="download_interrupted",
                     status=502,
@@ -196,6 +200,7 @@ class _Cut(Exception):
 
 def _get(
     url: str,
+    shown: str,
     partial: Path,
     headers: dict[str, Any],
     hasher: Any,
@@ -216,7 +221,7 @@ def _get(
     except urllib.error.HTTPError as exc:
         with exc:
             raise LmspError(
-                f"The hub answered HTTP {exc.code} to the download of {partial.name[:12]}…. "
+                f"The hub answered HTTP {exc.code} to the download of {shown}. "
                 "Try again later; the bytes already here are kept.",
                 code="hub_error",
                 status=502,
