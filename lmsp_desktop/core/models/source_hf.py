@@ -113,6 +113,10 @@ def _walk_damaged_repo(repo_path: Path, problems: list[SourceProblem]) -> list[F
     try:
         snapshots = sorted((repo_path / "snapshots").iterdir())
         files = [f for s in snapshots if s.is_dir() for f in sorted(s.rglob("*.gguf"))]
+    except FileNotFoundError:
+        # No snapshot yet: a download still going (its blob's partial file is all there
+        # is) or one that never finished. Nothing to list, and nothing to warn about.
+        return []
     except OSError as exc:
         problems.append(unreadable(SOURCE, repo_path, exc))
         return []
