@@ -239,6 +239,8 @@ def read_gguf_meta(path: Path) -> GGUFMeta:
     with open(path, "rb") as f:
         file_size = f.seek(0, 2)
         f.seek(0)
+        if file_size == 0:  # an empty file (a copy or download that never started)
+            raise GGUFError("the file is empty (0 bytes)")
         if f.read(4) != GGUF_MAGIC:
             raise GGUFError("the file does not start with the GGUF magic bytes")
         raw_version = f.read(4)

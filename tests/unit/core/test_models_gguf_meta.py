@@ -136,6 +136,14 @@ def test_not_a_gguf_file_is_refused(tmp_path: Path) -> None:
         read_gguf_meta(path)
 
 
+def test_an_empty_file_is_called_empty(tmp_path: Path) -> None:
+    """Not "does not start with the GGUF magic bytes": a reviewer's 0-byte .gguf."""
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    with pytest.raises(GGUFError, match=r"^the file is empty \(0 bytes\)$"):
+        read_gguf_meta(empty)
+
+
 def test_truncated_header_is_refused(tmp_path: Path) -> None:
     full = write_gguf(tmp_path / "m.gguf").read_bytes()
     cut = tmp_path / "cut.gguf"
