@@ -1,6 +1,7 @@
 """Ollama's API with the official `ollama` Python client, unchanged, against the real service
 and demo model: list, show, ps, chat (plain, streamed, tools), generate (options, format json
-and schema), errors in Ollama's shape, and each generation a task like any other."""
+and schema), errors in Ollama's shape (model management included), and each generation a
+task like any other."""
 
 from __future__ import annotations
 
@@ -217,6 +218,28 @@ def test_errors_have_ollamas_shape(ollama: Client, live: LiveCore) -> None:
         anonymous.list()
     anonymous._client.close()
     assert refused.value.status_code == 401 and "token" in refused.value.error.lower()
+
+
+def test_ollamas_model_management_answers_in_ollamas_shape(ollama: Client) -> None:
+    """Routes Ollama has and this service leaves to the window and the CLI: the client shows
+    a sentence saying what to do instead (it showed a raw dict of OpenAI's shape before)."""
+    for pull in (lambda: ollama.pull(MODEL), lambda: list(ollama.pull(MODEL, stream=True))):
+        with pytest.raises(ResponseError) as pulled:
+            pull()
+        assert pulled.value.status_code == 404
+        assert isinstance(pulled.value.error, str)
+        assert pulled.value.error.startswith("POST /api/pull is not offered here")
+        assert "lmsp-desktop models pull REPO[:QUANT]" in pulled.value.error
+    for refused, says in (
+        (lambda: ollama.delete(MODEL), "ollama rm NAME"),
+        (lambda: ollama.copy(MODEL, "copy-of-it"), "does not copy or rename models"),
+        (lambda: ollama.push(MODEL), "does not push models"),
+        (lambda: ollama.create("made", from_=MODEL), "put a GGUF file in a model folder"),
+    ):
+        with pytest.raises(ResponseError) as answer:
+            refused()
+        assert answer.value.status_code == 404
+        assert isinstance(answer.value.error, str) and says in answer.value.error
 
 
 async def test_a_stream_whose_client_leaves_is_cancelled(live: LiveCore) -> None:

@@ -20,7 +20,13 @@ from lmsp_desktop.core.service import (
     routes_system,
     routes_tasks,
 )
-from lmsp_desktop.core.service.context import API_PATHS, CONTEXT, ServiceContext
+from lmsp_desktop.core.service.context import (
+    API_PATHS,
+    CONTEXT,
+    UNMATCHED_ERRORS,
+    ServiceContext,
+    UnmatchedErrorBody,
+)
 from lmsp_desktop.core.service.middleware import auth, cross_origin_headers, errors, guards
 
 
@@ -31,6 +37,7 @@ def build_app(ctx: ServiceContext) -> web.Application:
     app[CONTEXT] = ctx
     app.on_response_prepare.append(cross_origin_headers)
     documented: dict[str, Any] = {}
+    unmatched: dict[str, UnmatchedErrorBody] = {}
     for module in (
         routes_system,
         routes_downloads,  # before routes_models: its /v1/models/{id} would match /pull
@@ -48,6 +55,9 @@ def build_app(ctx: ServiceContext) -> web.Application:
         app.add_routes(module.routes)
         # An API's own paths in /v1/openapi.json, declared beside its routes.
         documented.update(getattr(module, "OPENAPI_PATHS", {}))
+        # The error shape of unmatched requests under an API's prefix (Ollama's `/api/`).
+        unmatched.update(getattr(module, "UNMATCHED_ERRORS", {}))
     app[API_PATHS] = documented
+    app[UNMATCHED_ERRORS] = unmatched
     routes_system.install_event_counter(app, ctx.store.tasks)
     return app

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
+from aiohttp.web_urldispatcher import MatchInfoError
 
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import LmspError
@@ -106,7 +107,22 @@ def errors_shaped(body: ErrorBody) -> Callable[[H], H]:
     return mark
 
 
+# The error shape of a request that no route matched (an unknown path, or a known one with
+# another method) under an API's own path prefix: that API's clients read its shape whatever
+# the path. By prefix, the shape for such a request; an API folder declares its own beside its
+# routes (`UNMATCHED_ERRORS`, Ollama's for `/api/`), app.py collects them.
+UnmatchedErrorBody = Callable[[web.Request], ErrorBody]
+UNMATCHED_ERRORS = web.AppKey("lmsp_unmatched_errors", dict[str, UnmatchedErrorBody])
+
+
 def error_body_of(request: web.Request) -> ErrorBody:
-    """The error shape of the route a request matched (errors_shaped), else OpenAI's."""
-    shaped = getattr(request.match_info.handler, "error_body", None)
-    return shaped if shaped is not None else LmspError.body
+    """The error shape of the route a request matched (errors_shaped); for a request no route
+    matched, that of the API whose path prefix it is under (UNMATCHED_ERRORS); else OpenAI's."""
+    shaped: ErrorBody | None = getattr(request.match_info.handler, "error_body", None)
+    if shaped is not None:
+        return shaped
+    if isinstance(request.match_info, MatchInfoError):
+        for prefix, shape_for in request.app.get(UNMATCHED_ERRORS, {}).items():
+            if request.path.startswith(prefix):
+                return shape_for(request)
+    return LmspError.body

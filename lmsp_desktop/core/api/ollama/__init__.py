@@ -3,7 +3,8 @@
 
 - request.py: chat and generate bodies into the task request (options, format, tools);
 - render.py: NDJSON lines or one object from the task's events; the model objects;
-- routes.py: the routes, with Ollama's `{"error": …}` bodies.
+- errors.py: Ollama's `{"error": …}` bodies, and its words for the routes it lacks here;
+- routes.py: the routes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Ollama's API on the service's port (`/api/…`), with our bearer tokens and scopes: models
 (`version`, `tags`, `ps`, `show`) and generation (`chat`, `generate`), each generation a task
 like any other (listed, cancelled when its client goes away, recovered, idempotent). Errors
-have Ollama's shape, `{"error": "…"}`. Embeddings (`embed`, `embeddings`) are tasks of kind
-`embedding`, as `/v1/embeddings` (core/api/embeddings/)."""
+have Ollama's shape, `{"error": "…"}`, on these routes and on any other path under `/api/`
+(errors.py). Embeddings (`embed`, `embeddings`) are tasks of kind `embedding`, as
+`/v1/embeddings` (core/api/embeddings/)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from lmsp_desktop.core.api.creation import Intake
 from lmsp_desktop.core.api.embeddings.creation import create_embedding, finished_embedding
 from lmsp_desktop.core.api.ollama import CHAT_INTAKE, GENERATE_INTAKE
 from lmsp_desktop.core.api.ollama import embed as embed_request
+from lmsp_desktop.core.api.ollama.errors import PREFIX, ollama_error, unmatched_error
 from lmsp_desktop.core.api.ollama.render import (
     OLLAMA_VERSION,
     AnswerRenderer,
@@ -35,15 +37,15 @@ from lmsp_desktop.core.context_window import effective_context
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid
 from lmsp_desktop.core.scopes import MODELS_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.bodies import read_json
-from lmsp_desktop.core.service.context import ServiceContext, errors_shaped, requires
+from lmsp_desktop.core.service.context import (
+    ErrorBody,
+    ServiceContext,
+    errors_shaped,
+    requires,
+)
 
 routes = web.RouteTableDef()
 NDJSON = "application/x-ndjson"
-
-
-def ollama_error(exc: LmspError) -> dict[str, Any]:
-    """Ollama's error body: the message alone."""
-    return {"error": exc.message}
 
 
 @routes.get("/api/version")
@@ -289,3 +291,17 @@ OPENAPI_PATHS = {
         )
     },
 }  # fmt: skip
+
+# A request under /api/ that no route matched answers in Ollama's shape, naming the routes
+# above (or what to do instead of Ollama's model management): collected by app.py, applied by
+# context.error_body_of.
+OFFERED_ROUTES = tuple(
+    f"{method.upper()} {path}" for path, methods in OPENAPI_PATHS.items() for method in methods
+)
+
+
+def _unmatched(request: web.Request) -> ErrorBody:
+    return unmatched_error(request, OFFERED_ROUTES)
+
+
+UNMATCHED_ERRORS = {PREFIX: _unmatched}
