@@ -1,7 +1,7 @@
 """Ollama's API with the official `ollama` Python client, unchanged, against the real service
 and demo model: list, show, ps, chat (plain, streamed, tools), generate (options, format json
-and schema), errors in Ollama's shape (model management included), and each generation a
-task like any other."""
+and schema), names with `:latest`, errors in Ollama's shape (model management included), and
+each generation a task like any other."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore  # n
 pytest_plugins = ["tests.integration.service_fixtures"]
 
 SHORT: dict[str, Any] = {"temperature": 0, "num_predict": 12}
+# As /api/tags names the model, and as Ollama's clients name a model without a tag.
+TAGGED = f"{MODEL}:latest"
 
 
 @pytest.fixture
@@ -32,7 +34,7 @@ def ollama(live: LiveCore) -> Iterator[Client]:
 
 
 def test_list_show_and_version(ollama: Client) -> None:
-    [model] = [m for m in ollama.list().models if m.model == MODEL]
+    [model] = [m for m in ollama.list().models if m.model == TAGGED]
     assert model.size and model.size > 50_000_000 and model.digest and len(model.digest) == 64
     assert model.details and model.details.format == "gguf"
     assert model.details.family == "llama" and model.details.quantization_level == "Q4_1"
@@ -55,7 +57,7 @@ def test_chat_answers_with_counts_and_durations(ollama: Client, live: LiveCore) 
     assert answer.total_duration >= answer.eval_duration
     # A task like any other, and the model is now loaded.
     running = [m.model for m in ollama.ps().models]
-    assert MODEL in running
+    assert TAGGED in running
 
 
 async def test_keep_alive_zero_unloads_and_negative_keeps(live: LiveCore) -> None:
@@ -66,12 +68,12 @@ async def test_keep_alive_zero_unloads_and_negative_keeps(live: LiveCore) -> Non
     asked = [{"role": "user", "content": "Hi"}]
     try:
         await client.chat(MODEL, asked, options=SHORT, keep_alive=-1)
-        [kept] = [m for m in (await client.ps()).models if m.model == MODEL]
+        [kept] = [m for m in (await client.ps()).models if m.model == TAGGED]
         assert kept.expires_at and kept.expires_at.year > 2100  # never, as Ollama shows it
         await client.chat(MODEL, asked, options=SHORT, keep_alive=0)
 
         async def unloaded() -> bool:
-            return MODEL not in [m.model for m in (await client.ps()).models]
+            return TAGGED not in [m.model for m in (await client.ps()).models]
 
         await until(unloaded, limit=30, what="the model unloaded after keep_alive 0")
         again = await client.chat(MODEL, asked, options=SHORT)  # loads it again
@@ -207,6 +209,7 @@ def test_errors_have_ollamas_shape(ollama: Client, live: LiveCore) -> None:
     with pytest.raises(ResponseError) as unknown:
         ollama.chat("no-such-model", [{"role": "user", "content": "Hi"}])
     assert unknown.value.status_code == 404 and "no-such-model" in unknown.value.error
+    assert "GET /api/tags" in unknown.value.error  # where an Ollama user finds the names
     with pytest.raises(ResponseError) as bad:
         ollama.generate(MODEL, "Hi", options={"temperature": "hot"})
     assert bad.value.status_code == 400 and "options.temperature" in bad.value.error
@@ -220,6 +223,24 @@ def test_errors_have_ollamas_shape(ollama: Client, live: LiveCore) -> None:
     assert refused.value.status_code == 401 and "token" in refused.value.error.lower()
 
 
+def test_the_name_with_latest_is_the_same_model(ollama: Client) -> None:
+    """ollama-python, Open WebUI and Continue name a model without a tag as `name:latest`;
+    /api/tags shows that name, and every route that takes a name finds the model by it."""
+    listed = [m.model for m in ollama.list().models]
+    assert TAGGED in listed and MODEL not in listed
+    shown = ollama.show(TAGGED)
+    assert shown.details and shown.details.parameter_size == "135M"
+    answer = ollama.chat(TAGGED, [{"role": "user", "content": "Say hello."}], options=SHORT)
+    assert answer.model == TAGGED and answer.done and answer.message.content
+    bare = ollama.chat(MODEL, [{"role": "user", "content": "Say hello."}], options=SHORT)
+    assert bare.message.content == answer.message.content  # greedy: the same model
+    generated = ollama.generate(TAGGED, "Name a color.", options=SHORT)
+    assert generated.done and generated.response
+    embedded = ollama.embed(TAGGED, "Hi")
+    assert embedded.model == TAGGED and len(embedded.embeddings[0]) > 100
+    assert TAGGED in [m.model for m in ollama.ps().models]
+
+
 def test_ollamas_model_management_answers_in_ollamas_shape(ollama: Client) -> None:
     """Routes Ollama has and this service leaves to the window and the CLI: the client shows
     a sentence saying what to do instead (it showed a raw dict of OpenAI's shape before)."""
@@ -231,10 +252,10 @@ def test_ollamas_model_management_answers_in_ollamas_shape(ollama: Client) -> No
         assert pulled.value.error.startswith("POST /api/pull is not offered here")
         assert "lmsp-desktop models pull REPO[:QUANT]" in pulled.value.error
     for refused, says in (
-        (lambda: ollama.delete(MODEL), "ollama rm NAME"),
-        (lambda: ollama.copy(MODEL, "copy-of-it"), "does not copy or rename models"),
-        (lambda: ollama.push(MODEL), "does not push models"),
-        (lambda: ollama.create("made", from_=MODEL), "put a GGUF file in a model folder"),
+        (lambda: ollama.delete(TAGGED), "ollama rm NAME"),
+        (lambda: ollama.copy(TAGGED, "copy-of-it"), "does not copy or rename models"),
+        (lambda: ollama.push(TAGGED), "does not push models"),
+        (lambda: ollama.create("made", from_=TAGGED), "put a GGUF file in a model folder"),
     ):
         with pytest.raises(ResponseError) as answer:
             refused()

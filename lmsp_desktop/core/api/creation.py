@@ -21,6 +21,8 @@ from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, request_dige
 from lmsp_desktop.core.storage.tasks import CreateResult, NewTask, TaskStore
 
 if TYPE_CHECKING:
+    from lmsp_desktop.core.models.info import ModelInfo
+    from lmsp_desktop.core.models.registry import ModelRegistry
     from lmsp_desktop.core.service.context import ServiceContext
 
 # Body → the task request (core/api/task_request.py), stored with the task; raises LmspError
@@ -30,6 +32,9 @@ Parser = Callable[[Any, str], dict[str, Any]]
 Prepare = Callable[[TaskStore, dict[str, Any], str | None], Awaitable[None]]
 # Reads the body only once the service is known to take work (an HTTP route passes one).
 BodyReader = Callable[[], Awaitable[Any]]
+# An API's own way from the model name a request gives to a model, for an API whose names are
+# more than ids (Ollama's `x:latest` names `x`): the model, or 404 model_not_found.
+ModelFinder = Callable[["ModelRegistry", str], Awaitable["ModelInfo"]]
 # Idempotency keys of the owner (the app, the local CLI) live in their own keyspace.
 OWNER_KEYSPACE = "owner"
 
@@ -54,6 +59,8 @@ class Intake:
     # does not fit (Responses' `truncation: "auto"`): a too-long input's 400 suggests it
     # only where a client can send it.
     can_truncate: bool = False
+    # How the API's model names find a model; None: a name is the model's id.
+    find_model: ModelFinder | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,18 @@ def mode_of(request: dict[str, Any]) -> str:
     return "stream" if request.get("stream") else "sync"
 
 
+async def requested_model(
+    ctx: ServiceContext, name: str, find: ModelFinder | None
+) -> tuple[ModelInfo, str]:
+    """The model a request names, and the model id its task is stored with (what the runner
+    loads): the name itself, or with an API's own finder the id of the model it found. The
+    request keeps the name as sent, which the API's answers echo."""
+    if find is None:
+        return await ctx.registry.get(name), name
+    info = await find(ctx.registry, name)
+    return info, info.id
+
+
 def refuse_new_work(ctx: ServiceContext) -> None:
     """503 while shutting down or paused by the owner (drain: accepted tasks still finish)."""
     if ctx.shutting_down:
@@ -120,7 +139,7 @@ async def create_task(
     # responses; then the model (404 before anything is stored) and the context it runs
     # with (400 context_length_exceeded, or the oldest turns dropped with truncation auto).
     await intake.prepare(ctx.store.tasks, request, client_id)
-    info = await ctx.registry.get(request["model"])
+    info, model_id = await requested_model(ctx, request["model"], intake.find_model)
     if info.state == INVALID:  # never runnable: 400 model_invalid before anything is stored
         raise not_runnable(info)
     # A model that must be loaded and cannot fit the memory: 507 before anything is stored.
@@ -148,7 +167,7 @@ async def create_task(
         )
     result = await ctx.store.tasks.create(
         NewTask(
-            model=request["model"],
+            model=model_id,
             request=request,
             on_restart=request["on_restart"],
             mode=mode,

@@ -1,6 +1,7 @@
-"""Ollama's routes over real HTTP (a Core on port 0, the fake engine, a small GGUF): every
-error under /api/ has Ollama's shape, `{"error": "…"}`, with what to do instead for Ollama's
-model management."""
+"""Ollama's routes over real HTTP (a Core on port 0, the fake engine, a small GGUF): a model
+named with `:latest` is the model without it on every route that takes a name, /api/tags and
+/api/ps show the names that find each model, and every error under /api/ has Ollama's shape,
+`{"error": "…"}`, with what to do instead for Ollama's model management."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from lmsp_desktop.core.storage.clients import create_client
 from tests.unit.core.test_models_gguf_meta import write_gguf
 
 SCOPES = frozenset({"models:read", "responses:read", "responses:write"})
+SAID = {"role": "user", "content": "Hi"}
 
 
 class Service:
@@ -48,6 +50,52 @@ async def service(data_dir: Path, tmp_path: Path) -> AsyncIterator[Service]:
             yield Service(core, http, token)
     finally:
         await core.stop()
+
+
+async def test_latest_names_the_model_on_every_route_that_takes_a_name(service: Service) -> None:
+    status, shown = await service.call("POST", "/api/show", {"model": "tiny:latest"})
+    assert status == 200, shown
+    assert shown["details"]["format"] == "gguf"
+    for path, body in (
+        ("/api/chat", {"messages": [SAID]}),
+        ("/api/generate", {"prompt": "Hi"}),
+    ):
+        status, answer = await service.call(
+            "POST", path, {"model": "tiny:latest", "stream": False, **body}
+        )
+        assert status == 200, (path, answer)
+        assert answer["done"] is True
+        assert answer["model"] == "tiny:latest"  # echoed as sent, as Ollama does
+    # The tasks run the model itself, `tiny`.
+    status, listed = await service.call("GET", "/v1/tasks")
+    assert [task["model"] for task in listed["data"]] == ["tiny", "tiny"]
+
+
+async def test_tags_and_ps_show_the_name_ollama_clients_send(service: Service) -> None:
+    status, tags = await service.call("GET", "/api/tags")
+    assert status == 200
+    assert [(m["name"], m["model"]) for m in tags["models"]] == [("tiny:latest", "tiny:latest")]
+    await service.call("POST", "/api/chat", {"model": "tiny", "messages": [SAID], "stream": False})
+    status, ps = await service.call("GET", "/api/ps")
+    assert [(m["name"], m["model"]) for m in ps["models"]] == [("tiny:latest", "tiny:latest")]
+
+
+async def test_no_such_model_points_an_ollama_user_to_api_tags(service: Service) -> None:
+    for path, body in (
+        ("/api/show", {"model": "nothing:latest"}),
+        ("/api/chat", {"model": "nothing:latest", "messages": [SAID]}),
+        ("/api/generate", {"model": "nothing", "prompt": "Hi"}),
+        ("/api/embed", {"model": "nothing:latest", "input": "Hi"}),
+        ("/api/embeddings", {"model": "nothing:latest", "prompt": "Hi"}),
+        ("/api/chat", {"model": "tiny:7b", "messages": [SAID]}),  # another tag: not tiny
+    ):
+        status, answer = await service.call("POST", path, body)
+        assert status == 404, (path, answer)
+        assert isinstance(answer["error"], str), answer  # Ollama's shape
+        assert f"no model {body['model']} here" in answer["error"]
+        assert "GET /api/tags" in answer["error"], answer
+    status, listed = await service.call("GET", "/v1/tasks")
+    assert listed["data"] == []  # nothing stored for them
 
 
 @pytest.mark.parametrize(

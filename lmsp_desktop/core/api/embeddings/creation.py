@@ -11,7 +11,12 @@ from typing import Any
 from aiohttp import web
 
 from lmsp_desktop.core.api.answering import cancel_on_disconnect
-from lmsp_desktop.core.api.creation import BodyReader, refuse_new_work
+from lmsp_desktop.core.api.creation import (
+    BodyReader,
+    ModelFinder,
+    refuse_new_work,
+    requested_model,
+)
 from lmsp_desktop.core.api.failures import task_failure
 from lmsp_desktop.core.api.resource import build_response
 from lmsp_desktop.core.context_window import effective_context
@@ -29,13 +34,19 @@ Parser = Callable[[Any, str], dict[str, Any]]
 
 
 async def create_embedding(
-    ctx: ServiceContext, body: BodyReader, *, client_id: str | None, parse: Parser
+    ctx: ServiceContext,
+    body: BodyReader,
+    *,
+    client_id: str | None,
+    parse: Parser,
+    find_model: ModelFinder | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Create the embedding task of a request body; its id and stored request. 400 for an
-    input longer than the model's context, before anything is stored."""
+    input longer than the model's context, before anything is stored. `find_model`: the
+    API's own way from a model name to a model (creation.Intake.find_model)."""
     refuse_new_work(ctx)
     request = parse(await body(), ctx.settings.default_on_restart)
-    info = await ctx.registry.get(request["model"])
+    info, model_id = await requested_model(ctx, request["model"], find_model)
     if info.state == INVALID:
         raise not_runnable(info)
     limit = None
@@ -58,7 +69,7 @@ async def create_embedding(
                 )
     result = await ctx.store.tasks.create(
         NewTask(
-            model=request["model"],
+            model=model_id,
             request=request,
             on_restart=request["on_restart"],
             mode="sync",

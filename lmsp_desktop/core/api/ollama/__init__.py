@@ -2,6 +2,7 @@
 `/api/version`) on the service's own port, for the ollama clients, Open WebUI and Continue.
 
 - request.py: chat and generate bodies into the task request (options, format, tools);
+- names.py: a model name into a model (`x:latest` is `x`), a model into the name shown;
 - render.py: NDJSON lines or one object from the task's events; the model objects;
 - errors.py: Ollama's `{"error": …}` bodies, and its words for the routes it lacks here;
 - routes.py: the routes.
@@ -11,7 +12,12 @@ from __future__ import annotations
 
 from lmsp_desktop.core.api.chat.render import new_chat_id
 from lmsp_desktop.core.api.creation import Intake
+from lmsp_desktop.core.api.ollama.names import find_model
 from lmsp_desktop.core.api.ollama.request import parse_ollama_chat, parse_ollama_generate
 
-CHAT_INTAKE = Intake(parse=parse_ollama_chat, new_id=new_chat_id, input_param="messages")
-GENERATE_INTAKE = Intake(parse=parse_ollama_generate, new_id=new_chat_id, input_param="prompt")
+CHAT_INTAKE = Intake(
+    parse=parse_ollama_chat, new_id=new_chat_id, input_param="messages", find_model=find_model
+)
+GENERATE_INTAKE = Intake(
+    parse=parse_ollama_generate, new_id=new_chat_id, input_param="prompt", find_model=find_model
+)

@@ -165,11 +165,11 @@ def details(info: ModelInfo) -> dict[str, Any]:
     }
 
 
-def tag(info: ModelInfo) -> dict[str, Any]:
-    """One model of `GET /api/tags`."""
+def tag(info: ModelInfo, name: str) -> dict[str, Any]:
+    """One model of `GET /api/tags`, by the `name` that finds it (names.ollama_names)."""
     return {
-        "name": info.id,
-        "model": info.id,
+        "name": name,
+        "model": name,
         "modified_at": iso(info.mtime_ns / 1e9),
         "size": info.size_bytes,
         "digest": (info.digest or "").removeprefix("sha256:"),
@@ -178,13 +178,13 @@ def tag(info: ModelInfo) -> dict[str, Any]:
 
 
 def running(
-    info: ModelInfo, expires_in: float | None, context_length: int | None
+    info: ModelInfo, name: str, expires_in: float | None, context_length: int | None
 ) -> dict[str, Any]:
-    """One model of `GET /api/ps` (no GPU here: size_vram is 0)."""
+    """One model of `GET /api/ps`, named as in `GET /api/tags` (no GPU here: size_vram is 0)."""
     # Ollama shows a model kept "forever" (keep_alive -1) as expiring in the far future.
     expires = time.time() + expires_in if expires_in is not None else FOREVER
     return {
-        **tag(info),
+        **tag(info, name),
         "expires_at": iso(expires),
         "size_vram": 0,
         "context_length": context_length,

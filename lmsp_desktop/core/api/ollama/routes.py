@@ -3,7 +3,8 @@
 like any other (listed, cancelled when its client goes away, recovered, idempotent). Errors
 have Ollama's shape, `{"error": "…"}`, on these routes and on any other path under `/api/`
 (errors.py). Embeddings (`embed`, `embeddings`) are tasks of kind `embedding`, as
-`/v1/embeddings` (core/api/embeddings/)."""
+`/v1/embeddings` (core/api/embeddings/). A model name finds its model as in Ollama, with or
+without `:latest` (names.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from lmsp_desktop.core.api.embeddings.creation import create_embedding, finished
 from lmsp_desktop.core.api.ollama import CHAT_INTAKE, GENERATE_INTAKE
 from lmsp_desktop.core.api.ollama import embed as embed_request
 from lmsp_desktop.core.api.ollama.errors import PREFIX, ollama_error, unmatched_error
+from lmsp_desktop.core.api.ollama.names import find_model, ollama_names
 from lmsp_desktop.core.api.ollama.render import (
     OLLAMA_VERSION,
     AnswerRenderer,
@@ -59,8 +61,11 @@ async def version(request: web.Request, ctx: ServiceContext, _: Principal) -> we
 @errors_shaped(ollama_error)
 @requires(MODELS_READ)
 async def tags(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
-    """The models that can run (missing, changed and invalid files are left out)."""
-    models = [tag(info) for info in await ctx.registry.list_models() if info.runnable]
+    """The models that can run (missing, changed and invalid files are left out), each by
+    the name that finds it (names.ollama_names: `smollm2-135m-instruct:latest`)."""
+    listed = await ctx.registry.list_models()
+    names = ollama_names(info.id for info in listed)
+    models = [tag(info, names[info.id]) for info in listed if info.runnable]
     return web.json_response({"models": models})
 
 
@@ -71,11 +76,13 @@ async def ps(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Res
     """The models loaded now, with when the idle timeout will unload them."""
     models = []
     runner = ctx.runner
-    for info in await ctx.registry.list_models():
+    listed = await ctx.registry.list_models()
+    names = ollama_names(info.id for info in listed)  # as /api/tags names them
+    for info in listed:
         if runner is None or runner.loaded_state(info.id) != "loaded":
             continue
         length = effective_context(info.context_length, ctx.settings.max_context)
-        models.append(running(info, runner.idle_seconds_left(info.id), length))
+        models.append(running(info, names[info.id], runner.idle_seconds_left(info.id), length))
     return web.json_response({"models": models})
 
 
@@ -87,7 +94,7 @@ async def show_model(request: web.Request, ctx: ServiceContext, _: Principal) ->
     name = body.get("model") or body.get("name") if isinstance(body, dict) else None
     if not isinstance(name, str) or not name:
         raise invalid("`model` is required: the name of a model from GET /api/tags.", "model")
-    info = await ctx.registry.get(name)
+    info = await find_model(ctx.registry, name)
     length = effective_context(info.context_length, ctx.settings.max_context)
     return web.json_response(show(info, length))
 
@@ -114,11 +121,11 @@ async def generate(
 async def embed(request: web.Request, ctx: ServiceContext, caller: Principal) -> web.Response:
     """`{"model", "embeddings": [[…]], "total_duration", "load_duration", "prompt_eval_count"}`."""
     clock = Clock()
-    row, vectors = await _embedding(request, ctx, caller, embed_request.parse_embed)
+    asked, row, vectors = await _embedding(request, ctx, caller, embed_request.parse_embed)
     timing = clock.fields(int(row["input_tokens"]), 0)
     return web.json_response(
         {
-            "model": row["model"],
+            "model": asked["model"],  # the name as sent, as Ollama echoes it
             "embeddings": vectors.tolist(),
             **{k: timing[k] for k in ("total_duration", "load_duration", "prompt_eval_count")},
         }
@@ -130,17 +137,23 @@ async def embed(request: web.Request, ctx: ServiceContext, caller: Principal) ->
 @requires(RESPONSES_WRITE)
 async def embeddings(request: web.Request, ctx: ServiceContext, caller: Principal) -> web.Response:
     """The older form: `{"embedding": […]}`."""
-    _row, vectors = await _embedding(request, ctx, caller, embed_request.parse_embeddings)
+    _asked, _row, vectors = await _embedding(request, ctx, caller, embed_request.parse_embeddings)
     return web.json_response({"embedding": vectors[0].tolist()})
 
 
 async def _embedding(
     request: web.Request, ctx: ServiceContext, caller: Principal, parse: Any
-) -> tuple[Any, Any]:
-    task_id, _stored = await create_embedding(
-        ctx, lambda: read_json(request), client_id=caller.client_id, parse=parse
+) -> tuple[dict[str, Any], Any, Any]:
+    """The embedding task's stored request, its finished row and its vectors."""
+    task_id, asked = await create_embedding(
+        ctx,
+        lambda: read_json(request),
+        client_id=caller.client_id,
+        parse=parse,
+        find_model=find_model,
     )
-    return await finished_embedding(request, ctx, task_id)
+    row, vectors = await finished_embedding(request, ctx, task_id)
+    return asked, row, vectors
 
 
 async def _generate(
@@ -291,6 +304,7 @@ OPENAPI_PATHS = {
         )
     },
 }  # fmt: skip
+
 
 # A request under /api/ that no route matched answers in Ollama's shape, naming the routes
 # above (or what to do instead of Ollama's model management): collected by app.py, applied by
