@@ -119,13 +119,18 @@ async def test_the_advice_names_the_host_the_client_used(http: Http) -> None:
         ("POST", "/v2/responses"),
         ("POST", "/v1/v1/nothing"),
         ("POST", "/nothing"),
-        ("GET", "/api/nothing"),
     ],
 )
 async def test_other_unknown_routes_keep_the_plain_404(http: Http, method: str, path: str) -> None:
     status, body = await error_of(http, method, path)
     assert status == 404 and body["error"]["code"] == "unknown_route"
     assert body["error"]["message"] == (f"There is no route {method} {path}. See /v1/openapi.json.")
+
+
+async def test_an_unknown_route_under_api_answers_in_ollamas_shape(http: Http) -> None:
+    """Ollama's clients read `{"error": "..."}` (core/api/ollama/errors.py says what)."""
+    status, body = await error_of(http, "GET", "/api/nothing")
+    assert status == 404 and isinstance(body["error"], str) and "/api/" in body["error"]
 
 
 async def test_a_known_path_with_the_wrong_method_is_still_405(http: Http) -> None:
