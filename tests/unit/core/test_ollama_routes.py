@@ -133,3 +133,18 @@ async def test_any_other_error_under_api_has_ollamas_shape(service: Service) -> 
     assert status == 404 and answer["error"]["code"] == "unknown_route"
     status, answer = await service.call("GET", "/apix/tags")
     assert status == 404 and answer["error"]["code"] == "unknown_route"
+
+
+async def test_show_of_a_file_that_is_not_a_model_answers_400_as_generate_does(
+    service: Service, tmp_path: Path
+) -> None:
+    """A reviewer's 0-byte `empty.gguf`: /api/show answered 200 with `num_ctx 4096` and
+    capabilities (Open WebUI would offer it) while /api/generate answered 400."""
+    (tmp_path / "models" / "empty.gguf").write_bytes(b"")
+    await service.core.registry.scan()  # the Models page's Rescan
+    status, shown = await service.call("POST", "/api/show", {"model": "empty"})
+    assert status == 400 and "empty" in shown["error"] and "0 bytes" in shown["error"], shown
+    status, generated = await service.call(
+        "POST", "/api/generate", {"model": "empty", "prompt": "Hi", "stream": False}
+    )
+    assert status == 400 and generated["error"] == shown["error"]

@@ -37,6 +37,8 @@ from lmsp_desktop.core.api.ollama.render import (
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.context_window import effective_context
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid
+from lmsp_desktop.core.models.info import INVALID
+from lmsp_desktop.core.models.messages import not_runnable
 from lmsp_desktop.core.scopes import MODELS_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.bodies import read_json
 from lmsp_desktop.core.service.context import (
@@ -95,6 +97,8 @@ async def show_model(request: web.Request, ctx: ServiceContext, _: Principal) ->
     if not isinstance(name, str) or not name:
         raise invalid("`model` is required: the name of a model from GET /api/tags.", "model")
     info = await find_model(ctx.registry, name)
+    if info.state == INVALID:  # no details to show: 400 model_invalid, as generate answers
+        raise not_runnable(info)
     length = effective_context(info.context_length, ctx.settings.max_context)
     return web.json_response(show(info, length))
 
