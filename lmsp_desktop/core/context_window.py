@@ -194,6 +194,7 @@ class TokenCounter:
             count = vocab.count_raw(request["prompt"], request.get("suffix"))
             if count >= limit:
                 raise context_exceeded(count, limit, False, param, info, cap, own)
+            _note_output_room(request, count, limit)
             return count
 
         def counted(messages: list[dict[str, Any]]) -> int:
@@ -217,6 +218,7 @@ class TokenCounter:
                 count, limit, truncate, param, info, cap, own, can_truncate=can_truncate
             )
         request["messages"] = messages
+        _note_output_room(request, count, limit)
         return count
 
     async def fit(
@@ -261,6 +263,23 @@ class TokenCounter:
                 if vocab is not None:
                     vocab.close()
             self._vocabs.clear()
+
+
+def _note_output_room(request: dict[str, Any], count: int, limit: int) -> None:
+    """An output limit past what the context leaves after the input is accepted (as
+    llama-server and Ollama do) but said on the task: the output stops at the context's
+    end, which the answer reports as its output limit (OpenAI's and Anthropic's answers
+    have no other reason for it)."""
+    wanted = request.get("max_output_tokens")
+    room = limit - count
+    if limit >= UNLIMITED or not isinstance(wanted, int) or wanted <= room:
+        return
+    note = (
+        f"The output limit asked for ({wanted} tokens) is more than the context leaves after "
+        f"the input ({room} of {limit} tokens): the output stops at the context's end."
+    )
+    # A new list: the request's may be the defaults' own (core/api/task_request.py).
+    request["notes"] = [*(request.get("notes") or []), note]
 
 
 def drop_oldest_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

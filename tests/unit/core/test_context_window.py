@@ -89,6 +89,26 @@ def test_too_long_is_refused_unless_truncation_is_auto() -> None:
         fit({**request, "truncation": "auto"}, 5)
 
 
+def test_an_output_limit_past_the_room_left_is_noted_on_the_task() -> None:
+    """A reviewer's max_output_tokens of 1,000,000 on an 8,192-token context was accepted
+    without a word, and the answer ended "incomplete: max_output_tokens" at the context's
+    end: the task's notes now say where the output stops."""
+    from lmsp_desktop.core.api.task_request import DEFAULTS, task_request
+
+    request = task_request(messages=[{"role": "user", "content": "x" * 40}])
+    request["max_output_tokens"] = 1_000_000
+    assert fit(request, 100) == 40
+    assert request["notes"] == [
+        "The output limit asked for (1000000 tokens) is more than the context leaves after "
+        "the input (60 of 100 tokens): the output stops at the context's end."
+    ]
+    assert DEFAULTS["notes"] == []  # the defaults' own list is not the one noted on
+    within = task_request(messages=[{"role": "user", "content": "x" * 40}])
+    within["max_output_tokens"] = 60
+    fit(within, 100)
+    assert within["notes"] == []
+
+
 def test_the_tool_listing_counts_against_the_context() -> None:
     """Codex CLI's tools are thousands of tokens: a short input with them can still not fit."""
     tool = {"name": "exec_command", "description": "d" * 60, "parameters": {"type": "object"}}
