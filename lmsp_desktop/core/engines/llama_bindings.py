@@ -27,7 +27,11 @@ BINDINGS = "llama_cpp.llama_cpp"
 EXTENSIONS = "llama_cpp._ctypes_extensions"  # the bindings import it by this name
 PRIVATE = "lmsp_desktop.core.engines.llama_bindings.lowlevel"
 _LOCK = threading.Lock()
-_quiet: list[Any] = []  # the log callback handed to llama.cpp, alive as long as the process
+_quiet: list[tuple[Any, bool]] = []  # callbacks handed to llama.cpp (alive with the process)
+# ggml's log levels (ggml.h, enum ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT).
+GGML_LOG_LEVEL_WARN = 3
+GGML_LOG_LEVEL_ERROR = 4
+PACKAGE_LOGGER = "llama_cpp._logger"  # llama-cpp-python's, which sets its own callback
 
 
 def bindings() -> Any:
@@ -35,7 +39,7 @@ def bindings() -> Any:
     llama.cpp's INFO logs (a screenful per load) kept off stderr."""
     with _LOCK:
         module = sys.modules.get(BINDINGS) or sys.modules.get(PRIVATE) or _load()
-        _keep_quiet(module)
+        keep_quiet(module)
     return module
 
 
@@ -70,21 +74,23 @@ def _module(name: str, path: Path) -> ModuleType:
     return module
 
 
-def _keep_quiet(lowlevel: Any) -> None:
-    """llama.cpp logs to stderr unless given a callback. Where llama-cpp-python's own logger
-    is loaded (a process that runs models), it is told to keep only errors, as the engine
-    does; elsewhere llama.cpp's errors go to this module's log, the rest nowhere."""
-    own = sys.modules.get("llama_cpp._logger")
-    if own is not None:  # it replaced any callback set here before
-        own.set_verbose(False)
-        return
-    if _quiet:
-        return
+def keep_quiet(lowlevel: Any) -> None:
+    """llama.cpp logs to stderr unless given a callback: its errors go to this module's log
+    as warnings, its warnings at debug (the log file), the rest nowhere. Not llama-cpp-
+    python's callback (its logger, loaded with the package): it reads ggml's levels one off,
+    so llama.cpp's warnings reached serve's terminal as errors ("model default pooling_type
+    is [-1], but [1] was specified" at every embedding load). Set after that logger is
+    loaded, which sets its own callback when it is: a process that loads the package later
+    gets it here again."""
+    if _quiet and (_quiet[-1][1] or PACKAGE_LOGGER not in sys.modules):
+        return  # ours is the one llama.cpp has
 
     def to_log(level: int, text: bytes, _user: Any) -> None:
-        if level == 3:  # GGML_LOG_LEVEL_ERROR
+        if level == GGML_LOG_LEVEL_ERROR:
             log.warning("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+        elif level == GGML_LOG_LEVEL_WARN:
+            log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
 
     callback = lowlevel.llama_log_callback(to_log)
     lowlevel.llama_log_set(callback, ctypes.c_void_p(0))
-    _quiet.append(callback)
+    _quiet.append((callback, PACKAGE_LOGGER in sys.modules))

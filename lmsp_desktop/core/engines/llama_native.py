@@ -37,8 +37,10 @@ def lowlevel() -> Any:
     with the first import below."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     module = importlib.import_module("llama_cpp.llama_cpp")
-    # llama.cpp logs every load at INFO on stderr; keep only its errors (as Llama does).
-    importlib.import_module("llama_cpp._logger").set_verbose(False)
+    # llama.cpp logs every load at INFO on stderr: its errors to the log, the rest not.
+    from lmsp_desktop.core.engines.llama_bindings import keep_quiet
+
+    keep_quiet(module)
     return module
 
 
