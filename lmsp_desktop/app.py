@@ -40,7 +40,7 @@ from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
 from lmsp_desktop.core.runner import Runner
 from lmsp_desktop.core.service.context import ServiceContext
-from lmsp_desktop.core.service.host import ServiceHost
+from lmsp_desktop.core.service.host import Listener, ServiceHost, listen
 from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import UNFINISHED
 from lmsp_desktop.core.storage import model_settings as model_settings_store
@@ -68,8 +68,10 @@ LOGGED_ITEMS = 50  # recovery report lines written to the log (10k lines would s
 
 
 class Core(ClientCalls):
-    """Everything the service is, in the order chapter 11 wants it started:
-    store → recovery → model scan → listen."""
+    """Everything the service is, in the order chapter 11 wants it started: lock → store →
+    port bound → recovery → model scan → serve. The port is bound before anything in the
+    store changes (a start that cannot listen changes nothing) and served on only once
+    recovery has finished."""
 
     def __init__(
         self,
@@ -106,6 +108,7 @@ class Core(ClientCalls):
         self.pairing: PairingManager
         self.follower: EventFollower
         self.context: ServiceContext
+        self.listener: Listener | None = None  # bound by open(), served on by start_service()
         self.host: ServiceHost | None = None
         self.url = ""
         self._background: list[asyncio.Task[Any]] = []
@@ -117,19 +120,24 @@ class Core(ClientCalls):
 
     # -- startup, in order -------------------------------------------------------------
     async def open(self) -> RecoveryReport:
-        """Lock the data directory, open the store and recover leftovers. Nothing is served
-        before this has finished."""
+        """Lock the data directory, open the store, bind the service's port, then recover
+        leftovers. The port is bound before anything in the store changes: a start that
+        cannot listen (the port in use) fails with the store as it was, no recovery run, no
+        report or event written, no model hashed. Nothing is served before this has
+        finished (start_service serves on the sockets bound here)."""
         self._lock.acquire()
         try:
             # The integrity check runs beside recovery; nothing commits before it passed.
-            await self.store.open(check_beside=True)
+            await self.store.open(check_beside=True, before_writes=self._listen)
         except BaseException:
+            self._close_listener()
             self._lock.release()
             raise
         try:
             self.recovery_report, released, quit_note = await self._recover()
         except BaseException:  # a damaged file found by the check: nothing was changed
             await self.store.close()
+            self._close_listener()
             self._lock.release()
             raise
         if released:
@@ -206,14 +214,24 @@ class Core(ClientCalls):
         )
         return self.recovery_report
 
+    async def _listen(self, stored: Settings) -> None:
+        """Inside the store's opening, before anything in it changes: this run's settings
+        (the stored ones with the command line's flags on top), and the port bound with
+        them (core/service/host.py's listen, the one way the service binds)."""
+        self.stored_settings = stored.validate()
+        self.settings = self._with_flags(self.stored_settings)
+        self.listener = await listen(self.settings.host, self.settings.port)
+
+    def _close_listener(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+
     async def _recover(self) -> tuple[RecoveryReport, int, Any]:
         """A start's writes, in one transaction (the first to commit, once the integrity
         check has passed): a new database's identity, the clean-stop note cleared (so a
         crash during this run is not read as one), the idempotency keys a dead process left
         in flight released, this start counted, and table 11.3 applied. Returns the report,
         the keys released and the note."""
-        self.stored_settings = (await self.store.settings()).validate()
-        self.settings = self._with_flags(self.stored_settings)
         quit_note = await self.store.get_config(QUIT_NOTE)  # a note from a clean stop
         released: list[int] = []
 
@@ -252,7 +270,8 @@ class Core(ClientCalls):
         await self.registry.scan()
 
     async def start_service(self) -> str:
-        """Scan the models, start the runner and listen; announce the URL like `serve` does.
+        """Scan the models, start the runner and serve on the sockets open() bound; announce
+        the URL like `serve` does.
         The scan runs in the background (unless one ran already): this returns without
         waiting for it, and the runner waits for a model the scan has not recorded or
         hashed yet instead of failing its tasks (core/models/scan_gate.py)."""
@@ -260,7 +279,8 @@ class Core(ClientCalls):
         self.upstreams.start()
         await self.runner.start()
         await self.downloads.start()
-        self.host = ServiceHost(self.context)
+        assert self.listener is not None, "open() binds the port before start_service()"
+        self.host = ServiceHost(self.context, self.listener)
         self.url = await self.host.start()
         self.pairing.verification_uri = self.url
         self._write_service_json()
@@ -602,8 +622,10 @@ class Core(ClientCalls):
         if hasattr(self, "follower"):
             await steps.run("ending the event streams", self.follower.close)
         await steps.run("cancelling background jobs", self._cancel_background)
-        if self.host is not None:
+        if self.host is not None:  # it closes the sockets it serves on
             await steps.run("closing the HTTP listener", self.host.stop)
+        elif self.listener is not None:  # bound but never served on (a start that failed)
+            await steps.run("closing the listening sockets", self._close_listener)
         if hasattr(self, "downloads"):
             await steps.run(
                 "stopping downloads (their partial files are kept)", self.downloads.stop

@@ -68,8 +68,10 @@ def failure_box(text: str) -> QMessageBox:
 
 
 async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> int:
-    """Store → recovery → service → window → recovery report; returns the exit status once
-    the window asks to quit (Quit, Ctrl+Q, SIGTERM) and the core has stopped."""
+    """Store → port bound → recovery → service → window → recovery report (Core.open binds
+    the port before anything in the store changes: a port in use fails the launch with the
+    store as it was); returns the exit status once the window asks to quit (Quit, Ctrl+Q,
+    SIGTERM) and the core has stopped."""
     from lmsp_desktop.app import Core
     from lmsp_desktop.gui.main_window import MainWindow, wait_closed
 

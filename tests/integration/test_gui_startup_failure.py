@@ -14,6 +14,7 @@ import asyncio
 import gc
 import logging
 import socket
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from lmsp_desktop.gui import launch
 from tests.integration.gui_windows import launch_args
+from tests.integration.test_gui_recovery import leave_leftovers
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
@@ -105,6 +107,46 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
     said = f"Port {port} on 127.0.0.1 is in use by another program"
     assert any(said in r.getMessage() for r in caplog.records), caplog.records
     assert said in capsys.readouterr().out
+
+
+async def test_a_launch_on_a_port_in_use_leaves_the_store_as_it_was(
+    qtbot: Any, tmp_path: Path, keys_in_flight: list[bool]
+) -> None:
+    """The window's start binds the port before recovery, as `serve` does: with tasks left
+    by a killed run and the port taken, the launch says so and writes nothing (it ran
+    recovery first, and the next start blamed the user for the crash: a reviewer's walk,
+    tests/integration/test_start_port_in_use.py)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    leftovers = await leave_leftovers(data)
+    before = dump(data)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
+        run = asyncio.ensure_future(launch.main(launch_args(data, port), ini))
+        await until(lambda: shown_box() is not None or run.done(), what="a message box")
+        box = shown_box()
+        assert box is not None, "the launch ended without showing why"
+        assert f"Port {port} on 127.0.0.1 is in use by another program" in box.text()
+        ok = box.button(QMessageBox.StandardButton.Ok)
+        await until(ok.isEnabled, what="OK armed")
+        ok.click()
+        assert await asyncio.wait_for(run, 10) == 1
+    after = dump(data)
+    assert after == before, [row for row in after if row not in before][:5]
+    states = [row for row in after if row.startswith('INSERT INTO "tasks"')]
+    assert len(states) == len(leftovers)
+
+
+def dump(data_dir: Path) -> list[str]:
+    """The whole database as SQL: whatever a start wrote shows as a difference."""
+    conn = sqlite3.connect(f"{(data_dir / 'lmsp.db').as_uri()}?mode=ro", uri=True)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
 
 
 def test_the_whole_launch_as_lmsp_desktop_runs_it(

@@ -6,6 +6,9 @@ import asyncio
 import errno
 import ipaddress
 import logging
+import os
+import socket
+import sys
 
 from aiohttp import web
 
@@ -14,6 +17,7 @@ from lmsp_desktop.core.service.app import build_app
 from lmsp_desktop.core.service.context import ServiceContext
 
 log = logging.getLogger(__name__)
+BACKLOG = 128  # aiohttp's default for a site
 
 
 def is_loopback(host: str) -> bool:
@@ -25,45 +29,126 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class ServiceHost:
-    """Starts and stops the aiohttp site with AppRunner/TCPSite; never owns a loop."""
+class Listener:
+    """The service's listening sockets (one per address the host names: `localhost` may
+    name 127.0.0.1 and ::1), bound and listening before the start writes anything (Core.open),
+    so that a port another program holds fails the start while the store is still as it
+    was, and no program can take the port meanwhile. Nothing accepts their connections until
+    ServiceHost.start serves on them: a client connecting before that waits in the backlog
+    and is answered once the start is done (or reset if it fails), never before recovery."""
 
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, host: str, sockets: list[socket.socket]) -> None:
+        self.host = host
+        self.sockets = sockets
+        self.port: int = sockets[0].getsockname()[1]  # port 0: the one the system chose
+
+    @property
+    def url(self) -> str:
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{shown}:{self.port}"
+
+    def close(self) -> None:
+        """Close the sockets (again: a no-op once the service has closed them)."""
+        for sock in self.sockets:
+            sock.close()
+
+
+async def listen(host: str, port: int) -> Listener:
+    """The one way the service binds its port: every address `host` names, as aiohttp's
+    TCPSite does through asyncio (SO_REUSEADDR on POSIX, IPv6 sockets IPv6-only), and listen
+    at once. Listening is what keeps the port: Linux lets a second SO_REUSEADDR socket (that
+    of `python3 -m http.server`, say) bind a port that is bound but not listened on, and the
+    first one's listen() then fails. A port in use or an address that cannot be bound is an
+    LmspError saying what to do."""
+    if not is_loopback(host):
+        log.warning("serving on %s: reachable from other machines (explicit opt-in)", host)
+    try:
+        sockets = await _bind(host, port)
+    except OSError as exc:
+        raise _cannot_listen(host, port, exc) from exc
+    return Listener(host, sockets)
+
+
+async def _bind(host: str, port: int) -> list[socket.socket]:
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host or None,
+        port,
+        family=socket.AF_UNSPEC,
+        type=socket.SOCK_STREAM,
+        flags=socket.AI_PASSIVE,
+    )
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys(infos):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # a family this machine lacks (IPv6 off): as asyncio, skip it
+                continue
+            sockets.append(sock)
+            if os.name == "posix" and sys.platform != "cygwin":  # asyncio's default
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, True)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, True)
+            try:
+                sock.bind(address)
+                sock.listen(BACKLOG)
+            except OSError as err:
+                raise OSError(
+                    err.errno,
+                    f"error while attempting to bind on address {address!r}: "
+                    f"{(err.strerror or str(err)).lower()}",
+                ) from None
+            sock.setblocking(False)
+        if not sockets:
+            raise OSError(errno.EADDRNOTAVAIL, f"no address to listen on for {host!r}")
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> LmspError:
+    if exc.errno == errno.EADDRINUSE:
+        return LmspError(
+            f"Port {port} on {host} is in use by another program. Choose another port "
+            "(--port, or Settings), or stop the other program.",
+            code="port_in_use",
+            status=503,
+        )
+    return LmspError(
+        f"Cannot listen on {host}:{port} ({exc.strerror}). Check the address.",
+        code="cannot_listen",
+        status=503,
+    )
+
+
+class ServiceHost:
+    """Serves the aiohttp app with AppRunner/SockSite on the sockets `listen` bound at the
+    start's beginning; never owns a loop."""
+
+    def __init__(self, ctx: ServiceContext, listener: Listener) -> None:
         self.ctx = ctx
+        self.listener = listener
         self.app = build_app(ctx)
         self.app.on_shutdown.append(self._end_streams)
         self._runner: web.AppRunner | None = None
         self.port = 0
 
     async def start(self) -> str:
-        host, port = self.ctx.settings.host, self.ctx.settings.port
-        if not is_loopback(host):
-            log.warning("serving on %s: reachable from other machines (explicit opt-in)", host)
+        """Accept on the listener's sockets: from here on requests are answered."""
         self._runner = web.AppRunner(self.app, shutdown_timeout=3.0, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
         try:
-            await site.start()
+            for sock in self.listener.sockets:
+                await web.SockSite(self._runner, sock, backlog=BACKLOG).start()
         except OSError as exc:
             await self._runner.cleanup()
-            if exc.errno == errno.EADDRINUSE:
-                raise LmspError(
-                    f"Port {port} on {host} is in use by another program. Choose another port "
-                    "(--port, or Settings), or stop the other program.",
-                    code="port_in_use",
-                    status=503,
-                ) from exc
-            raise LmspError(
-                f"Cannot listen on {host}:{port} ({exc.strerror}). Check the address.",
-                code="cannot_listen",
-                status=503,
-            ) from exc
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else port
-        self.ctx.port = self.port
-        shown = f"[{host}]" if ":" in host else host
-        self.ctx.url = f"http://{shown}:{self.port}"
+            self._runner = None
+            self.listener.close()
+            raise _cannot_listen(self.listener.host, self.listener.port, exc) from exc
+        self.port = self.ctx.port = self.listener.port
+        self.ctx.url = self.listener.url
         return self.ctx.url
 
     async def _end_streams(self, app: web.Application) -> None:
@@ -87,3 +172,4 @@ class ServiceHost:
                 if transport is not None:
                     transport.abort()
             await asyncio.sleep(0)
+        self.listener.close()  # the cleanup closed those it served on; none if it never did

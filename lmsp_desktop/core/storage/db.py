@@ -21,7 +21,7 @@ import sqlite3
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -172,14 +172,23 @@ class Database:
         self._check_thread: threading.Thread | None = None
 
     # -- opening -------------------------------------------------------------------------
-    async def open(self, *, check_beside: bool = False) -> None:
+    async def open(
+        self,
+        *,
+        check_beside: bool = False,
+        before_writes: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """Open the file, refusing a damaged or newer one before anything in it changes.
 
         `check_beside`: when the file is already a WAL database of this version (opening it
         changes nothing), the integrity check runs in a thread of its own beside the first
         writes instead of before open() returns, and no transaction commits before it has
         passed (a damage found fails that commit, and every later one, with DatabaseError;
-        the file stays as it was). Startup's recovery is prepared meanwhile (B4)."""
+        the file stays as it was). Startup's recovery is prepared meanwhile (B4).
+
+        `before_writes` runs once the file is known to be one this version can use, before
+        it changes in any way (the switch to WAL, a migration): it may read through the
+        writer connection, and what it raises leaves the file as it was."""
         _secure_create(self.path)
         old_umask = os.umask(0o077)  # the -wal and -shm files SQLite creates stay private
         try:
@@ -191,6 +200,8 @@ class Database:
             else:
                 await self._check_integrity_quickly()
             await self._refuse_newer()
+            if before_writes is not None:
+                await before_writes()
             await self._enable_wal(self._writer)
             await self._writer.execute("PRAGMA wal_autocheckpoint=0")  # see CHECKPOINT_FRAMES
             await self._migrate()

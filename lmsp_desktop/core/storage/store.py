@@ -6,6 +6,7 @@ import json
 import secrets
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,26 @@ class Store:
         self.service_id = ""
         self._identity_unsaved = False
 
-    async def open(self, *, check_beside: bool = False) -> None:
+    async def open(
+        self,
+        *,
+        check_beside: bool = False,
+        before_writes: Callable[[Settings], Awaitable[None]] | None = None,
+    ) -> None:
         """Open the database (Database.open: `check_beside` lets its integrity check run
-        beside the first writes, which commit only once it has passed)."""
-        await self.db.open(check_beside=check_beside)
+        beside the first writes, which commit only once it has passed). `before_writes`
+        gets the stored settings (a new file's: the defaults) before anything in the file
+        changes: the service binds its port there, so that a start that cannot listen
+        leaves the store as it was."""
+
+        async def with_settings() -> None:
+            assert before_writes is not None
+            await before_writes(await self._settings_as_found())
+
+        await self.db.open(
+            check_beside=check_beside,
+            before_writes=None if before_writes is None else with_settings,
+        )
         self.service_id = await self.get_config("service_id", "")
         if not self.service_id:
             self.service_id = "svc_" + secrets.token_hex(8)
@@ -65,6 +82,13 @@ class Store:
 
     async def settings(self) -> Settings:
         return Settings.from_json(await self.get_config("settings", {}))
+
+    async def _settings_as_found(self) -> Settings:
+        """The settings stored, read before the file is migrated: schema 1 on all have them
+        in service_config; a new file has no tables yet."""
+        if await self.db.user_version() == 0:
+            return Settings()
+        return await self.settings()
 
     async def save_settings(self, settings: Settings) -> None:
         await self.set_config("settings", settings.validate().as_json())

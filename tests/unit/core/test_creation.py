@@ -19,11 +19,14 @@ from tests.unit.core.test_models_gguf_meta import write_gguf
 
 @pytest.fixture
 async def core(tmp_path: Path) -> AsyncIterator[Core]:
-    """An opened Core (store, recovery, registry; not listening) with one model, `tiny`."""
+    """An opened Core (store, port bound, recovery, registry; not serving) with one model,
+    `tiny`. Port 0: open() binds the port, and 5677 may be another program's."""
     models = tmp_path / "models"
     models.mkdir()
     write_gguf(models / "tiny.gguf")  # a GGUF header: a file that is not one is never run
-    opened = Core(tmp_path / "data", engine=FakeEngine(), model_dirs=[models], include_demo=False)
+    opened = Core(
+        tmp_path / "data", engine=FakeEngine(), model_dirs=[models], include_demo=False, port=0
+    )
     await opened.open()
     await opened.scan_models()
     try:
