@@ -186,9 +186,8 @@ class Core(ClientCalls):
             remote=self.upstreams,
             settings_of=self._settings_of,
         )
-        # A finished download lands in the Hugging Face cache; a rescan lists it.
         self.downloads = DownloadManager(
-            self.store.tasks, token=hub_token, on_complete=self.registry.scan
+            self.store.tasks, token=hub_token, on_complete=self._downloaded
         )
         self.tokens = TokenCounter()
         shapes_of = getattr(self._engine, "context_shapes", None) or one_context
@@ -515,6 +514,13 @@ class Core(ClientCalls):
                 self.settings.model_dirs.append(resolved)
 
     async def rescan_models(self) -> None:
+        await self.registry.scan()
+
+    async def _downloaded(self, paths: list[Path]) -> None:
+        """A finished download lands in the Hugging Face cache: the files it wrote anew are
+        new files to the registry (a model pulled again after its folder was deleted is not
+        `changed`), and a rescan lists and verifies them."""
+        await self.registry.downloaded(paths)
         await self.registry.scan()
 
     async def verify_model(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:

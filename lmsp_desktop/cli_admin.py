@@ -2,7 +2,8 @@
 
 Each command opens the data directory's database, makes one short write transaction at most
 and closes it, so it works while `serve` runs on the same directory (SQLite's busy timeout
-covers the moment both write).
+covers the moment both write). The model commands whose work is the running service's
+(`models pull|verify|rescan`) ask it over HTTP instead (cli_service.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.cli_model_check import run_check
 from lmsp_desktop.cli_model_settings import run_model_settings
 from lmsp_desktop.cli_models import add_model_commands, run_models
 from lmsp_desktop.cli_upstream import add_upstream_commands, run_upstream
@@ -75,7 +77,7 @@ def run_admin(args: argparse.Namespace) -> int:
     if action is None:
         print(
             "Name a command: token create, pairing list|approve|deny, clients list|revoke, "
-            "upstream add|list|remove, models list|set|pull.",
+            "upstream add|list|remove, models list|set|pull|verify|rescan.",
             file=sys.stderr,
         )
         return 2
@@ -94,6 +96,8 @@ def run_admin(args: argparse.Namespace) -> int:
         )
         return 2
     try:
+        if action in ("models.verify", "models.rescan"):
+            return run_check(args)  # through the running service, if one runs
         return asyncio.run(_run(action, args, data_dir))
     except LmspError as exc:
         print(exc.message, file=sys.stderr)

@@ -2,11 +2,10 @@
 
 When a service (or the desktop app) runs on the data directory, the pull is a task of that
 service: created with `POST /v1/models/pull`, followed through its events, shown in the
-window, resumed by it after a restart. Its token: `LMSP_TOKEN` (admin scope) when set, else a
-one-off admin client that the command revokes when it ends. When none runs, the command
-holds the data directory itself and downloads as the service would (same task, same
-events); stopped with Ctrl-C, the task is left running and continues from the bytes on disk
-when the service next starts.
+window, resumed by it after a restart (its token: cli_service.admin_token). When none runs,
+the command holds the data directory itself and downloads as the service would (same task,
+same events); stopped with Ctrl-C, the task is left running and continues from the bytes on
+disk when the service next starts.
 """
 
 from __future__ import annotations
@@ -15,21 +14,20 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.cli_model_check import add_check_commands
 from lmsp_desktop.cli_model_settings import add_settings_commands
+from lmsp_desktop.cli_service import admin_token, call, service_url
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull, split_reference
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.lock import DataDirLock
-from lmsp_desktop.core.storage.clients import create_client, revoke_client
+from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.storage.store import Store
 
 POLL_S = 0.5
@@ -38,7 +36,8 @@ TERMINAL = ("completed", "failed", "cancelled", "incomplete")
 
 def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     models = sub.add_parser(
-        "models", help="list models, set how each is loaded, get models from the hub"
+        "models",
+        help="list models, set how each is loaded, get models from the hub, verify them again",
     )
     msub = models.add_subparsers(dest="models_command", metavar="COMMAND", required=True)
     add_settings_commands(msub)
@@ -56,6 +55,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         "--detach", action="store_true", help="print the task id and return (service only)"
     )
     pull_cmd.set_defaults(admin_action="models.pull")
+    add_check_commands(msub)
 
 
 def run_models(args: argparse.Namespace) -> int:
@@ -73,28 +73,9 @@ def run_models(args: argparse.Namespace) -> int:
 
 # -- through the running service -----------------------------------------------------------
 async def _through_service(args: argparse.Namespace, data_dir: Path) -> int:
-    url = json.loads((data_dir / "service.json").read_text())["url"]
-    token, client_id = os.environ.get("LMSP_TOKEN"), None
-    if not token:
-        store = Store(data_dir)
-        await store.open()
-        try:
-            client, token = await create_client(
-                store.db, "lmsp-desktop models pull", frozenset({"admin"})
-            )
-            client_id = client["id"]
-        finally:
-            await store.close()
-    try:
+    url = service_url(data_dir)
+    async with admin_token(data_dir, "lmsp-desktop models pull") as token:
         return await asyncio.to_thread(_follow_remote, url, token, args)
-    finally:
-        if client_id is not None:
-            store = Store(data_dir)
-            await store.open()
-            try:
-                await revoke_client(store.db, client_id)
-            finally:
-                await store.close()
 
 
 def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
@@ -102,7 +83,7 @@ def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"repo": repo, "revision": args.revision}
     if selector:
         body["file" if selector.lower().endswith(".gguf") else "quant"] = selector
-    status, task = _call(f"{url}/v1/models/pull", token, "POST", body)
+    status, task = call(f"{url}/v1/models/pull", token, "POST", body)
     if status != 202:
         print(task["error"]["message"], file=sys.stderr)
         return 2 if 400 <= status < 500 else 1
@@ -112,11 +93,11 @@ def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
     after, shown = 0, Progress()
     try:
         while True:
-            status, page = _call(f"{url}/v1/tasks/{task['id']}/events?after={after}", token)
+            status, page = call(f"{url}/v1/tasks/{task['id']}/events?after={after}", token)
             for event in page.get("data", []):
                 after = event["sequence_number"]
                 shown.event(event)
-            status, current = _call(f"{url}/v1/tasks/{task['id']}", token)
+            status, current = call(f"{url}/v1/tasks/{task['id']}", token)
             if current["state"] in TERMINAL and not page.get("has_more"):
                 return shown.end(current)
             time.sleep(POLL_S)
@@ -130,24 +111,15 @@ def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
         return 130
 
 
-def _call(url: str, token: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read() or b"null")
-
-
 # -- no service: this process downloads ------------------------------------------------------
 async def _here(args: argparse.Namespace, data_dir: Path) -> int:
     store = Store(data_dir)
     await store.open()
     shown = Progress()
-    manager = DownloadManager(store.tasks)
+    # The rows of files this pull writes anew are reset to new files, which the service's
+    # next start verifies (a model pulled again is not `changed`); it scans nothing here.
+    registry = ModelRegistry(store.db, [], include_demo=False)
+    manager = DownloadManager(store.tasks, on_complete=registry.downloaded)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)

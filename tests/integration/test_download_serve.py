@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -199,3 +201,71 @@ async def test_a_disk_that_fills_mid_download_fails_clearly_and_leaves_nothing(
     assert hub.leftovers(TINY_REPO) == []  # no partial file, no blob, no link
     listed = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", f"{TINY_REPO}:Q4_K_M")
     assert listed.returncode == 0, listed.stderr  # with room again it completes
+
+
+async def test_a_model_pulled_again_after_its_cache_folder_was_deleted_runs(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Case B of the review: pull, `rm -rf` the repo's cache folder, pull again. The new file
+    lands where the old one was, checked against the hub's digest by the download: the model
+    is read as a new file and runs, instead of staying `changed` (refused 409) for good; with
+    the service running, across its restart, and with the pull done without a service."""
+    data_dir = tmp_path / "data"
+    admin = await asyncio.to_thread(create_token, data_dir, "admin")
+    folder = hub.blob_dir(DEMO_REPO).parent
+
+    async def pulled(url: str, after: int) -> dict[str, Any]:
+        """The pulled model once the service has settled it after the pull's end: verified
+        afresh (verified_at past `after`), or refused as changed."""
+
+        async def settled() -> Any:
+            _, models = await api(f"{url}/v1/models", admin)
+            found = [m for m in models["data"] if m.get("source") == "huggingface"]
+            if found and (found[0]["state"] == "changed" or (found[0]["verified_at"] or 0) > after):
+                return found[0]
+            return None
+
+        model: dict[str, Any] = await until(settled, 60, "the pulled model to be checked")
+        return model
+
+    async def runs(url: str, model_id: str) -> None:
+        body = {"model": model_id, "input": "Say hi.", "max_output_tokens": 4, "temperature": 0}
+        status, answer = await api(f"{url}/v1/responses", admin, "POST", body)
+        assert status == 200, answer
+        assert answer["status"] in ("completed", "incomplete")
+
+    async def next_second(after: int) -> None:
+        await until(lambda: time.time() >= after + 1, 5, "the next second")  # verified_at: s
+
+    serve = ServeProcess(data_dir)
+    url = await asyncio.to_thread(serve.start)
+    try:
+        done = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", DEMO_REPO)
+        assert done.returncode == 0, done.stderr
+        first = await pulled(url, 0)
+        assert first["state"] != "changed" and first["digest_matches"] is True
+        await asyncio.to_thread(shutil.rmtree, folder)
+        await next_second(first["verified_at"])
+        done = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", DEMO_REPO)
+        assert done.returncode == 0, done.stderr
+        again = await pulled(url, first["verified_at"])
+        assert again["id"] == first["id"]
+        assert again["state"] != "changed", again
+        assert again["digest"] == first["digest"] and again["digest_matches"] is True
+        await runs(url, again["id"])
+    finally:
+        assert await asyncio.to_thread(serve.terminate) == 0
+
+    await asyncio.to_thread(shutil.rmtree, folder)
+    await next_second(again["verified_at"])
+    done = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", DEMO_REPO)  # no service
+    assert done.returncode == 0, done.stderr
+    serve = ServeProcess(data_dir)
+    url = await asyncio.to_thread(serve.start)
+    try:
+        restarted = await pulled(url, again["verified_at"])
+        assert restarted["state"] != "changed", restarted
+        assert restarted["digest_matches"] is True
+        await runs(url, restarted["id"])
+    finally:
+        assert await asyncio.to_thread(serve.terminate) == 0

@@ -176,6 +176,8 @@ ENDPOINTS = [
     ("GET", "/v1/recovery/last", "admin", 0),  # 0: 200 with a report, 404 without
     ("GET", "/v1/metrics", "admin", 200),
     ("POST", "/v1/models/pull", "admin", 400),  # no body: refused before the hub is asked
+    ("POST", f"/v1/models/{MODEL}/verify", "admin", 200),  # the Models page's Verify selected
+    ("POST", "/v1/models/rescan", "admin", 200),  # and its Rescan
     ("GET", "/api/version", "models:read", 200),  # Ollama's API: the same tokens and scopes
     ("GET", "/api/tags", "models:read", 200),
     ("GET", "/api/ps", "models:read", 200),

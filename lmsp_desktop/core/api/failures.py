@@ -16,6 +16,9 @@ STATUS_OF_CODE = {
     "model_not_found": 404,
     "model_unverified": 409,
     "model_changed": 409,
+    # The file is gone (409 as the refusal before a task says it; a 500 said "our fault").
+    "model_missing": 409,
+    "model_invalid": 400,
     "cancelled": 409,
     "upstream_unavailable": 502,
     # The model's load could not fit the memory when its turn came (core/models/fitting.py).

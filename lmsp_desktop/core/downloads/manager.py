@@ -17,6 +17,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.downloads.fetch import Stopped, Transfer, fetch, remove_partial
@@ -57,7 +58,9 @@ class DownloadManager:
         tasks: TaskStore,
         *,
         token: Callable[[], str | None] = lambda: None,
-        on_complete: Callable[[], Awaitable[None]] | None = None,
+        # Called with the files a completed download wrote (snapshot paths), each checked
+        # against the hub's digest: the registry takes them as new files and rescans.
+        on_complete: Callable[[list[Path]], Awaitable[None]] | None = None,
         progress_every: float = PROGRESS_EVERY_S,
     ) -> None:
         self.tasks = tasks
@@ -129,7 +132,7 @@ class DownloadManager:
         token = self.token()
         finished = 0
         speed = Speed()
-        paths: list[str] = []
+        paths: list[Path] = []
         try:
             for file in files:
                 transfer.file_done = 0
@@ -150,7 +153,7 @@ class DownloadManager:
                     progress = _progress(file, done, total, speed.add(time.monotonic(), done))
                     if not job.done() and not await record_progress(self.tasks, task_id, progress):
                         transfer.stop.set()  # cancelled: the thread ends at its next chunk
-                paths.append(str(job.result()))
+                paths.append(job.result())
                 finished += file.size or transfer.file_done
         except Stopped:
             if self._stopping:
@@ -169,9 +172,9 @@ class DownloadManager:
         ):
             await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
             return
-        log.info("downloaded %s: %s", task_id, ", ".join(paths))
+        log.info("downloaded %s: %s", task_id, ", ".join(map(str, paths)))
         if self.on_complete is not None:
-            await self.on_complete()
+            await self.on_complete(paths)
 
 
 def _progress(file: HubFile, done: int, total: int, per_s: float | None) -> dict[str, Any]:

@@ -15,7 +15,8 @@ def not_runnable(info: ModelInfo) -> LmspError:
     if info.state == MISSING:
         return _conflict(
             f"The file of model {info.id} is no longer at {info.path}. Put it back and rescan "
-            "the model folders, or choose another model.",
+            "the model folders (Models page › Rescan, or `lmsp-desktop models rescan`), or "
+            "choose another model.",
             "model_missing",
         )
     if info.state == INVALID:
@@ -31,12 +32,14 @@ def not_runnable(info: ModelInfo) -> LmspError:
     if info.state == CHANGED:
         return _conflict(
             f"The file of model {info.id} ({info.path}) changed since it was verified, so it "
-            "is not run. Verify it again (Models page, Verify selected) or rescan; if you "
-            "replaced it on purpose, accept the new file when verifying.",
+            f"is not run. Verify it again (Models page › Verify selected, or `lmsp-desktop "
+            f"models verify {info.id}`); if you replaced it on purpose, accept the new file "
+            f"(Accept the new file, or `lmsp-desktop models verify {info.id} --accept-new`).",
             "model_changed",
         )
     return _conflict(
         f"Model {info.id} is not verified yet: its digest is still being computed or could "
-        "not be read. Wait for the check to finish or verify it now, then try again.",
+        "not be read. Wait for the check to finish or verify it now (Models page › Verify "
+        f"selected, or `lmsp-desktop models verify {info.id}`), then try again.",
         "model_unverified",
     )

@@ -50,7 +50,12 @@ from lmsp_desktop.core.models.info import (
     source_of,
 )
 from lmsp_desktop.core.models.scan_gate import HashProgress, ScanGate
-from lmsp_desktop.core.models.scan_rows import insert_values, moved_row, read_meta
+from lmsp_desktop.core.models.scan_rows import (
+    insert_values,
+    moved_row,
+    read_meta,
+    replaced_files,
+)
 from lmsp_desktop.core.models.sources import find_in_sources, publisher_of
 from lmsp_desktop.core.storage.db import Database
 
@@ -61,6 +66,13 @@ T = TypeVar("T")
 # A hash's result is written again this long after another program held the database past
 # the busy timeout (each try waits that long already).
 LOCKED_RETRY_S = 1.0
+# A model's row pointed at a new file (values from scan_rows.insert_values without the id
+# and the creation time, then the id): recorded afresh, its digest to be computed.
+REPOINT = (
+    "UPDATE models SET path = ?, size_bytes = ?, mtime_ns = ?, digest = NULL, state = ?,"
+    " verified_at = NULL, architecture = ?, parameters = ?, quantization = ?,"
+    " context_length = ?, meta = ? WHERE id = ?"
+)
 
 
 @dataclass
@@ -352,12 +364,7 @@ class ModelRegistry:
         if inserts or updates or repoints:
 
             def work(conn: sqlite3.Connection) -> None:
-                conn.executemany(
-                    "UPDATE models SET path = ?, size_bytes = ?, mtime_ns = ?, digest = NULL,"
-                    " state = ?, verified_at = NULL, architecture = ?, parameters = ?,"
-                    " quantization = ?, context_length = ?, meta = ? WHERE id = ?",
-                    repoints,
-                )
+                conn.executemany(REPOINT, repoints)
                 conn.executemany(
                     "INSERT INTO models (id, path, size_bytes, mtime_ns, digest, state,"
                     " verified_at, architecture, parameters, quantization, context_length,"
@@ -378,12 +385,45 @@ class ModelRegistry:
             self._emit(ModelEvent("state", model_id, state))
         return jobs
 
+    async def downloaded(self, paths: Collection[Path]) -> None:
+        """Files a pull has just written, each checked against the digest the hub published.
+
+        A model whose file one of them replaced (its cache folder deleted and the model
+        pulled again: the same path, a new file) is recorded as a new file, verified afresh
+        by the next scan (against the published digest again), as a scan does with a missing
+        file that came back different. Left to the scan alone it read as a verified file
+        changed under the model, refused until verified by hand, though the user asked for
+        this very file and the download checked it. A file whose size and mtime are the ones
+        recorded (its blob was there already: nothing was written) is left as it is."""
+        if not paths:
+            return
+        async with self._scan_lock:
+            rows = await self.db.fetchall("SELECT * FROM models")
+            repoints: builtins.list[tuple[Any, ...]] = []
+            for row, file in await asyncio.to_thread(replaced_files, rows, paths):
+                meta = await asyncio.to_thread(read_meta, file.path)
+                values = insert_values(row["id"], file, meta)
+                repoints.append((*values[1:-1], row["id"]))
+                log.info("%s: pulled again, a new file to verify", file.path)
+            if repoints:
+                await self._write(lambda conn: conn.executemany(REPOINT, repoints).close())
+        for values in repoints:
+            self._emit(ModelEvent("state", values[-1], UNVERIFIED))
+
     # -- hashing -------------------------------------------------------------------------
     async def verify(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
         """Rehash the file now. Same digest as recorded → `verified`; a different digest
         leaves it `changed` (the new digest is kept in meta as `observed_digest`) unless
         `accept_new`, which records the new contents (and header) as the model's."""
         info = await self.get(model_id)
+        if info.source == "upstream":
+            upstream = info.id.partition("/")[0]
+            raise invalid(
+                f"{info.id} is a model of the upstream server {upstream}: its file is on that "
+                "machine, not this one, so there is nothing to verify here.",
+                "model",
+                code="model_not_local",
+            )
         pending = info.state in (UNVERIFIED, HASHING) and self.gate.hash_queued(info.id)
         if pending and not accept_new:
             # Never verified and a scan is hashing it (a new 8 GiB file, say): that hash is

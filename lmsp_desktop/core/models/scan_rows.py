@@ -1,15 +1,17 @@
 """The rows a scan writes to the `models` table: a found file's values, its header summary,
-and which recorded model a new file continues."""
+which recorded model a new file continues, and which files a pull wrote anew."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
-from lmsp_desktop.core.models.discovery import FoundFile
+from lmsp_desktop.core.models.discovery import FoundFile, stat_file
 from lmsp_desktop.core.models.gguf_meta import GGUFError, GGUFMeta, GGUFTruncated, read_gguf_meta
 from lmsp_desktop.core.models.info import UNVERIFIED, source_of
 
@@ -63,3 +65,28 @@ def insert_values(
         json.dumps(extra),
         int(time.time()),
     )
+
+
+def replaced_files(rows: list[Any], paths: Collection[Path]) -> list[tuple[Any, FoundFile]]:
+    """The rows whose file is one of `paths` (by path or by the file a link leads to) and is
+    no longer the file recorded (another size or mtime), each with that file as a scan would
+    find it. Blocking: it stats the files."""
+    wanted = {str(p) for p in paths} | {os.path.realpath(p) for p in paths}
+    found = []
+    for row in rows:
+        if row["path"] not in wanted and os.path.realpath(row["path"]) not in wanted:
+            continue
+        st = stat_file(Path(row["path"]))
+        if st is None or (st.st_size, st.st_mtime_ns) == (row["size_bytes"], row["mtime_ns"]):
+            continue
+        meta = json.loads(row["meta"]) if row["meta"] else {}
+        published = meta.get("published_digest")
+        file = FoundFile(
+            Path(row["path"]),
+            st.st_size,
+            st.st_mtime_ns,
+            source=source_of(row["id"], meta),
+            published_digest=published if isinstance(published, str) else None,
+        )
+        found.append((row, file))
+    return found

@@ -330,6 +330,35 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     parameters=[ID],
                 )
             },
+            "/v1/models/{id}/verify": {
+                "post": _op(
+                    "Hash a model's file again (the Models page's Verify selected): verified "
+                    "when it is the file verified before, else still changed (observed_digest) "
+                    "unless accept_new",
+                    admin,
+                    {"200": _json(OBJ, "the model"), **_errors(400, 401, 403, 404, 409)},
+                    parameters=[ID],
+                    requestBody={
+                        "required": False,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {"accept_new": {"type": "boolean"}},
+                                    "additionalProperties": False,
+                                }
+                            }
+                        },
+                    },
+                )
+            },
+            "/v1/models/rescan": {
+                "post": _op(
+                    "Look in the model folders and stores again (the Models page's Rescan)",
+                    admin,
+                    {"200": _json(LIST, "models"), **_errors(401, 403)},
+                )
+            },
             "/v1/models/pull": {
                 "post": _op(
                     "Download a GGUF model from the Hugging Face hub (a task of kind download)",

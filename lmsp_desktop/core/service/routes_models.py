@@ -1,4 +1,5 @@
-"""`/v1/models`: the models the service knows, with digests and their loaded state."""
+"""`/v1/models`: the models the service knows, with digests and their loaded state; verify one
+again and rescan, as the Models page's Verify selected and Rescan do."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from aiohttp import web
 
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.context_window import effective_context
-from lmsp_desktop.core.models.info import ModelInfo
-from lmsp_desktop.core.scopes import MODELS_READ
-from lmsp_desktop.core.service.bodies import list_body
+from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.models.info import CHANGED, ModelInfo
+from lmsp_desktop.core.scopes import ADMIN, MODELS_READ
+from lmsp_desktop.core.service.bodies import list_body, read_json
 from lmsp_desktop.core.service.context import ServiceContext, requires
 
 routes = web.RouteTableDef()
@@ -52,6 +54,10 @@ async def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
 @routes.get("/v1/models")
 @requires(MODELS_READ)
 async def list_models(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    return await _listed(ctx)
+
+
+async def _listed(ctx: ServiceContext) -> web.Response:
     models = [await _model_api(ctx, info) for info in await ctx.registry.list_models()]
     body = list_body(models, False)
     # Anthropic's list page names its first and last ids (null when empty).
@@ -60,11 +66,51 @@ async def list_models(request: web.Request, ctx: ServiceContext, _: Principal) -
     return web.json_response(body)
 
 
-# Upstream and store models have a slash (gpu/llama-3-70b, org/repo:q4_k_m). Not `pull`,
-# which is POST /v1/models/pull's: GET or OPTIONS there answer 405 with `Allow: POST`, as the
-# OpenAPI document says (matching both, aiohttp answered `Allow: GET, POST`).
-@routes.get("/v1/models/{id:(?!pull$).+}")
+# Upstream and store models have a slash (gpu/llama-3-70b, org/repo:q4_k_m). Not `pull` nor
+# `rescan`, nor an id ending in `/verify`: those are the POST routes' (below and
+# routes_downloads.py), and GET or OPTIONS there answer 405 with `Allow: POST`, as the OpenAPI
+# document says (matching both, aiohttp answered `Allow: GET, POST`). An upstream's model
+# named `verify` is then not looked up alone; it is listed, and runs, as any other.
+@routes.get("/v1/models/{id:(?!(?:pull|rescan)$)(?!.+/verify$).+}")
 @requires(MODELS_READ)
 async def get_model(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     info = await ctx.registry.get(request.match_info["id"])
     return web.json_response(await _model_api(ctx, info))
+
+
+@routes.post("/v1/models/{id:.+}/verify")
+@requires(ADMIN)
+async def verify_model(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    """Hash the model's file again, as the Models page's Verify selected does (the registry's
+    one verify): the digest recorded → verified (invalid, with its reason, when the file is
+    not a complete GGUF); another digest → still `changed`, with `observed_digest`, unless
+    the body says `{"accept_new": true}` (the window's "Accept the new file"). 200 with the
+    model as GET /v1/models/{id} shows it; 409 model_missing when its file is gone."""
+    accept_new = False
+    if request.body_exists:
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise invalid('The body, when sent, must be a JSON object: {"accept_new": true}.', None)
+        unknown = sorted(set(body) - {"accept_new"})
+        if unknown:
+            raise invalid(f"Unknown field {unknown[0]!r}; the one field is accept_new.", unknown[0])
+        accept_new = body.get("accept_new", False)
+        if not isinstance(accept_new, bool):
+            raise invalid("accept_new must be true or false.", "accept_new")
+    info = await ctx.registry.verify(request.match_info["id"], accept_new=accept_new)
+    item = await _model_api(ctx, info)
+    observed = info.meta.get("observed_digest")
+    if info.state == CHANGED and isinstance(observed, str):
+        item["observed_digest"] = observed  # what the file hashes to now
+    return web.json_response(item)
+
+
+@routes.post("/v1/models/rescan")
+@requires(ADMIN)
+async def rescan_models(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    """Look in the model folders and stores again, as the Models page's Rescan does: new files
+    are listed and hashed, files gone are `missing`, a missing file put back runs again. A
+    `changed` file stays so (verify it). Answers the models list once the scan has hashed
+    what it found (unchanged files are not read)."""
+    await ctx.registry.scan()
+    return await _listed(ctx)

@@ -1,0 +1,82 @@
+"""How a command reaches the service running on its data directory: its URL, an admin token,
+HTTP calls. A command whose work belongs to the running service (a pull, a verify, a rescan)
+asks it over HTTP instead of changing the store under it.
+
+The token: `LMSP_TOKEN` (admin scope) when set, else a one-off admin client that the command
+revokes when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.storage.clients import create_client, revoke_client
+from lmsp_desktop.core.storage.store import Store
+
+
+def service_url(data_dir: Path) -> str:
+    """The URL the service holding `data_dir` announced (its service.json)."""
+    try:
+        return str(json.loads((data_dir / "service.json").read_text())["url"]).rstrip("/")
+    except (OSError, ValueError, KeyError, TypeError):
+        raise LmspError(
+            f"Another lmsp-desktop command is using {data_dir} and no service answers there. "
+            "Try again when it has ended.",
+            code="data_dir_in_use",
+            status=503,
+        ) from None
+
+
+@contextlib.asynccontextmanager
+async def admin_token(data_dir: Path, name: str) -> AsyncIterator[str]:
+    """`LMSP_TOKEN`, else a new admin client's token, revoked on the way out."""
+    token = os.environ.get("LMSP_TOKEN")
+    if token:
+        yield token
+        return
+    store = Store(data_dir)
+    await store.open()
+    try:
+        client, token = await create_client(store.db, name, frozenset({"admin"}))
+    finally:
+        await store.close()
+    try:
+        yield token
+    finally:
+        store = Store(data_dir)
+        await store.open()
+        try:
+            await revoke_client(store.db, client["id"])
+        finally:
+            await store.close()
+
+
+def call(
+    url: str, token: str, method: str = "GET", body: Any = None, timeout: float = 120
+) -> tuple[int, Any]:
+    """(status, JSON body) of one request; an HTTP error status is an answer, not raised."""
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read() or b"null")
+    except (urllib.error.URLError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise LmspError(
+            f"The service at {url.split('/v1/')[0]} does not answer ({reason}). If it is "
+            "still starting, try again in a moment.",
+            code="service_unavailable",
+            status=503,
+        ) from None
