@@ -102,12 +102,16 @@ class DatabaseLockedError(LmspError):
 
 
 class ShuttingDownError(LmspError):
+    """The service is stopping: new work is refused, and what was being answered is left for
+    recovery at the next start (a sync request's 503, a stream's error ending)."""
+
     status = 503
     type = "server_error"
 
-    def __init__(self) -> None:
+    def __init__(self, message: str | None = None) -> None:
         super().__init__(
-            "The service is shutting down and takes no new work. Retry once it has restarted.",
+            message
+            or "The service is shutting down and takes no new work. Retry once it has restarted.",
             code="shutting_down",
         )
 

@@ -103,6 +103,9 @@ STATE_OF_EVENT: dict[str, TaskState] = {
     EventType.DOWNLOAD_PROGRESS: TaskState.RUNNING,
 }
 
+# The events a task's log ends with (those of its terminal states).
+ENDING_EVENTS = frozenset(kind for kind, state in STATE_OF_EVENT.items() if state in TERMINAL)
+
 # Event types that exist only in LMSP; the Responses routes leave them out of their streams.
 LMSP_ONLY_EVENTS = frozenset(
     {

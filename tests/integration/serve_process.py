@@ -112,6 +112,10 @@ class ServeProcess:
         self.proc.send_signal(signal.SIGKILL)
         self._reap()
 
+    def exit_code(self, timeout: float = 15.0) -> int:
+        """Once the process has ended (after a signal sent to `proc`), its exit code."""
+        return self._reap(timeout)
+
     def terminate(self, timeout: float = 15.0) -> int:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)

@@ -92,11 +92,15 @@ class LiveCore:
         self.call(revoke_client(self.core.store.db, info["id"]))
         return token
 
-    def begin_stop(self) -> asyncio.Future[None]:
-        """Start `Core.stop()` on its loop; await the result from another loop."""
+    def stop_started(self) -> concurrent.futures.Future[None]:
+        """Start `Core.stop()` on its loop (once), from any thread; the future of its end."""
         if self._stopping is None:
             self._stopping = asyncio.run_coroutine_threadsafe(self.core.stop(), self.loop)
-        return asyncio.wrap_future(self._stopping)
+        return self._stopping
+
+    def begin_stop(self) -> asyncio.Future[None]:
+        """Start `Core.stop()` on its loop; await the result from another loop."""
+        return asyncio.wrap_future(self.stop_started())
 
     def stop(self) -> None:
         """Stop the Core (if no test did), then its loop and thread."""

@@ -10,6 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
+from lmsp_desktop.core.api.stopping import stopping_event
+
 
 @dataclass
 class Behaviour:
@@ -22,6 +24,9 @@ class Behaviour:
     message: str = "the GPU is on fire"
     delay_s: float = 0.0  # between chunks
     stall: bool = False  # after the words, send nothing more and keep the connection open
+    # (Responses, as another LMSP) after the words, end as a stopping LMSP service does: its
+    # standard `error` event, code shutting_down.
+    stopping: bool = False
     # Report usage at the end, with this many cached prompt tokens (None: no usage at all
     # from Chat Completions, usage without details from Responses).
     cached_tokens: int | None = None
@@ -151,6 +156,9 @@ class FakeUpstream:
             while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
             self.disconnects += 1
+            return response
+        if step.stopping:
+            await send(stopping_event("resp_remote1", "fail", len(step.words) + 1))
             return response
         usage: dict[str, Any] = {"input_tokens": 7, "output_tokens": len(step.words)}
         if step.cached_tokens is not None:

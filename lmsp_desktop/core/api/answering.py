@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,12 +20,13 @@ from aiohttp import web
 from lmsp_desktop.core.api.creation import Created, IdempotencyInput, Intake, create_task
 from lmsp_desktop.core.api.failures import NO_RETRY, task_failure
 from lmsp_desktop.core.api.resource import RowLike, build_response
+from lmsp_desktop.core.api.stopping import end_stopped
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
 from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.service.bodies import read_json
 from lmsp_desktop.core.service.context import ErrorBody, ServiceContext
-from lmsp_desktop.core.states import TERMINAL, TaskState
+from lmsp_desktop.core.states import ENDING_EVENTS, TERMINAL, TaskState
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, complete_key, release_key
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,78 @@ async def cancel_quietly(ctx: ServiceContext, task_id: str, why: str) -> None:
         log.exception("task %s: cancel after %s failed", task_id, why)
 
 
+class StreamRenderer(Protocol):
+    """An API's stream of one task: the bytes each committed event becomes."""
+
+    finished: bool  # the last event of the stream was rendered
+
+    def opening(self) -> bytes: ...
+
+    def render(self, event: dict[str, Any]) -> bytes: ...
+
+
+class ShownEvents:
+    """A route's view of a task's events as a stream (stream_events): each event it shows,
+    SSE-encoded; finished at the task's own ending (its terminal event, or a shown event that
+    `is_last`)."""
+
+    def __init__(
+        self,
+        view: EventView,
+        is_last: Callable[[dict[str, Any]], bool],
+        encode: Callable[[dict[str, Any]], bytes],
+    ) -> None:
+        self.finished = False
+        self._view = view
+        self._is_last = is_last
+        self._encode = encode
+
+    def opening(self) -> bytes:
+        return b""
+
+    def render(self, event: dict[str, Any]) -> bytes:
+        if event["type"] in ENDING_EVENTS:
+            self.finished = True
+        shown = self._view(event)
+        if shown is None:
+            return b""
+        if self._is_last(shown):
+            self.finished = True
+        return self._encode(shown)
+
+
+async def send_events(
+    request: web.Request,
+    response: web.StreamResponse,
+    ctx: ServiceContext,
+    task_id: str,
+    after: int,
+    renderer: StreamRenderer,
+) -> None:
+    """The renderer's opening, then the task's events after `after`, each batch in one write
+    as it commits (each event whole, in order), until the renderer is finished. When the
+    service stops first, the stream ends with its API's error ending (core/api/stopping.py).
+    Raises ConnectionResetError or RuntimeError when the client has gone."""
+    opening = renderer.opening()
+    if opening:
+        await response.write(opening)
+    async with contextlib.aclosing(ctx.follower.follow_batches(task_id, after)) as batches:
+        async for batch in batches:
+            chunks: list[bytes] = []
+            for event in batch:
+                chunks.append(renderer.render(event))
+                if renderer.finished:
+                    break
+            after = batch[-1]["sequence_number"]
+            data = b"".join(chunks)
+            if data:
+                await response.write(data)
+            if renderer.finished:
+                return
+    if ctx.follower.closed.is_set():  # not the task's end: the service is stopping
+        await end_stopped(request, response, ctx, task_id, after, renderer)
+
+
 async def stream_events(
     request: web.Request,
     ctx: ServiceContext,
@@ -107,66 +180,33 @@ async def stream_events(
     before the end."""
     response = await sse.open_stream(request)
     gone = False
-    async with contextlib.aclosing(ctx.follower.follow_batches(task_id, after)) as batches:
-        async for batch in batches:
-            # The events committed together go in one write (each event whole, in order).
-            chunks: list[bytes] = []
-            last = False
-            for event in batch:
-                shown = view(event)
-                if shown is None:
-                    continue
-                chunks.append(encode(shown))
-                if is_last(shown):
-                    last = True
-                    break
-            if chunks:
-                try:
-                    await response.write(b"".join(chunks))
-                except (ConnectionResetError, RuntimeError):
-                    gone = True
-                    break
-            if last:
-                break
+    try:
+        await send_events(
+            request, response, ctx, task_id, after, ShownEvents(view, is_last, encode)
+        )
+    except (ConnectionResetError, RuntimeError):
+        gone = True
     with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client already left
         await response.write_eof()
     return response, gone
 
 
-class StreamRenderer(Protocol):
-    """An API's stream of one task: the bytes each committed event becomes."""
-
-    finished: bool  # the last event of the stream was rendered
-
-    def opening(self) -> bytes: ...
-
-    def render(self, event: dict[str, Any]) -> bytes: ...
-
-
 async def stream_rendered(
-    request: web.Request, ctx: ServiceContext, task_id: str, renderer: StreamRenderer
+    request: web.Request,
+    ctx: ServiceContext,
+    task_id: str,
+    renderer: StreamRenderer,
+    open_stream: Callable[[web.Request], Awaitable[web.StreamResponse]] = sse.open_stream,
 ) -> web.StreamResponse:
     """An API's own stream of a task's events (Chat Completions chunks, Anthropic's events,
-    completions): the opening, then each batch of events as it commits, in one write, until
-    the renderer says the stream is finished. A client that goes away cancels the task (its
-    partial output is kept)."""
-    response = await sse.open_stream(request)
+    completions, Ollama's NDJSON lines with its own `open_stream`): the opening, then each
+    batch of events as it commits, in one write, until the renderer says the stream is
+    finished. A client that goes away cancels the task (its partial output is kept)."""
+    response = await open_stream(request)
     gone = False
     try:
         async with cancel_on_disconnect(request, ctx, task_id):
-            await response.write(renderer.opening())
-            async with contextlib.aclosing(ctx.follower.follow_batches(task_id, 0)) as batches:
-                async for batch in batches:
-                    chunks: list[bytes] = []
-                    for event in batch:
-                        chunks.append(renderer.render(event))
-                        if renderer.finished:
-                            break
-                    data = b"".join(chunks)
-                    if data:
-                        await response.write(data)
-                    if renderer.finished:
-                        break
+            await send_events(request, response, ctx, task_id, 0, renderer)
     except (ConnectionResetError, RuntimeError):
         gone = True
     if gone:  # a stream's client that goes away cancels its task (LMSP_API.md)

@@ -304,7 +304,8 @@ def _responses_chunk(event: str, data: Any) -> Chunk | None:
         )
     if kind == "error":
         error = data.get("error") or {}
-        raise UpstreamFault(
-            f"{error.get('code', 'error')}: {error.get('message', '')}", retryable=False
+        raise UpstreamFault(  # an LMSP upstream stopping ends its streams so: it comes back
+            f"{error.get('code', 'error')}: {error.get('message', '')}",
+            retryable=error.get("code") == "shutting_down",
         )
     return None

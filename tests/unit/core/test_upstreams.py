@@ -324,6 +324,26 @@ async def test_another_lmsp_is_spoken_to_over_responses_and_its_cancel_route(
     assert env["fake"].cancelled == ["resp_remote1"] and env["fake"].disconnects == 1
 
 
+async def test_another_lmsp_stopping_mid_stream_is_retried(
+    store: Store, env: dict[str, Any]
+) -> None:
+    """Another LMSP service that stops ends its stream with `error` shutting_down: that one
+    comes back, so the stream is tried again (resumed from the text so far), as a cut one is."""
+    script = [Behaviour(words=["One", " two"], stopping=True), Behaviour(words=[" three", "."])]
+    env["fake"] = FakeUpstream(script, lmsp=True)
+    env["runner"] = await start(store, env["fake"], timeout_s=60)
+    request = parse_create({"model": "up/m1", "input": "hi", "on_restart": "resume"}, "fail")
+    created = await store.tasks.create(NewTask("up/m1", request, on_restart="resume"))
+
+    async def finished_row() -> Any:
+        row = await store.tasks.get(created.task_id)
+        return row if TaskState(row["state"]) in TERMINAL else None
+
+    row = await until(finished_row, limit=60, what="the task to finish")
+    assert row["state"] == "completed" and row["output_text"] == "One two three.", row["error"]
+    assert env["fake"].requests[1]["input"][-1]["content"] == "One two"
+
+
 async def test_concurrency_limit_per_upstream(store: Store, env: dict[str, Any]) -> None:
     env["fake"] = FakeUpstream([Behaviour(words=["x"] * 20, delay_s=0.02)] * 6)
     await env["fake"].start()

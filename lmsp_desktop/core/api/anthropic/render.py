@@ -31,6 +31,13 @@ _ERROR_TYPES = {
     507: "api_error",
 }
 
+# An error that ends a stream (the service stopping: core/api/stopping.py) → its type, the one
+# the same error has before a stream (503 shutting_down → overloaded_error): Anthropic's "try
+# again shortly", which Claude Code retries when a stream ends with it (2.1.197 looks for
+# `"type":"overloaded_error"` in the error), where api_error is an unexpected failure. (The
+# anthropic SDKs retry neither once a stream has begun.)
+_STREAMED_ERROR_TYPES = {"shutting_down": _ERROR_TYPES[503]}
+
 
 def anthropic_error(exc: LmspError) -> dict[str, Any]:
     """`{"type": "error", "error": {"type", "message"}}`; our code kept beside them."""
@@ -198,4 +205,10 @@ class MessageStream:
                 else error.get("message", "The generation failed.")
             )
             return _event("error", {"error": {"type": "api_error", "message": message}})
+        if kind == "error":  # never committed: the service stopping first (api/stopping.py)
+            self.finished = True
+            error = event["error"]
+            kind = _STREAMED_ERROR_TYPES.get(error["code"], "api_error")
+            payload = {"type": kind, "message": error["message"], "code": error["code"]}
+            return _event("error", {"error": payload})
         return b""

@@ -164,6 +164,9 @@ class ChunkRenderer:
                     }
                 }
             )
+        if kind == "error":  # never committed: the service stopping first (api/stopping.py)
+            self.finished = True
+            return _data({"error": event["error"]})
         return b""
 
     def _line(self, delta: dict[str, Any], reason: str | None) -> bytes:

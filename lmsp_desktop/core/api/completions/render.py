@@ -103,6 +103,9 @@ class CompletionChunks:
             )
             code = "cancelled" if kind == "response.cancelled" else error.get("code", "failed")
             return _data({"error": {"type": "server_error", "code": code, "message": message}})
+        if kind == "error":  # never committed: the service stopping first (api/stopping.py)
+            self.finished = True
+            return _data({"error": event["error"]})
         return b""
 
 

@@ -74,6 +74,9 @@ class AnswerRenderer:
         self.calls: list[dict[str, Any]] = []
         self._last: dict[str, Any] = {}
 
+    def opening(self) -> bytes:
+        return b""
+
     def render(self, event: dict[str, Any]) -> bytes:
         kind = event["type"]
         if kind == "response.in_progress" and self.clock.running is None:
@@ -100,6 +103,10 @@ class AnswerRenderer:
         elif kind == "response.cancelled":
             self.finished = True
             self.failure = "The request was cancelled before it finished."
+            return line({"error": self.failure})
+        elif kind == "error":  # never committed: the service stopping first (api/stopping.py)
+            self.finished = True
+            self.failure = str(event["error"]["message"])
             return line({"error": self.failure})
         return b""
 

@@ -15,10 +15,10 @@ from aiohttp import web
 
 from lmsp_desktop.core.api.answering import (
     cancel_on_disconnect,
-    cancel_quietly,
     create_from_request,
     holding_key,
     settle_key,
+    stream_rendered,
 )
 from lmsp_desktop.core.api.creation import Intake
 from lmsp_desktop.core.api.embeddings.creation import create_embedding, finished_embedding
@@ -173,10 +173,11 @@ async def _generate(
     renderer = AnswerRenderer(created.request["model"], endpoint, clock)
     async with holding_key(ctx, created.claim):
         if created.mode == "stream":
-            response = await _stream(request, ctx, created.task_id, renderer)
+            # One JSON object per line as the events commit; the last has `done: true`.
+            response = await stream_rendered(request, ctx, created.task_id, renderer, _open_ndjson)
         else:
             async with cancel_on_disconnect(request, ctx, created.task_id):
-                await _follow(ctx, created.task_id, renderer, None)
+                await _follow(ctx, created.task_id, renderer)
             if not renderer.finished:
                 raise ShuttingDownError()  # the task is left for recovery
             if renderer.failure is not None:
@@ -187,40 +188,21 @@ async def _generate(
     return response
 
 
-async def _stream(
-    request: web.Request, ctx: ServiceContext, task_id: str, renderer: AnswerRenderer
-) -> web.StreamResponse:
-    """One JSON object per line as the task's events commit; the last has `done: true`. A
-    client that goes away cancels the task (its partial output is kept)."""
+async def _open_ndjson(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-cache"})
     await response.prepare(request)
-    gone = False
-    try:
-        async with cancel_on_disconnect(request, ctx, task_id):
-            await _follow(ctx, task_id, renderer, response)
-    except (ConnectionResetError, RuntimeError):
-        gone = True
-    if gone:
-        await cancel_quietly(ctx, task_id, "its stream's client went away")
-    with contextlib.suppress(ConnectionResetError, RuntimeError):
-        await response.write_eof()
     return response
 
 
-async def _follow(
-    ctx: ServiceContext, task_id: str, renderer: AnswerRenderer, out: web.StreamResponse | None
-) -> None:
+async def _follow(ctx: ServiceContext, task_id: str, renderer: AnswerRenderer) -> None:
+    """A `stream: false` answer: the events rendered until the task ends (or the service
+    stops: the renderer is then not finished)."""
     async with contextlib.aclosing(ctx.follower.follow_batches(task_id, 0)) as batches:
         async for batch in batches:
-            data = b""
             for event in batch:
-                data += renderer.render(event)
+                renderer.render(event)
                 if renderer.finished:
-                    break
-            if out is not None and data:
-                await out.write(data)
-            if renderer.finished:
-                return
+                    return
 
 
 # -- /v1/openapi.json ------------------------------------------------------------------------
