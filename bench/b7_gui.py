@@ -91,7 +91,8 @@ def _child(data_dir: Path, out: Path, seconds: float, events_per_s: int) -> None
             await core.store.tasks.mark_running(created.task_id)
             ids.append(created.task_id)
         core.upstreams.start()
-        core.host = ServiceHost(core.context)
+        assert core.listener is not None  # open() bound the port
+        core.host = ServiceHost(core.context, core.listener)
         core.url = await core.host.start()
         ini = Path(tempfile.mkdtemp()) / "gui.ini"
         window = MainWindow(core, QSettings(str(ini), QSettings.Format.IniFormat))
