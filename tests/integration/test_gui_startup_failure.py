@@ -93,7 +93,8 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
         assert box.isVisible()
         text = box.text()
         assert f"Port {port} on 127.0.0.1 is in use by another program" in text
-        assert "Choose another port" in text and "stop the other program" in text
+        assert "Stop the other program" in text and "--port N" in text
+        assert "Settings" not in text  # the window cannot open it: nothing runs
         ok = box.button(QMessageBox.StandardButton.Ok)
         await until(ok.isEnabled, what="OK armed")
         ok.click()

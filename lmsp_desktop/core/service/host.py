@@ -111,8 +111,10 @@ async def _bind(host: str, port: int) -> list[socket.socket]:
 def _cannot_listen(host: str, port: int, exc: OSError) -> LmspError:
     if exc.errno == errno.EADDRINUSE:
         return LmspError(
-            f"Port {port} on {host} is in use by another program. Choose another port "
-            "(--port, or Settings), or stop the other program.",
+            # Nothing runs yet, the window's Settings included: the one way to another port
+            # now is the flag (a GUI walk found "or Settings" it could not reach).
+            f"Port {port} on {host} is in use by another program. Stop the other program, "
+            "or choose another port: start with --port N (or --port 0 for any free one).",
             code="port_in_use",
             status=503,
         )
