@@ -281,15 +281,9 @@ class ModelRegistry:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     def _listed(self, row: Any) -> bool:
-        """Whether a row's store is looked in (a store switched off hides its models), and a
-        folder's model whether its folder is one of this run's: a folder given by
-        `--models-dir` for one run is not looked in by the next, whose scan cannot know its
-        files, so they are not listed (they were shown "missing", though on disk)."""
+        """Whether a row's store is looked in (a store switched off hides its models)."""
         source = source_of(row["id"], row["meta"])
-        if source == FOLDER:
-            parent = Path(row["path"]).parent  # a folder's files and its subfolders' (scan)
-            return parent in self.folders or parent.parent in self.folders
-        return source == DEMO or source in self.sources
+        return source in (FOLDER, DEMO) or source in self.sources
 
     def _find_files(self, demo: Path | None) -> builtins.list[FoundFile]:
         """Every model file, each once: the demo, the model folders, then the stores."""
