@@ -246,13 +246,15 @@ def _cell_move(
         )
     if after == TaskState.QUEUED:
         return EventType.QUEUED, requeued(ids, before, **marks)
-    # running, resumed from its snapshot by the runner
+    # running, resumed from its snapshot by the runner. Its run starts now, as a retried
+    # task's does when it runs again: started_at kept from before the restart made its
+    # duration (finished_at - started_at, the window's Duration) count the downtime.
     return EventType.RESUMED, Transition(
         ids,
         frm,
         after,
         carrying_response(EventType.RESUMED),
-        {**marks, "restarts": Added(1)},
+        {**marks, "restarts": Added(1), "started_at": now},
     )
 
 

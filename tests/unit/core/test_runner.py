@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from lmsp_desktop.core.api.resource import task_object
 from lmsp_desktop.core.api.responses.request import parse_create
+from lmsp_desktop.core.config import database_path
 from lmsp_desktop.core.engines.base import EngineError, LoadSettings
 from lmsp_desktop.core.engines.fake import DEFAULT_TOKENS, FakeEngine
 from lmsp_desktop.core.errors import LmspError
@@ -18,6 +22,7 @@ from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.storage.recovery import next_boot, recover
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask
+from lmsp_desktop.core.views import TaskRow
 from tests.support.lifecycle import started
 from tests.support.polling import until
 
@@ -246,6 +251,43 @@ async def test_resumed_task_continues_from_its_snapshot(data_dir: Path) -> None:
                 if e["type"] == "response.output_text.delta"
             ]
             assert "".join(deltas) == "".join(DEFAULT_TOKENS)  # nothing repeated or skipped
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("policy", ["resume", "retry"])
+async def test_a_task_run_again_after_a_restart_has_no_downtime_in_its_duration(
+    data_dir: Path, policy: str
+) -> None:
+    """A task cut by a restart and run again after it: its duration (finished_at -
+    started_at in the task object, the window's Duration column) is the run that produced
+    its answer, not the hour the service was down."""
+    store = Store(data_dir)
+    await store.open()
+    engine = FakeEngine()
+    engine.gate = threading.Semaphore(0)
+    async with started(Runner(store.tasks, Paths(), engine)):
+        task_id = await submit(store, on_restart=policy)
+        engine.gate.release(3)
+        await until(lambda: _output_is(store, task_id, "".join(DEFAULT_TOKENS[:3])))
+    await store.close()
+    # The service was down for an hour: everything it wrote happened an hour ago.
+    with contextlib.closing(sqlite3.connect(database_path(data_dir))) as conn, conn:
+        conn.execute("UPDATE tasks SET created_at=created_at-3600, started_at=started_at-3600")
+        conn.execute("UPDATE task_events SET created_at=created_at-3600")
+
+    store = Store(data_dir)
+    await store.open()
+    await recover(store.tasks, await next_boot(store.tasks))
+    try:
+        async with started(Runner(store.tasks, Paths(), FakeEngine())):
+            await until(lambda: finished(store, task_id))
+        task = task_object(await store.tasks.get(task_id))
+        assert task["state"] == "completed" and task["restarts"] == 1
+        assert 0 <= task["finished_at"] - task["started_at"] < 600
+        (listed,) = await store.tasks.listed_by_id([task_id])
+        duration = TaskRow.of(listed).duration()
+        assert duration is not None and duration < 600
     finally:
         await store.close()
 
