@@ -292,12 +292,21 @@ class Core(ClientCalls):
         return await self.start_service()
 
     # -- running -----------------------------------------------------------------------
-    async def submit(self, model: str, prompt: str, on_restart: str | None = None) -> str:
+    async def submit(
+        self,
+        model: str,
+        prompt: str,
+        on_restart: str | None = None,
+        *,
+        max_output_tokens: int | None = None,
+    ) -> str:
         """Create a background task as the owner, through the API's creation path (refused
         while paused or shutting down, like `POST /v1/responses`)."""
         body: dict[str, Any] = {"model": model, "input": prompt, "background": True}
         if on_restart:
             body["on_restart"] = on_restart
+        if max_output_tokens is not None:
+            body["max_output_tokens"] = max_output_tokens
         created = await create_task(self.context, body, client_id=None, intake=RESPONSES)
         return created.task_id
 

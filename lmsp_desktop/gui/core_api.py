@@ -56,7 +56,14 @@ class CoreApi(Protocol):
     def unsubscribe(self, listener: CoreListener) -> None: ...
 
     # -- tasks -----------------------------------------------------------------------------
-    async def submit(self, model: str, prompt: str, on_restart: str | None = None) -> str: ...
+    async def submit(
+        self,
+        model: str,
+        prompt: str,
+        on_restart: str | None = None,
+        *,
+        max_output_tokens: int | None = None,
+    ) -> str: ...
 
     async def cancel(self, task_id: str) -> None: ...
 

@@ -116,10 +116,19 @@ class FakeCore(ClientCalls):
             listener.on_model_loaded(model_id, state)
 
     # -- tasks -------------------------------------------------------------------------
-    async def submit(self, model: str, prompt: str, on_restart: str | None = None) -> str:
+    async def submit(
+        self,
+        model: str,
+        prompt: str,
+        on_restart: str | None = None,
+        *,
+        max_output_tokens: int | None = None,
+    ) -> str:
         if not prompt.strip():
             raise LmspError("Write a prompt first.", code="invalid_value")
         body: dict[str, Any] = {"model": model, "input": prompt, "background": True}
+        if max_output_tokens is not None:
+            body["max_output_tokens"] = max_output_tokens
         request = parse_create(body, on_restart or self.settings.default_on_restart)
         result = await self.store.tasks.create(
             NewTask(model=model, request=request, on_restart=RestartPolicy(request["on_restart"]))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QKeySequence, QShortcut
@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QLabel,
     QPlainTextEdit,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -20,7 +21,16 @@ from PySide6.QtWidgets import (
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.gui import aio
 
-Submit = Callable[[str, str], Awaitable[str]]
+# How long an answer may be unless the user says otherwise: without a limit a chatty model
+# can write until its whole context is full (LM Studio's chat also starts with a finite one).
+DEFAULT_MAX_OUTPUT = 512
+MAX_OUTPUT_LIMIT = 131_072
+
+
+class Submit(Protocol):
+    """Core.submit: creates the task, returns its id."""
+
+    async def __call__(self, model: str, prompt: str, *, max_output_tokens: int | None) -> str: ...
 
 
 class PromptDialog(QDialog):
@@ -43,8 +53,17 @@ class PromptDialog(QDialog):
         self.send.setEnabled(bool(models))
         self.buttons.accepted.connect(lambda: aio.spawn(self.send_prompt(), self))
         self.buttons.rejected.connect(self.reject)
+        self.max_output = QSpinBox()
+        self.max_output.setRange(1, MAX_OUTPUT_LIMIT)
+        self.max_output.setValue(DEFAULT_MAX_OUTPUT)
+        self.max_output.setSuffix(" tokens")
+        self.max_output.setToolTip(
+            "The answer stops after this many tokens (the task ends incomplete), so a chatty "
+            "model cannot write until its context is full."
+        )
         form = QFormLayout()
         form.addRow("Model", self.model)
+        form.addRow("Answer up to", self.max_output)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.prompt)
@@ -67,7 +86,11 @@ class PromptDialog(QDialog):
     async def send_prompt(self) -> str | None:
         self.send.setEnabled(False)
         try:
-            task_id = await self.submit(self.model.currentText(), self.prompt.toPlainText())
+            task_id = await self.submit(
+                self.model.currentText(),
+                self.prompt.toPlainText(),
+                max_output_tokens=self.max_output.value(),
+            )
         except LmspError as exc:
             self.error.setText(exc.message)
             return None
