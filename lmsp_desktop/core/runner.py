@@ -533,6 +533,10 @@ class Runner:
                 return  # a shutdown, not a cancel: recovery applies the task's policy
             await self.tasks.confirm_cancelled(task_id)
             return
+        if calls is not None:
+            result = dataclasses.replace(
+                result, finish_reason=calls.finish_reason(result.finish_reason)
+            )
         if calls is not None and not await calls.close(
             result.finish_reason,
             output_tokens=result.output_tokens,

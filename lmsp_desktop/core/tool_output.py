@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmsp_desktop.core.engines.base import FinishReason
 from lmsp_desktop.core.storage.tasks import TaskStore
 from lmsp_desktop.core.tools.parser import CallStarted, Event, TextDelta, ToolCallParser
 
@@ -59,6 +60,14 @@ class CallingOutput:
             input_tokens=input_tokens,
             snapshot={**snapshot, "text": self.text},
         )
+
+    def finish_reason(self, engine_reason: FinishReason) -> FinishReason:
+        """How the output ended: a budget (or the context) that ran out just as a call was
+        complete ended a tool call, not an answer cut short (forced calls: the grammar
+        allows nothing after it), so the task completes and clients get the call to run."""
+        if engine_reason in ("length", "context") and self.parser.ends_in_complete_call:
+            return "stop"
+        return engine_reason
 
     async def close(self, finish_reason: str, *, output_tokens: int, input_tokens: int) -> bool:
         """Flush at the end of the output: held text, a call whose block never closed

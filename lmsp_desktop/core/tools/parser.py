@@ -72,6 +72,19 @@ class ToolCallParser:
     def in_call(self) -> bool:
         return self._state in ("header", "arguments", "tail") and self._name != ""
 
+    @property
+    def ends_in_complete_call(self) -> bool:
+        """The output so far ends with a call whose arguments are whole JSON (its closing tag
+        may be still to come) and nothing after it: cut there, it is a call to run."""
+        if self._state == "tail":
+            return True
+        return (
+            self._state == "text"
+            and self.calls > 0
+            and not self._spoken
+            and not self._buffer.strip()
+        )
+
     def feed(self, text: str) -> list[Event]:
         self._buffer += text
         events: list[Event] = []

@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.core.api.anthropic.render import stop_reason
+from lmsp_desktop.core.api.chat.render import finish_reason
 from lmsp_desktop.core.api.responses.request import parse_create
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.runner import Runner
@@ -171,3 +173,39 @@ async def test_a_call_of_a_namespaced_function_names_its_namespace(store: Store)
         events = await store.tasks.events(task_id)
         added = [e for e in events if e["type"] == "response.output_item.added"]
         assert added[1]["item"]["namespace"] == "weather_mcp"
+
+
+# A forced call as the grammar writes it, four tokens; the budget may end it at any of them.
+FORCED = (
+    "<tool_call>\n",
+    '{"name": "get_weather", "arguments": ',
+    '{"city": "Paris"}',
+    "}\n</tool_call>",
+)
+
+
+async def test_a_forced_call_complete_at_the_token_budget_is_a_tool_call(store: Store) -> None:
+    """The budget ends the output exactly as the call's JSON is complete (with or without the
+    closing tag): the client gets a tool call to run (chat `tool_calls`, Anthropic
+    `tool_use`), not an answer cut by the limit; a budget that cuts the arguments is one."""
+    async with started(Runner(store.tasks, Paths(), FakeEngine(FORCED))):
+        for budget, status, chat, anthropic in (
+            (4, "completed", "tool_calls", "tool_use"),  # the call's last token is the last
+            (3, "completed", "tool_calls", "tool_use"),  # arguments complete, tag to come
+            (2, "incomplete", "length", "max_tokens"),  # the arguments not begun
+        ):
+            request = parse_create(
+                {"model": "m", "input": "Weather in Paris?", "max_output_tokens": budget}, "fail"
+            )
+            request.update(
+                parse_tool_fields({"tools": [WEATHER], "tool_choice": "required"}, "responses")
+            )
+            created = await store.tasks.create(NewTask(model="m", request=request))
+            task_id = created.task_id
+            await until(lambda t=task_id: finished(store, t))
+            response = await store.tasks.response_object(task_id)
+            (call,) = response["output"]
+            assert (response["status"], call["status"]) == (status, status), budget
+            assert (finish_reason(response), stop_reason(response)) == (chat, anthropic), budget
+            if status == "completed":
+                assert json.loads(call["arguments"]) == {"city": "Paris"}
