@@ -42,16 +42,17 @@ def test_names_shown_carry_a_tag_unless_that_name_is_another_model() -> None:
 
 @pytest.fixture
 async def registry(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModelRegistry:
-    """Folder models `tiny` and `both`; in Ollama's store `both:latest` and `solo:latest`."""
+    """Folder models `tiny` and `both`; in Ollama's store `both:latest`, `solo:latest` and
+    `qwen2.5:7b`."""
     folder = tmp_path / "models"
     folder.mkdir()
     write_gguf(folder / "tiny.gguf")
     write_gguf(folder / "both.gguf", payload=b"folder")
     home = tmp_path / "home"
     monkeypatch.setenv("OLLAMA_MODELS", str(stores.ollama_store(home)))
-    for name, payload in (("both", b"ollama-both"), ("solo", b"ollama-solo")):
-        gguf = write_gguf(tmp_path / f"{name}-src.gguf", payload=payload)
-        stores.add_ollama_model(home, name, "latest", gguf)
+    for name, tag in (("both", "latest"), ("solo", "latest"), ("qwen2.5", "7b")):
+        gguf = write_gguf(tmp_path / f"{name}-src.gguf", payload=f"ollama-{name}".encode())
+        stores.add_ollama_model(home, name, tag, gguf)
     found = ModelRegistry(store.db, [folder], include_demo=False, sources=("ollama",))
     await found.scan()
     assert {m.id for m in await found.list_models()} == {
@@ -59,6 +60,7 @@ async def registry(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "both",
         "both:latest",
         "solo:latest",
+        "qwen2.5:7b",
     }, found.problems
     return found
 
@@ -87,7 +89,7 @@ async def test_each_name_shown_finds_its_own_model(registry: ModelRegistry) -> N
         assert (await find_model(registry, shown)).id == model_id, shown
 
 
-@pytest.mark.parametrize("asked", ["nothing:latest", "nothing", "tiny:7b"])
+@pytest.mark.parametrize("asked", ["nothing:latest", "nothing", "qwen2:7b"])
 async def test_no_such_model_is_404_pointing_to_api_tags(
     registry: ModelRegistry, asked: str
 ) -> None:
@@ -97,6 +99,26 @@ async def test_no_such_model_is_404_pointing_to_api_tags(
     assert (error.status, error.code, error.param) == (404, "model_not_found", "model")
     assert f"no model {asked} here" in error.message
     assert "GET /api/tags" in error.message and "/v1/models" not in error.message
+
+
+@pytest.mark.parametrize(
+    ("asked", "told"),
+    [
+        # Ollama reads `qwen2.5` as `qwen2.5:latest`: not found, but say which tags there are.
+        ("qwen2.5", 'model "qwen2.5" not found; this service has qwen2.5:7b.'),
+        ("Qwen2.5:latest", 'model "Qwen2.5:latest" not found; this service has qwen2.5:7b.'),
+        ("qwen2.5:14b", 'model "qwen2.5:14b" not found; this service has qwen2.5:7b.'),
+        ("tiny:7b", 'model "tiny:7b" not found; this service has tiny:latest.'),
+    ],
+)
+async def test_a_name_found_only_under_other_tags_is_404_naming_them(
+    registry: ModelRegistry, asked: str, told: str
+) -> None:
+    with pytest.raises(LmspError) as missing:
+        await find_model(registry, asked)
+    error = missing.value
+    assert (error.status, error.code, error.param) == (404, "model_not_found", "model")
+    assert error.message.startswith(told), error.message
 
 
 async def test_a_name_that_cannot_be_an_id_is_not_echoed(registry: ModelRegistry) -> None:

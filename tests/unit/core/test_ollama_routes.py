@@ -87,13 +87,20 @@ async def test_no_such_model_points_an_ollama_user_to_api_tags(service: Service)
         ("/api/generate", {"model": "nothing", "prompt": "Hi"}),
         ("/api/embed", {"model": "nothing:latest", "input": "Hi"}),
         ("/api/embeddings", {"model": "nothing:latest", "prompt": "Hi"}),
-        ("/api/chat", {"model": "tiny:7b", "messages": [SAID]}),  # another tag: not tiny
     ):
         status, answer = await service.call("POST", path, body)
         assert status == 404, (path, answer)
         assert isinstance(answer["error"], str), answer  # Ollama's shape
         assert f"no model {body['model']} here" in answer["error"]
         assert "GET /api/tags" in answer["error"], answer
+    for path, body in (  # another tag is not tiny, but the 404 names the one there is
+        ("/api/chat", {"model": "tiny:7b", "messages": [SAID]}),
+        ("/api/show", {"model": "tiny:7b"}),
+        ("/api/embed", {"model": "tiny:7b", "input": "Hi"}),
+    ):
+        status, answer = await service.call("POST", path, body)
+        assert status == 404, (path, answer)
+        assert answer["error"].startswith('model "tiny:7b" not found; this service has tiny:latest')
     status, listed = await service.call("GET", "/v1/tasks")
     assert listed["data"] == []  # nothing stored for them
 

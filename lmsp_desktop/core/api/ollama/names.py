@@ -52,7 +52,38 @@ async def find_model(registry: ModelRegistry, name: str) -> ModelInfo:
     upstreams = registry.upstreams
     if upstreams is not None and upstreams.owns(name):
         raise missing  # it says which upstream lacks which model
+    if is_valid_model_id(name.lower()):
+        tags = await _other_tags(registry, name)
+        if tags:
+            raise other_tags_only(name, tags)
     raise no_such_model(name)
+
+
+def base_name(name: str) -> str:
+    """A name without its tag: `qwen2.5:7b` → `qwen2.5`, `org/repo-gguf:q4_k_m` →
+    `org/repo-gguf`, `qwen2.5` → `qwen2.5`."""
+    return name.rpartition(":")[0] if has_tag(name) else name
+
+
+async def _other_tags(registry: ModelRegistry, name: str) -> list[str]:
+    """The names (as /api/tags shows them) of the models with the same name as `name` and
+    another tag: asked for `qwen2.5`, the store's `qwen2.5:7b`. Read only on the way to a
+    404."""
+    base = base_name(name).lower()
+    shown = ollama_names(info.id for info in await registry.list_models())
+    return sorted(shown[i] for i in shown if base_name(i).lower() == base)
+
+
+def other_tags_only(name: str, tags: list[str]) -> LmspError:
+    """404 for a name whose model this service has only under other tags: Ollama reads a
+    name without a tag as `name:latest`, so `qwen2.5` is not `qwen2.5:7b`; say what is."""
+    why = "" if has_tag(name) else f" (a name without a tag means {name}:latest, as in Ollama)"
+    which = "it by that name" if len(tags) == 1 else "one of them by its name"
+    return not_found(
+        f'model "{name}" not found; this service has {", ".join(tags)}. Ask for {which}{why}.',
+        code=MODEL_NOT_FOUND,
+        param="model",
+    )
 
 
 def no_such_model(name: str) -> LmspError:
