@@ -127,8 +127,15 @@ class Core(ClientCalls):
         finished (start_service serves on the sockets bound here)."""
         self._lock.acquire()
         try:
+            if self.store.db.path.exists():
+                before_writes: Callable[[Settings], Coroutine[Any, Any, None]] | None = self._listen
+            else:
+                # A new store has no settings to read: listen with the defaults before its
+                # file is made, so a start that cannot listen leaves no empty lmsp.db behind.
+                await self._listen(Settings())
+                before_writes = None
             # The integrity check runs beside recovery; nothing commits before it passed.
-            await self.store.open(check_beside=True, before_writes=self._listen)
+            await self.store.open(check_beside=True, before_writes=before_writes)
         except BaseException:
             self._close_listener()
             self._lock.release()

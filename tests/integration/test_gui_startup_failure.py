@@ -184,3 +184,5 @@ def test_the_whole_launch_as_lmsp_desktop_runs_it(
     assert f"Port {port} on 127.0.0.1 is in use" in text
     assert keys_in_flight == [True], "a key pressed as the box appeared closed it unread"
     assert not closed_unread, "a key pressed as the box appeared closed it"
+    # A first launch that never listened makes no store: no empty lmsp.db for the next one.
+    assert not (tmp_path / "data" / "lmsp.db").exists()

@@ -151,3 +151,19 @@ def test_a_start_on_a_port_in_use_changes_nothing_and_the_next_recovers_the_cras
             assert restart_events == 1, (policy, restart_events)
     finally:
         conn.close()
+
+
+def test_a_first_start_on_a_port_in_use_makes_no_store(tmp_path: Path) -> None:
+    """A brand-new data directory and the port taken: the start says why and leaves no
+    empty lmsp.db for the next start to take as its store."""
+    data = tmp_path / "new"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        blocked = serve_on(data, port, tmp_path / "cache")
+    assert blocked.returncode == 1, blocked.stderr[-3000:]
+    said = f"Port {port} on 127.0.0.1 is in use by another program"
+    assert said in blocked.stderr, blocked.stderr[-3000:]
+    left = sorted(p.name for p in data.iterdir())
+    assert not [name for name in left if name.startswith("lmsp.db")], left
