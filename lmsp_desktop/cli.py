@@ -148,7 +148,13 @@ async def serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stopped_by, sig)
     try:
         await core.start()
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, LmspError):  # the port in use, the data directory locked, …
+            # main() says it on stderr; the log file must say it too, once: a service
+            # manager's user reads the log, not the terminal.
+            from lmsp_desktop.logs import LOG_FILE_ONLY
+
+            log.error("could not start: %s", exc.message, extra=LOG_FILE_ONLY)
         # Report why the start failed, not a failure of the cleanup after it (each failed
         # stop step is logged with its traceback by Core.stop).
         try:

@@ -6,6 +6,13 @@ import logging
 import logging.handlers
 from pathlib import Path
 
+# `extra=` of a record for the log file only: the terminal was told in its own words.
+LOG_FILE_ONLY = {"log_file_only": True}
+
+
+def _not_log_file_only(record: logging.LogRecord) -> bool:
+    return not getattr(record, "log_file_only", False)
+
 
 def setup_logging(data_dir: Path | None, level: str = "INFO") -> Path | None:
     root = logging.getLogger()
@@ -13,6 +20,7 @@ def setup_logging(data_dir: Path | None, level: str = "INFO") -> Path | None:
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     console = logging.StreamHandler()
     console.setFormatter(fmt)
+    console.addFilter(_not_log_file_only)
     root.addHandler(console)
     if data_dir is None:
         return None

@@ -153,9 +153,10 @@ def test_a_start_on_a_port_in_use_changes_nothing_and_the_next_recovers_the_cras
         conn.close()
 
 
-def test_a_first_start_on_a_port_in_use_makes_no_store(tmp_path: Path) -> None:
-    """A brand-new data directory and the port taken: the start says why and leaves no
-    empty lmsp.db for the next start to take as its store."""
+def test_a_first_start_on_a_port_in_use_makes_no_store_and_logs_why(tmp_path: Path) -> None:
+    """A brand-new data directory and the port taken: the start says why on stderr and in
+    the log file (whoever reads the log, not the terminal: a service manager's user), once
+    each, and leaves no empty lmsp.db for the next start to take as its store."""
     data = tmp_path / "new"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -164,6 +165,8 @@ def test_a_first_start_on_a_port_in_use_makes_no_store(tmp_path: Path) -> None:
         blocked = serve_on(data, port, tmp_path / "cache")
     assert blocked.returncode == 1, blocked.stderr[-3000:]
     said = f"Port {port} on 127.0.0.1 is in use by another program"
-    assert said in blocked.stderr, blocked.stderr[-3000:]
+    assert blocked.stderr.count(said) == 1, blocked.stderr[-3000:]
+    log = (data / "logs" / "lmsp-desktop.log").read_text()
+    assert log.count(said) == 1, log[-3000:]
     left = sorted(p.name for p in data.iterdir())
     assert not [name for name in left if name.startswith("lmsp.db")], left
