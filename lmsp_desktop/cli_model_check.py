@@ -151,11 +151,17 @@ async def _verify_here(args: argparse.Namespace, data_dir: Path) -> int:
     try:
         settings = (await store.settings()).validate()
         off = {*settings.disabled_sources, *(getattr(args, "no_source", None) or [])}
-        # As the service's registry, less the folders: a verify reads one recorded file and
-        # scans nothing. The per-machine digest cache learns the digest, as a service's would.
+        # As the service's registry: its folders are the settings' and those given here with
+        # --models-dir, as to `serve` (a model of a folder not looked in is not listed). A
+        # verify reads one recorded file and scans nothing. The per-machine digest cache
+        # learns the digest, as a service's would.
+        folders = [
+            *(Path(d).expanduser() for d in settings.model_dirs),
+            *(getattr(args, "models_dir", None) or []),
+        ]
         registry = ModelRegistry(
             store.db,
-            [],
+            folders,
             include_demo=False,
             sources=[s for s in SOURCES if s not in off],
             digests=DigestCache(default_cache_dir() / "model-digests.json"),

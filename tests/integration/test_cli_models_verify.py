@@ -12,6 +12,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.integration.service_fixtures")
 
+from lmsp_desktop.cli import main  # noqa: E402
 from lmsp_desktop.core.models.registry import ModelRegistry  # noqa: E402
 from lmsp_desktop.core.storage.clients import list_clients  # noqa: E402
 from lmsp_desktop.core.storage.store import Store  # noqa: E402
@@ -50,6 +51,14 @@ def scan(data_dir: Path, folder: Path) -> dict[str, str]:
     return asyncio.run(run())
 
 
+def verify(data_dir: Path, folder: Path, *argv: str) -> int:
+    """`lmsp-desktop --models-dir FOLDER models verify ...`, the folder given as it was to the
+    service (scan): a model of a folder not looked in is not listed."""
+    return main(
+        ["--data-dir", str(data_dir), "--models-dir", str(folder), "models", "verify", *argv]
+    )
+
+
 def states(data_dir: Path) -> dict[str, str]:
     async def run() -> dict[str, str]:
         store = Store(data_dir)
@@ -79,7 +88,7 @@ def test_verify_without_a_service_makes_a_changed_model_verified(
     scan(data_dir, folder)
     touch_later(path)
     assert scan(data_dir, folder)["m"] == "changed"
-    assert admin(data_dir, "models", "verify", "m") == 0
+    assert verify(data_dir, folder, "m") == 0
     out = capsys.readouterr().out
     assert "m: verified" in out
     assert states(data_dir)["m"] == "verified"
@@ -94,12 +103,12 @@ def test_verify_of_a_rewritten_file_says_how_to_accept_it(
     write_gguf(path, context_length=8192, payload=b"new weights")
     touch_later(path)
     assert scan(data_dir, folder)["m"] == "changed"
-    assert admin(data_dir, "models", "verify", "m") == 1
+    assert verify(data_dir, folder, "m") == 1
     err = capsys.readouterr().err
     assert "m: not verified" in err and "no longer matches" in err
     assert "lmsp-desktop models verify m --accept-new" in err
     assert states(data_dir)["m"] == "changed"
-    assert admin(data_dir, "models", "verify", "m", "--accept-new") == 0
+    assert verify(data_dir, folder, "m", "--accept-new") == 0
     assert "m: verified" in capsys.readouterr().out
     assert states(data_dir)["m"] == "verified"
 
@@ -111,12 +120,12 @@ def test_verify_all_verifies_the_changed_and_missing_ones_only(
     write_gguf(folder / "b.gguf", payload=b"b")
     gone = write_gguf(folder / "c.gguf", payload=b"c")
     scan(data_dir, folder)
-    assert admin(data_dir, "models", "verify", "--all") == 0
+    assert verify(data_dir, folder, "--all") == 0
     assert "No model needs verifying" in capsys.readouterr().out
     touch_later(touched)
     gone.unlink()
     assert scan(data_dir, folder) == {"a": "changed", "b": "verified", "c": "missing"}
-    assert admin(data_dir, "models", "verify", "--all") == 1  # c is still missing
+    assert verify(data_dir, folder, "--all") == 1  # c is still missing
     captured = capsys.readouterr()
     assert "a: verified" in captured.out
     assert "b:" not in captured.out + captured.err  # verified and unchanged: not read again
@@ -129,11 +138,11 @@ def test_verify_usage_mistakes_exit_2(
 ) -> None:
     write_gguf(folder / "m.gguf")
     scan(data_dir, folder)
-    assert admin(data_dir, "models", "verify", "nope") == 2
+    assert verify(data_dir, folder, "nope") == 2
     assert "nope" in capsys.readouterr().err
     assert admin(data_dir, "models", "verify") == 2
     assert "--all" in capsys.readouterr().err
-    assert admin(data_dir, "models", "verify", "m", "--all") == 2
+    assert verify(data_dir, folder, "m", "--all") == 2
     capsys.readouterr()
 
 
@@ -163,7 +172,7 @@ def test_verify_and_rescan_beside_a_running_service_go_through_it(
     touch_later(folder / "m.gguf")
     served.call(registry.scan())
     assert served.call(registry.get("m")).state == "changed"
-    assert admin(data_dir, "models", "verify", "m") == 0
+    assert verify(data_dir, folder, "m") == 0
     assert "m: verified" in capsys.readouterr().out
     # The service's own registry verified it (its kept rows too): it runs m now.
     assert served.call(registry.get("m")).state == "verified"

@@ -91,7 +91,8 @@ def test_a_touched_model_is_verified_again_headless_and_runs(tmp_path: Path) -> 
         assert server.terminate() == 0
 
     shutil.copyfile(demo, path)
-    done = cli(data_dir, "models", "verify", "good")  # no service runs: the command verifies
+    # No service runs: the command verifies, given the folder as serve was (one run's flag).
+    done = cli(data_dir, "--models-dir", str(models), "models", "verify", "good")
     assert done.returncode == 0, done.stderr
     assert "good: verified" in done.stdout
     server, url = start(data_dir, models, token)

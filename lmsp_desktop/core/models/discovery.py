@@ -28,6 +28,9 @@ class FoundFile:
     name: str | None = None
     # The sha256 its store names it by (Ollama and Hugging Face blobs), `sha256:<hex>`.
     published_digest: str | None = None
+    # The model folder it was found in (resolved), for a folder's file: kept with its row, as
+    # the path cannot tell it (a file linked into the folder is recorded by its real path).
+    folder: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,10 @@ def find_model_files(
 ) -> list[FoundFile]:
     """`*.gguf` in each folder and its direct subfolders (the publisher/model layouts other
     apps use), plus `extra` files; sorted by path so ids are assigned deterministically.
+    Each file found in a folder names that folder (the first of `folders` that holds it).
     Folders that cannot be read are reported in `problems`."""
     problems = [] if problems is None else problems
-    candidates: list[Path] = list(extra)
+    candidates: list[tuple[Path, Path | None]] = [(path, None) for path in extra]
     for folder in folders:
         try:
             entries = list(os.scandir(folder))
@@ -97,20 +101,21 @@ def find_model_files(
         for entry in entries:
             if entry.is_dir():
                 try:
-                    candidates.extend(Path(e.path) for e in os.scandir(entry.path))
+                    candidates.extend((Path(e.path), folder) for e in os.scandir(entry.path))
                 except OSError as exc:
                     problems.append(unreadable(FOLDER, entry.path, exc))
             else:
-                candidates.append(Path(entry.path))
+                candidates.append((Path(entry.path), folder))
     found: dict[Path, FoundFile] = {}
-    for candidate in candidates:
+    for candidate, found_in in candidates:
         if not is_model_filename(candidate.name):
             continue
         st = stat_file(candidate)
         if st is None:
             continue
         resolved = candidate.resolve()
-        found.setdefault(resolved, FoundFile(resolved, st.st_size, st.st_mtime_ns))
+        file = FoundFile(resolved, st.st_size, st.st_mtime_ns, folder=found_in)
+        found.setdefault(resolved, file)
     return [found[p] for p in sorted(found)]
 
 

@@ -51,6 +51,7 @@ from lmsp_desktop.core.models.info import (
 )
 from lmsp_desktop.core.models.scan_gate import HashProgress, ScanGate
 from lmsp_desktop.core.models.scan_rows import (
+    WHERE_FOUND,
     insert_values,
     moved_row,
     read_meta,
@@ -139,8 +140,9 @@ class ModelRegistry:
         # writes the table, and each of its writes forgets them all (_write).
         self._rows: dict[str, sqlite3.Row] = {}
         # The ModelInfo built from each kept row (B1: its JSON and Path parsed per create),
-        # with the store set and hashing flag it was built under; valid while the row is.
-        self._infos: dict[str, tuple[sqlite3.Row, set[str], bool, ModelInfo]] = {}
+        # with the store set, folder list and hashing flag it was built under; valid while
+        # the row is.
+        self._infos: dict[str, tuple[sqlite3.Row, set[str], list[Path], bool, ModelInfo]] = {}
         self._rows_generation = 0  # moves on at every forget: a read begun before is not kept
 
     # -- reading -------------------------------------------------------------------------
@@ -171,15 +173,21 @@ class ModelRegistry:
             row = await self._read_row(model_id)
         hashing = model_id in self._hashing
         kept = self._infos.get(model_id)
-        if kept is not None and kept[0] is row and kept[1] is self.sources and kept[2] == hashing:
-            return copy.copy(kept[3])  # a caller may set its state (path_for_run)
+        if (
+            kept is not None
+            and kept[0] is row
+            and kept[1] is self.sources
+            and kept[2] is self.folders
+            and kept[3] == hashing
+        ):
+            return copy.copy(kept[4])  # a caller may set its state (path_for_run)
         if row is None or not self._listed(row):
             if self.upstreams is not None and "/" in model_id:
                 self.upstreams.info(model_id)  # says which upstream is missing
             raise model_not_found(model_id)
         info = ModelInfo.from_row(row, hashing=hashing)
         if self._rows.get(model_id) is row:
-            self._infos[model_id] = (row, self.sources, hashing, info)
+            self._infos[model_id] = (row, self.sources, self.folders, hashing, info)
         return copy.copy(info)
 
     async def _read_row(self, model_id: str) -> sqlite3.Row | None:
@@ -223,7 +231,7 @@ class ModelRegistry:
                 code="folder_not_found",
             )
         if resolved not in self.folders:
-            self.folders.append(resolved)
+            self.folders = [*self.folders, resolved]  # a new list: lookups kept are rechecked
         await self.scan(wait=wait)
 
     async def scan(self, *, wait: bool = True) -> None:
@@ -281,9 +289,17 @@ class ModelRegistry:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     def _listed(self, row: Any) -> bool:
-        """Whether a row's store is looked in (a store switched off hides its models)."""
-        source = source_of(row["id"], row["meta"])
-        return source in (FOLDER, DEMO) or source in self.sources
+        """Whether a row's store or folder is looked in this run: a store switched off hides
+        its models, and so does a folder not looked in (a `--models-dir` of an earlier run, a
+        folder removed from Settings), whose files this run's scans cannot see: listed, they
+        read "missing" for good though on disk. They are listed again with their folder. A
+        row recorded before folders were kept with rows names none: always listed."""
+        meta = json.loads(row["meta"]) if row["meta"] else {}
+        source = source_of(row["id"], meta)
+        if source == FOLDER:
+            folder = meta.get("folder")
+            return not isinstance(folder, str) or Path(folder) in self.folders
+        return source == DEMO or source in self.sources
 
     def _find_files(self, demo: Path | None) -> builtins.list[FoundFile]:
         """Every model file, each once: the demo, the model folders, then the stores."""
@@ -312,6 +328,7 @@ class ModelRegistry:
         inserts: list[tuple[Any, ...]] = []
         updates: list[tuple[str, int, int, str]] = []  # state, size, mtime, id
         repoints: list[tuple[Any, ...]] = []
+        refound: list[tuple[str, str]] = []  # meta, id: found in another folder than recorded
         jobs: list[_HashJob] = []
         present = {str(f.path) for f in found}
         for file in found:
@@ -336,6 +353,12 @@ class ModelRegistry:
                 inserts.append(insert_values(model_id, file, meta))
                 jobs.append(_HashJob(model_id, from_scan=True))
                 continue
+            if file.folder is not None:
+                meta_now = json.loads(row["meta"]) if row["meta"] else {}
+                if meta_now.get("folder") != str(file.folder):  # a repoint below keeps it
+                    refound.append(
+                        (json.dumps({**meta_now, "folder": str(file.folder)}), row["id"])
+                    )
             same = row["size_bytes"] == file.size_bytes and row["mtime_ns"] == file.mtime_ns
             state, hashed_before = row["state"], row["digest"] is not None
             if state == VERIFIED and not same:
@@ -361,10 +384,11 @@ class ModelRegistry:
         for row in rows.values():  # recorded, but not in any model folder any more
             if row["state"] != MISSING and self._listed(row):
                 updates.append((MISSING, row["size_bytes"], row["mtime_ns"], row["id"]))
-        if inserts or updates or repoints:
+        if inserts or updates or repoints or refound:
 
             def work(conn: sqlite3.Connection) -> None:
-                conn.executemany(REPOINT, repoints)
+                conn.executemany("UPDATE models SET meta = ? WHERE id = ?", refound)
+                conn.executemany(REPOINT, repoints)  # after: its meta is the new file's
                 conn.executemany(
                     "INSERT INTO models (id, path, size_bytes, mtime_ns, digest, state,"
                     " verified_at, architecture, parameters, quantization, context_length,"
@@ -559,9 +583,7 @@ class ModelRegistry:
             header = None
             if recorded is not None and recorded != digest:
                 header = await asyncio.to_thread(read_meta, Path(row["path"]))
-                kept: dict[str, Any] = {
-                    k: meta[k] for k in ("source", "published_digest") if k in meta
-                }
+                kept: dict[str, Any] = {k: meta[k] for k in WHERE_FOUND if k in meta}
                 meta = {**header[1], **kept}
             meta.pop("observed_digest", None)
             published = meta.get("published_digest")

@@ -15,6 +15,10 @@ from lmsp_desktop.core.models.discovery import FoundFile, stat_file
 from lmsp_desktop.core.models.gguf_meta import GGUFError, GGUFMeta, GGUFTruncated, read_gguf_meta
 from lmsp_desktop.core.models.info import UNVERIFIED, source_of
 
+# What a row's meta says of where its file was found, not of the file: kept when the file's
+# own values (its header) are read again.
+WHERE_FOUND = ("source", "published_digest", "folder")
+
 
 def moved_row(rows: dict[str, Any], file: FoundFile, demo: Path | None, present: set[str]) -> Any:
     """The row of the model `file` is the new file of: the one holding the name the file's
@@ -55,6 +59,8 @@ def insert_values(
     extra["source"] = file.source
     if file.published_digest:
         extra["published_digest"] = file.published_digest
+    if file.folder is not None:
+        extra["folder"] = str(file.folder)
     return (
         model_id,
         str(file.path),
@@ -81,12 +87,14 @@ def replaced_files(rows: list[Any], paths: Collection[Path]) -> list[tuple[Any, 
             continue
         meta = json.loads(row["meta"]) if row["meta"] else {}
         published = meta.get("published_digest")
+        folder = meta.get("folder")
         file = FoundFile(
             Path(row["path"]),
             st.st_size,
             st.st_mtime_ns,
             source=source_of(row["id"], meta),
             published_digest=published if isinstance(published, str) else None,
+            folder=Path(folder) if isinstance(folder, str) else None,
         )
         found.append((row, file))
     return found

@@ -146,6 +146,8 @@ async def test_rewritten_file_stays_changed_until_accepted(store: Store, folder:
     assert accepted.context_length == 8192
     assert "observed_digest" not in accepted.meta
     assert await reg.path_for_run("m") == path
+    # Still its folder's model (the header read again keeps where the file was found).
+    assert [m.id for m in await registry(store).list_models()] == []
 
 
 async def test_silent_corruption_is_noticed_by_verify(store: Store, folder: Path) -> None:
@@ -333,13 +335,62 @@ async def test_add_folder_scans_it(store: Store, folder: Path, tmp_path: Path) -
     assert (await reg.get("m")).state == "verified"
 
 
-async def test_removed_folder_makes_its_models_missing(store: Store, folder: Path) -> None:
+async def test_a_folder_not_looked_in_hides_its_models(store: Store, folder: Path) -> None:
+    """A folder given for one run (`--models-dir`) or removed from Settings is not looked in
+    by the next run, which cannot know its files: they are not listed (they were listed
+    "missing" for good, though on disk: a GUI walk), and with the folder back they are listed
+    verified again without being read again."""
+    path = write_gguf(folder / "m.gguf")
+    await registry(store, folder).scan()
+    reg = registry(store)
+    await reg.scan()
+    assert [m.id for m in await reg.list_models()] == []
+    assert (await refused(reg, "m")).code == "model_not_found"
+    again = registry(store, folder)
+    await again.scan()
+    back = await again.get("m")
+    assert (back.state, back.digest) == ("verified", sha256(path))
+    assert again.bytes_hashed == 0
+
+
+async def test_a_linked_file_is_listed_by_the_folder_it_was_found_in(
+    store: Store, folder: Path, base: Path
+) -> None:
+    """A file linked into a model folder is recorded by its real path, elsewhere: the row
+    keeps the folder the scan found it in, so the next run with that folder lists it, and one
+    without it does not (test_settings_live's case; 2f752f5 read the folder from the path)."""
+    elsewhere = base / "store" / "blobs"
+    elsewhere.mkdir(parents=True)
+    real = write_gguf(elsewhere / "m.gguf")
+    (folder / "m.gguf").symlink_to(real)
+    await registry(store, folder).scan()
+    reg = registry(store, folder)
+    await reg.scan()
+    info = await reg.get("m")
+    assert (info.path, info.state) == (real, "verified")
+    (folder / "m.gguf").unlink()  # the link removed, the file it led to still there: gone
+    await reg.scan()
+    assert (await reg.get("m")).state == "missing"
+    assert [m.id for m in await registry(store, elsewhere.parent).list_models()] == []
+
+
+async def test_a_row_recorded_without_its_folder_is_missing_as_before(
+    store: Store, folder: Path
+) -> None:
+    """Rows recorded before the folder was kept with them name none: a run that does not find
+    their file lists them missing, as before; found again, they get their folder."""
     write_gguf(folder / "m.gguf")
     await registry(store, folder).scan()
+    await store.db.run(
+        lambda conn: conn.execute("UPDATE models SET meta = json_remove(meta, '$.folder')").close()
+    )
     reg = registry(store)
     await reg.scan()
     assert (await reg.get("m")).state == "missing"
     assert (await refused(reg, "m")).code == "model_missing"
+    await registry(store, folder).scan()
+    await registry(store).scan()
+    assert [m.id for m in await registry(store).list_models()] == []
 
 
 async def test_background_scan_lists_first_and_hashes_after(store: Store, folder: Path) -> None:
