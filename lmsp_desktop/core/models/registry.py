@@ -437,8 +437,9 @@ class ModelRegistry:
     # -- hashing -------------------------------------------------------------------------
     async def verify(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
         """Rehash the file now. Same digest as recorded → `verified`; a different digest
-        leaves it `changed` (the new digest is kept in meta as `observed_digest`) unless
-        `accept_new`, which records the new contents (and header) as the model's."""
+        leaves a verified model's file `changed` (the new digest is kept in meta as
+        `observed_digest`) unless `accept_new`, which records the new contents (and header)
+        as the model's. A file never verified is taken as new (no question to ask)."""
         info = await self.get(model_id)
         if info.source == "upstream":
             upstream = info.id.partition("/")[0]
@@ -579,9 +580,13 @@ class ModelRegistry:
         meta: dict[str, Any] = json.loads(row["meta"]) if row["meta"] else {}
         recorded = row["digest"]
         now = int(time.time())
-        if recorded is None or recorded == digest or job.accept_new:
+        # A file never verified has no digest to be held to (a file that was not a model,
+        # replaced by another): verify reads it as a new file, as a rescan does, instead of
+        # asking to accept it as a verified model's replacement.
+        new_file = recorded not in (None, digest) and (job.accept_new or not row["verified_at"])
+        if recorded is None or recorded == digest or new_file:
             header = None
-            if recorded is not None and recorded != digest:
+            if new_file:
                 header = await asyncio.to_thread(read_meta, Path(row["path"]))
                 kept: dict[str, Any] = {k: meta[k] for k in WHERE_FOUND if k in meta}
                 meta = {**header[1], **kept}

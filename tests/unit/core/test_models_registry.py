@@ -165,6 +165,33 @@ async def test_silent_corruption_is_noticed_by_verify(store: Store, folder: Path
     assert (await refused(reg, "m")).code == "model_changed"
 
 
+async def test_verify_of_a_file_never_verified_reads_it_as_new_as_a_scan_does(
+    store: Store, folder: Path
+) -> None:
+    """A file never verified (not a model) replaced by another: verify has no verified digest
+    to hold it to, so it reads the new file as the scan does, never leaving it `changed` with
+    a question to accept it (a GUI walk: Verify selected asked, Rescan did not)."""
+    path = folder / "m.gguf"
+    path.write_bytes(b"not a model at all" * 100)
+    reg = registry(store, folder)
+    await reg.scan()
+    assert (await reg.get("m")).state == "invalid"
+    path.unlink()
+    path.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    checked = await reg.verify("m")
+    assert (checked.state, checked.digest) == ("invalid", sha256(path))
+    assert "observed_digest" not in checked.meta and "magic" not in checked.meta["error"]
+    path.unlink()
+    write_gguf(path, context_length=4096)
+    checked = await reg.verify("m")
+    assert (checked.state, checked.digest, checked.context_length) == (
+        "verified",
+        sha256(path),
+        4096,
+    )
+    assert await reg.path_for_run("m") == path
+
+
 async def test_path_for_run_stats_the_file_again(store: Store, folder: Path) -> None:
     path = write_gguf(folder / "m.gguf")
     reg = registry(store, folder)
