@@ -101,6 +101,10 @@ class ModelTableModel(RowTableModel):
         # What the last scan could not list (an unreadable folder, a manifest naming a
         # missing blob, a broken link), one sentence each with what to do.
         self.problems: list[str] = []
+        # Reloads begun, and which of them the rows shown were read by: a row read by a
+        # reload begun after some moment says what the registry had after it.
+        self.reads_begun = 0
+        self.rows_read = 0
 
     def state_of(self, info: ModelInfo) -> str:
         return "hashing" if info.id in self._progress else str(info.state)
@@ -238,13 +242,19 @@ class ModelTableModel(RowTableModel):
     def info(self, row: int) -> ModelInfo:
         return self._rows[row]
 
+    def row_of(self, model_id: str) -> int | None:
+        return next((r for r, info in enumerate(self._rows) if info.id == model_id), None)
+
     def schedule_reload(self) -> None:
         """Re-read the list soon; progress heard from now on survives that re-read."""
         aio.spawn(self.reload(time.monotonic()))
 
     async def reload(self, started: float | None = None) -> None:
         started = time.monotonic() if started is None else started
+        self.reads_begun += 1
+        read = self.reads_begun
         rows = await self.core.models()
+        self.rows_read = read
         self.problems = self.core.model_problems()
         for info in rows:
             # Settled since the last progress event, unless that event came while we read.

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, QUrl
+from PySide6.QtCore import (
+    QItemSelection,
+    QItemSelectionModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    Qt,
+    QTimer,
+    QUrl,
+)
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QPainter
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -91,6 +99,25 @@ def verify_outcome(info: ModelInfo) -> str:
     return f"{info.id} failed verification: {reason}"
 
 
+def state_now(info: ModelInfo, state: str) -> str:
+    """The status line once a model's row is no longer in the state the line reported (a
+    changed file accepted, a rescan, another client's verify): what the row says now."""
+    if state == "verified":
+        return verify_outcome(info)
+    if state == "changed":
+        return f"{info.id} changed since it was verified: it will not run until verified again."
+    if state == "missing":
+        return f"{info.id}: its file is missing."
+    if state == "invalid":
+        return f"{info.id} is not a usable model: {info.invalid_reason}"
+    return f"Verifying {info.id}…"  # hashing, or not verified yet
+
+
+def file_facts(info: ModelInfo) -> tuple[object, ...]:
+    """What a model's estimate is made from, as its row says: another file, another estimate."""
+    return (info.path, info.size_bytes, info.mtime_ns, info.digest, info.context_length)
+
+
 class ModelsPage(QWidget):
     """Lists the registry's models; Add folder, Rescan, Verify selected, Open folder, Copy."""
 
@@ -159,6 +186,10 @@ class ModelsPage(QWidget):
             ],
         )
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
+        # A reload that resets the table (a rescan finding a new file) keeps the selection.
+        self._kept_selection: list[str] = []
+        self.model.modelAboutToBeReset.connect(self._keep_selection)
+        self.model.modelReset.connect(self._restore_selection)
         self.model.modelReset.connect(self._update)
         self.model.dataChanged.connect(lambda *_: self._update())
         self.explain = QLabel()
@@ -168,6 +199,13 @@ class ModelsPage(QWidget):
         # shows a response, even when the row's state does not change.
         self.status = QLabel()
         self.status.setWordWrap(True)
+        # The model and the state the status line reported, and the reloads begun by then:
+        # once a row read later says otherwise the line follows it (a "failed verification"
+        # stayed after the file was accepted). A row read before could be older than the line.
+        self._reported: tuple[str, str, int] | None = None
+        # The selected row's values the Load settings panel last estimated from: a file
+        # accepted anew (another size, another header) is estimated again.
+        self._estimated: tuple[object, ...] | None = None
         # What the last scan could not list (the rest of the list is unaffected).
         self.problems = QLabel()
         self.problems.setWordWrap(True)
@@ -237,8 +275,13 @@ class ModelsPage(QWidget):
         )
         local = len(rows) == 1 and is_local(self.model.info(rows[0]))
         shown = self.model.model_id(rows[0]) if local else None
+        facts = file_facts(self.model.info(rows[0])) if local else None
         if shown != self.memory.model_id:
             aio.spawn(self.memory.show_model(shown), self)
+        elif shown is not None and facts != self._estimated:
+            aio.spawn(self.memory.refresh(), self)
+        self._estimated = facts
+        self._follow_row()
         crashed = [r for r in rows if self.core.model_crash(self.model.model_id(r)) is not None]
         self.load_again_button.setVisible(self.model.any_crashed())
         self.load_again_button.setEnabled(len(rows) == 1 and bool(crashed))
@@ -249,6 +292,39 @@ class ModelsPage(QWidget):
         problems = self.model.problems
         self.problems.setText("\n".join(f"⚠ {p[:1].upper()}{p[1:]}" for p in problems))
         self.problems.setVisible(bool(problems))
+
+    def _follow_row(self) -> None:
+        if self._reported is None:
+            return
+        model_id, reported, reads_then = self._reported
+        if self.model.rows_read <= reads_then:
+            return
+        row = self.model.row_of(model_id)
+        if row is None:  # no longer listed
+            self._reported = None
+            self.status.clear()
+            return
+        info = self.model.info(row)
+        if info.state != reported:
+            self._report(info, state_now(info, info.state))
+
+    def _report(self, info: ModelInfo, text: str) -> None:
+        self.status.setText(text)
+        self._reported = (info.id, info.state, self.model.reads_begun)
+
+    def _keep_selection(self) -> None:
+        self._kept_selection = [self.model.model_id(r) for r in self.selected_rows()]
+
+    def _restore_selection(self) -> None:
+        selection = QItemSelection()
+        for model_id in self._kept_selection:
+            row = self.model.row_of(model_id)
+            if row is not None:
+                index = self.model.index(row, 0)
+                selection.select(index, index)
+        flags = QItemSelectionModel.SelectionFlag
+        self.table.selectionModel().select(selection, flags.ClearAndSelect | flags.Rows)
+        self._kept_selection = []
 
     # -- actions -----------------------------------------------------------------------------
     def _ask_folder(self) -> None:
@@ -293,15 +369,29 @@ class ModelsPage(QWidget):
         self.verify_button.setEnabled(False)
         try:
             for model_id in ids:
+                self._reported = None  # a line of its own until the outcome
                 self.status.setText(f"Verifying {model_id}…")
                 try:
                     info = await self.core.verify_model(model_id)
                 except LmspError as exc:
                     self.status.setText(f"{model_id} could not be verified: {exc.message}")
                     continue
-                self.status.setText(verify_outcome(info))
+                self._report(info, verify_outcome(info))
                 if info.state == "changed":
                     self._offer_accept(info)
+        finally:
+            self._update()
+
+    async def accept_new(self, model_id: str) -> None:
+        """Record the file as it is now as the model's (the owner replaced it on purpose)."""
+        self._reported = None
+        self.status.setText(f"Verifying {model_id} as a new file…")
+        try:
+            info = await self.core.verify_model(model_id, accept_new=True)
+        except LmspError as exc:
+            self.status.setText(f"{model_id} could not be verified: {exc.message}")
+        else:
+            self._report(info, verify_outcome(info))
         finally:
             self._update()
 
@@ -317,9 +407,7 @@ class ModelsPage(QWidget):
         )
         box.addButton("Accept the new file", QMessageBox.ButtonRole.AcceptRole)
         box.addButton("Keep refusing it", QMessageBox.ButtonRole.RejectRole)
-        box.accepted.connect(
-            lambda: aio.spawn(self.core.verify_model(info.id, accept_new=True), self)
-        )
+        box.accepted.connect(lambda: aio.spawn(self.accept_new(info.id), self))
         self.accept_box = box
         box.open()
 
