@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,13 +189,30 @@ async def _verify_with(registry: ModelRegistry, args: argparse.Namespace) -> int
         try:
             info = await registry.verify(model_id, accept_new=args.accept_new)
         except LmspError as exc:
-            outcomes.append(_refused(model_id, exc.status, exc.message))
+            message = exc.message
+            if exc.code == "model_not_found":
+                message = await _folder_not_given(registry, model_id) or message
+            outcomes.append(_refused(model_id, exc.status, message))
             continue
         item = info.as_api()
         if info.state == CHANGED and "observed_digest" in info.meta:
             item["observed_digest"] = info.meta["observed_digest"]
         outcomes.append(_report(item))
     return max(outcomes, default=0)
+
+
+async def _folder_not_given(registry: ModelRegistry, model_id: str) -> str | None:
+    """Why a model recorded in a folder this command does not look in is not found (a
+    `--models-dir` given to an earlier `serve` only), and how to name the folder."""
+    row = await registry.db.fetchone("SELECT meta FROM models WHERE id = ?", (model_id.lower(),))
+    meta = json.loads(row["meta"]) if row is not None and row["meta"] else {}
+    folder = meta.get("folder")
+    if meta.get("source") != "folder" or not isinstance(folder, str):
+        return None
+    return (
+        f"its folder {folder} is not one of the model folders (Settings, or --models-dir for "
+        f"one run): lmsp-desktop --models-dir {shlex.quote(folder)} models verify {model_id}"
+    )
 
 
 # -- what it says ----------------------------------------------------------------------------

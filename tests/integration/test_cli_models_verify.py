@@ -146,6 +146,20 @@ def test_verify_usage_mistakes_exit_2(
     capsys.readouterr()
 
 
+def test_verify_of_a_model_in_a_folder_not_given_says_how_to_name_it(
+    data_dir: Path, folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The folder was a `serve --models-dir` of one run: the command, given no folder, does
+    not look in it (as a serve without it would not list the model), and says what to type."""
+    write_gguf(folder / "m.gguf")
+    scan(data_dir, folder)
+    assert admin(data_dir, "models", "verify", "m") == 2
+    err = capsys.readouterr().err
+    assert f"lmsp-desktop --models-dir {folder.resolve()} models verify m" in err, err
+    assert verify(data_dir, folder, "m") == 0
+    assert "m: verified" in capsys.readouterr().out
+
+
 def test_rescan_without_a_service_says_the_next_start_scans(
     data_dir: Path, folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
