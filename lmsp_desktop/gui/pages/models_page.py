@@ -308,6 +308,11 @@ class ModelsPage(QWidget):
         if info.state != reported:
             self._report(info, state_now(info, info.state))
 
+    def _say(self, text: str) -> None:
+        """A line of its own (an action under way, a refusal): no row's state to follow."""
+        self.status.setText(text)
+        self._reported = None
+
     def _report(self, info: ModelInfo, text: str) -> None:
         self.status.setText(text)
         self._reported = (info.id, info.state, self.model.reads_begun)
@@ -354,13 +359,13 @@ class ModelsPage(QWidget):
         """Load the selected crashed model again (a model held after two crashes included)."""
         model_id = self.model.model_id(self.selected_rows()[0])
         self.load_again_button.setEnabled(False)
-        self.status.setText(f"Loading {model_id}…")
+        self._say(f"Loading {model_id}…")
         try:
             await self.core.load_model_again(model_id)
         except LmspError as exc:
-            self.status.setText(f"{model_id} could not be loaded: {exc.message}")
+            self._say(f"{model_id} could not be loaded: {exc.message}")
         else:
-            self.status.setText(f"{model_id} is loaded.")
+            self._say(f"{model_id} is loaded.")
         finally:
             self._update()
 
@@ -369,12 +374,11 @@ class ModelsPage(QWidget):
         self.verify_button.setEnabled(False)
         try:
             for model_id in ids:
-                self._reported = None  # a line of its own until the outcome
-                self.status.setText(f"Verifying {model_id}…")
+                self._say(f"Verifying {model_id}…")
                 try:
                     info = await self.core.verify_model(model_id)
                 except LmspError as exc:
-                    self.status.setText(f"{model_id} could not be verified: {exc.message}")
+                    self._say(f"{model_id} could not be verified: {exc.message}")
                     continue
                 self._report(info, verify_outcome(info))
                 if info.state == "changed":
@@ -384,12 +388,11 @@ class ModelsPage(QWidget):
 
     async def accept_new(self, model_id: str) -> None:
         """Record the file as it is now as the model's (the owner replaced it on purpose)."""
-        self._reported = None
-        self.status.setText(f"Verifying {model_id} as a new file…")
+        self._say(f"Verifying {model_id} as a new file…")
         try:
             info = await self.core.verify_model(model_id, accept_new=True)
         except LmspError as exc:
-            self.status.setText(f"{model_id} could not be verified: {exc.message}")
+            self._say(f"{model_id} could not be verified: {exc.message}")
         else:
             self._report(info, verify_outcome(info))
         finally:
@@ -425,7 +428,7 @@ class ModelsPage(QWidget):
             if QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
                 return True
             QGuiApplication.clipboard().setText(str(folder))
-            self.status.setText(
+            self._say(
                 f"No file manager could open the folder. It is {folder} "
                 "(its path is copied: paste it in a terminal or file dialog)."
             )
