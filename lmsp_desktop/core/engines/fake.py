@@ -61,6 +61,10 @@ class FakeEngine:
         self.fail_error = fail_error
         # When set, each token waits for one release() of this semaphore: step-by-step tests.
         self.gate: threading.Semaphore | None = None
+        # How often a token waiting at the gate looks for a stop. Each look takes the GIL from
+        # the event loop; a stand-in for a long generation (bench.server's gated engine) looks
+        # seldom, as the real engine's worker process never takes the service's GIL at all.
+        self.gate_poll_s = 0.005
         self.load_count = 0
         self.unload_count = 0
         self.loads_in_progress = 0
@@ -188,7 +192,7 @@ class FakeModel:
                 return False
             time.sleep(min(remaining, 0.005))
         gate = self.engine.gate
-        while gate is not None and not gate.acquire(timeout=0.005):
+        while gate is not None and not gate.acquire(timeout=self.engine.gate_poll_s):
             if channel.should_stop():
                 return False
         return not channel.should_stop()
