@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmsp_desktop.core.context_window import admit
 from lmsp_desktop.core.errors import PausedError, ShuttingDownError
-from lmsp_desktop.core.models.info import INVALID
+from lmsp_desktop.core.models.info import CHANGED, INVALID, MISSING
 from lmsp_desktop.core.models.messages import not_runnable
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, request_digest, validate_key
 from lmsp_desktop.core.storage.tasks import CreateResult, NewTask, TaskStore
@@ -140,7 +140,15 @@ async def create_task(
     # with (400 context_length_exceeded, or the oldest turns dropped with truncation auto).
     await intake.prepare(ctx.store.tasks, request, client_id)
     info, model_id = await requested_model(ctx, request["model"], intake.find_model)
-    if info.state == INVALID:  # never runnable: 400 model_invalid before anything is stored
+    if info.state in (CHANGED, MISSING):
+        # A launch's scan may still be recording the file put back: its word, not the last
+        # run's. Then a file gone or changed is refused here, before its tokenizer is read
+        # (llama.cpp would parse a file changed since it was verified, in this process) and
+        # before a task is stored only to fail at its run (LMSP_API.md: not run until
+        # verified again).
+        await ctx.registry.gate.wait_recorded()
+        info = await ctx.registry.get(info.id)
+    if info.state in (INVALID, CHANGED, MISSING):  # 400 model_invalid, 409 model_changed/…
         raise not_runnable(info)
     # A model that must be loaded and cannot fit the memory: 507 before anything is stored.
     decided = None
