@@ -180,3 +180,41 @@ def test_a_worker_out_of_memory_fails_its_task_clearly(tmp_path: Path) -> None:
         assert status == 200 and health["status"] == "ok"
     finally:
         live.stop()
+
+
+def test_a_model_file_cut_under_its_worker_says_so(tmp_path: Path) -> None:
+    """The file of a loaded model cut on disk mid-generation: llama.cpp, which maps it into
+    memory, faults (SIGBUS) in the worker; the task fails saying the file was cut or
+    replaced (not a bare SIGBUS), and the next task of it is refused as changed."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    model_file = folder / "Cut-Under-Worker.Q4_1.gguf"
+    shutil.copyfile(cut_demo_model(), model_file)
+    live = LiveCore(tmp_path / "data", model_dirs=[folder])
+    try:
+        token = live.token(*ALL_SCOPES)
+
+        def listed() -> str | None:
+            _status, body = call(f"{live.url}/v1/models", token)
+            ids = [m["id"] for m in body["data"] if m["id"].startswith("cut-under-worker")]
+            return ids[0] if ids else None
+
+        model = until_sync(listed, 60, "the model to be listed")
+        body = {"model": model, "input": PROMPT, "max_output_tokens": 4000, "on_restart": "fail"}
+        victim = background(live, token, body)
+        wait_for(live, token, victim, lambda t: t["output_tokens"] >= 4, "the victim to be going")
+        os.truncate(model_file, model_file.stat().st_size // 3)
+
+        ended = wait_for(live, token, victim, lambda t: t["state"] in TERMINAL, "the victim to end")
+        assert ended["state"] == "failed", ended
+        status, response = call(f"{live.url}/v1/responses/{victim}", token)
+        assert response["error"]["code"] == "engine_crashed", response["error"]
+        assert "SIGBUS" in response["error"]["message"]
+        assert "model file was cut or replaced" in response["error"]["message"]
+
+        again = background(live, token, {**body, "max_output_tokens": 4})
+        ended = wait_for(live, token, again, lambda t: t["state"] in TERMINAL, "the next to end")
+        status, response = call(f"{live.url}/v1/responses/{again}", token)
+        assert response["error"]["code"] == "model_changed", response["error"]
+    finally:
+        live.stop()

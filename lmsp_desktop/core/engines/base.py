@@ -259,10 +259,16 @@ class EngineCrashed(EngineError):
     """The worker process of a model died; `cause` is its signal ("SIGKILL") or exit code."""
 
     def __init__(self, model: str, cause: str) -> None:
-        oom = " (the out-of-memory killer sends SIGKILL)" if cause == "SIGKILL" else ""
+        why = {
+            "SIGKILL": " (the out-of-memory killer sends SIGKILL)",
+            # llama.cpp maps the model file into memory: pages cut from the file fault.
+            "SIGBUS": " (its model file was cut or replaced on disk while it was loaded: "
+            "the file is checked again before it runs, and a changed file is refused until "
+            "verified)",
+        }.get(cause, "")
         super().__init__(
             "engine_crashed",
-            f"The engine process of {model} ended with {cause}{oom} while this task was "
+            f"The engine process of {model} ended with {cause}{why} while this task was "
             "unfinished; the service and other models are unaffected.",
         )
         self.cause = cause
