@@ -207,14 +207,14 @@ def test_a_model_file_cut_under_its_worker_says_so(tmp_path: Path) -> None:
 
         ended = wait_for(live, token, victim, lambda t: t["state"] in TERMINAL, "the victim to end")
         assert ended["state"] == "failed", ended
-        status, response = call(f"{live.url}/v1/responses/{victim}", token)
+        _status, response = call(f"{live.url}/v1/responses/{victim}", token)
         assert response["error"]["code"] == "engine_crashed", response["error"]
         assert "SIGBUS" in response["error"]["message"]
         assert "model file was cut or replaced" in response["error"]["message"]
 
         again = background(live, token, {**body, "max_output_tokens": 4})
-        ended = wait_for(live, token, again, lambda t: t["state"] in TERMINAL, "the next to end")
-        status, response = call(f"{live.url}/v1/responses/{again}", token)
+        wait_for(live, token, again, lambda t: t["state"] in TERMINAL, "the next to end")
+        _status, response = call(f"{live.url}/v1/responses/{again}", token)
         assert response["error"]["code"] == "model_changed", response["error"]
     finally:
         live.stop()
