@@ -25,7 +25,7 @@ from lmsp_desktop.core.config import default_cache_dir
 from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.digest_cache import DigestCache
-from lmsp_desktop.core.models.info import CHANGED, MISSING
+from lmsp_desktop.core.models.info import CHANGED, MISSING, OBSERVED
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.models.sources import SOURCES
 from lmsp_desktop.core.storage.store import Store
@@ -195,8 +195,8 @@ async def _verify_with(registry: ModelRegistry, args: argparse.Namespace) -> int
             outcomes.append(_refused(model_id, exc.status, message))
             continue
         item = info.as_api()
-        if info.state == CHANGED and "observed_digest" in info.meta:
-            item["observed_digest"] = info.meta["observed_digest"]
+        if info.state == CHANGED:
+            item.update({k: info.meta[k] for k in OBSERVED if k in info.meta})
         outcomes.append(_report(item))
     return max(outcomes, default=0)
 
@@ -229,6 +229,14 @@ def _announce(names: list[str]) -> Iterator[str]:
 def _report(model: dict[str, Any]) -> int:
     """One line on a verified model (stdout), or why it is still refused (stderr); 0 or 1."""
     name = model["id"]
+    if model["state"] == "changed" and model.get("observed_error"):
+        print(
+            f"{name}: not verified: the file now at its path is not a whole model "
+            f"({model['observed_error']}), so it is still refused. Put the verified file "
+            f"back (digest {model['digest']}), then: lmsp-desktop models verify {name}",
+            file=sys.stderr,
+        )
+        return 1
     if model["state"] == "changed":
         print(
             f"{name}: not verified: its file no longer matches the digest recorded when it was "

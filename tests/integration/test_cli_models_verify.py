@@ -113,6 +113,23 @@ def test_verify_of_a_rewritten_file_says_how_to_accept_it(
     assert states(data_dir)["m"] == "verified"
 
 
+def test_verify_of_a_cut_copy_says_what_it_is_and_offers_no_accept(
+    data_dir: Path, folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_gguf(folder / "m.gguf", tensors={"blk.0.w": (1024, 1024)})
+    scan(data_dir, folder)
+    whole = path.read_bytes()
+    path.unlink()
+    path.write_bytes(whole[: len(whole) // 2])  # a cut copy over the verified file
+    touch_later(path)
+    assert scan(data_dir, folder)["m"] == "changed"
+    assert verify(data_dir, folder, "m") == 1
+    err = capsys.readouterr().err
+    assert "not a whole model" in err and "shorter than its tensors need" in err, err
+    assert "--accept-new" not in err  # a cut file is no candidate for the model's new file
+    assert "Put the verified file back" in err
+
+
 def test_verify_all_verifies_the_changed_and_missing_ones_only(
     data_dir: Path, folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

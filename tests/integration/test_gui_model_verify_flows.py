@@ -163,3 +163,39 @@ async def test_rescan_keeps_the_selected_model_selected(qtbot: Any, tmp_path: Pa
         await page.rescan()  # nothing new
         await page.model.reload()  # the reload the scan's news schedules
         assert selected(window) == ["beta"]
+
+
+async def test_a_verified_model_replaced_by_a_cut_copy_is_not_offered_as_new(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """The GUI walk: Verify selected on a verified model whose file was replaced by a cut
+    copy asked whether to accept the new file, its default button Accept; only after
+    accepting did the page say the file was too short. The cut is said at once, and no
+    question is asked: a cut file is no candidate for the model's new file."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    path = write_gguf(folder / "tiny.gguf", tensors=BIG)
+    async with open_app(
+        qtbot, tmp_path / "data", engine=FakeEngine(), model_dirs=[folder], include_demo=False
+    ) as (core, window):
+        page = window.models
+        window.nav.setCurrentRow(1)
+        await until(lambda: status(window, "tiny").startswith("✓ verified"), what="verified")
+        whole = path.read_bytes()
+        replace(path, whole[: len(whole) // 2])  # a copy cut halfway, over the model
+        select(window, "tiny")
+        page.verify_button.click()
+        await until(lambda: "failed" in page.status.text(), what="the outcome")
+        assert accept_box(window) is None, "a cut file was offered as the model's new file"
+        line = page.status.text()
+        assert "not a whole model" in line and "shorter than its tensors need" in line, line
+        assert "Put the verified file back" in line
+        await until(lambda: status(window, "tiny") == "⚠ changed", what="the row")
+        info = await core.registry.get("tiny")
+        assert info.meta["observed_size_bytes"] == len(whole) // 2
+        # Put back: verified again, nothing left of what was observed.
+        replace(path, whole)
+        page.verify_button.click()
+        await until(lambda: status(window, "tiny").startswith("✓ verified"), what="verified")
+        info = await core.registry.get("tiny")
+        assert not {"observed_digest", "observed_size_bytes", "observed_error"} & set(info.meta)

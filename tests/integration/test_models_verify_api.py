@@ -119,6 +119,11 @@ async def test_verify_of_a_cut_file_says_changed_and_accepting_it_says_invalid(
     assert model["state"] == "changed"
     assert model["observed_digest"].startswith("sha256:")
     assert model["observed_digest"] != model["digest"]
+    # Why the file now on disk is no model, and its size: no candidate to accept as new.
+    assert "shorter than its tensors need" in model["observed_error"]
+    assert model["observed_size_bytes"] < model["size_bytes"]
+    async with http.get("/v1/models/cut", headers=admin) as r:
+        assert (await r.json())["observed_error"] == model["observed_error"]
     async with http.post("/v1/models/cut/verify", json={"accept_new": True}, headers=admin) as r:
         assert r.status == 200, await r.text()
         model = await r.json()

@@ -16,6 +16,9 @@ UNVERIFIED = "unverified"
 HASHING = "hashing"
 VERIFIED = "verified"
 CHANGED = "changed"
+# What a verify found in a verified model's file that no longer matches its digest, kept in
+# the row's meta while it stays `changed`: its digest, size, and why it is no model if so.
+OBSERVED = ("observed_digest", "observed_size_bytes", "observed_error")
 MISSING = "missing"
 # Not a GGUF file the engine can load (not GGUF at all, truncated, unreadable header): listed
 # with the reason (meta["error"]), never verified, never offered to run.

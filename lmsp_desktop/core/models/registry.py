@@ -43,6 +43,7 @@ from lmsp_desktop.core.models.info import (
     HASHING,
     INVALID,
     MISSING,
+    OBSERVED,
     UNVERIFIED,
     VERIFIED,
     ModelEvent,
@@ -590,7 +591,8 @@ class ModelRegistry:
                 header = await asyncio.to_thread(read_meta, Path(row["path"]))
                 kept: dict[str, Any] = {k: meta[k] for k in WHERE_FOUND if k in meta}
                 meta = {**header[1], **kept}
-            meta.pop("observed_digest", None)
+            for observed in OBSERVED:
+                meta.pop(observed, None)
             published = meta.get("published_digest")
             if published and published != digest and not meta.get("error"):
                 meta["error"] = (
@@ -627,6 +629,14 @@ class ModelRegistry:
             self._emit(ModelEvent("state", model_id, state))
             return
         meta["observed_digest"] = digest
+        meta["observed_size_bytes"] = after.st_size
+        # A file that is not a whole model (a cut copy, an unfinished download) is no
+        # candidate to accept as the model's new file: its reason is said instead.
+        observed_error = (await asyncio.to_thread(read_meta, Path(row["path"])))[1].get("error")
+        if observed_error:
+            meta["observed_error"] = observed_error
+        else:
+            meta.pop("observed_error", None)
         await self._write(
             lambda conn: conn.execute(
                 "UPDATE models SET state = ?, meta = ? WHERE id = ?",

@@ -11,7 +11,7 @@ from aiohttp import web
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.context_window import effective_context
 from lmsp_desktop.core.errors import invalid
-from lmsp_desktop.core.models.info import CHANGED, ModelInfo
+from lmsp_desktop.core.models.info import CHANGED, OBSERVED, ModelInfo
 from lmsp_desktop.core.scopes import ADMIN, MODELS_READ
 from lmsp_desktop.core.service.bodies import list_body, read_json
 from lmsp_desktop.core.service.context import ServiceContext, requires
@@ -32,6 +32,8 @@ async def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
     item.update(anthropic_fields(item, getattr(info, "name", None)))
     if item["state"] == "invalid":
         item["context_length"] = None
+    if info.state == CHANGED:  # what a verify found on disk, and why it is no model if so
+        item.update({k: info.meta[k] for k in OBSERVED if k in info.meta})
     if item.get("owned_by") == "local" and item["state"] != "invalid":
         # The length a local model really runs with: trained, capped by the settings, and
         # (with a fitter) by the memory plan, which also gives the memory estimate (an
@@ -99,9 +101,6 @@ async def verify_model(request: web.Request, ctx: ServiceContext, _: Principal) 
             raise invalid("accept_new must be true or false.", "accept_new")
     info = await ctx.registry.verify(request.match_info["id"], accept_new=accept_new)
     item = await _model_api(ctx, info)
-    observed = info.meta.get("observed_digest")
-    if info.state == CHANGED and isinstance(observed, str):
-        item["observed_digest"] = observed  # what the file hashes to now
     return web.json_response(item)
 
 

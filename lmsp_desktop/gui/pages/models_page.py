@@ -91,6 +91,12 @@ def verify_outcome(info: ModelInfo) -> str:
     """The status line after verifying one model: that it is verified, or why not."""
     if info.state == "verified":
         return f"{info.id} verified: its digest matches the file."
+    if info.state == "changed" and info.meta.get("observed_error"):
+        return (
+            f"{info.id} failed verification: the file now on disk is not a whole model "
+            f"({info.meta['observed_error']}). Put the verified file back, then Verify "
+            "selected."
+        )
     if info.state == "changed":
         return f"{info.id} failed verification: the file no longer matches its digest."
     if info.state == "missing":
@@ -381,8 +387,8 @@ class ModelsPage(QWidget):
                     self._say(f"{model_id} could not be verified: {exc.message}")
                     continue
                 self._report(info, verify_outcome(info))
-                if info.state == "changed":
-                    self._offer_accept(info)
+                if info.state == "changed" and not info.meta.get("observed_error"):
+                    self._offer_accept(info)  # a cut file is no candidate: said why instead
         finally:
             self._update()
 
