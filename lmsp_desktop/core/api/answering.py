@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 # An event as a route shows it to its clients, or None to leave it out of the stream.
 EventView = Callable[[dict[str, Any]], dict[str, Any] | None]
 DISCONNECT_POLL_S = 0.25
+# A stream with nothing to send for this long (a long prompt being read before the first
+# token) sends its API's keep-alive: clients' and proxies' idle watchdogs see it alive
+# (Claude Code dropped a turn silent for 300 s, then sent it again as a second request).
+KEEPALIVE_S = 10.0
 
 
 async def create_from_request(
@@ -97,6 +101,9 @@ class StreamRenderer(Protocol):
     """An API's stream of one task: the bytes each committed event becomes."""
 
     finished: bool  # the last event of the stream was rendered
+    # What the stream sends when it has been silent for KEEPALIVE_S: an SSE comment, an
+    # API's own ping event, or b"" where the format has none (NDJSON).
+    keepalive: bytes
 
     def opening(self) -> bytes: ...
 
@@ -107,6 +114,8 @@ class ShownEvents:
     """A route's view of a task's events as a stream (stream_events): each event it shows,
     SSE-encoded; finished at the task's own ending (its terminal event, or a shown event that
     `is_last`)."""
+
+    keepalive = sse.KEEPALIVE
 
     def __init__(
         self,
@@ -148,21 +157,48 @@ async def send_events(
     opening = renderer.opening()
     if opening:
         await response.write(opening)
-    async with contextlib.aclosing(ctx.follower.follow_batches(task_id, after)) as batches:
-        async for batch in batches:
-            chunks: list[bytes] = []
-            for event in batch:
-                chunks.append(renderer.render(event))
+    beat = Heartbeat(response, renderer.keepalive)
+    try:
+        async with contextlib.aclosing(ctx.follower.follow_batches(task_id, after)) as batches:
+            async for batch in batches:
+                chunks: list[bytes] = []
+                for event in batch:
+                    chunks.append(renderer.render(event))
+                    if renderer.finished:
+                        break
+                after = batch[-1]["sequence_number"]
+                data = b"".join(chunks)
+                if data:
+                    await response.write(data)
+                    beat.sent = True
                 if renderer.finished:
-                    break
-            after = batch[-1]["sequence_number"]
-            data = b"".join(chunks)
-            if data:
-                await response.write(data)
-            if renderer.finished:
-                return
-    if ctx.follower.closed.is_set():  # not the task's end: the service is stopping
-        await end_stopped(request, response, ctx, task_id, after, renderer)
+                    return
+        if ctx.follower.closed.is_set():  # not the task's end: the service is stopping
+            await end_stopped(request, response, ctx, task_id, after, renderer)
+    finally:
+        beat.stop()
+
+
+class Heartbeat:
+    """A stream's keep-alive: written every KEEPALIVE_S in which nothing else was (`sent`
+    is set by each write of the stream's own), until `stop`. Each write is whole, so a
+    keep-alive never lands inside an event."""
+
+    def __init__(self, response: web.StreamResponse, keepalive: bytes) -> None:
+        self.sent = False
+        self._task = asyncio.create_task(self._beat(response, keepalive)) if keepalive else None
+
+    async def _beat(self, response: web.StreamResponse, keepalive: bytes) -> None:
+        with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client left
+            while True:
+                await asyncio.sleep(KEEPALIVE_S)
+                if not self.sent:
+                    await response.write(keepalive)
+                self.sent = False
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
 
 async def stream_events(

@@ -8,6 +8,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+# A comment line: every SSE client skips it (the WHATWG event-stream format), so a stream
+# waiting for its first token can show it is alive (core/api/answering.py, Heartbeat).
+KEEPALIVE = b": keep-alive\n\n"
+
 
 async def open_stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(

@@ -127,6 +127,9 @@ class MessageStream:
     are the hot path: their JSON is put together from a fixed prefix and suffix.
     """
 
+    # What Anthropic's API sends while a message has nothing else to send.
+    keepalive = _event("ping", {})
+
     def __init__(self, row: RowLike, request: dict[str, Any]) -> None:
         self.finished = False
         self._id = str(row["id"])

@@ -9,6 +9,7 @@ from typing import Any
 
 from lmsp_desktop.core.api.resource import RowLike, build_response, cached_tokens_of, task_object
 from lmsp_desktop.core.ids import new_id
+from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.tools.chat_deltas import ToolCallDeltas
 
@@ -95,6 +96,8 @@ class ChunkRenderer:
     Deltas are the hot path: their JSON is put together from a fixed prefix and suffix
     rather than a dict serialised per token.
     """
+
+    keepalive = sse.KEEPALIVE
 
     def __init__(self, task_id: str, created: int, model: str, include_usage: bool) -> None:
         self.include_usage = include_usage

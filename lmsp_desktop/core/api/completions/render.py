@@ -9,6 +9,7 @@ from typing import Any
 from lmsp_desktop.core.api.chat.render import DONE_LINE, chat_usage
 from lmsp_desktop.core.api.resource import RowLike, build_response, task_object
 from lmsp_desktop.core.ids import new_id
+from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.states import TaskState
 
 
@@ -55,6 +56,8 @@ def completion_object(row: RowLike) -> dict[str, Any]:
 class CompletionChunks:
     """Turns one task's committed events into `data:` lines of `text_completion` chunks.
     Text deltas are the hot path: a fixed prefix and suffix around each delta's JSON."""
+
+    keepalive = sse.KEEPALIVE
 
     def __init__(self, row: RowLike, request: dict[str, Any]) -> None:
         self.finished = False

@@ -64,6 +64,8 @@ class AnswerRenderer:
     lines of an event (b"" when it has none), `final` the one object of a `stream: false`
     answer. `failure` is set to the error text when the task fails or is cancelled."""
 
+    keepalive = b""  # NDJSON has no comment line: Ollama's stream stays silent
+
     def __init__(self, model: str, endpoint: str, clock: Clock) -> None:
         self.model = model
         self.chat = endpoint == "chat"
