@@ -133,6 +133,29 @@ def add_hf_file(
 
 
 def add_lmstudio_file(
-    home: Path, publisher: str, repo: str, filename: str, src: Path | None = None
+    home: Path,
+    publisher: str,
+    repo: str,
+    filename: str,
+    src: Path | None = None,
+    *,
+    models: Path | None = None,
 ) -> Path:
-    return place(src or demo(), home / ".lmstudio" / "models" / publisher / repo / filename)
+    """`src` as LM Studio keeps a download: `<models>/<publisher>/<repo>/<file>`, in
+    `~/.lmstudio/models` unless `models` names the folder."""
+    models = models or home / ".lmstudio" / "models"
+    return place(src or demo(), models / publisher / repo / filename)
+
+
+def move_lmstudio_home(home: Path, lms_home: Path) -> None:
+    """As a user moves LM Studio's home: `~/.lmstudio-home-pointer` names the new folder."""
+    lms_home.mkdir(parents=True, exist_ok=True)
+    (home / ".lmstudio-home-pointer").write_text(f"{lms_home}\n")
+
+
+def set_lmstudio_models_folder(lms_home: Path, folder: Path) -> None:
+    """As LM Studio saves a Models Directory chosen in My Models: `downloadsFolder` in the
+    settings.json of its home (kept beside the other settings it holds)."""
+    lms_home.mkdir(parents=True, exist_ok=True)
+    settings = {"downloadsFolder": str(folder), "defaultContextLength": {"type": "max"}}
+    (lms_home / "settings.json").write_text(json.dumps(settings, indent=2))

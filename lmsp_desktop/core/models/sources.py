@@ -7,6 +7,7 @@ environment at every scan, as the apps themselves do.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -39,15 +40,93 @@ SOURCE_LABELS = {
 PUBLISHERS = {OLLAMA: "Ollama", HUGGINGFACE: "Hugging Face"}
 # Ollama's Linux service keeps its store here (readable only to some users).
 OLLAMA_SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")
+# The file in the user's home naming LM Studio's home when it is not ~/.lmstudio.
+LMSTUDIO_POINTER = ".lmstudio-home-pointer"
 
 
 def publisher_of(source: str) -> str:
     return PUBLISHERS.get(source, "its publisher")
 
 
-def lmstudio_roots(home: Path) -> list[Path]:
-    """LM Studio's models folder, and the one older releases used."""
-    return [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
+def lmstudio_home(home: Path, problems: list[SourceProblem] | None = None) -> Path:
+    """LM Studio's home: the folder `~/.lmstudio-home-pointer` names (LM Studio writes that
+    file, and a user who moved the home edits it), else `~/.lmstudio`."""
+    pointer = home / LMSTUDIO_POINTER
+    try:
+        named = pointer.read_text(encoding="utf-8").strip().splitlines()
+    except (OSError, UnicodeDecodeError):
+        named = []
+    if named and named[0].strip():
+        pointed = Path(named[0].strip()).expanduser()
+        if pointed.is_dir():
+            return pointed
+        if problems is not None:
+            problems.append(
+                SourceProblem(
+                    LMSTUDIO,
+                    str(pointed),
+                    f"LM Studio's home {pointed} (named in {pointer}) is not there, so "
+                    f"{home / '.lmstudio'} is read instead. Mount the disk that holds it, or "
+                    f"correct {pointer}.",
+                )
+            )
+    return home / ".lmstudio"
+
+
+def lmstudio_models_setting(
+    lms_home: Path, problems: list[SourceProblem] | None = None
+) -> Path | None:
+    """The Models Directory chosen in LM Studio (`downloadsFolder` in its home's
+    settings.json), or None when none is set or the file cannot be read (said in
+    `problems`)."""
+    settings = lms_home / "settings.json"
+    try:
+        folder = json.loads(settings.read_text(encoding="utf-8")).get("downloadsFolder")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:
+        if problems is not None:
+            problems.append(
+                SourceProblem(
+                    LMSTUDIO,
+                    str(settings),
+                    f"cannot read LM Studio's settings {settings} ({_why(exc)}), so its Models "
+                    "Directory is not known: only its default folders are read. Open LM Studio "
+                    "once to rewrite the file.",
+                )
+            )
+        return None
+    return Path(folder).expanduser() if isinstance(folder, str) and folder.strip() else None
+
+
+def lmstudio_roots(home: Path, problems: list[SourceProblem] | None = None) -> list[Path]:
+    """Where LM Studio keeps models: the Models Directory set in it, its home's `models`
+    folder (the home `~/.lmstudio-home-pointer` names), and the folders earlier releases used
+    (`~/.lmstudio/models`, `~/.cache/lm-studio/models`). A Models Directory that is not
+    there (a disk not mounted) is said in `problems`."""
+    lms_home = lmstudio_home(home, problems)
+    roots: list[Path] = []
+    chosen = lmstudio_models_setting(lms_home, problems)
+    if chosen is not None:
+        roots.append(chosen)
+        if not chosen.is_dir() and problems is not None:
+            problems.append(
+                SourceProblem(
+                    LMSTUDIO,
+                    str(chosen),
+                    f"LM Studio's Models Directory {chosen} (set in {lms_home / 'settings.json'}) "
+                    "is not there, so its models are not listed. Mount the disk that holds it, "
+                    "or choose the folder again in LM Studio (My Models).",
+                )
+            )
+    for root in (
+        lms_home / "models",
+        home / ".lmstudio" / "models",
+        home / ".cache" / "lm-studio" / "models",
+    ):
+        if root not in roots:
+            roots.append(root)
+    return roots
 
 
 def ollama_roots(env: Mapping[str, str], home: Path) -> list[Path]:
@@ -77,7 +156,7 @@ def find_in_sources(enabled: Collection[str], problems: list[SourceProblem]) -> 
     env, home = os.environ, Path.home()
     found: list[FoundFile] = []
     if LMSTUDIO in enabled:
-        for root in lmstudio_roots(home):
+        for root in lmstudio_roots(home, problems):
             found += find_lmstudio(root, problems)
     if OLLAMA in enabled:
         for root in ollama_roots(env, home):
@@ -134,6 +213,14 @@ def _subfolders(folder: Path, problems: list[SourceProblem]) -> list[Path]:
         except OSError as exc:  # a link that leads nowhere readable (a loop)
             problems.append(unreadable(LMSTUDIO, entry.path, exc))
     return folders
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    if isinstance(exc, ValueError):
+        return "not valid JSON"
+    return "not a JSON object"
 
 
 def _gone(source: str, path: Path) -> SourceProblem:
