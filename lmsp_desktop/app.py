@@ -217,6 +217,7 @@ class Core(ClientCalls):
             started_at=time.time(),
             tokens=self.tokens,
             fitter=self.fitter,
+            downloads=self.downloads,
         )
         return self.recovery_report
 
@@ -397,6 +398,8 @@ class Core(ClientCalls):
 
     async def cancel(self, task_id: str) -> None:
         """The GUI's cancel: the same transition as `POST /v1/responses/{id}/cancel`."""
+        if hasattr(self, "downloads"):
+            self.downloads.cancelling(task_id, "the window")
         await self.store.tasks.cancel(task_id)
 
     # -- what the window reads and does (gui/core_api.py's CoreApi) -------------------------

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -22,13 +23,17 @@ from typing import Any
 
 from lmsp_desktop.cli_model_check import add_check_commands
 from lmsp_desktop.cli_model_settings import add_settings_commands
-from lmsp_desktop.cli_service import admin_token, call, service_url
+from lmsp_desktop.cli_service import admin_token, call, refusal, service_url
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull, split_reference
+from lmsp_desktop.core.downloads.token import HUB_TOKEN_HEADER
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.lock import DataDirLock
+from lmsp_desktop.core.models.gguf_meta import quant_from_filename
+from lmsp_desktop.core.models.ids import source_model_id
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.logs import setup_logging
 
 POLL_S = 0.5
 TERMINAL = ("completed", "failed", "cancelled", "incomplete")
@@ -83,14 +88,23 @@ def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"repo": repo, "revision": args.revision}
     if selector:
         body["file" if selector.lower().endswith(".gguf") else "quant"] = selector
-    status, task = call(f"{url}/v1/models/pull", token, "POST", body)
+    # The token this user set works as it does for `hf download`: lent to the service for
+    # this pull only (a header, over loopback; the service keeps it in memory, never stored).
+    hub = os.environ.get("HF_TOKEN", "").strip()
+    status, task = call(
+        f"{url}/v1/models/pull",
+        token,
+        "POST",
+        body,
+        headers={HUB_TOKEN_HEADER: hub} if hub else None,
+    )
     if status != 202:
-        print(task["error"]["message"], file=sys.stderr)
+        print(refusal(task), file=sys.stderr)
         return 2 if 400 <= status < 500 else 1
     print(f"Downloading {task['model']} as task {task['id']} of the service at {url}.")
     if args.detach:
         return 0
-    after, shown = 0, Progress()
+    after, shown = 0, Progress(task["model"])
     try:
         while True:
             status, page = call(f"{url}/v1/tasks/{task['id']}/events?after={after}", token)
@@ -113,9 +127,12 @@ def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
 
 # -- no service: this process downloads ------------------------------------------------------
 async def _here(args: argparse.Namespace, data_dir: Path) -> int:
+    # The download's end and retries go to the data directory's log, as the service's would
+    # (none writes it meanwhile: this command holds the directory); the terminal gets the
+    # command's own lines.
+    setup_logging(data_dir, getattr(args, "log_level", "INFO"), console=False)
     store = Store(data_dir)
     await store.open()
-    shown = Progress()
     # The rows of files this pull writes anew are reset to new files, which the service's
     # next start verifies (a model pulled again is not `changed`); it scans nothing here.
     registry = ModelRegistry(store.db, [], include_demo=False)
@@ -127,6 +144,7 @@ async def _here(args: argparse.Namespace, data_dir: Path) -> int:
         repo, selector = split_reference(args.reference)
         task = await pull(store.tasks, repo, selector, revision=args.revision)
         print(f"Downloading {task['model']} (task {task['id']}; no service is running).")
+        shown = Progress(task["model"])
         running = asyncio.create_task(manager.run(task["id"]))
         after = 0
         while not running.done():
@@ -159,10 +177,12 @@ async def _here(args: argparse.Namespace, data_dir: Path) -> int:
 
 
 class Progress:
-    """One line that updates in place on a terminal (a line per update otherwise)."""
+    """One line that updates in place on a terminal (a line per update otherwise), and the
+    download's end."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str) -> None:
         self.tty = sys.stdout.isatty()
+        self.model = model  # the task's `repo:QUANT` or `repo:file`
 
     def event(self, event: dict[str, Any]) -> None:
         if event["type"] != "download.progress":
@@ -178,8 +198,28 @@ class Progress:
         if self.tty:
             print()
         if task["state"] == "completed":
-            print("Done: verified against the hub's sha256, in the Hugging Face cache.")
+            model_id = pulled_model_id(self.model)
+            use = f" Use it as the model {model_id}." if model_id else ""
+            print(f"Done: verified against the hub's sha256, in the Hugging Face cache.{use}")
             return 0
+        if task["state"] == "cancelled":
+            print(
+                f"The download of {self.model} was cancelled; its partial file is deleted. "
+                "Pull again to start over.",
+                file=sys.stderr,
+            )
+            return 1
         error = task.get("error") or {}
-        print(f"The download {task['state']}: {error.get('message', '')}", file=sys.stderr)
+        message = error.get("message") or "no reason was given (see the service's log)"
+        print(f"The download of {self.model} {task['state']}: {message}", file=sys.stderr)
         return 1
+
+
+def pulled_model_id(model: str) -> str | None:
+    """The id a pulled `repo:QUANT` or `repo:file` is listed by once the service has
+    scanned it (as the Hugging Face source names a file in the cache)."""
+    repo, _, selector = model.partition(":")
+    if selector.lower().endswith(".gguf"):
+        name = selector.rsplit("/", 1)[-1]
+        selector = quant_from_filename(name) or name[: -len(".gguf")]
+    return source_model_id(repo.split("/"), selector or None)

@@ -59,12 +59,39 @@ async def admin_token(data_dir: Path, name: str) -> AsyncIterator[str]:
             await store.close()
 
 
+def refusal(body: Any) -> str:
+    """The service's refusal as a command says it. A missing scope can only be LMSP_TOKEN's
+    (the command's own token is admin), and the fix is in this shell, not on a window's
+    Clients page a headless server does not have."""
+    error = body.get("error") if isinstance(body, dict) else None
+    error = error if isinstance(error, dict) else {}
+    message = str(error.get("message") or "The service refused the request.")
+    if error.get("code") == "insufficient_scope" and os.environ.get("LMSP_TOKEN"):
+        lacks = message.split(". ")[0].rstrip(".")
+        return (
+            f"{lacks}: LMSP_TOKEN is that client's token. Unset LMSP_TOKEN (the command then "
+            "makes an admin token of its own for its run), or set it to an admin token from "
+            "`lmsp-desktop token create --name NAME --scopes admin` (`lmsp-desktop clients "
+            "list` shows the clients and their scopes)."
+        )
+    return message
+
+
 def call(
-    url: str, token: str, method: str = "GET", body: Any = None, timeout: float = 120
+    url: str,
+    token: str,
+    method: str = "GET",
+    body: Any = None,
+    timeout: float = 120,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, Any]:
     """(status, JSON body) of one request; an HTTP error status is an answer, not raised."""
     data = json.dumps(body).encode() if body is not None else None
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        **(headers or {}),
+    }
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

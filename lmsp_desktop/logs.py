@@ -14,14 +14,19 @@ def _not_log_file_only(record: logging.LogRecord) -> bool:
     return not getattr(record, "log_file_only", False)
 
 
-def setup_logging(data_dir: Path | None, level: str = "INFO") -> Path | None:
+def setup_logging(
+    data_dir: Path | None, level: str = "INFO", *, console: bool = True
+) -> Path | None:
+    """Log to stderr and to the data directory's log file; `console=False`: to the file only
+    (a command that does the service's work, and says its outcome in its own words)."""
     root = logging.getLogger()
     root.setLevel(level.upper())
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    console = logging.StreamHandler()
-    console.setFormatter(fmt)
-    console.addFilter(_not_log_file_only)
-    root.addHandler(console)
+    if console:
+        stderr = logging.StreamHandler()
+        stderr.setFormatter(fmt)
+        stderr.addFilter(_not_log_file_only)
+        root.addHandler(stderr)
     if data_dir is None:
         return None
     # The data directory itself 0700 when this makes it (mkdir gives only the last part

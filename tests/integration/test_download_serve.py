@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.serve_process import ServeProcess, call, create_token
 from tests.support.fake_hub import FakeHub
-from tests.support.hub_repos import DEMO_FILE, DEMO_REPO, TINY_REPO, Hub, hub_repos
+from tests.support.hub_repos import DEMO_FILE, DEMO_REPO, GATED_REPO, TINY_REPO, Hub, hub_repos
 from tests.support.polling import until
 
 pytestmark = pytest.mark.slow
@@ -269,3 +269,76 @@ async def test_a_model_pulled_again_after_its_cache_folder_was_deleted_runs(
         await runs(url, restarted["id"])
     finally:
         assert await asyncio.to_thread(serve.terminate) == 0
+
+
+async def test_models_pull_uses_the_hf_token_of_the_shell_it_runs_in(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`HF_TOKEN=… lmsp-desktop models pull` against a service started without one, as
+    `hf download` users expect; the token is lent for that pull and written nowhere."""
+    data_dir = tmp_path / "data"
+    admin = await asyncio.to_thread(create_token, data_dir, "admin")
+    serve = ServeProcess(data_dir)
+    url = await asyncio.to_thread(serve.start)
+    token = hub.server.token
+    try:
+        refused = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", GATED_REPO)
+        assert refused.returncode == 1 and "is gated" in refused.stderr, refused.stderr
+        monkeypatch.setenv("HF_TOKEN", token)
+        done = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", GATED_REPO)
+        assert done.returncode == 0, done.stderr
+        # The id to use next, as the service lists the model once it has scanned it.
+        assert "Use it as the model lmsp-test/gated-gguf:q4_0." in done.stdout
+
+        async def listed() -> Any:
+            _, models = await api(f"{url}/v1/models", admin)
+            return {m["id"] for m in models["data"]} & {"lmsp-test/gated-gguf:q4_0"}
+
+        await until(listed, 30, "the pulled model listed by the id the command named")
+        _, tasks = await api(f"{url}/v1/tasks", admin)
+        assert token not in str(tasks)
+    finally:
+        await asyncio.to_thread(serve.terminate)
+    for path in data_dir.rglob("*"):  # the database, its WAL, the log: nowhere
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path
+    log = (data_dir / "logs" / "lmsp-desktop.log").read_text()
+    assert f"({GATED_REPO}:gated-Q4_0.gguf) failed: repo_gated:" in log  # the first pull's end
+
+
+async def test_models_pull_says_a_cancel_and_a_token_without_the_admin_scope(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir = tmp_path / "data"
+    admin = await asyncio.to_thread(create_token, data_dir, "admin")
+    user = await asyncio.to_thread(create_token, data_dir, "models:read", "laptop")
+    serve = ServeProcess(data_dir)
+    url = await asyncio.to_thread(serve.start)
+    hub.server.bytes_per_s = 256 * 1024  # ~12 s: still going when cancelled
+    try:
+        pulling = asyncio.ensure_future(
+            asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", f"{TINY_REPO}:Q8_0")
+        )
+
+        async def running() -> Any:
+            _, tasks = await api(f"{url}/v1/tasks", admin)
+            return next((t for t in tasks["data"] if t["state"] == "running"), None)
+
+        task = await until(running, 30, "the download running")
+        status, _ = await api(f"{url}/v1/tasks/{task['id']}/cancel", admin, "POST")
+        assert status == 200
+        cancelled = await pulling
+        assert cancelled.returncode == 1
+        assert f"The download of {TINY_REPO}:Q8_0 was cancelled" in cancelled.stderr
+        assert "Pull again" in cancelled.stderr
+
+        monkeypatch.setenv("LMSP_TOKEN", user)  # a client's token without `admin`
+        scoped = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", TINY_REPO)
+        assert scoped.returncode == 2
+        assert "lacks the scope `admin`" in scoped.stderr
+        assert "lmsp-desktop token create" in scoped.stderr and "LMSP_TOKEN" in scoped.stderr
+        assert "Clients page" not in scoped.stderr  # a headless server has no window
+    finally:
+        await asyncio.to_thread(serve.terminate)
+    log = (data_dir / "logs" / "lmsp-desktop.log").read_text()
+    assert f"download {task['id']} ({TINY_REPO}:Q8_0) cancelled by client tests (" in log

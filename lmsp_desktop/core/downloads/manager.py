@@ -71,6 +71,26 @@ class DownloadManager:
         self._transfers: dict[str, Transfer] = {}
         self._slots = asyncio.Semaphore(MAX_PARALLEL)
         self._stopping = False
+        # A token the caller of one pull lent for that download only (`models pull` with
+        # HF_TOKEN set, against a service started without it): in memory, never stored, logged
+        # or answered, forgotten when the download ends. A restart loses it (said in the
+        # gated error the resumed download then meets).
+        self._lent: dict[str, str] = {}
+        # Who asked to cancel a running download, for the log line of its end.
+        self._cancellers: dict[str, str] = {}
+
+    def lend_token(self, task_id: str, token: str) -> None:
+        """Use `token` for the hub requests of `task_id` (before its task is committed)."""
+        self._lent[task_id] = token
+
+    def forget_token(self, task_id: str) -> None:
+        self._lent.pop(task_id, None)
+
+    def cancelling(self, task_id: str, by: str) -> None:
+        """Note who is about to cancel `task_id` (called before the cancel transition); kept
+        only while that download runs here."""
+        if task_id in self._running:
+            self._cancellers[task_id] = by
 
     async def start(self) -> None:
         """Follow new download tasks, and pick up those left queued or running (resumed)."""
@@ -118,18 +138,29 @@ class DownloadManager:
                 await self.tasks.fail(task_id, "internal_error", "Internal error; see the log.")
             finally:
                 self._transfers.pop(task_id, None)
+                self._lent.pop(task_id, None)
+                self._cancellers.pop(task_id, None)
 
     async def _download(self, task_id: str, transfer: Transfer) -> None:
         row = await self.tasks.get(task_id)
-        if row["state"] == TaskState.QUEUED:
-            if await self.tasks.mark_running(task_id, open_message=False) is None:
-                return  # cancelled before it started
-        elif row["state"] != TaskState.RUNNING:
+        started = row["state"] == TaskState.RUNNING or (
+            row["state"] == TaskState.QUEUED
+            and await self.tasks.mark_running(task_id, open_message=False) is not None
+        )
+        if not started:
+            if (await self.tasks.get(task_id))["state"] == TaskState.CANCELLED:
+                by = self._cancellers.get(task_id)
+                log.info(
+                    "download %s (%s) cancelled%s before it started",
+                    task_id,
+                    row["model"],
+                    f" by {by}" if by else "",
+                )
             return
         request = json.loads(row["request"])
         files = [HubFile(f["name"], f.get("size"), f.get("sha256")) for f in request["files"]]
         total = int(request.get("bytes_total") or 0)
-        token = self.token()
+        token = self._lent.get(task_id) or self.token()
         finished = 0
         speed = Speed()
         paths: list[Path] = []
@@ -156,25 +187,48 @@ class DownloadManager:
                 paths.append(job.result())
                 finished += file.size or transfer.file_done
         except Stopped:
-            if self._stopping:
-                return  # a stop, not a cancel: the policy applies at the next start
-            await asyncio.to_thread(remove_partial, transfer)
-            await self.tasks.confirm_cancelled(task_id)
+            if self._stopping:  # a stop, not a cancel: the policy applies at the next start
+                log.info(
+                    "download %s (%s) stopped with the service after %s bytes; it continues "
+                    "from them at the next start",
+                    task_id,
+                    row["model"],
+                    finished + transfer.file_done,
+                )
+                return
+            await self._cancelled(task_id, row["model"], transfer, finished)
             return
         except LmspError as exc:
             if not await self.tasks.fail(task_id, exc.code, exc.message):
-                await asyncio.to_thread(remove_partial, transfer)
-                await self.tasks.confirm_cancelled(task_id)
+                await self._cancelled(task_id, row["model"], transfer, finished)
+                return
+            # The messages are the service's own sentences: they name files, never a token.
+            log.warning(
+                "download %s (%s) failed: %s: %s", task_id, row["model"], exc.code, exc.message
+            )
             return
         await record_progress(self.tasks, task_id, _progress(files[-1], total, total, None))
         if not await self.tasks.finish(
             task_id, incomplete_reason=None, input_tokens=0, output_tokens=0
         ):
             await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
+            log.info("download %s (%s) cancelled as it completed", task_id, row["model"])
             return
-        log.info("downloaded %s: %s", task_id, ", ".join(map(str, paths)))
+        log.info("downloaded %s (%s): %s", task_id, row["model"], ", ".join(map(str, paths)))
         if self.on_complete is not None:
             await self.on_complete(paths)
+
+    async def _cancelled(self, task_id: str, model: str, transfer: Transfer, done: int) -> None:
+        await asyncio.to_thread(remove_partial, transfer)
+        await self.tasks.confirm_cancelled(task_id)
+        by = self._cancellers.get(task_id)
+        log.info(
+            "download %s (%s) cancelled%s after %s bytes; its partial file is deleted",
+            task_id,
+            model,
+            f" by {by}" if by else "",
+            done + transfer.file_done,
+        )
 
 
 def _progress(file: HubFile, done: int, total: int, per_s: float | None) -> dict[str, Any]:

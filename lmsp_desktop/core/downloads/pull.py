@@ -43,16 +43,18 @@ async def pull(
     client_id: str | None = None,
     task_id: str | None = None,
     claim: IdempotencyClaim | None = None,
+    token: str | None = None,
 ) -> dict[str, Any]:
     """Create the download task of `repo`'s model named by `selector` (a file or a quant);
     returns the task object once committed. `claim`: an Idempotency-Key already claimed
-    for `task_id`, whose answer is stored with the task."""
+    for `task_id`, whose answer is stored with the task. `token`: the caller's own hub
+    token for this pull (else this process's: HF_TOKEN, the keyring); never stored."""
     repo = check_repo(repo)
     try:
         policy = RestartPolicy(on_restart or RestartPolicy.RESUME)
     except ValueError:
         raise invalid("on_restart must be fail, retry or resume.", "on_restart") from None
-    commit, files = await asyncio.to_thread(list_files, repo, revision, hub_token())
+    commit, files = await asyncio.to_thread(list_files, repo, revision, token or hub_token())
     choice = pick(repo, files, selector)
     shown = choice.quant if choice.quant and selector and selector.upper() == choice.quant else None
     spec = NewDownload(

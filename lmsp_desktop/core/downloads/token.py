@@ -11,6 +11,9 @@ import os
 from lmsp_desktop.core.upstreams.keys import _keyring
 
 log = logging.getLogger(__name__)
+# The caller's own token for one `POST /v1/models/pull` (`models pull` sends its HF_TOKEN):
+# used for that download's hub requests only, kept in memory, never stored, logged or answered.
+HUB_TOKEN_HEADER = "X-HF-Token"
 SERVICE = "lmsp-desktop huggingface"
 USER = "token"
 

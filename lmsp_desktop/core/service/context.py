@@ -17,6 +17,7 @@ from lmsp_desktop.core.errors import LmspError
 if TYPE_CHECKING:
     from lmsp_desktop.core.config import Settings
     from lmsp_desktop.core.context_window import TokenCounter
+    from lmsp_desktop.core.downloads.manager import DownloadManager
     from lmsp_desktop.core.follow import EventFollower
     from lmsp_desktop.core.models.fitting import ModelFitter
     from lmsp_desktop.core.models.registry import ModelRegistry
@@ -42,6 +43,8 @@ class ServiceContext:
     tokens: TokenCounter | None = None
     # Sizes local model loads to the memory available (507 before a load that cannot fit).
     fitter: ModelFitter | None = None
+    # Runs the download tasks (a pull lends it its caller's hub token; a cancel says who).
+    downloads: DownloadManager | None = None
     # This startup's own recovery report (possibly with no items), for /v1/recovery/last.
     recovery_report: RecoveryReport | None = None
     started_at: float = 0.0

@@ -285,6 +285,15 @@ IDEMPOTENCY_KEY = {
 }
 
 
+HUB_TOKEN = {
+    "name": "X-HF-Token",
+    "in": "header",
+    "required": False,
+    "description": "the caller's Hugging Face token for this download only (never stored)",
+    "schema": {"type": "string", "pattern": "^[!-~]{1,1024}$"},
+}
+
+
 def openapi_document(server_url: str) -> dict[str, Any]:
     read, write, admin = "responses:read", "responses:write", "admin"
     return {
@@ -386,7 +395,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                             }
                         },
                     },
-                    parameters=[IDEMPOTENCY_KEY],
+                    parameters=[IDEMPOTENCY_KEY, HUB_TOKEN],
                 )
             },
             "/v1/responses": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ from aiohttp import web
 from lmsp_desktop.core.api.creation import OWNER_KEYSPACE
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.downloads.pull import pull
+from lmsp_desktop.core.downloads.token import HUB_TOKEN_HEADER
 from lmsp_desktop.core.errors import ShuttingDownError, invalid
 from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.scopes import ADMIN
@@ -24,6 +26,7 @@ from lmsp_desktop.core.storage.idempotency import (
 )
 
 routes = web.RouteTableDef()
+TOKEN_TEXT = re.compile(r"[!-~]{1,1024}")  # printable ASCII, as a token goes in a header
 FIELDS = {"repo", "file", "quant", "revision", "on_restart"}
 
 
@@ -72,6 +75,12 @@ async def pull_model(
         )
         if replay is not None:
             return _accepted(replay.body, replayed=True)
+    hub_token = request.headers.get(HUB_TOKEN_HEADER, "").strip() or None
+    if hub_token is not None and not TOKEN_TEXT.fullmatch(hub_token):
+        raise invalid(f"{HUB_TOKEN_HEADER} must be a Hugging Face token (hf_…).", None)
+    if hub_token and ctx.downloads is not None:
+        # Lent before the task is committed: the manager may start it at the commit.
+        ctx.downloads.lend_token(task_id, hub_token)
     try:
         task = await pull(
             ctx.store.tasks,
@@ -82,11 +91,16 @@ async def pull_model(
             client_id=principal.client_id,
             task_id=task_id,
             claim=claim,
+            token=hub_token,
         )
     except BaseException:
+        if ctx.downloads is not None:
+            ctx.downloads.forget_token(task_id)
         if claim is not None:
             await release_key(ctx.store.db, claim)
         raise
+    if task["id"] != task_id and ctx.downloads is not None:
+        ctx.downloads.forget_token(task_id)  # it joined the download already under way
     return _accepted(task)
 
 

@@ -77,5 +77,14 @@ async def cancel_task(
 ) -> web.Response:
     """Cancel any task, whichever API created it (a chat completion has no response id to
     cancel at /v1/responses/{id}/cancel): the same transition, answering the task object."""
-    row = await ctx.store.tasks.cancel(request.match_info["id"], principal.owner_filter())
+    task_id = request.match_info["id"]
+    if ctx.downloads is not None:  # its log line names who cancelled (a running download)
+        ctx.downloads.cancelling(task_id, _who(principal))
+    row = await ctx.store.tasks.cancel(task_id, principal.owner_filter())
     return web.json_response(task_object(row))
+
+
+def _who(principal: Principal) -> str:
+    if principal.client_id is None:
+        return "the owner"
+    return f"client {principal.name} ({principal.client_id})"
