@@ -715,8 +715,13 @@ class Core(ClientCalls):
         if not report.items:
             log.info("recovery: nothing to recover")
             return
+        count = len(report.items)
         log.warning(
-            "recovery: %d tasks %s: %s", len(report.items), report.cause(), report.summary()
+            "recovery: %d %s %s: %s",
+            count,
+            "task" if count == 1 else "tasks",
+            report.cause(),
+            report.summary(),
         )
         shown = report.items[:LOGGED_ITEMS]
         if len(report.items) > len(shown):

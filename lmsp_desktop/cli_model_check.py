@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from lmsp_desktop.cli_service import admin_token, call, service_url
+from lmsp_desktop.cli_service import admin_token, call, refusal, service_url
 from lmsp_desktop.core.config import default_cache_dir
 from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.lock import DataDirLock
@@ -115,7 +115,7 @@ def _remote(url: str, token: str, args: argparse.Namespace) -> int:
     if args.admin_action == "models.rescan":
         status, body = call(f"{url}/v1/models/rescan", token, "POST", timeout=ANSWER_TIMEOUT_S)
         if status != 200:
-            print(body["error"]["message"], file=sys.stderr)
+            print(refusal(body), file=sys.stderr)
             return 2 if 400 <= status < 500 else 1
         _print_scanned([m for m in body["data"] if m.get("owned_by") == "local"])
         return 0
@@ -123,7 +123,7 @@ def _remote(url: str, token: str, args: argparse.Namespace) -> int:
     if args.all:
         status, body = call(f"{url}/v1/models", token)
         if status != 200:
-            print(body["error"]["message"], file=sys.stderr)
+            print(refusal(body), file=sys.stderr)
             return 1
         names = [
             m["id"]
@@ -142,7 +142,7 @@ def _remote(url: str, token: str, args: argparse.Namespace) -> int:
         if status == 200:
             outcomes.append(_report(body))
         else:
-            outcomes.append(_refused(model_id, status, body["error"]["message"]))
+            outcomes.append(_refused(model_id, status, refusal(body)))
     return max(outcomes, default=0)
 
 
@@ -270,7 +270,8 @@ def _refused(name: str, status: int, message: str) -> int:
 
 
 def _print_scanned(models: list[dict[str, Any]]) -> None:
-    print(f"Rescanned the model folders and stores: {len(models)} local models.")
+    count = "1 local model" if len(models) == 1 else f"{len(models)} local models"
+    print(f"Rescanned the model folders and stores: {count}.")
     for model in models:
         state = model["state"]
         if state == "changed":

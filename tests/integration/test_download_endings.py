@@ -1,7 +1,7 @@
 """How a download ends, as the log and its caller see it: one log line for each end (failed
-with its code and message, cancelled with who asked, completed), and a hub token lent by
-the caller of one pull used for that download only and written nowhere. Real fake-hub
-server on loopback, real store, real huggingface_hub."""
+with its code and message, cancelled with who asked, completed), a hub token lent by the
+caller of one pull used for that download only and written nowhere, and a revision the hub
+does not have named. Real fake-hub server on loopback, real store, real huggingface_hub."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from lmsp_desktop.core.downloads.manager import DownloadManager
 from lmsp_desktop.core.downloads.pull import pull
+from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.storage.store import Store
 from tests.support.hub_repos import GATED_REPO, TINY_REPO, Hub, error_of, finished
@@ -81,3 +82,11 @@ async def test_a_token_lent_for_one_pull_fetches_that_gated_download_only(
         if path.is_file():
             assert token.encode() not in path.read_bytes(), path
     assert token not in str(await store.tasks.events(task["id"]))
+
+
+async def test_a_revision_the_hub_lacks_is_named(hub: Hub, store: Store) -> None:
+    with pytest.raises(LmspError) as raised:
+        await pull(store.tasks, TINY_REPO, "Q8_0", revision="v9.9")
+    assert raised.value.code == "revision_not_found"
+    assert f"{TINY_REPO} has no revision 'v9.9'" in raised.value.message
+    assert await store.tasks.count() == 0

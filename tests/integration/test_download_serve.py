@@ -182,11 +182,12 @@ async def test_models_pull_without_a_service_downloads_itself(hub: Hub, tmp_path
     assert "has no GGUF files" in empty.stderr
 
 
-async def test_a_disk_that_fills_mid_download_fails_clearly_and_leaves_nothing(
+async def test_a_file_too_large_for_the_file_system_fails_clearly_and_leaves_nothing(
     hub: Hub, tmp_path: Path
 ) -> None:
     """RLIMIT_FSIZE in the child (portable; no mount needed): a write past 2 MB fails with
-    EFBIG as a full disk's would with ENOSPC, after the up-front free-space check passed."""
+    EFBIG as one past 4 GB on FAT32 does, after the up-front free-space check passed (a
+    full disk's ENOSPC: test_download_writes)."""
     data_dir = tmp_path / "data"
     done = await asyncio.to_thread(
         lmsp_cli,
@@ -197,7 +198,12 @@ async def test_a_disk_that_fills_mid_download_fails_clearly_and_leaves_nothing(
         limit_file_size=2 * 1024 * 1024,
     )
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "is full" in done.stderr and "Free some space" in done.stderr
+    # EFBIG, as FAT32 past 4 GB gives: the file system's limit, not a full disk.
+    assert "too large for the file system of the Hugging Face cache" in done.stderr
+    assert "is full" not in done.stderr and "HF_HUB_CACHE" in done.stderr
+    assert done.stderr.count("too large") == 1  # said once, in the command's words
+    log = (data_dir / "logs" / "lmsp-desktop.log").read_text()  # and its end in the log
+    assert f"({TINY_REPO}:Q4_K_M) failed: file_too_large: " in log
     assert hub.leftovers(TINY_REPO) == []  # no partial file, no blob, no link
     listed = await asyncio.to_thread(lmsp_cli, data_dir, "models", "pull", f"{TINY_REPO}:Q4_K_M")
     assert listed.returncode == 0, listed.stderr  # with room again it completes

@@ -314,9 +314,12 @@ def _writing(partial: Path) -> Iterator[BinaryIO]:
         with partial.open("ab", buffering=0) as out:  # see _write_all
             yield out
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             partial.unlink(missing_ok=True)
             raise disk_full(partial.parent) from exc
+        if exc.errno == errno.EFBIG:
+            partial.unlink(missing_ok=True)
+            raise too_large(partial.parent) from exc
         raise
 
 
@@ -344,6 +347,20 @@ def disk_full(folder: Path, needed: int | None = None) -> LmspError:
         f"The disk holding the Hugging Face cache ({folder}) is full.{more} Free some space "
         "(or point HF_HUB_CACHE at a larger disk) and pull again.",
         code="disk_full",
+        status=507,
+        type="server_error",
+    )
+
+
+def too_large(folder: Path) -> LmspError:
+    """EFBIG: the file outgrew what the folder's file system (FAT32: 4 GB) or this process's
+    file size limit (`ulimit -f`) allows; the disk may have room to spare."""
+    return LmspError(
+        f"The file is too large for the file system of the Hugging Face cache ({folder}): it "
+        "holds no file this big (FAT32 stops at 4 GB), or `ulimit -f` limits file sizes here. "
+        "Point HF_HUB_CACHE at a folder on another file system (ext4, NTFS, APFS, exFAT), or "
+        "raise the limit, and pull again.",
+        code="file_too_large",
         status=507,
         type="server_error",
     )

@@ -169,6 +169,7 @@ def list_files(repo: str, revision: str, token: str | None) -> tuple[str, list[H
             repo, revision=revision, files_metadata=True, token=token
         ),
         repo,
+        revision,
     )
     files = [
         HubFile(s.rfilename, s.size, s.lfs.sha256 if s.lfs else None) for s in info.siblings or []
@@ -191,8 +192,9 @@ def search(query: str, token: str | None, limit: int = 30) -> list[dict[str, Any
     return [{"id": m.id, "downloads": m.downloads, "likes": m.likes} for m in found]
 
 
-def _hub_call(call: Callable[[], T], what: str) -> T:
-    """Run a hub call; its errors as sentences that say what to do."""
+def _hub_call(call: Callable[[], T], what: str, revision: str | None = None) -> T:
+    """Run a hub call about `what` (a repo, a search) at `revision`; its errors as sentences
+    that say what to do."""
     import httpx2
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -213,7 +215,13 @@ def _hub_call(call: Callable[[], T], what: str) -> T:
             "repo",
         ) from exc
     except RevisionNotFoundError as exc:
-        raise not_found(f"{what} has no such revision.", "revision_not_found", "revision") from exc
+        asked = f" {revision!r}" if revision else ""
+        raise not_found(
+            f"{what} has no revision{asked}. Name a branch, tag or commit it has "
+            "(--revision; main by default).",
+            "revision_not_found",
+            "revision",
+        ) from exc
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "no"
         raise hub_unreachable(f"answered HTTP {status}") from exc

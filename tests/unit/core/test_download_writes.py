@@ -5,9 +5,14 @@ bytes ahead of the file once: a small read left in Python's write buffer)."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
+import pytest
+
 from lmsp_desktop.core.downloads.fetch import _write_all, _writing
+from lmsp_desktop.core.errors import LmspError
 
 
 def test_a_small_chunk_is_in_the_file_as_soon_as_it_is_written(tmp_path: Path) -> None:
@@ -19,3 +24,23 @@ def test_a_small_chunk_is_in_the_file_as_soon_as_it_is_written(tmp_path: Path) -
             # What another process (or the file after a kill -9) sees, before any close.
             assert partial.stat().st_size == 1000 + sum([212, 1, 4096, 70_000][:n])
     assert partial.read_bytes() == b"r" * 1000 + b"x" * (212 + 1 + 4096 + 70_000)
+
+
+@pytest.mark.parametrize(
+    ("err", "code", "words"),
+    [
+        (errno.ENOSPC, "disk_full", "is full"),
+        (errno.EDQUOT, "disk_full", "is full"),
+        (errno.EFBIG, "file_too_large", "too large for the file system"),
+    ],
+)
+def test_a_write_the_disk_refuses_says_why_and_leaves_no_partial_file(
+    tmp_path: Path, err: int, code: str, words: str
+) -> None:
+    partial = tmp_path / "blob.incomplete"
+    with pytest.raises(LmspError) as raised, _writing(partial) as out:
+        _write_all(out, b"x" * 1000)
+        raise OSError(err, os.strerror(err))  # what the next write got from the kernel
+    assert raised.value.code == code and words in raised.value.message
+    assert str(tmp_path) in raised.value.message
+    assert not partial.exists()
