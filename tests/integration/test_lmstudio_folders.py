@@ -99,3 +99,20 @@ async def test_a_settings_file_that_is_not_json_is_said_and_the_defaults_are_rea
     models, problems = await listed(store)
     assert set(models) == {LMS_ID}
     assert len(problems) == 1 and "not valid JSON" in problems[0], problems
+
+
+async def test_a_models_directory_that_is_the_default_folder_by_a_link_lists_each_model_once(
+    store: Store, home: Path, tmp_path: Path
+) -> None:
+    """LM Studio writes its Models Directory even when it is the default; a user may also
+    reach the default folder through a link. Each file is one model, not two."""
+    path = stores.add_lmstudio_file(home, "lmstudio-community", "SmolLM2-135M-Instruct-GGUF", FILE)
+    link = tmp_path / "models-link"
+    link.symlink_to(home / ".lmstudio" / "models")
+    stores.set_lmstudio_models_folder(home / ".lmstudio", link)
+    models, problems = await listed(store)
+    assert list(models) == [LMS_ID], models
+    assert problems == []
+    stores.set_lmstudio_models_folder(home / ".lmstudio", home / ".lmstudio" / "models/")
+    models, problems = await listed(store)
+    assert models == {LMS_ID: str(path)}, models
