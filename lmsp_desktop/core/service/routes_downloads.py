@@ -58,6 +58,10 @@ async def pull_model(
     file, quant = _text(body, "file"), _text(body, "quant")
     if file and quant:
         raise invalid("Give file or quant, not both.", "quant")
+    # Checked before an Idempotency-Key is claimed: a refusal here holds no key.
+    hub_token = request.headers.get(HUB_TOKEN_HEADER, "").strip() or None
+    if hub_token is not None and not TOKEN_TEXT.fullmatch(hub_token):
+        raise invalid(f"{HUB_TOKEN_HEADER} must be a Hugging Face token (hf_…).", None)
     task_id, claim = new_id("dl"), None
     key = request.headers.get("Idempotency-Key")
     if key is not None:
@@ -75,9 +79,6 @@ async def pull_model(
         )
         if replay is not None:
             return _accepted(replay.body, replayed=True)
-    hub_token = request.headers.get(HUB_TOKEN_HEADER, "").strip() or None
-    if hub_token is not None and not TOKEN_TEXT.fullmatch(hub_token):
-        raise invalid(f"{HUB_TOKEN_HEADER} must be a Hugging Face token (hf_…).", None)
     if hub_token and ctx.downloads is not None:
         # Lent before the task is committed: the manager may start it at the commit.
         ctx.downloads.lend_token(task_id, hub_token)
