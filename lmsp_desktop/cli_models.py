@@ -2,7 +2,9 @@
 
 When a service (or the desktop app) runs on the data directory, the pull is a task of that
 service: created with `POST /v1/models/pull`, followed through its events, shown in the
-window, resumed by it after a restart (its token: cli_service.admin_token). When none runs,
+window, resumed by it after a restart (its token: cli_service.admin_token; the HF_TOKEN of
+this shell is lent to the service for that pull, so a gated repo works as with
+`hf download` whatever the service was started with). When none runs,
 the command holds the data directory itself and downloads as the service would (same task,
 same events); stopped with Ctrl-C, the task is left running and continues from the bytes on
 disk when the service next starts.
