@@ -189,8 +189,8 @@ class DownloadManager:
         except Stopped:
             if self._stopping:  # a stop, not a cancel: the policy applies at the next start
                 log.info(
-                    "download %s (%s) stopped with the service after %s bytes; it continues "
-                    "from them at the next start",
+                    "download %s (%s) stopped after %s bytes, as its process stops; it "
+                    "continues from them when the service next starts",
                     task_id,
                     row["model"],
                     finished + transfer.file_done,
