@@ -257,3 +257,42 @@ async def test_ollama_names_are_the_ones_ollama_list_shows(store: Store, home: P
     await reg.scan()
     ids = {m.id for m in await reg.list_models()}
     assert ids == {"qwen2.5:7b", "tiny:1b", "someone/mine:latest", "hf.co/org/repo-gguf:q4_k_m"}
+
+
+def padded(tmp_path: Path, n: int) -> Path:
+    """The demo with `n` bytes after its tensors: the same model, another file (sha256)."""
+    path = tmp_path / f"padded{n}.gguf"
+    shutil.copyfile(stores.demo(), path)  # a copy: place() may hard-link the demo itself
+    with path.open("ab") as f:
+        f.write(b"\0" * n)
+    return path
+
+
+async def test_a_new_revision_moves_the_name_and_the_old_snapshot_is_no_twin(
+    store: Store, home: Path, tmp_path: Path
+) -> None:
+    """`hf download` of a repo that moved on: refs/main names a new snapshot, the old one stays
+    in the cache (as huggingface_hub leaves it). The name runs the new revision's file; the
+    old file is not listed beside it as `…-2`, and deleting the old snapshot
+    (`hf cache delete`) loses nothing. A quant only the old revision has is still listed."""
+    filename = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    stores.add_hf_file(home, filename)
+    only_old = stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q8_0.gguf", padded(tmp_path, 64))
+    reg = registry(store)
+    await reg.scan()
+    q8 = "huggingfacetb/smollm2-135m-instruct-gguf:q8_0"
+    assert {m.id for m in await reg.list_models()} == {HF_ID, q8}
+    newer = padded(tmp_path, 32)
+    link = stores.add_hf_file(home, filename, newer, commit="f" * 40)  # refs/main → ffff…
+    await reg.scan()
+    models = {m.id: m for m in await reg.list_models()}
+    assert set(models) == {HF_ID, q8}  # no `:q4_1-2` for the old revision's file
+    assert models[HF_ID].path == link and models[q8].path == only_old
+    new_digest = "sha256:" + stores.sha256_hex(newer)
+    assert (models[HF_ID].state, models[HF_ID].digest) == ("verified", new_digest)
+    assert await reg.path_for_run(HF_ID) == link
+    shutil.rmtree(only_old.parent.parent / stores.HF_COMMIT)  # the old snapshot deleted
+    await reg.scan()
+    models = {m.id: m for m in await reg.list_models()}
+    assert models[HF_ID].state == "verified" and models[HF_ID].path == link
+    assert models[q8].state == "missing"  # it was only in the old snapshot

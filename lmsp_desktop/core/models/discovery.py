@@ -26,6 +26,8 @@ class FoundFile:
     source: str = FOLDER
     # The name users know it by in its store (`qwen2.5:7b`); None: made from the file name.
     name: str | None = None
+    # The other names its store gives the same file (an Ollama blob tagged twice).
+    aliases: tuple[str, ...] = ()
     # The sha256 its store names it by (Ollama and Hugging Face blobs), `sha256:<hex>`.
     published_digest: str | None = None
     # The model folder it was found in (resolved), for a folder's file: kept with its row, as

@@ -164,7 +164,8 @@ class ModelEvent:
     """News for listeners (the GUI's models panel): hashing progress and state changes.
 
     kind is "progress" (bytes_done/bytes_total of this file, total_done/total_bytes of the
-    whole scan or verify), "state" (the model's state changed to `state`), or "scan_finished".
+    whole scan or verify), "state" (the model's state changed to `state`), "removed" (a scan
+    forgot the model: its name is another model's now), or "scan_finished".
     """
 
     kind: str

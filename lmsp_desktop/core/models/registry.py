@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from lmsp_desktop.core.errors import DatabaseLockedError, invalid
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.models import messages
-from lmsp_desktop.core.models.demo import DEMO_MODEL_ID, demo_model_path
+from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.core.models.digest_cache import DigestCache
 from lmsp_desktop.core.models.digests import CHUNK_SIZE, HashCancelled, sha256_file
 from lmsp_desktop.core.models.discovery import (
@@ -54,7 +54,8 @@ from lmsp_desktop.core.models.scan_gate import HashProgress, ScanGate
 from lmsp_desktop.core.models.scan_rows import (
     WHERE_FOUND,
     insert_values,
-    moved_row,
+    match_rows,
+    names_of,
     read_meta,
     replaced_files,
 )
@@ -324,35 +325,31 @@ class ModelRegistry:
     async def _discover_and_record(self) -> builtins.list[_HashJob]:
         demo = demo_model_path() if self.include_demo else None
         found = await asyncio.to_thread(self._find_files, demo)
-        rows = {r["path"]: r for r in await self.db.fetchall("SELECT * FROM models")}
-        taken = {r["id"] for r in rows.values()}
+        rows = await self.db.fetchall("SELECT * FROM models")
+        taken = {r["id"] for r in rows}
+        matched = match_rows(rows, found, demo)
         inserts: list[tuple[Any, ...]] = []
         updates: list[tuple[str, int, int, str]] = []  # state, size, mtime, id
         repoints: list[tuple[Any, ...]] = []
-        refound: list[tuple[str, str]] = []  # meta, id: found in another folder than recorded
+        refound: list[tuple[str, str]] = []  # meta, id: where it was found changed
         jobs: list[_HashJob] = []
-        present = {str(f.path) for f in found}
-        for file in found:
-            row = rows.pop(str(file.path), None)
-            moved = None if row is not None else moved_row(rows, file, demo, present)
-            if moved is not None:
-                # Its name now leads to another file: the demo package moved (a new venv), an
-                # Ollama tag or a Hugging Face repo was updated to a new blob or revision. The
-                # id follows the name, verified afresh.
-                rows.pop(moved["path"])
-                meta = await asyncio.to_thread(read_meta, file.path)
-                values = insert_values(moved["id"], file, meta)
-                repoints.append((*values[1:-1], moved["id"]))
-                jobs.append(_HashJob(moved["id"], from_scan=True))
-                continue
+        for file, row in matched.pairs:
             if row is None:
-                base = DEMO_MODEL_ID if file.path == demo else file.name
-                base = base or slug_from_filename(file.path.name)
+                base = (names_of(file, demo) or [slug_from_filename(file.path.name)])[0]
                 model_id = unique_model_id(base, taken)
                 taken.add(model_id)
                 meta = await asyncio.to_thread(read_meta, file.path)
                 inserts.append(insert_values(model_id, file, meta))
                 jobs.append(_HashJob(model_id, from_scan=True))
+                continue
+            if row["path"] != str(file.path):
+                # Its name now leads to another file: the demo package moved (a new venv), an
+                # Ollama tag or a Hugging Face repo was updated to a new blob or revision. The
+                # id follows the name, the file verified afresh (a new file, not a changed one).
+                meta = await asyncio.to_thread(read_meta, file.path)
+                values = insert_values(row["id"], file, meta)
+                repoints.append((*values[1:-1], row["id"]))
+                jobs.append(_HashJob(row["id"], from_scan=True))
                 continue
             if file.folder is not None:
                 meta_now = json.loads(row["meta"]) if row["meta"] else {}
@@ -382,13 +379,23 @@ class ModelRegistry:
             elif state in (UNVERIFIED, MISSING):
                 updates.append((CHANGED, row["size_bytes"], row["mtime_ns"], row["id"]))
             # VERIFIED and same: nothing to read. CHANGED stays so until verified on purpose.
-        for row in rows.values():  # recorded, but not in any model folder any more
+        for row in matched.gone:  # recorded, but not in any model folder any more
             if row["state"] != MISSING and self._listed(row):
                 updates.append((MISSING, row["size_bytes"], row["mtime_ns"], row["id"]))
-        if inserts or updates or repoints or refound:
+        dropped = [(r["id"],) for r in matched.dropped]
+        for (model_id,) in dropped:
+            log.info("%s: its name or file is another model's now; forgotten", model_id)
+        if inserts or updates or repoints or refound or dropped:
 
             def work(conn: sqlite3.Connection) -> None:
+                conn.executemany("DELETE FROM models WHERE id = ?", dropped)
                 conn.executemany("UPDATE models SET meta = ? WHERE id = ?", refound)
+                # Paths are UNIQUE: the files repointed rows leave may be taken by another
+                # (a new row for the blob the old tag still names, two names swapping files).
+                conn.executemany(
+                    "UPDATE models SET path = '(moving) ' || id WHERE id = ?",
+                    [(values[-1],) for values in repoints],
+                )
                 conn.executemany(REPOINT, repoints)  # after: its meta is the new file's
                 conn.executemany(
                     "INSERT INTO models (id, path, size_bytes, mtime_ns, digest, state,"
@@ -402,6 +409,8 @@ class ModelRegistry:
                 )
 
             await self._write(work)
+        for (model_id,) in dropped:
+            self._emit(ModelEvent("removed", model_id))
         for values in inserts:
             self._emit(ModelEvent("state", values[0], UNVERIFIED))
         for values in repoints:

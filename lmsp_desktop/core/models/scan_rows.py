@@ -7,6 +7,7 @@ import json
 import os
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +21,69 @@ from lmsp_desktop.core.models.info import UNVERIFIED, source_of
 WHERE_FOUND = ("source", "published_digest", "folder")
 
 
-def moved_row(rows: dict[str, Any], file: FoundFile, demo: Path | None, present: set[str]) -> Any:
-    """The row of the model `file` is the new file of: the one holding the name the file's
-    store gives it (the demo's id for the demo), of the same source, whose own file is gone."""
-    name = DEMO_MODEL_ID if file.path == demo else file.name
-    if name is None:
-        return None
-    for path, row in rows.items():
-        if row["id"] == name and path not in present:
-            return row if source_of(name, row["meta"]) == file.source else None
-    return None
+@dataclass
+class Matched:
+    """Which recorded row each file a scan found continues, and the rows no file continues."""
+
+    # Each found file with its row (None: a new model); a row whose path is not the file's
+    # is a name its store moved to a new file (a new Ollama blob, a new revision's snapshot).
+    pairs: list[tuple[FoundFile, Any]]
+    # Rows whose file is not found (missing, or hidden with their store or folder).
+    gone: list[Any]
+    # Rows whose name or file another row holds now: a name a store gives as another file's
+    # alias, a `-2` twin of a name left by an earlier version. Deleted, or they would shadow
+    # the name or hold the path (UNIQUE) the other row takes.
+    dropped: list[Any]
+
+
+def names_of(file: FoundFile, demo: Path | None) -> list[str]:
+    """The names a found file goes by in its store, the one it is listed by first."""
+    if file.path == demo:
+        return [DEMO_MODEL_ID]
+    return [n for n in (file.name, *file.aliases) if n]
+
+
+def match_rows(rows: list[Any], found: list[FoundFile], demo: Path | None) -> Matched:
+    """Pairs each found file with the row it continues. A file a store names is the row of that
+    name first (of the same source): the store says which file a name is now, as `ollama pull`
+    and `hf download` users expect, so a name moved to a new file takes its row along (unless
+    the row's own file still goes by that name: two files a store names alike). Then by
+    path: the file's own row, unless that row's name is another file's now. The rest are new."""
+    by_id = {r["id"]: r for r in rows}
+    by_path = {r["path"]: r for r in rows}
+    carried = {str(f.path): set(names_of(f, demo)) for f in found}
+    by_source: dict[str, set[str]] = {}
+    for file in found:
+        by_source.setdefault(file.source, set()).update(names_of(file, demo))
+    matched: dict[int, Any] = {}
+    used: set[str] = set()
+    for i, file in enumerate(found):
+        for name in names_of(file, demo):
+            row = by_id.get(name)
+            if row is None or name in used or source_of(name, row["meta"]) != file.source:
+                continue
+            there = carried.get(row["path"])
+            if row["path"] == str(file.path) or there is None or name not in there:
+                matched[i] = row
+                used.add(name)
+                break
+    for i, file in enumerate(found):
+        row = None if i in matched else by_path.get(str(file.path))
+        if row is None or row["id"] in used:
+            continue
+        names = by_source.get(source_of(row["id"], row["meta"]), set())
+        if row["id"] in names and row["id"] not in carried[str(file.path)]:
+            continue  # its name leads to another file now: this file is a new model
+        matched[i] = row
+        used.add(row["id"])
+    gone: list[Any] = []
+    dropped: list[Any] = []
+    for row in rows:
+        if row["id"] in used:
+            continue
+        names = by_source.get(source_of(row["id"], row["meta"]), set())
+        (dropped if row["path"] in carried or row["id"] in names else gone).append(row)
+    return Matched([(f, matched.get(i)) for i, f in enumerate(found)], gone, dropped)
 
 
 def read_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -80,16 +80,27 @@ def find_hf_cache(cache: Path, problems: list[SourceProblem]) -> list[FoundFile]
 
 
 def _repo_files(repo: CachedRepoInfo) -> list[FoundFile]:
-    # The revision `main` points at first, then the newest: one model per blob.
-    revisions = sorted(repo.revisions, key=lambda r: ("main" not in r.refs, -r.last_modified))
+    """One model per name and per blob. A name (`org/repo:q4_k_m`) is the file of the revision
+    a ref names (`main` first, then the newest other ref), as `hf download` would run it now:
+    a new revision keeps the old snapshot in the cache, and its file, named by no ref, is the
+    old version, not a second model. A file only an older revision has (another quant fetched
+    before the repo moved on) is still listed, from its newest revision."""
+    revisions = sorted(
+        repo.revisions,
+        key=lambda r: ("main" not in r.refs, not r.refs, -r.last_modified, r.commit_hash),
+    )
     by_blob: dict[Path, FoundFile] = {}
+    named: set[str | None] = set()
     for revision in revisions:
+        here: list[FoundFile] = []
         for file in sorted(revision.files, key=lambda f: str(f.file_path)):
             if file.blob_path in by_blob or not is_model_filename(file.file_name):
                 continue
             found = _found(repo.repo_id, file.file_path, file.blob_path.name)
-            if found is not None:
+            if found is not None and found.name not in named:
                 by_blob[file.blob_path] = found
+                here.append(found)
+        named.update(f.name for f in here)  # two files of one revision may share a name
     return list(by_blob.values())
 
 
@@ -111,8 +122,8 @@ def _found(repo_id: str, path: Path, blob_name: str) -> FoundFile | None:
 def _walk_damaged_repo(repo_path: Path, problems: list[SourceProblem]) -> list[FoundFile]:
     repo_id = repo_path.name.removeprefix("models--").replace("--", "/")
     try:
-        snapshots = sorted((repo_path / "snapshots").iterdir())
-        files = [f for s in snapshots if s.is_dir() for f in sorted(s.rglob("*.gguf"))]
+        snapshots = _by_preference(repo_path, sorted((repo_path / "snapshots").iterdir()))
+        revisions = [sorted(s.rglob("*.gguf")) for s in snapshots if s.is_dir()]
     except FileNotFoundError:
         # No snapshot yet: a download still going (its blob's partial file is all there
         # is) or one that never finished. Nothing to list, and nothing to warn about.
@@ -121,22 +132,50 @@ def _walk_damaged_repo(repo_path: Path, problems: list[SourceProblem]) -> list[F
         problems.append(unreadable(SOURCE, repo_path, exc))
         return []
     found: dict[str, FoundFile] = {}
-    for path in files:
-        if not is_model_filename(path.name):
-            continue
-        target = Path(os.path.realpath(path))
-        if not target.exists():
-            problems.append(
-                SourceProblem(
-                    SOURCE,
-                    str(path),
-                    f"{path} is a broken link: its blob {target.name} is not in the Hugging "
-                    f"Face cache (a deleted or interrupted download); it is not listed. "
-                    f"Download it again (lmsp-desktop models pull {repo_id}:{path.name}).",
+    named: set[str | None] = set()
+    for files in revisions:  # as _repo_files: a name from the revision a ref names first
+        here: list[FoundFile] = []
+        for path in files:
+            if not is_model_filename(path.name):
+                continue
+            target = Path(os.path.realpath(path))
+            if not target.exists():
+                problems.append(
+                    SourceProblem(
+                        SOURCE,
+                        str(path),
+                        f"{path} is a broken link: its blob {target.name} is not in the Hugging "
+                        f"Face cache (a deleted or interrupted download); it is not listed. "
+                        f"Download it again (lmsp-desktop models pull {repo_id}:{path.name}).",
+                    )
                 )
-            )
-            continue
-        item = _found(repo_id, path, target.name)
-        if item is not None:
-            found.setdefault(str(target), item)
+                continue
+            item = _found(repo_id, path, target.name)
+            if item is not None and str(target) not in found and item.name not in named:
+                found[str(target)] = item
+                here.append(item)
+        named.update(f.name for f in here)
     return list(found.values())
+
+
+def _by_preference(repo_path: Path, snapshots: list[Path]) -> list[Path]:
+    """`snapshots` with the one `refs/main` names first, then those other refs name, then the
+    rest, newest first within each."""
+    refs: dict[str, set[str]] = {}
+    try:
+        for ref in (repo_path / "refs").rglob("*"):
+            if ref.is_file():
+                name = ref.relative_to(repo_path / "refs").as_posix()
+                refs.setdefault(ref.read_text().strip(), set()).add(name)
+    except OSError:
+        pass  # no refs (a snapshot fetched by its commit): newest first
+
+    def key(snapshot: Path) -> tuple[bool, bool, float, str]:
+        names = refs.get(snapshot.name, set())
+        try:
+            mtime = snapshot.stat().st_mtime
+        except OSError:
+            mtime = 0.0
+        return ("main" not in names, not names, -mtime, snapshot.name)
+
+    return sorted(snapshots, key=key)
