@@ -296,3 +296,43 @@ async def test_a_new_revision_moves_the_name_and_the_old_snapshot_is_no_twin(
     models = {m.id: m for m in await reg.list_models()}
     assert models[HF_ID].state == "verified" and models[HF_ID].path == link
     assert models[q8].state == "missing"  # it was only in the old snapshot
+
+
+async def test_an_ollama_blob_tagged_twice_answers_to_each_tag_and_each_tag_follows_its_pull(
+    store: Store, home: Path, tmp_path: Path
+) -> None:
+    """`ollama pull smollm2` then `ollama pull smollm2:135m`: one blob, two tags, one model
+    (hashed once) found by either. Re-pulling `smollm2:135m` to a new blob moves that name
+    only: `smollm2:latest` keeps the old blob, as `ollama run` would run each. Pulling
+    `smollm2` again joins them, the old blob pruned: one model again, nothing missing."""
+    old = stores.add_ollama_model(home, "smollm2", "latest")
+    stores.add_ollama_model(home, "smollm2", "135m")
+    reg = registry(store, ("ollama",))
+    await reg.scan()
+    [model] = await reg.list_models()
+    assert (model.id, model.aliases, model.state) == (OLLAMA_ID, ["smollm2:latest"], "verified")
+    assert reg.bytes_hashed == old.stat().st_size  # one file, read once
+    assert (await reg.get("smollm2:latest")).id == OLLAMA_ID
+    assert (await reg.get("SmolLM2:Latest")).id == OLLAMA_ID
+    assert await reg.path_for_run("smollm2:latest") == old
+
+    newer = padded(tmp_path, 32)
+    blob = stores.add_ollama_model(home, "smollm2", "135m", newer)  # `latest` stays on `old`
+    await reg.scan()
+    models = {m.id: m for m in await reg.list_models()}
+    assert set(models) == {OLLAMA_ID, "smollm2:latest"}  # no `smollm2:135m-2`
+    assert models[OLLAMA_ID].path == blob and models["smollm2:latest"].path == old
+    assert models[OLLAMA_ID].digest == "sha256:" + stores.sha256_hex(newer)
+    assert models["smollm2:latest"].digest == "sha256:" + stores.sha256_hex(old)
+    assert {m.state for m in models.values()} == {"verified"}
+    assert [m.aliases for m in models.values()] == [[], []]
+    assert await reg.path_for_run(OLLAMA_ID) == blob
+    assert await reg.path_for_run("smollm2:latest") == old
+
+    stores.add_ollama_model(home, "smollm2", "latest", newer)  # `ollama pull smollm2`
+    old.unlink()  # pruned
+    await reg.scan()
+    [model] = await reg.list_models()
+    assert (model.id, model.aliases, model.path) == (OLLAMA_ID, ["smollm2:latest"], blob)
+    assert (await reg.get("smollm2:latest")).id == OLLAMA_ID
+    assert await reg.path_for_run("smollm2:latest") == blob

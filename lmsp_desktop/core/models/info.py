@@ -77,6 +77,18 @@ class ModelInfo:
         return source_of(self.id, self.meta)
 
     @property
+    def aliases(self) -> list[str]:
+        """The other names the model's store gives its file (an Ollama blob tagged twice:
+        `smollm2:latest` beside `smollm2:135m`); each finds the model as its id does."""
+        value = self.meta.get("aliases")
+        return [a for a in value if isinstance(a, str)] if isinstance(value, list) else []
+
+    @property
+    def names(self) -> list[str]:
+        """Its id, then its aliases."""
+        return [self.id, *self.aliases]
+
+    @property
     def published_digest(self) -> str | None:
         """The sha256 the model's store names it by (Ollama, Hugging Face), if any."""
         value = self.meta.get("published_digest")
@@ -151,6 +163,8 @@ class ModelInfo:
             "verified_at": self.verified_at,
             "source": self.source,
         }
+        if self.aliases:
+            item["aliases"] = self.aliases
         if self.published_digest is not None:
             item["published_digest"] = self.published_digest
             item["digest_matches"] = self.digest_matches

@@ -53,6 +53,7 @@ from lmsp_desktop.core.models.info import (
 from lmsp_desktop.core.models.scan_gate import HashProgress, ScanGate
 from lmsp_desktop.core.models.scan_rows import (
     WHERE_FOUND,
+    aliases_of,
     insert_values,
     match_rows,
     names_of,
@@ -75,6 +76,13 @@ REPOINT = (
     "UPDATE models SET path = ?, size_bytes = ?, mtime_ns = ?, digest = NULL, state = ?,"
     " verified_at = NULL, architecture = ?, parameters = ?, quantization = ?,"
     " context_length = ?, meta = ? WHERE id = ?"
+)
+
+# The row an alias names (a missing row's stale alias last).
+ALIAS_ROW = (
+    "SELECT models.* FROM models, json_each(models.meta, '$.aliases') AS alias"
+    " WHERE instr(models.meta, '\"aliases\"') > 0 AND alias.value = ?"
+    " ORDER BY models.state = 'missing' LIMIT 1"
 )
 
 
@@ -193,8 +201,12 @@ class ModelRegistry:
         return copy.copy(info)
 
     async def _read_row(self, model_id: str) -> sqlite3.Row | None:
+        """The row of the model `model_id` names: its id, else one of its aliases (the other
+        tags of an Ollama blob: `smollm2:latest` of `smollm2:135m`)."""
         generation = self._rows_generation
         row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
+        if row is None:
+            row = await self.db.fetchone(ALIAS_ROW, (model_id,))
         if row is not None and generation == self._rows_generation:
             self._rows[model_id] = row
         return row
@@ -331,7 +343,7 @@ class ModelRegistry:
         inserts: list[tuple[Any, ...]] = []
         updates: list[tuple[str, int, int, str]] = []  # state, size, mtime, id
         repoints: list[tuple[Any, ...]] = []
-        refound: list[tuple[str, str]] = []  # meta, id: where it was found changed
+        refound: list[tuple[str, str]] = []  # meta, id: where or by what it was found changed
         jobs: list[_HashJob] = []
         for file, row in matched.pairs:
             if row is None:
@@ -351,12 +363,16 @@ class ModelRegistry:
                 repoints.append((*values[1:-1], row["id"]))
                 jobs.append(_HashJob(row["id"], from_scan=True))
                 continue
-            if file.folder is not None:
+            aliases = aliases_of(row["id"], file)
+            if file.folder is not None or aliases or '"aliases"' in (row["meta"] or ""):
                 meta_now = json.loads(row["meta"]) if row["meta"] else {}
-                if meta_now.get("folder") != str(file.folder):  # a repoint below keeps it
-                    refound.append(
-                        (json.dumps({**meta_now, "folder": str(file.folder)}), row["id"])
-                    )
+                meta_found = {k: v for k, v in meta_now.items() if k != "aliases"}
+                if file.folder is not None:
+                    meta_found["folder"] = str(file.folder)
+                if aliases:
+                    meta_found["aliases"] = aliases
+                if meta_found != meta_now:  # a repoint below keeps it
+                    refound.append((json.dumps(meta_found), row["id"]))
             same = row["size_bytes"] == file.size_bytes and row["mtime_ns"] == file.mtime_ns
             state, hashed_before = row["state"], row["digest"] is not None
             if state == VERIFIED and not same:
@@ -531,7 +547,9 @@ class ModelRegistry:
                 event = progress.event(job.model_id, done, total)
                 loop.call_soon_threadsafe(self._emit, event)
 
-        self._hashing.add(job.model_id)
+        # By every name the model goes by: a lookup by an alias says "hashing" too.
+        names = [job.model_id, *ModelInfo.from_row(row).aliases]
+        self._hashing.update(names)
         start = progress.event(job.model_id, 0, total)
         self._emit(dataclasses.replace(start, kind="state"))
         try:
@@ -549,7 +567,7 @@ class ModelRegistry:
             log.warning("cannot read model file %s: %s", path, exc)
             digest, after = None, None
         finally:
-            self._hashing.discard(job.model_id)
+            self._hashing.difference_update(names)
         await self._patiently(
             job.model_id, lambda: self._record_hash(job, row, digest, before, after)
         )

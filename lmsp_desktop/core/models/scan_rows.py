@@ -18,7 +18,8 @@ from lmsp_desktop.core.models.info import UNVERIFIED, source_of
 
 # What a row's meta says of where its file was found, not of the file: kept when the file's
 # own values (its header) are read again.
-WHERE_FOUND = ("source", "published_digest", "folder")
+# `aliases`: the other names its store gives the file (an Ollama blob tagged twice).
+WHERE_FOUND = ("source", "published_digest", "folder", "aliases")
 
 
 @dataclass
@@ -106,6 +107,11 @@ def read_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return columns, meta
 
 
+def aliases_of(model_id: str, file: FoundFile) -> list[str]:
+    """The names the model's store gives its file besides its id, which it is also found by."""
+    return [n for n in (file.name, *file.aliases) if n and n != model_id]
+
+
 def insert_values(
     model_id: str, file: FoundFile, meta: tuple[tuple[Any, ...], dict[str, Any]]
 ) -> tuple[Any, ...]:
@@ -115,6 +121,9 @@ def insert_values(
         extra["published_digest"] = file.published_digest
     if file.folder is not None:
         extra["folder"] = str(file.folder)
+    aliases = aliases_of(model_id, file)
+    if aliases:
+        extra["aliases"] = aliases
     return (
         model_id,
         str(file.path),
@@ -142,6 +151,7 @@ def replaced_files(rows: list[Any], paths: Collection[Path]) -> list[tuple[Any, 
         meta = json.loads(row["meta"]) if row["meta"] else {}
         published = meta.get("published_digest")
         folder = meta.get("folder")
+        aliases = meta.get("aliases")
         file = FoundFile(
             Path(row["path"]),
             st.st_size,
@@ -149,6 +159,9 @@ def replaced_files(rows: list[Any], paths: Collection[Path]) -> list[tuple[Any, 
             source=source_of(row["id"], meta),
             published_digest=published if isinstance(published, str) else None,
             folder=Path(folder) if isinstance(folder, str) else None,
+            aliases=tuple(a for a in aliases if isinstance(a, str))
+            if isinstance(aliases, list)
+            else (),
         )
         found.append((row, file))
     return found

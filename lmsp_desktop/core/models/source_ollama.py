@@ -5,6 +5,7 @@ default the registry to `ollama.com`; the manifest files themselves stay where t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -23,21 +24,23 @@ MAX_MANIFEST_BYTES = 1024 * 1024
 
 def find_ollama(root: Path, problems: list[SourceProblem]) -> list[FoundFile]:
     """One model per blob, named as `ollama list` names it (`qwen2.5:7b`,
-    `namespace/name:tag`, `hf.co/org/repo:tag`)."""
+    `namespace/name:tag`, `hf.co/org/repo:tag`). A blob tagged twice (`ollama pull smollm2`
+    then `ollama pull smollm2:135m`) is one model going by both names, as in Ollama: named by
+    its first tag other than `latest` (in sorted order), the others its aliases."""
     manifests = root / "manifests"
     if not manifests.is_dir():
         return []  # no Ollama here
-    by_blob: dict[Path, FoundFile] = {}
+    by_blob: dict[Path, list[FoundFile]] = {}
     for manifest, parts in _manifest_files(manifests, problems):
         found = _read_manifest(root, manifest, parts, problems)
-        if found is None:
-            continue
-        kept = by_blob.get(found.path)
-        # Two tags of one blob (`qwen2.5:latest` and `qwen2.5:7b`) are one model: the
-        # specific tag names it.
-        if kept is None or (str(kept.name).endswith(":latest") and found.name):
-            by_blob[found.path] = found
-    return list(by_blob.values())
+        if found is not None and found.name:
+            by_blob.setdefault(found.path, []).append(found)
+    models = []
+    for tags in by_blob.values():
+        names = sorted({str(f.name) for f in tags}, key=lambda n: (n.endswith(":latest"), n))
+        first = next(f for f in tags if f.name == names[0])
+        models.append(dataclasses.replace(first, aliases=tuple(names[1:])))
+    return models
 
 
 def _manifest_files(manifests: Path, problems: list[SourceProblem]) -> list[tuple[Path, list[str]]]:

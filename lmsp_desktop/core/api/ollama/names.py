@@ -70,7 +70,7 @@ async def _other_tags(registry: ModelRegistry, name: str) -> list[str]:
     another tag: asked for `qwen2.5`, the store's `qwen2.5:7b`. Read only on the way to a
     404."""
     base = base_name(name).lower()
-    shown = ollama_names(info.id for info in await registry.list_models())
+    shown = ollama_names(n for info in await registry.list_models() for n in info.names)
     return sorted(shown[i] for i in shown if base_name(i).lower() == base)
 
 

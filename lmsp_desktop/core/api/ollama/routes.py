@@ -66,8 +66,9 @@ async def tags(request: web.Request, ctx: ServiceContext, _: Principal) -> web.R
     """The models that can run (missing, changed and invalid files are left out), each by
     the name that finds it (names.ollama_names: `smollm2-135m-instruct:latest`)."""
     listed = await ctx.registry.list_models()
-    names = ollama_names(info.id for info in listed)
-    models = [tag(info, names[info.id]) for info in listed if info.runnable]
+    names = ollama_names(name for info in listed for name in info.names)
+    # Each tag of a blob tagged twice, as `ollama list` shows it (one model, its aliases).
+    models = [tag(info, names[n]) for info in listed if info.runnable for n in info.names]
     return web.json_response({"models": models})
 
 
@@ -79,7 +80,7 @@ async def ps(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Res
     models = []
     runner = ctx.runner
     listed = await ctx.registry.list_models()
-    names = ollama_names(info.id for info in listed)  # as /api/tags names them
+    names = ollama_names(n for info in listed for n in info.names)  # as /api/tags does
     for info in listed:
         if runner is None or runner.loaded_state(info.id) != "loaded":
             continue
