@@ -4,6 +4,7 @@ by the real registry into a real SQLite store."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.models.sources import SOURCES
 from lmsp_desktop.core.storage.store import Store
 from tests.support import model_stores as stores
+from tests.support.polling import until
 from tests.support.split_model import copy_split_cut_model
 
 HF_ID = "huggingfacetb/smollm2-135m-instruct-gguf:q4_1"
@@ -336,3 +338,57 @@ async def test_an_ollama_blob_tagged_twice_answers_to_each_tag_and_each_tag_foll
     assert (model.id, model.aliases, model.path) == (OLLAMA_ID, ["smollm2:latest"], blob)
     assert (await reg.get("smollm2:latest")).id == OLLAMA_ID
     assert await reg.path_for_run("smollm2:latest") == blob
+
+
+async def test_an_unknown_name_looks_in_the_stores_again_at_most_once_a_while(
+    store: Store, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup of a name no model has rescans the stores when the last scan is older than
+    `rescan_after_s`, one scan for every lookup asking meanwhile; a known model's lookup and
+    a registry that does not follow the stores (a command's) never scan."""
+    stores.add_ollama_model(home, "smollm2", "135m")
+    reg = registry(store, ("ollama",))
+    scans = 0
+    discover = reg._discover_and_record
+
+    async def counted() -> list[object]:
+        nonlocal scans
+        scans += 1
+        return await discover()  # type: ignore[return-value]
+
+    monkeypatch.setattr(reg, "_discover_and_record", counted)
+    asking = 0
+    rescan_if_stale = reg.rescan_if_stale
+
+    async def asked() -> bool:
+        nonlocal asking
+        asking += 1
+        return await rescan_if_stale()
+
+    monkeypatch.setattr(reg, "rescan_if_stale", asked)
+    await reg.scan()  # as a command does: it does not follow the stores
+    reg.rescan_after_s = 0
+    stores.add_ollama_model(home, "tiny", "1b", padded(home.parent, 32))
+    with pytest.raises(LmspError):
+        await reg.get("tiny:1b")
+    assert scans == 1
+    reg.start_scan()  # the service's: follows the stores from now on (scanned already)
+    reg.rescan_after_s = 3600  # the last scan is recent
+    with pytest.raises(LmspError):
+        await reg.get("tiny:1b")
+    await reg.get(OLLAMA_ID)
+    assert scans == 1
+    reg.rescan_after_s = 0
+    asking = 0
+    await reg.get(OLLAMA_ID)  # known: not even asked, however old the last scan
+    assert scans == 1 and asking == 0
+    async with reg._scan_lock:  # both lookups ask while the scan cannot finish
+        first = asyncio.create_task(reg.get("tiny:1b"))
+        second = asyncio.create_task(reg.get("nothing:1b"))
+        await until(lambda: asking == 2, 10, "both lookups to ask for a rescan")
+    with pytest.raises(LmspError) as nothing:
+        await second
+    assert (await first).id == "tiny:1b"
+    assert scans == 2
+    assert "`lmsp-desktop models rescan`" in nothing.value.message
+    assert await reg.path_for_run("tiny:1b")  # hashed in the background meanwhile

@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.integration.serve_process import call
-from tests.integration.service_fixtures import LiveCore
-from tests.support import model_stores as stores
-from tests.support.cut_model import cut_demo_model
-from tests.support.polling import until_sync
+pytest.register_assert_rewrite("tests.integration.service_fixtures")
+
+from tests.integration.serve_process import call  # noqa: E402
+from tests.integration.service_fixtures import LiveCore  # noqa: E402
+from tests.support import model_stores as stores  # noqa: E402
+from tests.support.cut_model import cut_demo_model  # noqa: E402
+from tests.support.polling import until_sync  # noqa: E402
 
 
 @pytest.fixture
@@ -112,3 +114,33 @@ def test_an_ollama_blob_tagged_twice_answers_to_each_tag_on_every_api(
     for model in ("smollm2:135m", "smollm2"):
         status, body = chat(live, token, "/api/chat", model)
         assert status == 200, (model, body)
+
+
+def test_a_model_pulled_while_the_service_runs_answers_at_once(
+    home: Path, tmp_path: Path, start: Any
+) -> None:
+    """`ollama pull` while the service runs, then Open WebUI asks for it (or lists models):
+    no manual rescan. The registry looks again when the last scan is older than
+    `rescan_after_s` (2 s in use; 0 here, so that the test needs no clock)."""
+    live = start()
+    live.core.registry.rescan_after_s = 0
+    token = live.token("models:read", "responses:read", "responses:write")
+    stores.add_ollama_model(home, "tiny", "1b", cut_demo_model())
+    status, body = chat(live, token, "/api/chat", "tiny:1b")  # waits for its hash, then runs
+    assert status == 200, body
+    stores.add_ollama_model(home, "other", "1b", padded_cut(tmp_path, 32))
+
+    def tagged() -> bool:  # /api/tags lists runnable models: found, then hashed
+        status, tags = call(f"{live.url}/api/tags", token)
+        assert status == 200, tags
+        return "other:1b" in {m["name"] for m in tags["models"]}
+
+    until_sync(tagged, 60, "/api/tags to list other:1b", 0.05)
+    stores.add_ollama_model(home, "third", "1b", padded_cut(tmp_path, 64))
+    status, models = call(f"{live.url}/v1/models", token)
+    assert "third:1b" in {m["id"] for m in models["data"]}, models
+    for route in ("/api/chat", "/v1/chat/completions"):
+        status, body = chat(live, token, route, "nothing:1b")
+        assert status == 404, body
+        message = body["error"] if route == "/api/chat" else body["error"]["message"]
+        assert "`lmsp-desktop models rescan`" in message, message

@@ -67,7 +67,8 @@ def model_not_found(model_id: object) -> LmspError:
     shown = model_id if is_valid_model_id(model_id) else "(an invalid id)"
     return not_found(
         f"There is no model {shown!s}. List the available models with GET /v1/models "
-        "and use one of their ids.",
+        "and use one of their ids. A model file just added is found by the next lookup a few "
+        "seconds on, or at once after `lmsp-desktop models rescan` (the Models page's Rescan).",
         code="model_not_found",
         param="model",
     )

@@ -56,6 +56,7 @@ async def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
 @routes.get("/v1/models")
 @requires(MODELS_READ)
 async def list_models(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    await ctx.registry.rescan_if_stale()  # a model added to a store since the last scan
     return await _listed(ctx)
 
 

@@ -92,7 +92,9 @@ def no_such_model(name: str) -> LmspError:
     return not_found(
         f"There is no model {shown} here. GET /api/tags (ollama-python: client.list()) lists "
         "the models this service runs; use one of their names. Models are added from the "
-        "window's Models page or with `lmsp-desktop models pull REPO[:QUANT]`.",
+        "window's Models page or with `lmsp-desktop models pull REPO[:QUANT]`; one just "
+        "pulled with Ollama is found by the next request a few seconds on, or at once after "
+        "`lmsp-desktop models rescan`.",
         code=MODEL_NOT_FOUND,
         param="model",
     )

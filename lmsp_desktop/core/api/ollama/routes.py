@@ -65,6 +65,7 @@ async def version(request: web.Request, ctx: ServiceContext, _: Principal) -> we
 async def tags(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     """The models that can run (missing, changed and invalid files are left out), each by
     the name that finds it (names.ollama_names: `smollm2-135m-instruct:latest`)."""
+    await ctx.registry.rescan_if_stale()  # a model pulled with the ollama CLI meanwhile
     listed = await ctx.registry.list_models()
     names = ollama_names(name for info in listed for name in info.names)
     # Each tag of a blob tagged twice, as `ollama list` shows it (one model, its aliases).
