@@ -9,6 +9,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -392,3 +393,50 @@ async def test_an_unknown_name_looks_in_the_stores_again_at_most_once_a_while(
     assert scans == 2
     assert "`lmsp-desktop models rescan`" in nothing.value.message
     assert await reg.path_for_run("tiny:1b")  # hashed in the background meanwhile
+
+
+async def test_a_twin_left_by_an_earlier_version_gives_its_file_back_to_the_name(
+    store: Store, home: Path, tmp_path: Path
+) -> None:
+    """An earlier version named a new revision's file `…:q4_1-2` and kept the name on the old
+    snapshot's. The next scan gives the name the new file; the twin, which held that file's
+    path (unique in the table), is forgotten, not left `missing`."""
+    filename = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    stores.add_hf_file(home, filename)
+    reg = registry(store)
+    await reg.scan()
+    newer = padded(tmp_path, 32)
+    link = stores.add_hf_file(home, filename, newer, commit="f" * 40)
+    st = link.stat()
+
+    def twin(conn: Any) -> None:  # as the earlier version recorded the new revision's file
+        conn.execute(
+            "INSERT INTO models (id, path, size_bytes, mtime_ns, state, meta, created_at)"
+            " VALUES (?, ?, ?, ?, 'unverified', ?, 0)",
+            (f"{HF_ID}-2", str(link), st.st_size, st.st_mtime_ns, '{"source": "huggingface"}'),
+        )
+
+    await store.db.run(twin)
+    await reg.scan()
+    [model] = await reg.list_models()
+    assert (model.id, model.path, model.state) == (HF_ID, link, "verified")
+    assert model.digest == "sha256:" + stores.sha256_hex(newer)
+
+
+async def test_two_tags_that_swap_blobs_each_follow_their_tag(
+    store: Store, home: Path, tmp_path: Path
+) -> None:
+    """Each name follows its tag to the other's blob (paths are unique in the table: neither
+    row may take its new path before the other has left it)."""
+    one, two = padded(tmp_path, 32), padded(tmp_path, 64)
+    blob_one = stores.add_ollama_model(home, "pair", "one", one)
+    blob_two = stores.add_ollama_model(home, "pair", "two", two)
+    reg = registry(store, ("ollama",))
+    await reg.scan()
+    stores.add_ollama_model(home, "pair", "one", two)
+    stores.add_ollama_model(home, "pair", "two", one)
+    await reg.scan()
+    models = {m.id: m for m in await reg.list_models()}
+    assert (models["pair:one"].path, models["pair:two"].path) == (blob_two, blob_one)
+    assert models["pair:one"].digest == "sha256:" + stores.sha256_hex(two)
+    assert {m.state for m in models.values()} == {"verified"}
