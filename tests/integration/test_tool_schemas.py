@@ -147,3 +147,29 @@ def test_keywords_a_loose_schema_cannot_enforce_are_noted_on_the_task(
     assert json.loads(row["request"])["schema_notes"] == [
         "tools[0].function.parameters.properties.tags.uniqueItems"
     ]
+
+
+def test_json_object_with_a_schema_follows_the_schema(sdk: OpenAI) -> None:
+    """`response_format: {"type": "json_object", "schema": …}` (llama-server's extension;
+    instructor 1.3's JSON_SCHEMA mode sends it): the schema is followed, as there. It was
+    ignored: the demo model wrote free JSON ({"rating": 4.5, "star_rating": 4.5}), which
+    failed instructor's validation. Keys no model would choose unasked show it is followed."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "zq_title": {"type": "string"},
+            "zq_stars": {"type": "integer", "minimum": 1, "maximum": 5},
+        },
+        "required": ["zq_title", "zq_stars"],
+        "additionalProperties": False,
+    }
+    completion = sdk.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Rate the film Alien from 1 to 5 stars, in JSON."}],
+        response_format={"type": "json_object", "schema": schema},  # type: ignore[typeddict-unknown-key]
+        temperature=0,
+        max_tokens=80,
+    )
+    content = completion.choices[0].message.content
+    assert content is not None
+    jsonschema.validate(json.loads(content), schema)

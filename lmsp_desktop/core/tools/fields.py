@@ -237,7 +237,12 @@ def _text_format(body: dict[str, Any], api: str, notes: list[str]) -> dict[str, 
     if not isinstance(fmt, dict):
         raise invalid(f"`{param}` must be an object with a `type`.", param)
     kind = fmt.get("type")
-    if kind in ("text", "json_object"):
+    if kind == "json_object" and fmt.get("schema") is not None:
+        # llama-server's extension, which instructor's JSON_SCHEMA mode sends: a schema with
+        # json_object is followed as a non-strict json_schema's (it was ignored, silently).
+        fmt = {"type": "json_schema", "name": "response", "schema": fmt["schema"]}
+        kind = "json_schema"  # its errors still name `param.schema`, where it was sent
+    elif kind in ("text", "json_object"):
         return {"type": kind}
     if kind != "json_schema":
         raise invalid(f"`{param}.type` must be text, json_object or json_schema.", f"{param}.type")

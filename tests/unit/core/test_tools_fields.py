@@ -168,6 +168,15 @@ def test_output_formats() -> None:
     assert parse_tool_fields({"response_format": {"type": "json_object"}}, "chat.completions")[
         "text_format"
     ] == {"type": "json_object"}
+    # llama-server's extension (instructor's JSON_SCHEMA mode): json_object with a schema is
+    # a non-strict json_schema; a schema that is no object is named where it was sent.
+    with_schema = {"response_format": {"type": "json_object", "schema": schema}}
+    fmt = parse_tool_fields(with_schema, "chat.completions")["text_format"]
+    assert fmt["type"] == "json_schema" and fmt["schema"] == schema and fmt["strict"] is False
+    not_one = {"response_format": {"type": "json_object", "schema": "x"}}
+    with pytest.raises(LmspError) as raised:
+        parse_tool_fields(not_one, "chat.completions")
+    assert raised.value.param == "response_format.schema"
     bad = {"type": "json_schema", "name": "A", "schema": {"type": "string", "format": "email"}}
     assert error({"text": {"format": {**bad, "strict": True}}}).param == "text.format.schema.format"
     loose = parse_tool_fields({"text": {"format": bad}}, "responses")
