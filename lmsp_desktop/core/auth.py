@@ -53,7 +53,9 @@ class Principal:
             return
         raise LmspError(
             f"This client ({self.name}) lacks the scope `{scope}`. Pair again asking for "
-            f"`{scope}`, or ask the owner to grant it on the desktop app's Clients page.",
+            f"`{scope}`, or ask the service's owner for a token that holds it (`lmsp-desktop "
+            f"token create --name NAME --scopes {scope}` where the service runs, or the "
+            "desktop app's Clients page).",
             code="insufficient_scope",
             status=403,
             type="permission_error",

@@ -275,7 +275,10 @@ async def test_clients_list_and_revoke(http: TestClient[Any, Any], store: Store)
 
     async with http.get("/v1/clients", headers={"Authorization": f"Bearer {reader_token}"}) as r:
         assert r.status == 403
-        assert (await r.json())["error"]["code"] == "insufficient_scope"
+        refused = (await r.json())["error"]
+        assert refused["code"] == "insufficient_scope"
+        # What to do without the window too (a headless service has no Clients page).
+        assert "lmsp-desktop token create --name NAME --scopes admin" in refused["message"]
 
     async with http.delete(f"/v1/clients/{reader['id']}", headers=admin) as response:
         assert response.status == 200

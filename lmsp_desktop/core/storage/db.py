@@ -299,7 +299,13 @@ class Database:
             backup = self.path.with_name(f"{self.path.name}.v{version}.bak")
             await self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             _copy_whole(self.path, backup)
-            log.info("backed up %s to %s before migrating", self.path, backup)
+            log.info(
+                "backed up %s to %s before migrating its schema from version %d to %d",
+                self.path,
+                backup,
+                version,
+                CURRENT_VERSION,
+            )
         for target in range(version, CURRENT_VERSION):
             await self._writer.execute("BEGIN IMMEDIATE")
             try:

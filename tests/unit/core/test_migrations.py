@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sqlite3
 import stat
@@ -338,7 +339,7 @@ async def test_a_new_databases_identity_is_saved_with_the_first_transaction(
 
 
 async def test_events_move_to_the_appended_log_whole_and_in_order(
-    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Schema 10 (task_events as a rowid table, appended to) on a database of schema 9:
     every event is kept, each task's log still reads in order, a sequence number is still
@@ -358,9 +359,12 @@ async def test_events_move_to_the_appended_log_whole_and_in_order(
     monkeypatch.undo()
 
     store = Store(data_dir)
-    await store.open()
+    with caplog.at_level(logging.INFO, logger=db_module.__name__):
+        await store.open()
     try:
         assert await store.db.user_version() == CURRENT_VERSION
+        # The log says which schema the file had and which it has now, beside its backup.
+        assert f"migrating its schema from version 9 to {CURRENT_VERSION}" in caplog.text
         for task_id, events in before.items():
             assert await store.tasks.events(task_id) == events
         with pytest.raises(sqlite3.IntegrityError):
