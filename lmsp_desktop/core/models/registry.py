@@ -184,11 +184,16 @@ class ModelRegistry:
         if isinstance(model_id, str):
             model_id = model_id.lower()  # ids are lowercase; `Qwen2.5:7B` names the same model
         row = self._rows.get(model_id)
+        scanning = False
         if row is None:
             check_model_id(model_id)
+            # A scan recording when the read began, or begun meanwhile, may have committed
+            # the row just after the read: its end is waited for and the row read again.
+            scanning, begun = self.gate.recording, self.gate.begun
             row = await self._read_row(model_id)
+            scanning = scanning or self.gate.begun != begun
         # The gate first: _listed reads the row's meta JSON, on every create (B1).
-        if self.gate.recording and (row is None or not self._listed(row)):
+        if (scanning or self.gate.recording) and (row is None or not self._listed(row)):
             await self.gate.wait_recorded()  # it may be among the files being recorded
             row = await self._read_row(model_id)
         hashing = model_id in self._hashing

@@ -22,6 +22,7 @@ class ScanGate:
 
     def __init__(self) -> None:
         self._recording = 0
+        self.begun = 0  # scans begun so far: a lookup tells whether one began while it read
         self._recorded = asyncio.Event()
         self._recorded.set()
         self._queued: Counter[str] = Counter()  # model id → hash jobs queued or running
@@ -31,6 +32,7 @@ class ScanGate:
         """A scan starts recording; call before the scan's first await (nothing may look
         models up in between) and end it with `end_recording` whatever happens."""
         self._recording += 1
+        self.begun += 1
         self._recorded.clear()
 
     def end_recording(self, queued: Iterable[str] = ()) -> None:

@@ -561,3 +561,29 @@ async def test_a_hash_result_waits_for_a_database_another_program_holds(
     assert model.state == "verified" and model.digest == sha256(path)
     assert await reg.path_for_run(model.id) == path
     assert "waits for the database to be free" in caplog.text
+
+
+async def test_a_lookup_whose_read_a_scan_overtakes_waits_for_the_scan(
+    store: Store, folder: Path
+) -> None:
+    """A lookup read no row, and before it looked at the gate a scan began, recorded the
+    model and ended: the lookup answered 404 for a model the scan had just listed (a request
+    sent right as the service started, under load: test_delta_commits' stream saw it). A
+    scan begun during the read, or recording when it began, is waited for and the row read
+    again."""
+    write_gguf(folder / "tiny.gguf")
+    reg = registry(store, folder)
+    original = reg._read_row
+    raced: list[str] = []
+
+    async def overtaken(model_id: str) -> Any:
+        row = await original(model_id)  # not recorded yet
+        if not raced:
+            raced.append(model_id)
+            await reg.scan(wait=False)  # begins, records it and ends meanwhile
+        return row
+
+    reg._read_row = overtaken  # type: ignore[method-assign]
+    info = await reg.get("tiny")
+    assert raced == ["tiny"] and info.id == "tiny"
+    await reg.close()
