@@ -39,7 +39,9 @@ def add_settings_commands(models_sub: argparse._SubParsersAction) -> None:  # ty
     )
     mset.add_argument("name", metavar="NAME", help="the model's id, as `models list` shows it")
     mset.add_argument(
-        "--context", help="tokens per request, or auto (the largest that fits the memory)"
+        "--context",
+        help="tokens per request, or auto (the default rule: the model's trained context, at "
+        "most 8192 or the Max context setting, less when the memory cannot hold it)",
     )
     mset.add_argument("--parallel", help="concurrent requests, or default (the service's setting)")
     mset.add_argument("--kv-type", choices=KV_TYPES, help="KV cache type (q8_0: about half)")

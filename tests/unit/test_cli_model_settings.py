@@ -33,3 +33,14 @@ def test_a_word_where_a_number_belongs_names_the_flag() -> None:
         changed(ModelSettings(), parse("--context", "lots"))
     with pytest.raises(SystemExit):  # argparse refuses a KV type it does not know
         parse("--kv-type", "q4_0")
+
+
+def test_the_help_says_auto_is_the_default_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--context auto` is the default rule (docs/memory.md: the trained context, at most
+    8192 or the Max context, less when memory is short), not "the largest that fits": the
+    help said so, and a user expected auto to give a 128k model its whole context."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["models", "set", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "largest that fits" not in shown
+    assert "trained context, at most 8192" in shown
