@@ -1,19 +1,23 @@
-"""`lmsp-desktop models list|set`: the local models the service knows and each one's load settings
-(context, concurrent requests, KV cache type, GPU layers) with what loading it would take.
+"""`lmsp-desktop models list|set|load|unload`: the local models the service knows and each one's
+load settings (context, concurrent requests, KV cache type, GPU layers) with what loading it
+would take; loading and unloading one in the running service.
 
-Like the other admin commands it works on the store directly, while `serve` runs too; a
-setting applies at the model's next load."""
+`list` and `set` work on the store directly, while `serve` runs too; a setting applies at the
+model's next load. `load` and `unload` ask the running service (cli_service.py)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+import urllib.parse
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.cli_service import admin_token, call, service_url
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.engines.base import ALL_LAYERS, KV_TYPES
 from lmsp_desktop.core.errors import invalid
@@ -49,6 +53,13 @@ def add_settings_commands(models_sub: argparse._SubParsersAction) -> None:  # ty
         "--gpu-layers", help="layers on the GPU: auto (as many as fit), all, or a number"
     )
     mset.set_defaults(admin_action="models.set")
+    for verb, what in (
+        ("load", "load a model now in the running service (a model held after crashes too)"),
+        ("unload", "unload a model from the running service (once its running tasks end)"),
+    ):
+        cmd = models_sub.add_parser(verb, help=what, description=what[0].upper() + what[1:] + ".")
+        cmd.add_argument("name", metavar="ID", help="the model's id, as `models list` shows it")
+        cmd.set_defaults(admin_action=f"models.{verb}")
 
 
 def _number(value: str, flag: str, auto: str) -> int | None:
@@ -81,6 +92,8 @@ def changed(current: ModelSettings, args: argparse.Namespace) -> ModelSettings:
 
 
 async def run_model_settings(action: str, args: argparse.Namespace, store: Store) -> int:
+    if action in ("models.load", "models.unload"):
+        return await load_or_unload(action.split(".")[1], args.name, store.data_dir)
     settings = (await store.settings()).validate()
     flag = running_max_context(store.data_dir)
     if flag is not None:
@@ -113,6 +126,48 @@ async def run_model_settings(action: str, args: argparse.Namespace, store: Store
     else:
         _print(rows)
     return 0
+
+
+async def load_or_unload(verb: str, model_id: str, data_dir: Path) -> int:
+    """`models load|unload ID`: POST /v1/models/{id}/load|unload to the service running on
+    the data directory (LMSP_TOKEN, else a one-off admin token); a model is loaded by the
+    service that runs it, so without one there is nothing to load into."""
+    if not service_answers(data_dir):
+        if verb == "unload":
+            print(f"No service runs on {data_dir}: no model is loaded.")
+            return 0
+        print(
+            f"No service runs on {data_dir}: a model is loaded by the service that runs it. "
+            "Start `lmsp-desktop serve` (or the desktop app); a request loads the model too.",
+            file=sys.stderr,
+        )
+        return 2
+    url = service_url(data_dir)
+    path = f"{url}/v1/models/{urllib.parse.quote(model_id, safe='')}/{verb}"
+    async with admin_token(data_dir, f"lmsp-desktop models {verb}") as token:
+        status, body = await asyncio.to_thread(call, path, token, "POST", None, 600)
+    if status != 200:
+        message = body["error"]["message"] if isinstance(body, dict) else f"HTTP {status}"
+        print(message, file=sys.stderr)
+        return 2 if 400 <= status < 500 else 1
+    if verb == "load":
+        print(f"{body['id']} is loaded ({body.get('context_length') or '-'}-token context).")
+    elif body.get("unload_pending"):
+        print(f"{body['id']} is unloaded as soon as the tasks running on it end.")
+    else:
+        print(f"{body['id']} is unloaded.")
+    return 0
+
+
+def service_answers(data_dir: Path) -> bool:
+    """Whether a service runs on `data_dir`: its service.json names a URL that answers."""
+    try:
+        announced = json.loads((data_dir / "service.json").read_text())
+        url = f"{str(announced['url']).rstrip('/')}/v1/health"
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def running_max_context(data_dir: Path) -> int | None:

@@ -86,6 +86,7 @@ class CrashLog:
             "engine_crashed",
             f"The engine process of {model} crashed {HOLD_AFTER} times within "
             f"{HOLD_WINDOW_S / 60:.0f} minutes (last: {cause}), so it is not loaded again by "
-            "itself: load it again in the window (Models page, Load again) or restart the "
-            "service, then submit the request again.",
+            "itself: load it again (in the window: Models page, Load again; without one: "
+            f"`lmsp-desktop models load {model}` or POST /v1/models/{model}/load) or restart "
+            "the service, then submit the request again.",
         )

@@ -150,6 +150,7 @@ class _Slot:
     # Idle seconds before unloading, as the last request on it asked (Ollama's keep_alive;
     # negative: never); None: the runner's idle_unload_s.
     keep_alive: float | None = None
+    unload_when_idle: bool = False  # the user unloaded it while a task ran on it
 
 
 def _lane(model: str, index: int) -> str:
@@ -627,13 +628,42 @@ class Runner:
         """The model's most recent engine crash since the service started, if any."""
         return self.crashes.last(model_id)
 
-    async def load_again(self, model_id: str) -> None:
-        """The user loads a model (after a crash): it is no longer held back, it loads, and
-        its queued tasks run."""
+    async def load_again(self, model_id: str, keep_alive: float | None = None) -> None:
+        """The user loads a model (after a crash, or ahead of its requests: `models load`,
+        POST /v1/models/{id}/load, Ollama's request without a prompt): it is no longer held
+        back, it loads, and its queued tasks run. `keep_alive`: idle seconds before it is
+        unloaded (negative: never; None: the idle timeout). An upstream's model has nothing
+        to load here."""
+        if self.remote is not None and self.remote.engine_for(model_id) is not None:
+            return
         self.crashes.release(model_id)
         path = await self.models.path_for_run(model_id)
         await self._acquire(model_id, path)
+        slot = self._slots.get(model_id)
+        if slot is not None:
+            slot.keep_alive = keep_alive
+            slot.unload_when_idle = False
+            self._idle_changed.set()
         self._wake(model_id)
+
+    async def unload(self, model_id: str) -> bool:
+        """The user unloads a model (`models unload`, POST /v1/models/{id}/unload, Ollama's
+        keep_alive 0): now when no task runs on it, else as soon as its running tasks end
+        (they are not cut short; a task queued later loads it again). True when it is
+        unloaded now."""
+        for lane, slot in list(self._slots.items()):
+            if _model_of(lane) != model_id:
+                continue
+            if slot.model is None:  # loading: unloaded once loaded
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(slot.loading)
+            if self._slots.get(lane) is not slot:
+                continue  # its load failed, or something else unloaded it meanwhile
+            if slot.busy == 0:
+                await self._unload(lane)
+            else:
+                slot.unload_when_idle = True
+        return self.loaded_state(model_id) == "unloaded"
 
     async def _fail_or_confirm(self, task_id: str, code: str, message: str) -> None:
         if not await self.tasks.fail(task_id, code, message):
@@ -724,7 +754,11 @@ class Runner:
             now = time.monotonic()
             for lane, slot in list(self._slots.items()):
                 idle = now - slot.last_used
-                if slot.model and slot.busy == 0 and idle >= self._idle_limit(slot):
+                if (
+                    slot.model
+                    and slot.busy == 0
+                    and (slot.unload_when_idle or idle >= self._idle_limit(slot))
+                ):
                     await self._unload(lane)
 
     def _notify_load(self, model_id: str, state: str, progress: float) -> None:

@@ -178,6 +178,8 @@ ENDPOINTS = [
     ("POST", "/v1/models/pull", "admin", 400),  # no body: refused before the hub is asked
     ("POST", f"/v1/models/{MODEL}/verify", "admin", 200),  # the Models page's Verify selected
     ("POST", "/v1/models/rescan", "admin", 200),  # and its Rescan
+    ("POST", f"/v1/models/{MODEL}/load", "admin", 200),  # its Load again
+    ("POST", f"/v1/models/{MODEL}/unload", "admin", 200),  # `ollama stop`, `lms unload`
     ("GET", "/api/version", "models:read", 200),  # Ollama's API: the same tokens and scopes
     ("GET", "/api/tags", "models:read", 200),
     ("GET", "/api/ps", "models:read", 200),

@@ -361,6 +361,24 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     },
                 )
             },
+            "/v1/models/{id}/load": {
+                "post": _op(
+                    "Load a model now (`lmsp-desktop models load`; the Models page's Load "
+                    "again): a model held after two engine crashes too",
+                    admin,
+                    {"200": _json(OBJ, "the model"), **_errors(401, 403, 404, 409, 500, 507)},
+                    parameters=[ID],
+                )
+            },
+            "/v1/models/{id}/unload": {
+                "post": _op(
+                    "Unload a model (`lmsp-desktop models unload`): at once, or when the "
+                    "tasks running on it end (unload_pending)",
+                    admin,
+                    {"200": _json(OBJ, "the model"), **_errors(401, 403, 404)},
+                    parameters=[ID],
+                )
+            },
             "/v1/models/rescan": {
                 "post": _op(
                     "Look in the model folders and stores again (the Models page's Rescan)",

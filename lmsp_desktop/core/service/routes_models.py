@@ -1,5 +1,6 @@
 """`/v1/models`: the models the service knows, with digests and their loaded state; verify one
-again and rescan, as the Models page's Verify selected and Rescan do."""
+again and rescan, as the Models page's Verify selected and Rescan do; load and unload one
+without the window."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from typing import Any
 
 from aiohttp import web
 
+from lmsp_desktop.core.api.failures import STATUS_OF_CODE
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.context_window import effective_context
-from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.engines.base import EngineError
+from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid
 from lmsp_desktop.core.models.info import CHANGED, OBSERVED, ModelInfo
 from lmsp_desktop.core.scopes import ADMIN, MODELS_READ
 from lmsp_desktop.core.service.bodies import list_body, read_json
@@ -70,11 +73,12 @@ async def _listed(ctx: ServiceContext) -> web.Response:
 
 
 # Upstream and store models have a slash (gpu/llama-3-70b, org/repo:q4_k_m). Not `pull` nor
-# `rescan`, nor an id ending in `/verify`: those are the POST routes' (below and
-# routes_downloads.py), and GET or OPTIONS there answer 405 with `Allow: POST`, as the OpenAPI
-# document says (matching both, aiohttp answered `Allow: GET, POST`). An upstream's model
-# named `verify` is then not looked up alone; it is listed, and runs, as any other.
-@routes.get("/v1/models/{id:(?!(?:pull|rescan)$)(?!.+/verify$).+}")
+# `rescan`, nor an id ending in `/verify`, `/load` or `/unload`: those are the POST routes'
+# (below and routes_downloads.py), and GET or OPTIONS there answer 405 with `Allow: POST`, as
+# the OpenAPI document says (matching both, aiohttp answered `Allow: GET, POST`). An
+# upstream's model named `verify` is then not looked up alone; it is listed, and runs, as any
+# other.
+@routes.get("/v1/models/{id:(?!(?:pull|rescan)$)(?!.+/(?:verify|load|unload)$).+}")
 @requires(MODELS_READ)
 async def get_model(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     info = await ctx.registry.get(request.match_info["id"])
@@ -114,3 +118,51 @@ async def rescan_models(request: web.Request, ctx: ServiceContext, _: Principal)
     what it found (unchanged files are not read)."""
     await ctx.registry.scan()
     return await _listed(ctx)
+
+
+# -- loading and unloading without the window ---------------------------------------------------
+async def load_model(ctx: ServiceContext, model_id: str, keep_alive: float | None = None) -> None:
+    """Load a model as the Models page's Load again does (runner.load_again: a model held
+    after two crashes is released too): 409/404 for a file that cannot run, 507 when the
+    load cannot fit the memory, the crash's message when its engine dies loading."""
+    if ctx.runner is None:
+        raise ShuttingDownError()
+    try:
+        await ctx.runner.load_again(model_id, keep_alive)
+    except EngineError as exc:
+        status = STATUS_OF_CODE.get(exc.code, 500)
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        raise LmspError(exc.message, code=exc.code, status=status, type=kind) from exc
+
+
+async def unload_model(ctx: ServiceContext, model_id: str) -> bool:
+    """Unload a model now, or once the tasks running on it end; True when unloaded now."""
+    if ctx.runner is None:
+        return True
+    return await ctx.runner.unload(model_id)
+
+
+@routes.post("/v1/models/{id:.+}/load")
+@requires(ADMIN)
+async def load_model_route(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
+    """Load a model now (`lmsp-desktop models load`; the Models page's Load again), a model
+    held after two engine crashes included. 200 with the model as GET /v1/models/{id}
+    shows it (state loaded) once loaded."""
+    info = await ctx.registry.get(request.match_info["id"])
+    await load_model(ctx, info.id)
+    return web.json_response(await _model_api(ctx, info))
+
+
+@routes.post("/v1/models/{id:.+}/unload")
+@requires(ADMIN)
+async def unload_model_route(
+    request: web.Request, ctx: ServiceContext, _: Principal
+) -> web.Response:
+    """Unload a model (`lmsp-desktop models unload`, `ollama stop`): at once when no task
+    runs on it, else when its running tasks end (`unload_pending: true`, state still
+    loaded); a task queued later loads it again. 200 with the model."""
+    info = await ctx.registry.get(request.match_info["id"])
+    now = await unload_model(ctx, info.id)
+    item = await _model_api(ctx, info)
+    item["unload_pending"] = not now
+    return web.json_response(item)

@@ -7,7 +7,8 @@ unless false), `format` ("json" or a JSON Schema, generated under the grammar), 
 `options` num_predict, temperature, top_p, top_k, seed, stop,
 num_ctx, presence_penalty, frequency_penalty. Other options (repeat_penalty, num_thread,
 mirostat, …) tune Ollama's own runner and are accepted and noted. Images, `raw`, custom
-`template`s and `suffix` answer 400 naming the field.
+`template`s and `suffix` answer 400 naming the field. A chat without messages or a generate
+without a prompt loads the model (`keep_alive` 0: unloads it), as in Ollama (LoadRequest).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from lmsp_desktop.core.api import fields
 from lmsp_desktop.core.api.fields import unsupported
 from lmsp_desktop.core.api.task_request import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, task_request
-from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.tools.fields import CHAT, check_schema, parse_tool_fields
 
 OLLAMA_API = "ollama"
@@ -43,10 +44,8 @@ def parse_ollama_chat(body: Any, default_on_restart: str) -> dict[str, Any]:
     if body.get("messages") is None:
         body = {**body, "messages": []}
     messages = _messages(body["messages"])
-    if not messages:
-        # Ollama loads the model and answers `done` for an empty chat; here a task needs
-        # something to answer.
-        raise invalid("`messages` must hold at least one message.", "messages")
+    if not messages:  # Ollama's way to load (or, with keep_alive 0, unload) a model
+        raise LoadRequest.of(body, CHAT_ENDPOINT, "`messages` must hold at least one message.")
     tools = body.get("tools")
     return _task(body, default_on_restart, CHAT_ENDPOINT, messages, tools)
 
@@ -65,6 +64,9 @@ def parse_ollama_generate(body: Any, default_on_restart: str) -> dict[str, Any]:
             raise unsupported(f"{why}. Leave `{name}` out.", name)
     _no_images(body, "images")
     prompt = body.get("prompt")
+    if prompt in (None, "") and not body.get("system"):
+        # Ollama's way to load (or, with keep_alive 0, unload) a model.
+        raise LoadRequest.of(body, GENERATE_ENDPOINT, "`prompt` is required: the text to answer.")
     if not isinstance(prompt, str) or not prompt:
         raise invalid("`prompt` is required: the text to answer.", "prompt")
     system = body.get("system")
@@ -73,6 +75,31 @@ def parse_ollama_generate(body: Any, default_on_restart: str) -> dict[str, Any]:
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
     return _task(body, default_on_restart, GENERATE_ENDPOINT, messages, None)
+
+
+class LoadRequest(LmspError):
+    """A chat without messages or a generate without a prompt: Ollama loads the model (with
+    `keep_alive` 0: unloads it) and answers `done` without generating. Raised by the parsers
+    before anything is stored, caught by the routes (routes.py), which do the load; a caller
+    that does not catch it answers the 400 it carries (a task needs something to answer)."""
+
+    def __init__(
+        self, message: str, param: str, model: str, endpoint: str, keep_alive: float | None
+    ) -> None:
+        super().__init__(message, code="invalid_value", param=param)
+        self.model = model
+        self.endpoint = endpoint
+        self.keep_alive_s = keep_alive
+
+    @classmethod
+    def of(cls, body: dict[str, Any], endpoint: str, message: str) -> LoadRequest:
+        param = "messages" if endpoint == CHAT_ENDPOINT else "prompt"
+        keep_alive = keep_alive_seconds(body.get("keep_alive"))
+        return cls(message, param, fields.model(body), endpoint, keep_alive)
+
+    @property
+    def unloads(self) -> bool:
+        return self.keep_alive_s == 0
 
 
 def _object(body: Any) -> dict[str, Any]:

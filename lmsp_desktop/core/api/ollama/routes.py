@@ -4,7 +4,9 @@ like any other (listed, cancelled when its client goes away, recovered, idempote
 have Ollama's shape, `{"error": "…"}`, on these routes and on any other path under `/api/`
 (errors.py). Embeddings (`embed`, `embeddings`) are tasks of kind `embedding`, as
 `/v1/embeddings` (core/api/embeddings/). A model name finds its model as in Ollama, with or
-without `:latest` (names.py)."""
+without `:latest` (names.py). A chat without messages or a generate without a prompt loads the
+model, with `keep_alive` 0 unloads it (Ollama's `ollama stop`), answering Ollama's `done`
+object with `done_reason` load or unload."""
 
 from __future__ import annotations
 
@@ -30,10 +32,12 @@ from lmsp_desktop.core.api.ollama.render import (
     OLLAMA_VERSION,
     AnswerRenderer,
     Clock,
+    iso_now,
     running,
     show,
     tag,
 )
+from lmsp_desktop.core.api.ollama.request import LoadRequest
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.context_window import effective_context
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid
@@ -47,6 +51,7 @@ from lmsp_desktop.core.service.context import (
     errors_shaped,
     requires,
 )
+from lmsp_desktop.core.service.routes_models import load_model, unload_model
 
 routes = web.RouteTableDef()
 NDJSON = "application/x-ndjson"
@@ -121,6 +126,25 @@ async def generate(
     return await _generate(request, ctx, caller, GENERATE_INTAKE, "generate")
 
 
+async def _load_or_unload(ctx: ServiceContext, asked: LoadRequest) -> web.Response:
+    """Ollama's load (a chat without messages, a generate without a prompt) and unload (the
+    same with `keep_alive` 0), answered as Ollama does: one object, `done_reason` load or
+    unload. A load is the Models page's Load again (a model held after crashes included);
+    an unload waits for no running task (it happens when they end)."""
+    info = await find_model(ctx.registry, asked.model)
+    if asked.unloads:
+        await unload_model(ctx, info.id)
+    else:  # a file that cannot run answers as a generate would (409 model_changed, …)
+        await load_model(ctx, info.id, asked.keep_alive_s)
+    body: dict[str, Any] = {"model": asked.model, "created_at": iso_now()}
+    if asked.endpoint == "chat":
+        body["message"] = {"role": "assistant", "content": ""}
+    else:
+        body["response"] = ""
+    body.update(done=True, done_reason="unload" if asked.unloads else "load")
+    return web.json_response(body)
+
+
 @routes.post("/api/embed")
 @errors_shaped(ollama_error)
 @requires(RESPONSES_WRITE)
@@ -166,7 +190,10 @@ async def _generate(
     request: web.Request, ctx: ServiceContext, caller: Principal, intake: Intake, endpoint: str
 ) -> web.StreamResponse:
     clock = Clock()
-    created = await create_from_request(request, ctx, caller, intake)
+    try:
+        created = await create_from_request(request, ctx, caller, intake)
+    except LoadRequest as asked:
+        return await _load_or_unload(ctx, asked)
     if created.replayed:
         result = created.result
         return web.json_response(
