@@ -71,6 +71,7 @@ def _add_service_flags(parser: argparse.ArgumentParser, *, sub: bool = False) ->
 
 def build_parser() -> argparse.ArgumentParser:
     from lmsp_desktop.cli_admin import add_commands
+    from lmsp_desktop.cli_tasks import add_task_commands
 
     parser = argparse.ArgumentParser(
         prog="lmsp-desktop",
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the service headless (no window)")
     _add_service_flags(serve, sub=True)
     add_commands(sub)
+    add_task_commands(sub)
     _accept_everywhere(sub, parser)
     return parser
 
@@ -195,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             from lmsp_desktop.gui.launch import run_gui
 
             return int(run_gui(args))
+        if args.command == "tasks":
+            from lmsp_desktop.cli_tasks import run_tasks
+
+            return run_tasks(args)
         from lmsp_desktop.cli_admin import run_admin
 
         return run_admin(args)
