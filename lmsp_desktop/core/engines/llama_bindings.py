@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import logging
+import re
 import sys
 import threading
 from pathlib import Path
@@ -32,6 +33,11 @@ _quiet: list[tuple[Any, bool]] = []  # callbacks handed to llama.cpp (alive with
 GGML_LOG_LEVEL_WARN = 3
 GGML_LOG_LEVEL_ERROR = 4
 PACKAGE_LOGGER = "llama_cpp._logger"  # llama-cpp-python's, which sets its own callback
+# What llama.cpp logs as errors when an abort callback stopped a decode (log_line).
+ABORTED_DECODE = re.compile(
+    r"(?:compute_async failed with error 1|failed to compute graph, compute status: 1"
+    r"|llama_decode: failed to decode, ret = 2)$"
+)
 
 
 def bindings() -> Any:
@@ -74,6 +80,19 @@ def _module(name: str, path: Path) -> ModuleType:
     return module
 
 
+def log_line(level: int, line: str) -> None:
+    """One line of llama.cpp's log: errors as warnings, warnings at debug, the rest nowhere.
+    The errors llama.cpp writes when a decode stops because the engine's abort callback
+    asked it to (a cancel during a prompt read, llama_batch.py) are no errors: ggml's status
+    1 is GGML_STATUS_ABORTED, and llama_decode's 2 is its "aborted" (llama-context.cpp);
+    only an abort callback makes them, and only the engine sets one. Those go to debug; a
+    decode that really fails (another status) still logs."""
+    if level == GGML_LOG_LEVEL_ERROR and not ABORTED_DECODE.search(line):
+        log.warning("llama.cpp: %s", line)
+    elif level in (GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR):
+        log.debug("llama.cpp: %s", line)
+
+
 def keep_quiet(lowlevel: Any) -> None:
     """llama.cpp logs to stderr unless given a callback: its errors go to this module's log
     as warnings, its warnings at debug (the log file), the rest nowhere. Not llama-cpp-
@@ -86,10 +105,7 @@ def keep_quiet(lowlevel: Any) -> None:
         return  # ours is the one llama.cpp has
 
     def to_log(level: int, text: bytes, _user: Any) -> None:
-        if level == GGML_LOG_LEVEL_ERROR:
-            log.warning("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
-        elif level == GGML_LOG_LEVEL_WARN:
-            log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+        log_line(level, text.decode("utf-8", "replace").rstrip())
 
     callback = lowlevel.llama_log_callback(to_log)
     lowlevel.llama_log_set(callback, ctypes.c_void_p(0))
