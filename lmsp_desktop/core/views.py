@@ -145,6 +145,15 @@ class TaskRow:
     # speed is that run's own (the tokens since, over the time since). None otherwise.
     resumed_at: float | None = None
     resumed_tokens: int = 0
+    # Why an `incomplete` task stopped (responses.incomplete_reason) and the output limit
+    # its request set (None: none), which tell the token limit from a full context.
+    incomplete_reason: str | None = None
+    output_limit: int | None = None
+    # Ended (failed or cancelled) by the recovery after a restart: its finished_at is the
+    # restart's time, so its run is measured to `ran_until`, the time of its last event
+    # before the stop (None: nothing after its start, so how long it ran is not known).
+    ended_by_restart: bool = False
+    ran_until: float | None = None
 
     @classmethod
     def of(cls, row: Any) -> TaskRow:
@@ -166,12 +175,20 @@ class TaskRow:
             spans_restart=bool(row["spans_restart"]),
             kind=row["kind"],
             progress=json.loads(row["progress"]) if row["progress"] else None,
+            incomplete_reason=row["incomplete_reason"],
+            output_limit=row["output_limit"],
+            ended_by_restart=bool(row["ended_by_restart"]),
+            ran_until=row["ran_until"],
             **_resumed_run(row["resumed_run"]),
         )
 
     def duration(self, now: float | None = None) -> float | None:
+        """How long it ran; for a task ended by the restart, until its last event before the
+        stop (never the downtime up to the restart), None when that is not known."""
         if self.started_at is None:
             return None
+        if self.ended_by_restart:
+            return None if self.ran_until is None else max(0.0, self.ran_until - self.started_at)
         return max(0.0, (self.finished_at or now or time.time()) - self.started_at)
 
     def download_fraction(self) -> float | None:

@@ -93,6 +93,35 @@ def state_word(state: str, queue_position: int | None = None) -> str:
     return str(state)
 
 
+def why_incomplete(reason: str | None, limit: int | None, output_tokens: int) -> str:
+    """Why an `incomplete` task stopped, in words to follow its state ("incomplete — …"). The
+    store says `max_output_tokens` for both ends of room (OpenAI's word for each): it is the
+    request's limit when the output reached it, else the model's context that filled up."""
+    if reason == "max_output_tokens" and limit is not None and output_tokens >= limit:
+        return f"stopped at the {limit:,}-token limit"
+    if reason == "max_output_tokens":
+        return "the context is full"
+    return f"stopped: {reason}" if reason else "stopped before its end"
+
+
+def incomplete_tip(reason: str | None, limit: int | None, output_tokens: int) -> str:
+    """The sentence behind `why_incomplete`, for a tooltip: what happened and what to change,
+    in the words other servers' users know (finish_reason "length")."""
+    words = why_incomplete(reason, limit, output_tokens)
+    if words.startswith("stopped at the"):
+        return (
+            f"Incomplete: the output {words} the request set (max_output_tokens, max_tokens: "
+            'finish_reason "length" in Chat Completions). Ask for more tokens to get the rest.'
+        )
+    if words == "the context is full":
+        return (
+            "Incomplete: the context is full, the prompt and the output filled all of the "
+            'model\'s context (finish_reason "length" in Chat Completions). A shorter prompt, '
+            "or a larger context in the model's settings, leaves room for more."
+        )
+    return f"Incomplete: {words}."
+
+
 def human_size(n: int | float | None) -> str:
     """Sizes in binary units named as such (MiB, GiB), the units of the memory estimates:
     one system everywhere in the window (it mixed "98.0 MB" files with "180 MiB" caches)."""

@@ -39,9 +39,10 @@ END"""
 #   restarts alone; a later run's failure by recovery says server_restarted);
 # - its current run continues one from before a restart (it began with response.resumed,
 #   not response.in_progress; only a restarted task's events are read, newest first).
-SPANS_RESTART = """CASE
-  WHEN t.recovered_boot IS NOT NULL AND t.state IN ('failed', 'cancelled')
-       AND (t.restarts = 0 OR json_extract(r.error, '$.code') = 'server_restarted') THEN 1
+ENDED_BY_RESTART = """(t.recovered_boot IS NOT NULL AND t.state IN ('failed', 'cancelled')
+       AND (t.restarts = 0 OR json_extract(r.error, '$.code') = 'server_restarted'))"""
+SPANS_RESTART = f"""CASE
+  WHEN {ENDED_BY_RESTART} THEN 1
   WHEN t.restarts > 0 THEN
     IFNULL((SELECT e.type = 'response.resumed' FROM task_events e
             WHERE e.task_id = t.id AND e.type IN ('response.in_progress', 'response.resumed')
@@ -58,6 +59,20 @@ RESUMED_RUN = """CASE WHEN t.restarts > 0 THEN
    WHERE e.task_id = t.id AND e.type IN ('response.in_progress', 'response.resumed')
    ORDER BY e.seq DESC LIMIT 1) END"""
 
+# When a task ended by the recovery last did something in the run the restart stopped: its
+# last event before the recovery's own (written in one transition, at one time: that of
+# the last event; the items it closes are among them), not counting the events that only
+# open a run (a start, an empty item); NULL when the run did nothing after its start.
+RAN_UNTIL = f"""CASE WHEN {ENDED_BY_RESTART} AND t.started_at IS NOT NULL THEN
+  (SELECT e.created_at FROM task_events e
+   WHERE e.task_id = t.id AND e.created_at >= t.started_at
+     AND e.created_at < (SELECT l.created_at FROM task_events l
+                         WHERE l.task_id = t.id AND l.seq = t.last_seq)
+     AND e.type NOT IN ('response.created', 'response.queued', 'response.loading',
+                        'response.in_progress', 'response.resumed',
+                        'response.output_item.added', 'response.content_part.added')
+   ORDER BY e.seq DESC LIMIT 1) END"""
+
 # A task as lists show it (the task object of the API, a row of the window's table): the
 # client's name and the queue position; of the request only what the task object shows
 # (its dropped tools), not the whole prompt, nor the output text.
@@ -66,6 +81,8 @@ SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_res
        t.kind, t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
        r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
        {SPANS_RESTART} AS spans_restart, {RESUMED_RUN} AS resumed_run,
+       {ENDED_BY_RESTART} AS ended_by_restart, {RAN_UNTIL} AS ran_until,
+       r.incomplete_reason, json_extract(r.request, '$.max_output_tokens') AS output_limit,
        CASE WHEN t.kind='download' THEN coalesce(
          t.snapshot, json_object('bytes_total', json_extract(r.request, '$.bytes_total')))
        END AS progress,

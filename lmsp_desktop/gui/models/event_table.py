@@ -10,7 +10,7 @@ from PySide6.QtCore import QModelIndex, Qt
 
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.format import clock
+from lmsp_desktop.gui.format import clock, why_incomplete
 from lmsp_desktop.gui.models.base import ROOT, Index, RowTableModel
 
 COL_SEQ, COL_TIME, COL_TYPE, COL_DATA = range(4)
@@ -33,6 +33,11 @@ def summary(event_type: str, event: dict[str, Any]) -> str:
         error = resp.get("error")
         if error:  # the reason in words, not only its code (it was only in a tooltip)
             text += f" error={error.get('code')}: {error.get('message')}"
+        if resp.get("status") == "incomplete":  # why, as for an error
+            reason = (resp.get("incomplete_details") or {}).get("reason")
+            tokens = (resp.get("usage") or {}).get("output_tokens") or 0
+            words = why_incomplete(reason, resp.get("max_output_tokens"), tokens)
+            text += f" reason={reason}: {words}"
         return text
     if "text" in event:
         text = event["text"]

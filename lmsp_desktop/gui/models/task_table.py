@@ -16,6 +16,7 @@ from lmsp_desktop.gui.format import (
     clock,
     human_duration,
     human_size,
+    incomplete_tip,
     short_id,
     state_icon,
     state_word,
@@ -72,7 +73,8 @@ class TaskTableModel(RowTableModel):
     headers = HEADERS
     header_tips: ClassVar[dict[int, str]] = {
         COL_ON_RESTART: "What happens to the task if the service restarts before it ends",
-        COL_DURATION: "How long it has run; for a download, the time left while it runs",
+        COL_DURATION: "How long it has run; for a download, the time left while it runs; "
+        "for a task ended by a restart, until its last event before the stop",
         COL_TOKENS: "Output tokens generated so far; for a download, the bytes on disk",
         COL_TPS: "Output tokens per second; for a download, bytes per second",
     }
@@ -163,6 +165,15 @@ class TaskTableModel(RowTableModel):
             return self._display(row, col)
         if col == COL_STATE and row.error:
             return f"{row.error.get('code')}: {row.error.get('message')}"
+        if col == COL_STATE and row.state == TaskState.INCOMPLETE:
+            return incomplete_tip(row.incomplete_reason, row.output_limit, row.output_tokens)
+        if col == COL_DURATION and row.ended_by_restart and row.started_at is not None:
+            if row.ran_until is None:
+                return "Ended by the restart: how long it ran before the stop is not known."
+            return (
+                f"Ended by the restart: it ran until {clock(row.ran_until)}, its last event "
+                "before the stop (the downtime up to the restart is not counted)."
+            )
         if col == COL_TPS and row.resumed_at is not None:
             return (
                 f"The speed of the run resumed at {clock(row.resumed_at)} after a restart: "

@@ -25,11 +25,11 @@ from PySide6.QtWidgets import (
 )
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.states import CANCELLABLE, TaskState
-from lmsp_desktop.core.views import TaskChange
+from lmsp_desktop.core.states import CANCELLABLE, TERMINAL, TaskState
+from lmsp_desktop.core.views import TaskChange, TaskRow
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.format import STATE_COLOURS, human_duration, state_word
+from lmsp_desktop.gui.format import STATE_COLOURS, human_duration, state_word, why_incomplete
 from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
 from lmsp_desktop.gui.pages.details_header import DetailsHeader, Fact
 from lmsp_desktop.gui.pages.earlier_run import EarlierRuns, with_earlier
@@ -181,6 +181,7 @@ class TaskDetails(QWidget):
         self.state: str | None = None
         self._output = ""
         self._row: Any = None  # the shown task as last read
+        self._ended: TaskRow | None = None  # its list row, when the restart ended it
         # The output of the run before the last start-over, read once per task and restart.
         self._earlier = EarlierRuns(core)
         # Two lines always (a failure's reason takes the second): the tabs below stay put
@@ -289,7 +290,15 @@ class TaskDetails(QWidget):
             return
         if task_id != self.task_id:
             return
-        self._row = row
+        ended: TaskRow | None = None
+        if row["recovered_boot"] is not None and row["state"] in TERMINAL:
+            # Perhaps ended by the restart: how long it ran is the list row's (its last
+            # event before the stop), not its finish at the restart's time.
+            listed = await self.core.tasks_by_id([task_id])
+            if task_id != self.task_id:
+                return
+            ended = listed[0] if listed and listed[0].ended_by_restart else None
+        self._row, self._ended = row, ended
         self.state = row["state"]
         self._show_header(row)
         self._set_placeholder(empty_output_reason(row))
@@ -336,13 +345,22 @@ class TaskDetails(QWidget):
         state = state_word(row["state"])
         if error:
             state += f" ({error['code']})"
+        if row["state"] == TaskState.INCOMPLETE:
+            limit = json.loads(row["request"]).get("max_output_tokens")
+            state += f" — {why_incomplete(row['incomplete_reason'], limit, row['output_tokens'])}"
         facts = [
             Fact(row["id"], bold=True),
             Fact(row["model"]),
             Fact(state, colour=STATE_COLOURS.get(row["state"], "#8c8c8c")),
         ]
         optional = [Fact(f"on restart: {row['on_restart']}")]
-        if row["started_at"] is not None:  # the table's Duration steps aside in a narrow window
+        ended = self._ended if self._ended is not None and self._ended.id == row["id"] else None
+        if ended is not None and row["started_at"] is not None:  # never the downtime
+            ran = ended.duration()
+            optional.append(
+                Fact("ended by the restart" if ran is None else f"ran {human_duration(ran)}")
+            )
+        elif row["started_at"] is not None:  # the table's Duration steps aside when narrow
             end = row["finished_at"] or time.time()
             optional.append(Fact(f"ran {human_duration(end - row['started_at'])}"))
         if row["restarts"]:
