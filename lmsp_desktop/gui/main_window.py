@@ -157,7 +157,8 @@ class MainWindow(QMainWindow):
 
     def _wire(self) -> None:
         self.bridge.tasks_changed.connect(self.tasks.on_changes)
-        self.bridge.tasks_changed.connect(self._counts_soon)
+        # The counts move with the rows: the table reads them with a transition's rows.
+        self.tasks.model.counts_read.connect(self._show_counts)
         self.bridge.tasks_changed.connect(self.sidebar.on_changes)
         self.bridge.tasks_reset.connect(lambda: aio.spawn(self.tasks.reload(), self))
         self.bridge.tasks_reset.connect(self._counts_soon)
@@ -244,7 +245,11 @@ class MainWindow(QMainWindow):
 
     # -- live counters -----------------------------------------------------------------------
     async def refresh_counts(self) -> None:
-        before, self._counts = self._counts, await self.core.task_counts()
+        """Read the counts now (the tasks table tells them: `_show_counts`)."""
+        await self.tasks.model.read_counts()
+
+    def _show_counts(self, counts: dict[str, int]) -> None:
+        before, self._counts = self._counts, counts
         self.status.set_counts(self._counts)
         self.sidebar.set_counts(self._counts)
         left = sum(self._counts.get(s, 0) for s in ACTIVE)
@@ -258,8 +263,8 @@ class MainWindow(QMainWindow):
             (self._waiting or self.dialog).accept()
             self.quit()
         elif asking and not self._waiting and self._counts != before and not self._question_reading:
-            # Only when the counts moved, one read at a time: streamed tokens refresh the
-            # counts twice a second, and the read lists every unfinished task.
+            # Only when the counts moved, one read at a time: the read lists every
+            # unfinished task.
             self._question_reading = True
             aio.spawn(self._refresh_question(), self)
         self.status.set_database(database_path(Path(self.core.data_dir)))
@@ -316,6 +321,9 @@ class MainWindow(QMainWindow):
         self._rate_seen = (count, now)
         self.status.rate.add(count - before, now - then)
         self._update_loaded()  # a model's memory grows as its KV cache fills
+        # The database grows with streamed text too, which moves no count (the counts
+        # refresh only when a state moves).
+        self.status.set_database(database_path(Path(self.core.data_dir)))
 
     # -- dialogs (all opened with open(), never exec()) --------------------------------------
     def _open(self, dialog: Any) -> Any:

@@ -25,6 +25,7 @@ from tests.integration.gui_windows import (
     client_token,
     open_app,
     post_background,
+    slow_engine,
 )
 from tests.support.polling import until
 
@@ -145,3 +146,24 @@ async def test_a_task_ended_by_the_restart_shows_how_long_it_ran_never_the_downt
             what=details.header.toolTip,
         )
         assert "ran " not in details.header.toolTip()
+
+
+async def test_the_counts_say_cancelled_as_soon_as_the_row_does(qtbot: Any, tmp_path: Path) -> None:
+    async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
+        task_id = await post_background(core, await client_token(core))
+        await until(lambda: cell(window, task_id, COL_STATE) == "running", what="it runs")
+        await until(lambda: "1 running" in window.status.counts_label.text(), what="counted")
+        await window.tasks.cancel_tasks([task_id])
+        seen: list[tuple[str, str, str]] = []
+
+        def row_cancelled() -> bool:
+            # What a user sees at once: the row, the sidebar and the status bar together.
+            state = str(cell(window, task_id, COL_STATE))
+            seen.append((state, window.sidebar.counts.text(), window.status.counts_label.text()))
+            return state == "cancelled"
+
+        await until(row_cancelled, interval=0.005, what=lambda: seen[-1])
+        _, sidebar, status = seen[-1]
+        assert "1 cancelled" in sidebar and "running" not in sidebar, seen[-3:]
+        assert "cancelling" not in sidebar, seen[-3:]
+        assert status == "1 cancelled", seen[-3:]

@@ -6,7 +6,7 @@ import bisect
 from enum import IntEnum
 from typing import Any, ClassVar
 
-from PySide6.QtCore import QModelIndex, Qt
+from PySide6.QtCore import QModelIndex, Qt, Signal
 
 from lmsp_desktop.core.states import CANCELLABLE, EventType, TaskState
 from lmsp_desktop.core.views import TaskChange, TaskFilter, TaskRow
@@ -68,7 +68,12 @@ class Role(IntEnum):
 
 
 class TaskTableModel(RowTableModel):
-    """Rows of `TaskRow`; fetches pages of `page_size` as the view scrolls."""
+    """Rows of `TaskRow`; fetches pages of `page_size` as the view scrolls. The task counts
+    per state are read with the rows a transition changes and told (`counts_read`) as the
+    rows are patched, so the sidebar and status bar never lag the row they count."""
+
+    # dict[str, int]: tasks per state, as of the rows just shown (or newer).
+    counts_read = Signal(object)
 
     headers = HEADERS
     header_tips: ClassVar[dict[int, str]] = {
@@ -91,6 +96,8 @@ class TaskTableModel(RowTableModel):
         self._loading = False
         self._generation = 0  # results of loads started before a reload are dropped
         self.loaded = False
+        self._counts_asked = 0  # counts reads started, and the latest of them shown
+        self._counts_shown = 0
 
     # -- Qt model API ------------------------------------------------------------------------
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -286,11 +293,30 @@ class TaskTableModel(RowTableModel):
         new = [i for i in changes if i not in self._row_of]
         updated = await self.core.tasks_by_id(known)
         added = await self.core.tasks_by_id(new, self.filter)
-        if generation != self._generation:
-            return
-        self._patch(updated)
-        self._drop_unlisted(updated)
-        self._insert(added)
+        # A state moved: the counts, read after the rows (never older than them), are told
+        # with the patch, in the same paint (the row said "cancelled" for half a second
+        # while the sidebar and status bar, on a timer of their own, said "1 cancelling").
+        counts = await self._read_counts() if queue_moved else None
+        if generation == self._generation:
+            self._patch(updated)
+            self._drop_unlisted(updated)
+            self._insert(added)
+        if counts is not None:
+            self._show_counts(*counts)
+
+    async def read_counts(self) -> None:
+        """Read the counts per state now and tell them (`counts_read`)."""
+        self._show_counts(*await self._read_counts())
+
+    async def _read_counts(self) -> tuple[int, dict[str, int]]:
+        self._counts_asked += 1
+        asked = self._counts_asked
+        return asked, await self.core.task_counts()
+
+    def _show_counts(self, asked: int, counts: dict[str, int]) -> None:
+        if asked > self._counts_shown:  # a read that started earlier never wins
+            self._counts_shown = asked
+            self.counts_read.emit(counts)
 
     def _patch(self, rows: list[TaskRow]) -> None:
         touched = []
