@@ -97,9 +97,10 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
             return 0  # a window of this data directory is starting: it came to the front
         text = aio.error_text(exc)
         # The same sentence on stdout and in the log: a box alone leaves no trace for
-        # whoever started it from a terminal or reads the log later.
+        # whoever started it from a terminal or reads the log later. An ERROR, as `serve`
+        # logs the same failure (a start that did not happen is not a warning).
         print(f"LMSP Desktop could not start: {text}", flush=True)
-        log.warning("could not start: %s", text)
+        log.error("could not start: %s", text)
         await ask(failure_box(text))
         return 1
     window = MainWindow(core, qsettings)
