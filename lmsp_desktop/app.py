@@ -707,7 +707,11 @@ class Core(ClientCalls):
             # over the stored setting it reads).
             data["max_context"] = self._flag_max_context
         tmp = self._service_json().with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
+        # 0600 like every file of the data directory (the umask gave 0644).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # one a killed run left behind keeps its mode
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(data))
         tmp.replace(self._service_json())
 
     @staticmethod

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 from pathlib import Path
+from typing import Any
 
 # `extra=` of a record for the log file only: the terminal was told in its own words.
 LOG_FILE_ONLY = {"log_file_only": True}
@@ -12,6 +14,17 @@ LOG_FILE_ONLY = {"log_file_only": True}
 
 def _not_log_file_only(record: logging.LogRecord) -> bool:
     return not getattr(record, "log_file_only", False)
+
+
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log file readable by its owner only (0600), like the store beside it: the
+    log names models, clients and errors. The umask's 0644 left it, and each file a
+    rotation starts, readable by others, inside the 0700 data directory."""
+
+    def _open(self) -> Any:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.fchmod(fd, 0o600)  # one an earlier version left 0644
+        return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
 
 
 def setup_logging(
@@ -36,7 +49,7 @@ def setup_logging(
     log_dir = data_dir / "logs"
     log_dir.mkdir(exist_ok=True, mode=0o700)
     path = log_dir / "lmsp-desktop.log"
-    file_handler = logging.handlers.RotatingFileHandler(
+    file_handler = PrivateRotatingFileHandler(
         path, maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"
     )
     file_handler.setFormatter(fmt)

@@ -167,3 +167,12 @@ async def test_the_counts_say_cancelled_as_soon_as_the_row_does(qtbot: Any, tmp_
         assert "1 cancelled" in sidebar and "running" not in sidebar, seen[-3:]
         assert "cancelling" not in sidebar, seen[-3:]
         assert status == "1 cancelled", seen[-3:]
+
+
+async def test_the_service_json_a_start_writes_is_its_owners_only(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=FakeEngine()) as (core, _window):
+        announced = tmp_path / "service.json"
+        assert core.url in announced.read_text()
+        assert announced.stat().st_mode & 0o777 == 0o600, oct(announced.stat().st_mode)

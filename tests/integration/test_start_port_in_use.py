@@ -170,3 +170,7 @@ def test_a_first_start_on_a_port_in_use_makes_no_store_and_logs_why(tmp_path: Pa
     assert log.count(said) == 1, log[-3000:]
     left = sorted(p.name for p in data.iterdir())
     assert not [name for name in left if name.startswith("lmsp.db")], left
+    # What it made is its owner's only, as the 0700 folder is (the log was 0644).
+    assert data.stat().st_mode & 0o777 == 0o700
+    for made in (data / "lmsp.lock", data / "logs" / "lmsp-desktop.log"):
+        assert made.stat().st_mode & 0o777 == 0o600, (made, oct(made.stat().st_mode))
