@@ -67,6 +67,11 @@ RETENTION_EVERY_S = 3600.0
 LOGGED_ITEMS = 50  # recovery report lines written to the log (10k lines would slow startup)
 
 
+def listing(models: list[ModelInfo]) -> list[tuple[object, ...]]:
+    """What a rescan can change of the model list: which files, their states and contents."""
+    return [(m.id, m.state, m.path, m.size_bytes, m.mtime_ns, m.digest) for m in models]
+
+
 class Core(ClientCalls):
     """Everything the service is, in the order chapter 11 wants it started: lock → store →
     port bound → recovery → model scan → serve. The port is bound before anything in the
@@ -532,8 +537,12 @@ class Core(ClientCalls):
             if resolved not in self.settings.model_dirs:
                 self.settings.model_dirs.append(resolved)
 
-    async def rescan_models(self) -> None:
+    async def rescan_models(self) -> bool:
+        """Scan the model folders again; whether the list changed (a file new, changed or
+        gone), which the Models page says when it did not: a Rescan must answer."""
+        before = listing(await self.models())
         await self.registry.scan()
+        return listing(await self.models()) != before
 
     async def _downloaded(self, paths: list[Path]) -> None:
         """A finished download lands in the Hugging Face cache: the files it wrote anew are

@@ -28,6 +28,7 @@ from tests.integration.gui_windows import (
     slow_engine,
 )
 from tests.support.polling import until
+from tests.unit.core.test_models_gguf_meta import write_gguf
 
 pytestmark = pytest.mark.gui
 
@@ -176,3 +177,26 @@ async def test_the_service_json_a_start_writes_is_its_owners_only(
         announced = tmp_path / "service.json"
         assert core.url in announced.read_text()
         assert announced.stat().st_mode & 0o777 == 0o600, oct(announced.stat().st_mode)
+
+
+async def test_a_rescan_says_so_when_nothing_changed(qtbot: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    write_gguf(folder / "tiny.gguf", context_length=2048)
+    async with open_app(
+        qtbot, tmp_path / "data", engine=FakeEngine(), model_dirs=[folder], include_demo=False
+    ) as (_core, window):
+        page = window.models
+        window.nav.setCurrentRow(1)
+        await until(lambda: page.model.rowCount() == 1, what="the model listed")
+        page.rescan_button.click()
+        await until(
+            lambda: page.status.text() == "Rescanned: nothing changed.", what=page.status.text
+        )
+        write_gguf(folder / "second.gguf", context_length=2048)
+        page.rescan_button.click()
+        await until(lambda: page.model.rowCount() == 2, what="the new file listed")
+        await until(
+            lambda: page.status.text() == "Rescanned: the list shows what changed.",
+            what=page.status.text,
+        )

@@ -207,10 +207,14 @@ class FakeCore(ClientCalls):
         if self.registry is not None:
             await self.registry.add_folder(folder)
 
-    async def rescan_models(self) -> None:
+    async def rescan_models(self) -> bool:
+        before = [(m.id, m.state, m.path, m.mtime_ns, m.digest) for m in await self.models()]
         if self.registry is not None:
             await self.registry.scan()
         self.announce_models()
+        return [
+            (m.id, m.state, m.path, m.mtime_ns, m.digest) for m in await self.models()
+        ] != before
 
     async def verify_model(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
         self.verified.append(model_id)

@@ -357,7 +357,10 @@ class ModelsPage(QWidget):
     async def rescan(self) -> None:
         self.rescan_button.setEnabled(False)
         try:
-            await self.core.rescan_models()
+            changed = await self.core.rescan_models()  # a Rescan answers, even "nothing"
+            self._say(
+                "Rescanned: " + ("the list shows what changed." if changed else "nothing changed.")
+            )
         finally:
             self.rescan_button.setEnabled(True)
 
