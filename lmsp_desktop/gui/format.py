@@ -9,6 +9,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QIcon, QPainter, QPixmap
 
 from lmsp_desktop.core.states import TaskState
+from lmsp_desktop.core.views import TaskRow
 from lmsp_desktop.resources import STATE_NAMES, icon_path, icon_sizes, state_icon_name
 
 # Mid-tone colours stay readable as dots on both light and dark palettes; the word is always
@@ -102,6 +103,14 @@ def why_incomplete(reason: str | None, limit: int | None, output_tokens: int) ->
     if reason == "max_output_tokens":
         return "the context is full"
     return f"stopped: {reason}" if reason else "stopped before its end"
+
+
+def why_ended(row: TaskRow) -> str:
+    """Why a task ended, where its state word alone does not say (an incomplete one's
+    reason); "" otherwise."""
+    if row.state != TaskState.INCOMPLETE:
+        return ""
+    return why_incomplete(row.incomplete_reason, row.output_limit, row.output_tokens)
 
 
 def incomplete_tip(reason: str | None, limit: int | None, output_tokens: int) -> str:

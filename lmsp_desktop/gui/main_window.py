@@ -46,7 +46,7 @@ from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog
 from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
 from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
 from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
-from lmsp_desktop.gui.format import STATE_COLOURS, app_icon, dot_icon
+from lmsp_desktop.gui.format import STATE_COLOURS, app_icon, dot_icon, why_ended
 from lmsp_desktop.gui.pages.clients_page import ClientsPage
 from lmsp_desktop.gui.pages.models_page import ModelsPage
 from lmsp_desktop.gui.pages.sidebar import Sidebar
@@ -176,6 +176,7 @@ class MainWindow(QMainWindow):
         self.clients.connect_requested.connect(self.open_connect)
         self.sidebar.pause_toggled.connect(self.set_paused)
         self.sidebar.task_clicked.connect(self._show_in_tasks)
+        self.sidebar.describe = self._why_ended
         for signal in (self.models.model.modelReset, self.models.model.dataChanged):
             signal.connect(self._update_loaded)  # loaded, unloaded, the idle countdown
 
@@ -248,8 +249,13 @@ class MainWindow(QMainWindow):
         """Read the counts now (the tasks table tells them: `_show_counts`)."""
         await self.tasks.model.read_counts()
 
+    def _why_ended(self, task_id: str) -> str:
+        row = self.tasks.model.task(task_id)
+        return "" if row is None else why_ended(row)
+
     def _show_counts(self, counts: dict[str, int]) -> None:
         before, self._counts = self._counts, counts
+        self.sidebar.explain_recent()  # told with the rows of a transition just read
         self.status.set_counts(self._counts)
         self.sidebar.set_counts(self._counts)
         left = sum(self._counts.get(s, 0) for s in ACTIVE)

@@ -5,6 +5,7 @@ scripted engine where a task must stop at a known token."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -39,6 +40,15 @@ def cell(window: MainWindow, task_id: str, col: int, role: int = 0) -> Any:
     return None if row is None else rows.index(row, col).data(role)
 
 
+def recent_tip(window: MainWindow, task_id: str) -> str:
+    """The tooltip of the sidebar's Recent entry of a task ("" while not listed)."""
+    recent = window.sidebar.recent
+    for i in range(recent.count()):
+        if recent.item(i).data(Qt.ItemDataRole.UserRole + 1) == task_id:
+            return recent.item(i).toolTip()
+    return ""
+
+
 def last_event(window: MainWindow) -> str:
     events = window.tasks.details.events
     rows = events.rowCount()
@@ -71,6 +81,12 @@ async def test_an_incomplete_task_says_it_stopped_at_the_limit_or_a_full_context
         for task_id, words in expected.items():
             state_tip = cell(window, task_id, COL_STATE, tip)
             assert state_tip and words in state_tip and '"length"' in state_tip, state_tip
+            # The sidebar's Recent entry too ("incomplete 0s ago" has no room for more).
+            said = rf"incomplete \d+[smhd] ago — {re.escape(words)}\."
+            await until(
+                lambda t=task_id, r=said: re.search(r, recent_tip(window, t)),
+                what=lambda t=task_id: f"Recent: {recent_tip(window, t)}",
+            )
             window.tasks.table.selectRow(window.tasks.model.row_of(task_id))
             await until(
                 lambda w=words: f"incomplete — {w}" in details.header.toolTip(),

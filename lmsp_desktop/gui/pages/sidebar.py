@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -28,7 +29,7 @@ from PySide6.QtWidgets import (
 from lmsp_desktop.core.models.machine import resident_memory
 from lmsp_desktop.core.states import TERMINAL
 from lmsp_desktop.core.views import TaskChange, TaskRow
-from lmsp_desktop.gui.format import STATE_COLOURS, human_size, short_id, state_icon
+from lmsp_desktop.gui.format import STATE_COLOURS, human_size, short_id, state_icon, why_ended
 from lmsp_desktop.gui.status import ORDER  # the status bar lists the counts in the same order
 
 WIDTH = 150  # narrow: at 900 px the Tasks page needs the rest
@@ -42,6 +43,7 @@ class Finished:
     state: str
     model: str
     at: float
+    why: str = ""  # an incomplete one's reason, once its row has been read
 
 
 def ago(seconds: float) -> str:
@@ -98,6 +100,8 @@ class Sidebar(QWidget):
         self.nav.setFixedHeight(rows * self.nav.count() + 4)
 
         self.url = ""
+        # Why a finished task ended, from its row as the window last read it ("" unknown).
+        self.describe: Callable[[str], str] = lambda _task_id: ""
         self.service = _wrapping(QLabel())
         self.address = QLabel()
         self.address.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -257,18 +261,25 @@ class Sidebar(QWidget):
         for row in ended[-RECENT:]:
             if row.id not in known:
                 self._finished.appendleft(
-                    Finished(row.id, row.state, row.model, row.finished_at or 0.0)
+                    Finished(row.id, row.state, row.model, row.finished_at or 0.0, why_ended(row))
                 )
         self._show_recent()
+
+    def explain_recent(self) -> None:
+        """Entries whose reason became known (their rows were just read) say it."""
+        if any(not f.why and self.describe(f.task_id) for f in self._finished):
+            self._show_recent()
 
     def _show_recent(self) -> None:
         self.recent.clear()
         now = time.time()
         for done in self._finished:
+            done.why = done.why or self.describe(done.task_id)
             text = f"{short_id(done.task_id)}\n{ended_line(done.state, now - done.at)}"
             item = QListWidgetItem(state_icon(done.state), text)
+            why = f" — {done.why}" if done.why else ""  # the line has no room for it
             item.setToolTip(
-                f"{done.task_id} ({done.model}): {ended_line(done.state, now - done.at)}. "
+                f"{done.task_id} ({done.model}): {ended_line(done.state, now - done.at)}{why}. "
                 "Click to show it."
             )
             item.setData(TASK_ID, done.task_id)
