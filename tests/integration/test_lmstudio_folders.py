@@ -20,13 +20,7 @@ FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    for name, value in stores.point_env_at(home, {}).items():
-        monkeypatch.setenv(name, value)
-    for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    return home
+    return stores.fresh_home(tmp_path, monkeypatch)
 
 
 async def listed(store: Store) -> tuple[dict[str, str], list[str]]:

@@ -29,13 +29,7 @@ OLLAMA_ID = "smollm2:135m"
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh HOME; the stores' variables unset so their defaults under it apply."""
-    home = tmp_path / "home"
-    home.mkdir()
-    for name, value in stores.point_env_at(home, {}).items():
-        monkeypatch.setenv(name, value)
-    for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    return home
+    return stores.fresh_home(tmp_path, monkeypatch)
 
 
 def registry(store: Store, sources: tuple[str, ...] = SOURCES) -> ModelRegistry:

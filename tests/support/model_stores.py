@@ -9,6 +9,7 @@ import os
 import shutil
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from lmsp_desktop.core.models.demo import demo_model_path
 
@@ -51,6 +52,18 @@ def point_env_at(home: Path, env: dict[str, str]) -> dict[str, str]:
     for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         env.pop(name, None)
     return env
+
+
+def fresh_home(tmp_path: Path, monkeypatch: Any) -> Path:
+    """A new HOME under `tmp_path` for this test, the stores' variables unset so that their
+    defaults under it apply (`monkeypatch`: pytest's, which undoes it after the test)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name, value in point_env_at(home, {}).items():
+        monkeypatch.setenv(name, value)
+    for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    return home
 
 
 def ollama_store(home: Path) -> Path:
