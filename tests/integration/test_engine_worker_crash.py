@@ -8,6 +8,7 @@ fails with engine_crashed naming the signal. /v1/models shows the crash."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -119,6 +120,11 @@ def test_a_killed_worker_costs_only_its_own_tasks(
     victim = background(live, token, {**VICTIM, "on_restart": policy})
     wait_for(live, token, victim, lambda t: t["output_tokens"] >= 8, "the victim to be going")
     pid = model_entry(live, token, MODEL)["engine_pid"]
+    assert pid != os.getpid()
+    # The victim's worker is frozen (SIGSTOP) while the neighbour starts: on a busy machine
+    # the victim had sometimes written all its tokens before the neighbour's first one, and
+    # ended 'incomplete' before the kill.
+    os.kill(pid, signal.SIGSTOP)
     # The other model streams a long answer across the kill. Started only now, right before
     # the kill: the cut model writes its 160 tokens five times as fast as the victim's, so a
     # neighbour started first had sometimes finished before the kill on a busy machine, and
@@ -130,8 +136,10 @@ def test_a_killed_worker_costs_only_its_own_tasks(
     )
     wait_for(live, token, neighbour, lambda t: t["output_tokens"] >= 1, "the neighbour to go")
     other_before = task(live, token, neighbour)["output_tokens"]
-    assert pid != os.getpid()
-    os.kill(pid, sig)
+    assert task(live, token, victim)["state"] == "running"
+    os.kill(pid, sig)  # a stopped process takes SIGKILL at once, the others when continued
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
 
     ended = wait_for(live, token, victim, lambda t: t["state"] in TERMINAL, "the victim to end")
     status, events_page = call(f"{live.url}/v1/tasks/{victim}/events?limit=1000", token)
