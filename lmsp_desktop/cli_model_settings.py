@@ -23,7 +23,7 @@ from lmsp_desktop.core.engines.base import ALL_LAYERS, KV_TYPES
 from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
 from lmsp_desktop.core.models.info import ModelInfo
-from lmsp_desktop.core.models.memory import ModelSettings, gib
+from lmsp_desktop.core.models.memory import AUTO_CONTEXT_RULE, ModelSettings, gib
 from lmsp_desktop.core.storage import model_settings as stored
 from lmsp_desktop.core.storage.store import Store
 
@@ -44,8 +44,7 @@ def add_settings_commands(models_sub: argparse._SubParsersAction) -> None:  # ty
     mset.add_argument("name", metavar="NAME", help="the model's id, as `models list` shows it")
     mset.add_argument(
         "--context",
-        help="tokens per request, or auto (the default rule: the model's trained context, at "
-        "most 8192 or the Max context setting, less when the memory cannot hold it)",
+        help=f"tokens per request, or auto (the default): {AUTO_CONTEXT_RULE}",
     )
     mset.add_argument("--parallel", help="concurrent requests, or default (the service's setting)")
     mset.add_argument("--kv-type", choices=KV_TYPES, help="KV cache type (q8_0: about half)")

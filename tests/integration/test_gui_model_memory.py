@@ -14,6 +14,7 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models import machine
 from lmsp_desktop.core.models.demo import demo_model_path
+from lmsp_desktop.core.models.memory import AUTO_CONTEXT_RULE
 from lmsp_desktop.core.storage.model_settings import get_settings
 from tests.integration.gui_windows import open_app
 from tests.support.polling import until
@@ -91,3 +92,25 @@ async def test_a_load_that_will_not_fit_is_red_with_the_reason(
         text = panel.estimate.text()
         assert "will not fit" in text and "#c62828" in text
         assert "600 MiB available" in text and "Lower the context length" in text
+
+
+@pytest.mark.parametrize("max_context", [None, 4096])
+async def test_the_context_box_says_what_auto_gives(
+    qtbot: Any, tmp_path: Path, max_context: int | None
+) -> None:
+    """Auto is the default rule (docs/memory.md, `models set --help`): the trained context
+    within 8,192 or the Max context, less when memory is short. The box said "auto (fit the
+    memory)", which promised a 128k model its whole context; it says the longest auto gives
+    the selected model, and its tooltip the whole rule, in the help's words."""
+    async with open_app(qtbot, tmp_path, engine=FakeEngine(), max_context=max_context) as (
+        _core,
+        window,
+    ):
+        panel = window.models.memory
+        top = "4,096" if max_context else "8,192"
+        assert panel.context.text() == f"auto (up to {top})"  # nothing selected: the cap
+        assert AUTO_CONTEXT_RULE in panel.context.toolTip()
+        select(window, MODEL)
+        await until(lambda: panel.last_plan is not None, what="the first estimate")
+        assert panel.context.value() == 0 and panel.context.text() == f"auto (up to {top})"
+        assert panel.runs_with.text().startswith(f"{top} tokens per request (trained 8,192)")

@@ -126,7 +126,7 @@ async def test_the_load_settings_panel_forgets_the_last_model_when_none_is_selec
     # Greyed out, it showed 2048 tokens and q8_0 still: read as the defaults, or as the
     # model's, by someone who had not saved them.
     assert panel.title() == "Load settings"
-    assert panel.context.text() == "auto (fit the memory)"
+    assert panel.context.text() == "auto (up to 8,192)"  # the default rule's cap
     assert panel.kv_type.currentText() == "f16"
     assert panel.runs_with.text().startswith("Select a model")
     assert panel.estimate.text() == ""

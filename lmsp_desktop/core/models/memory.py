@@ -48,6 +48,15 @@ SWA_PATTERNS: dict[str, int] = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss
 COMPUTE_BASE = 5 << 20
 # Free GPU memory left unused when offloading ("auto"), for the driver and other programs.
 GPU_RESERVE = 512 << 20
+# What a model's context `auto` (not set) runs with, in words: `plan` below. One sentence for
+# the window's Load settings box, `models set --help` and docs/memory.md, so none of them
+# says less (the window once said "fit the memory", silent on the 8,192 cap).
+AUTO_CONTEXT_RULE = (
+    f"the model's trained context, at most {DEFAULT_CONTEXT_CAP:,} tokens (or the Max context "
+    "setting, when set), and less when the memory budget (the memory free less a reserve) "
+    f"cannot hold that load: the longest multiple of {CONTEXT_STEP} that fits, never below "
+    f"{MIN_CONTEXT:,}"
+)
 
 Fit = Literal["fits", "tight", "wont_fit"]
 
@@ -355,8 +364,7 @@ def plan(
             settings,
             gpu_layers=_with_gpu_layers(shape, small, shapes_of, gpus, auto=auto).gpu_layers,
         )
-        # The user's global cap replaces the default one: asked for, a 32k context is meant.
-        top = ceiling if context_cap > 0 else min(ceiling, DEFAULT_CONTEXT_CAP)
+        top = auto_context_top(trained, context_cap)
         best = _largest_context(shape, settings, budget, shapes_of, top, bool(gpus))
         settings = replace(settings, context_length=best)
     settings = _with_gpu_layers(shape, settings, shapes_of, gpus, auto=auto)
@@ -372,6 +380,15 @@ def plan(
             "auto), the context length or the concurrent requests."
         )
     return Plan(settings, trained, cost, verdict, budget, reason, own_context=wanted.context_length)
+
+
+def auto_context_top(trained: int | None, context_cap: int) -> int:
+    """The longest context `auto` gives a model (AUTO_CONTEXT_RULE): its trained context
+    (FALLBACK_CONTEXT when the header does not say), at most `context_cap` (the Max context
+    setting) when set, else at most DEFAULT_CONTEXT_CAP; the budget may make it less. The
+    user's global cap replaces the default one: asked for, a 32k context is meant."""
+    ceiling = trained or FALLBACK_CONTEXT
+    return min(ceiling, context_cap if context_cap > 0 else DEFAULT_CONTEXT_CAP)
 
 
 def _layers(gpu_layers: int) -> str:

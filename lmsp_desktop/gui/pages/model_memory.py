@@ -25,7 +25,14 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.engines.base import ALL_LAYERS, KV_TYPES, KvType
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.models.memory import ModelSettings, Plan, gib
+from lmsp_desktop.core.models.memory import (
+    AUTO_CONTEXT_RULE,
+    DEFAULT_CONTEXT_CAP,
+    ModelSettings,
+    Plan,
+    auto_context_top,
+    gib,
+)
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 
@@ -47,8 +54,12 @@ class ModelMemoryPanel(QGroupBox):
         self.core = core
         self.model_id: str | None = None
         self.context = QSpinBox(minimum=0, maximum=1 << 22, singleStep=1024)
-        self.context.setSpecialValueText("auto (fit the memory)")
         self.context.setSuffix(" tokens")
+        self.context.setToolTip(
+            f"Tokens per request. Auto (0) runs with {AUTO_CONTEXT_RULE}. "
+            "Runs with shows what this model gets."
+        )
+        self._show_auto(None)
         self.parallel = QSpinBox(minimum=0, maximum=64)
         self.parallel.setSpecialValueText("default")
         self.kv_type = QComboBox()
@@ -113,6 +124,7 @@ class ModelMemoryPanel(QGroupBox):
         self.saved.clear()
         self.setTitle(f"Load settings: {model_id}" if model_id else "Load settings")
         if model_id is None:
+            self._show_auto(None)
             # Greyed out with the last model's values, the panel read as this model's (or the
             # defaults); it shows the defaults and says what to do instead.
             self._fill(ModelSettings())
@@ -203,8 +215,21 @@ class ModelMemoryPanel(QGroupBox):
             return
         self.show_plan(decided)
 
+    def _show_auto(self, decided: Plan | None) -> None:
+        """What `auto` means here, in the context box: the longest context it gives this
+        model (the trained one within the Max context or 8,192), or, with no model, the cap
+        alone; never more than the fitter's rule gives (the memory may make it less, and
+        Runs with says so)."""
+        cap = self.core.settings.max_context
+        if decided is None:
+            top = cap if cap > 0 else DEFAULT_CONTEXT_CAP
+        else:
+            top = auto_context_top(decided.trained_context, cap)
+        self.context.setSpecialValueText(f"auto (up to {top:,})")
+
     def show_plan(self, decided: Plan | None) -> None:
         self.last_plan = decided
+        self._show_auto(decided)
         if decided is None:
             self.runs_with.setText("—")
             self.estimate.setText("No estimate: this file's header cannot be read.")
