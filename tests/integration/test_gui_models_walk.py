@@ -11,9 +11,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from PySide6.QtCore import Qt
 
-from lmsp_desktop.gui.models.model_table import COL_LOADED, COL_SOURCE, COL_STATUS
+from lmsp_desktop.gui.models.model_table import COL_LOADED, COL_NAME, COL_SOURCE, COL_STATUS
 from tests.integration.gui_windows import client_token, post_background
 from tests.support import model_stores as stores
 from tests.support.polling import until
@@ -105,6 +107,43 @@ async def test_a_crashed_engine_keeps_the_models_table_within_900_px(
     )
     window.models.fit_columns()
     await until(lambda: not overflow(window), 10, lambda: overflow(window))
+
+
+@pytest.fixture
+def tagged_twice(walk_home: Path) -> Path:
+    """The Ollama blob tagged `latest` too, as `ollama pull smollm2` beside
+    `ollama pull smollm2:135m` leaves it: one file, two names."""
+    stores.add_ollama_model(walk_home, "smollm2", "latest")
+    return walk_home
+
+
+async def test_a_blob_tagged_twice_shows_both_names_in_one_row(
+    tagged_twice: Path, gui_app: tuple[Any, Any]
+) -> None:
+    """/api/tags lists `smollm2:135m` and `smollm2:latest` (both run the model), as `ollama
+    list` does; the Models page showed one row named `smollm2:135m` only, so a user who
+    pulled `smollm2` did not find it. The row names the other tag too, whole at 900 px."""
+    core, window = gui_app
+    window.resize(900, 600)
+    window.nav.setCurrentRow(1)
+    await until(lambda: row_of(window, OLLAMA_ID) is not None, what="the Ollama model")
+    table = window.models.model
+    ollama_rows = [r for r in range(table.rowCount()) if table.info(r).source == "ollama"]
+    assert len(ollama_rows) == 1  # one file, one row (its settings, digest and load are one)
+    assert cell(window, OLLAMA_ID, COL_NAME) == "smollm2:135m (also :latest)"
+    tip = str(table.index(row_of(window, OLLAMA_ID), COL_NAME).data(Qt.ItemDataRole.ToolTipRole))
+    assert tip.startswith("smollm2:135m, also smollm2:latest:") and "blobs" in tip
+    token = await client_token(core)
+    async with (
+        aiohttp.ClientSession(core.url) as http,
+        http.get("/api/tags", headers={"Authorization": f"Bearer {token}"}) as answer,
+    ):
+        tags = {m["name"] for m in (await answer.json())["models"]}
+    assert {"smollm2:135m", "smollm2:latest"} <= tags  # what the row says the API answers to
+    window.models.fit_columns()
+    await until(lambda: not overflow(window), 10, lambda: overflow(window))
+    name_width = window.models.table.horizontalHeader().sectionSize(COL_NAME)
+    assert name_width >= window.models.table.sizeHintForColumn(COL_NAME)  # not elided
 
 
 async def test_the_load_settings_panel_forgets_the_last_model_when_none_is_selected(

@@ -124,7 +124,9 @@ class ModelTableModel(RowTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return self._display(info, col, state)
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col in (COL_NAME, COL_FOLDER):
+            if col == COL_NAME:
+                return name_tooltip(info)
+            if col == COL_FOLDER:
                 return str(info.path)
             crash = self.core.model_crash(info.id) if col == COL_LOADED else None
             if crash is not None and self._loaded.get(info.id, "unloaded") == "unloaded":
@@ -169,7 +171,7 @@ class ModelTableModel(RowTableModel):
 
     def _display(self, info: ModelInfo, col: int, state: str) -> str:
         if col == COL_NAME:
-            return str(info.id)
+            return name_text(info)
         if col == COL_SOURCE:
             return SOURCE_LABELS.get(info.source, info.source)
         if col == COL_FOLDER:
@@ -304,6 +306,36 @@ class ModelTableModel(RowTableModel):
         for row, info in enumerate(self._rows):
             if info.id == model_id:
                 self.dataChanged.emit(self.index(row, col), self.index(row, col))
+
+
+def short_alias(model_id: str, alias: str) -> str:
+    """An alias as its tag alone (":latest") where it names the same model as `model_id`
+    (Ollama's `smollm2:latest` beside `smollm2:135m`), else whole."""
+    name, colon, _ = model_id.rpartition(":")
+    if colon and alias.startswith(f"{name}:"):
+        return alias[len(name) :]
+    return alias
+
+
+def name_text(info: ModelInfo) -> str:
+    """The Name cell: the model's id and, for a file its store tags twice, its other names
+    (`smollm2:135m (also :latest)`): `ollama list` shows each tag, and each runs the model,
+    so a user who knows it as `smollm2:latest` finds it here too."""
+    aliases = info.aliases
+    if not aliases:
+        return str(info.id)
+    return f"{info.id} (also {', '.join(short_alias(info.id, a) for a in aliases)})"
+
+
+def name_tooltip(info: ModelInfo) -> str:
+    """The Name cell's tooltip: each name whole, then the file."""
+    if not info.aliases:
+        return str(info.path)
+    others = ", ".join(info.aliases)
+    return (
+        f"{info.id}, also {others}: the same file by each of the names its store gives it, "
+        f"and requests may use any of them.\n{info.path}"
+    )
 
 
 def digest_text(info: ModelInfo) -> str:
