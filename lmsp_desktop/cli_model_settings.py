@@ -2,8 +2,10 @@
 load settings (context, concurrent requests, KV cache type, GPU layers) with what loading it
 would take; loading and unloading one in the running service.
 
-`list` and `set` work on the store directly, while `serve` runs too; a setting applies at the
-model's next load. `load` and `unload` ask the running service (cli_service.py)."""
+`list` and `set` work on the store directly, while `serve` runs too (a setting applies at the
+model's next load), on the models the service lists: the running one's list, else the one a
+service started now would give (`listed_models`). `load` and `unload` ask the running
+service (cli_service.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +19,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lmsp_desktop.cli_service import admin_token, call, service_url
+from lmsp_desktop.cli_service import admin_token, call, refusal, service_url
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.engines.base import ALL_LAYERS, KV_TYPES
-from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.memory import AUTO_CONTEXT_RULE, ModelSettings, gib
+from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.storage import model_settings as stored
 from lmsp_desktop.core.storage.store import Store
 
@@ -104,7 +107,7 @@ async def run_model_settings(action: str, args: argparse.Namespace, store: Store
             file=sys.stderr,
         )
     fitter = _fitter(store, settings)
-    infos = await _local_models(store)
+    infos = await listed_models(store, settings)
     if action == "models.set":
         info = next((i for i in infos if i.id == args.name), None)
         if info is None:
@@ -198,9 +201,35 @@ def _fitter(store: Store, settings: Settings) -> ModelFitter:
     )
 
 
-async def _local_models(store: Store) -> list[ModelInfo]:
-    rows = await store.db.fetchall("SELECT * FROM models ORDER BY id")
-    return [info for info in map(ModelInfo.from_row, rows) if is_local(info)]
+async def listed_models(store: Store, settings: Settings) -> list[ModelInfo]:
+    """The local models the service lists (GET /v1/models, the Models page), by its rule
+    (ModelRegistry.list_models): a model of a folder not looked in (an earlier run's
+    `--models-dir`) or of a store switched off is kept in the table but not listed. Beside a
+    running service, the ones it lists (its own run's `--models-dir` and `--no-source`
+    included); without one, the ones a service started now would list (the settings' folders
+    and sources), as `models verify` looks them up."""
+    data_dir = store.data_dir
+    if service_answers(data_dir):
+        url = f"{service_url(data_dir)}/v1/models"
+        async with admin_token(data_dir, "lmsp-desktop models list") as token:
+            status, body = await asyncio.to_thread(call, url, token)
+        if status != 200:
+            raise LmspError(refusal(body), code="service_refused", status=status)
+        shown = {item["id"] for item in body["data"]}
+        rows = await store.db.fetchall("SELECT * FROM models ORDER BY id")
+        infos = [ModelInfo.from_row(row) for row in rows if row["id"] in shown]
+    else:
+        registry = ModelRegistry(
+            store.db,
+            [Path(d).expanduser() for d in settings.model_dirs],
+            include_demo=False,  # nothing is scanned: the demo's row is listed as any other
+            sources=settings.enabled_sources(),
+        )
+        try:
+            infos = await registry.list_models()
+        finally:
+            await registry.close()
+    return [info for info in infos if is_local(info)]
 
 
 async def _row(fitter: ModelFitter, store: Store, info: ModelInfo) -> dict[str, Any]:
