@@ -181,7 +181,8 @@ async def test_a_task_resumed_across_a_restart_shows_the_speed_of_its_own_run(
     """Leftovers of a killed run; the real demo model finishes them after the restart. The
     resumed task's Tok/s is that of the run after the resume (it said "—" while its tokens
     grew): the tokens since, over the time since, and the tooltip says so; a task that
-    started over shows its speed; one ended by the recovery has none, and says why."""
+    started over shows its speed; one ended by the recovery shows its killed run's, to its
+    last event before the stop, and says so."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     leftovers = await leave_leftovers(data_dir)
@@ -220,9 +221,14 @@ async def test_a_task_resumed_across_a_restart_shows_the_speed_of_its_own_run(
             float(tps_cell(retried).data().removesuffix(" tok/s")) > 0
         )  # started over: one run, a true speed
         assert tps_cell(retried).data(Qt.ItemDataRole.ToolTipRole) is None
-        # Ended by the recovery with the tokens of the killed run: no speed either (it showed
-        # 3 tokens over the few milliseconds between the leftovers and the recovery).
+        # Ended by the recovery with the tokens of the killed run: that run's speed, its 3
+        # tokens over the time to its last event before the stop (the leftovers wrote them
+        # a few milliseconds after their start), never over the time up to the restart.
         for ended in (failed, cancelled):
             assert (await core.task(ended))["output_tokens"] == 3
-            assert tps_cell(ended).data() == "—"
-            assert "Ended by the recovery" in tps_cell(ended).data(Qt.ItemDataRole.ToolTipRole)
+            row = rows.task(ended)
+            assert row is not None and row.started_at is not None and row.ran_until is not None
+            ran = row.ran_until - row.started_at
+            assert tps_cell(ended).data() == f"{3 / ran:.1f} tok/s", (ran, tps_cell(ended).data())
+            tip = tps_cell(ended).data(Qt.ItemDataRole.ToolTipRole)
+            assert "Ended by the restart: 3 tokens until its last event" in tip, tip

@@ -141,7 +141,7 @@ class TaskTableModel(RowTableModel):
             return human_duration(row.duration())
         if col == COL_TOKENS:
             return str(row.output_tokens) if row.started_at is not None else "—"
-        tps = row.tokens_per_second()  # COL_TPS: the unit says which speed it is
+        tps = speed(row)  # COL_TPS: the unit says which speed it is
         return f"{tps:.1f} tok/s" if tps is not None else "—"
 
     @staticmethod
@@ -187,11 +187,8 @@ class TaskTableModel(RowTableModel):
                 f"{max(0, row.output_tokens - row.resumed_tokens)} tokens since, not counting "
                 f"the {row.resumed_tokens} from before it."
             )
-        if col == COL_TPS and row.spans_restart:
-            return (
-                "Ended by the recovery after a restart: its tokens are from the run before it "
-                "and its time includes the downtime, so no speed is shown."
-            )
+        if col == COL_TPS and row.ended_by_restart:
+            return ended_speed_tip(row)
         return None
 
     def canFetchMore(self, parent: Index = ROOT) -> bool:
@@ -390,3 +387,27 @@ class TaskTableModel(RowTableModel):
                 else:
                     self.dataChanged.emit(top, bottom, roles)
                 start = k
+
+
+def speed(row: TaskRow) -> float | None:
+    """The Speed cell's output tokens per second: its run's (TaskRow.tokens_per_second), and
+    for a task the recovery ended after a restart, its run before the stop, from what is
+    stored: the tokens that run generated over its Duration (to its last event, never the
+    downtime up to the restart; a resumed run's from its resume). None only when that cannot
+    be known: no output, or none after its start."""
+    if not row.ended_by_restart:
+        return row.tokens_per_second()
+    tokens = row.output_tokens - (row.resumed_tokens if row.resumed_at is not None else 0)
+    spent = row.duration()
+    return tokens / spent if tokens > 0 and spent else None
+
+
+def ended_speed_tip(row: TaskRow) -> str:
+    """The Speed tooltip of a task ended by the restart: what its speed was measured over."""
+    if speed(row) is None or row.ran_until is None:
+        return "Ended by the restart before its run wrote any output after its start: no speed."
+    kept = row.resumed_tokens if row.resumed_at is not None else 0
+    return (
+        f"Ended by the restart: {row.output_tokens - kept} tokens until its last event before "
+        f"the stop, at {clock(row.ran_until)} (the downtime up to the restart is not counted)."
+    )
