@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.engines.fake import FakeEngine
-from lmsp_desktop.core.models import registry as registry_module
+from lmsp_desktop.core.models import hashing
 from lmsp_desktop.core.models.digests import sha256_file
 from tests.integration.gui_windows import open_app
 from tests.support.model_stores import demo, place
@@ -37,7 +37,7 @@ async def test_a_task_waiting_for_its_models_digest_check_says_so_then_runs(
     async with open_app(
         qtbot, tmp_path / "data", engine=FakeEngine(), model_dirs=[folder], include_demo=False
     ) as (core, window):
-        monkeypatch.setattr(registry_module, "sha256_file", held)
+        monkeypatch.setattr(hashing, "sha256_file", held)
         place(demo(), folder / "smol.gguf")
         rescan = asyncio.ensure_future(core.rescan_models())  # Models › Rescan
         try:

@@ -15,7 +15,7 @@ from PySide6.QtCore import QPoint
 from PySide6.QtGui import QColor
 
 from lmsp_desktop.core.engines.fake import FakeEngine
-from lmsp_desktop.core.models import registry as registry_module
+from lmsp_desktop.core.models import hashing
 from lmsp_desktop.core.models.digests import sha256_file
 from lmsp_desktop.gui.models.model_table import COL_NAME, COL_STATUS
 from tests.integration.gui_windows import open_app
@@ -49,7 +49,7 @@ async def test_a_selected_models_row_keeps_its_highlight_round_the_hashing_bar(
     async with open_app(
         qtbot, data, engine=FakeEngine(), model_dirs=[folder], include_demo=False
     ) as (core, window):
-        monkeypatch.setattr(registry_module, "sha256_file", held)
+        monkeypatch.setattr(hashing, "sha256_file", held)
         place(demo(), folder / "smol.gguf")
         rescan = asyncio.ensure_future(core.rescan_models())
         try:

@@ -16,7 +16,7 @@ import pytest
 from lmsp_desktop.app import Core
 from lmsp_desktop.core.api.creation import create_task
 from lmsp_desktop.core.api.responses import INTAKE as RESPONSES
-from lmsp_desktop.core.models import registry as registry_module
+from lmsp_desktop.core.models import hashing
 from lmsp_desktop.core.models.digests import sha256_file as real_sha256_file
 from lmsp_desktop.core.models.info import MISSING, VERIFIED
 from lmsp_desktop.core.models.sources import SOURCES
@@ -104,7 +104,7 @@ async def test_a_folder_added_is_kept_even_if_the_app_quits_while_hashing_it(
     core = Core(data, port=0, include_demo=False, no_sources=list(SOURCES))
     await core.start()
     try:
-        monkeypatch.setattr(registry_module, "sha256_file", held)
+        monkeypatch.setattr(hashing, "sha256_file", held)
         await asyncio.wait_for(core.add_model_folder(models), timeout=30)  # not the hash
         left = await submit(core)
     finally:

@@ -12,17 +12,16 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lmsp_desktop.core.errors import DatabaseLockedError, invalid
+from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.models import messages
 from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.core.models.digest_cache import DigestCache
-from lmsp_desktop.core.models.digests import CHUNK_SIZE, HashCancelled, sha256_file
+from lmsp_desktop.core.models.digests import CHUNK_SIZE
 from lmsp_desktop.core.models.discovery import (
     DEMO,
     FOLDER,
@@ -32,6 +31,7 @@ from lmsp_desktop.core.models.discovery import (
     incomplete_split,
     stat_file,
 )
+from lmsp_desktop.core.models.hashing import HashJob, ModelHashing
 from lmsp_desktop.core.models.ids import (
     check_model_id,
     model_not_found,
@@ -43,16 +43,14 @@ from lmsp_desktop.core.models.info import (
     HASHING,
     INVALID,
     MISSING,
-    OBSERVED,
     UNVERIFIED,
     VERIFIED,
     ModelEvent,
     ModelInfo,
     source_of,
 )
-from lmsp_desktop.core.models.scan_gate import HashProgress, ScanGate
+from lmsp_desktop.core.models.scan_gate import ScanGate
 from lmsp_desktop.core.models.scan_rows import (
-    WHERE_FOUND,
     aliases_of,
     insert_values,
     match_rows,
@@ -60,16 +58,13 @@ from lmsp_desktop.core.models.scan_rows import (
     read_meta,
     replaced_files,
 )
-from lmsp_desktop.core.models.sources import find_in_sources, publisher_of
+from lmsp_desktop.core.models.sources import find_in_sources
 from lmsp_desktop.core.storage.db import Database
 
 __all__ = ["ModelEvent", "ModelInfo", "ModelRegistry"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-# A hash's result is written again this long after another program held the database past
-# the busy timeout (each try waits that long already).
-LOCKED_RETRY_S = 1.0
 # A lookup of a name no model has, /api/tags and GET /v1/models look in the folders and stores
 # again when the last scan began this long ago: a model pulled with the ollama CLI meanwhile
 # answers at once, as in Ollama; a scan that finds nothing new costs 5-30 ms (B20).
@@ -90,23 +85,14 @@ ALIAS_ROW = (
 )
 
 
-@dataclass
-class _HashJob:
-    model_id: str
-    # True: the scan found a file never hashed or back after going missing; skip it if
-    # someone verified it meanwhile. False: "verify now", always rehash.
-    from_scan: bool
-    accept_new: bool = False
-
-
-class ModelRegistry:
+class ModelRegistry(ModelHashing):
     """Keeps the `models` table in step with the model folders.
 
     A scan stats every `*.gguf` file and reads nothing from a file whose size and mtime are
     unchanged; new files are hashed one at a time in a worker thread. A verified file whose
     size or mtime moved becomes `changed` and is refused until verified again; a file that
     disappeared becomes `missing`. Client-supplied ids are only looked up, never joined into
-    paths.
+    paths. The hashing and "verify now" are ModelHashing's (hashing.py).
     """
 
     def __init__(
@@ -322,7 +308,7 @@ class ModelRegistry:
 
     async def _scan(self, *, wait: bool) -> None:
         """`scan` once the gate says a scan is recording."""
-        jobs: builtins.list[_HashJob] = []
+        jobs: builtins.list[HashJob] = []
         try:
             async with self._scan_lock:
                 self._scan_began = time.monotonic()
@@ -337,7 +323,7 @@ class ModelRegistry:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
-    async def _hash_then_announce(self, jobs: builtins.list[_HashJob]) -> None:
+    async def _hash_then_announce(self, jobs: builtins.list[HashJob]) -> None:
         await self._run_jobs(jobs)
         self._emit(ModelEvent("scan_finished"))
 
@@ -383,7 +369,7 @@ class ModelRegistry:
                 unique.append(file)
         return unique
 
-    async def _discover_and_record(self) -> builtins.list[_HashJob]:
+    async def _discover_and_record(self) -> builtins.list[HashJob]:
         demo = demo_model_path() if self.include_demo else None
         found = await asyncio.to_thread(self._find_files, demo)
         rows = await self.db.fetchall("SELECT * FROM models")
@@ -393,7 +379,7 @@ class ModelRegistry:
         updates: list[tuple[str, int, int, str]] = []  # state, size, mtime, id
         repoints: list[tuple[Any, ...]] = []
         refound: list[tuple[str, str]] = []  # meta, id: where or by what it was found changed
-        jobs: list[_HashJob] = []
+        jobs: list[HashJob] = []
         for file, row in matched.pairs:
             if row is None:
                 base = (names_of(file, demo) or [slug_from_filename(file.path.name)])[0]
@@ -401,7 +387,7 @@ class ModelRegistry:
                 taken.add(model_id)
                 meta = await asyncio.to_thread(read_meta, file.path)
                 inserts.append(insert_values(model_id, file, meta))
-                jobs.append(_HashJob(model_id, from_scan=True))
+                jobs.append(HashJob(model_id, from_scan=True))
                 continue
             if row["path"] != str(file.path):
                 # Its name now leads to another file: the demo package moved (a new venv), an
@@ -410,7 +396,7 @@ class ModelRegistry:
                 meta = await asyncio.to_thread(read_meta, file.path)
                 values = insert_values(row["id"], file, meta)
                 repoints.append((*values[1:-1], row["id"]))
-                jobs.append(_HashJob(row["id"], from_scan=True))
+                jobs.append(HashJob(row["id"], from_scan=True))
                 continue
             aliases = aliases_of(row["id"], file)
             if file.folder is not None or aliases or '"aliases"' in (row["meta"] or ""):
@@ -428,11 +414,11 @@ class ModelRegistry:
                 updates.append((CHANGED, row["size_bytes"], row["mtime_ns"], row["id"]))
             elif state in (UNVERIFIED, MISSING) and not hashed_before:
                 updates.append((UNVERIFIED, file.size_bytes, file.mtime_ns, row["id"]))
-                jobs.append(_HashJob(row["id"], from_scan=True))
+                jobs.append(HashJob(row["id"], from_scan=True))
             elif state in (UNVERIFIED, MISSING) and same:
                 # Back (or never confirmed) with the recorded size and mtime: hash and compare.
                 updates.append((UNVERIFIED, file.size_bytes, file.mtime_ns, row["id"]))
-                jobs.append(_HashJob(row["id"], from_scan=True))
+                jobs.append(HashJob(row["id"], from_scan=True))
             elif state in (INVALID, MISSING) and not same:
                 # Replaced (a finished download, a fixed copy), or back after it was deleted
                 # (downloaded again): a new file, read and verified afresh (a re-download
@@ -440,7 +426,7 @@ class ModelRegistry:
                 meta = await asyncio.to_thread(read_meta, file.path)
                 values = insert_values(row["id"], file, meta)
                 repoints.append((*values[1:-1], row["id"]))
-                jobs.append(_HashJob(row["id"], from_scan=True))
+                jobs.append(HashJob(row["id"], from_scan=True))
             elif state in (UNVERIFIED, MISSING):
                 updates.append((CHANGED, row["size_bytes"], row["mtime_ns"], row["id"]))
             # VERIFIED and same: nothing to read. CHANGED stays so until verified on purpose.
@@ -508,218 +494,6 @@ class ModelRegistry:
                 await self._write(lambda conn: conn.executemany(REPOINT, repoints).close())
         for values in repoints:
             self._emit(ModelEvent("state", values[-1], UNVERIFIED))
-
-    # -- hashing -------------------------------------------------------------------------
-    async def verify(self, model_id: str, *, accept_new: bool = False) -> ModelInfo:
-        """Rehash the file now. Same digest as recorded → `verified`; a different digest
-        leaves a verified model's file `changed` (the new digest is kept in meta as
-        `observed_digest`) unless `accept_new`, which records the new contents (and header)
-        as the model's. A file never verified is taken as new (no question to ask)."""
-        info = await self.get(model_id)
-        if info.source == "upstream":
-            upstream = info.id.partition("/")[0]
-            raise invalid(
-                f"{info.id} is a model of the upstream server {upstream}: its file is on that "
-                "machine, not this one, so there is nothing to verify here.",
-                "model",
-                code="model_not_local",
-            )
-        pending = info.state in (UNVERIFIED, HASHING) and self.gate.hash_queued(info.id)
-        if pending and not accept_new:
-            # Never verified and a scan is hashing it (a new 8 GiB file, say): that hash is
-            # the answer; a second one queued behind it read the whole file again.
-            await self.gate.wait_hashed(info.id)
-        else:
-            await self._run_jobs([_HashJob(info.id, from_scan=False, accept_new=accept_new)])
-        info = await self.get(model_id)
-        if info.state == MISSING:
-            raise messages.not_runnable(info)
-        return info
-
-    async def _run_jobs(self, jobs: builtins.list[_HashJob]) -> None:
-        left = list(jobs)
-        try:
-            sizes = await self._sizes([j.model_id for j in jobs])
-            progress = HashProgress(total_bytes=sum(sizes.values()))
-            while left:
-                job = left[0]
-                async with self._hash_lock:
-                    await self._hash_one(job, progress)
-                progress.finish_file(sizes.get(job.model_id, 0))
-                self._settled(left.pop(0))
-        finally:
-            for job in left:  # abandoned (shutdown): runs waiting for them see it unverified
-                self._settled(job)
-
-    def _settled(self, job: _HashJob) -> None:
-        if job.from_scan:  # the scan queued it through the gate; a verify did not
-            self.gate.hash_done(job.model_id)
-
-    async def _sizes(self, ids: builtins.list[str]) -> dict[str, int]:
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        rows = await self.db.fetchall(f"SELECT id, path FROM models WHERE id IN ({marks})", ids)
-        stats = await asyncio.to_thread(lambda: {r["id"]: stat_file(Path(r["path"])) for r in rows})
-        return {k: st.st_size for k, st in stats.items() if st is not None}
-
-    async def _hash_one(self, job: _HashJob, progress: HashProgress) -> None:
-        row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (job.model_id,))
-        if row is None or (job.from_scan and row["state"] != UNVERIFIED):
-            return  # deleted, or settled by a verify that ran meanwhile
-        path = Path(row["path"])
-        before = await asyncio.to_thread(stat_file, path)
-        if before is None:
-            await self._set_state(job.model_id, MISSING)
-            return
-        if job.from_scan and self.digests is not None:
-            kept = await asyncio.to_thread(self.digests.get, path, before)
-            if kept is not None:
-                log.info("%s: digest of the unchanged file from %s", path, self.digests.path)
-                await self._patiently(
-                    job.model_id, lambda: self._record_hash(job, row, kept, before, before)
-                )
-                return
-        log.info("hashing %s (%d bytes)", path, before.st_size)
-        loop = asyncio.get_running_loop()
-        total = before.st_size
-        done = 0
-        next_report = 0
-        step = max(self.chunk_size, total // 100)
-
-        def on_chunk(n: int) -> None:  # in the worker thread
-            nonlocal done, next_report
-            self.bytes_hashed += n
-            done += n
-            if done >= next_report or done >= total:
-                next_report = done + step
-                event = progress.event(job.model_id, done, total)
-                loop.call_soon_threadsafe(self._emit, event)
-
-        # By every name the model goes by: a lookup by an alias says "hashing" too.
-        names = [job.model_id, *ModelInfo.from_row(row).aliases]
-        self._hashing.update(names)
-        start = progress.event(job.model_id, 0, total)
-        self._emit(dataclasses.replace(start, kind="state"))
-        try:
-            digest = await asyncio.to_thread(
-                sha256_file,
-                path,
-                chunk_size=self.chunk_size,
-                progress=on_chunk,
-                should_stop=self._stop.is_set,
-            )
-            after = await asyncio.to_thread(stat_file, path)
-        except HashCancelled:
-            return
-        except OSError as exc:
-            log.warning("cannot read model file %s: %s", path, exc)
-            digest, after = None, None
-        finally:
-            self._hashing.difference_update(names)
-        await self._patiently(
-            job.model_id, lambda: self._record_hash(job, row, digest, before, after)
-        )
-
-    async def _patiently(self, model_id: str, write: Callable[[], Awaitable[None]]) -> None:
-        """A hash's result, written once another program lets go of the database. Lost, the
-        file stayed unverified, hence not runnable, until the next scan (a tool holding the
-        database while the start-up hash finished made every run of the model fail)."""
-        while True:
-            try:
-                return await write()
-            except DatabaseLockedError:
-                if self._stop.is_set():
-                    raise
-                log.warning("the hash of %s waits for the database to be free", model_id)
-                await asyncio.sleep(LOCKED_RETRY_S)
-
-    async def _record_hash(
-        self, job: _HashJob, row: Any, digest: str | None, before: Any, after: Any
-    ) -> None:
-        model_id = job.model_id
-        if after is None or digest is None:
-            await self._set_state(model_id, MISSING if after is None else UNVERIFIED)
-            return
-        if (after.st_size, after.st_mtime_ns, after.st_dev, after.st_ino) != (
-            before.st_size,
-            before.st_mtime_ns,
-            before.st_dev,
-            before.st_ino,
-        ):
-            # Written to while we read it (a download still in progress): no digest to trust
-            # yet; the next scan tries again.
-            await self._set_state(model_id, UNVERIFIED)
-            return
-        if self.digests is not None:
-            # The file as it was both before and after the read (inode too: not replaced).
-            await asyncio.to_thread(self.digests.put, Path(row["path"]), after, digest)
-        meta: dict[str, Any] = json.loads(row["meta"]) if row["meta"] else {}
-        recorded = row["digest"]
-        now = int(time.time())
-        # A file never verified has no digest to be held to (a file that was not a model,
-        # replaced by another): verify reads it as a new file, as a rescan does, instead of
-        # asking to accept it as a verified model's replacement.
-        new_file = recorded not in (None, digest) and (job.accept_new or not row["verified_at"])
-        if recorded is None or recorded == digest or new_file:
-            header = None
-            if new_file:
-                header = await asyncio.to_thread(read_meta, Path(row["path"]))
-                kept: dict[str, Any] = {k: meta[k] for k in WHERE_FOUND if k in meta}
-                meta = {**header[1], **kept}
-            for observed in OBSERVED:
-                meta.pop(observed, None)
-            published = meta.get("published_digest")
-            if published and published != digest and not meta.get("error"):
-                meta["error"] = (
-                    f"its content differs from the digest {publisher_of(source_of(model_id, meta))}"
-                    f" published ({published}; this file hashes to {digest}): a damaged or"
-                    " tampered download. Download it again with the app it came from"
-                )
-            # Hashed is not checked: a file whose header says it cannot load (or whose content
-            # is not what its publisher announced) is never verified.
-            state, when = (INVALID, None) if meta.get("error") else (VERIFIED, now)
-
-            def verified(conn: sqlite3.Connection) -> None:
-                conn.execute(
-                    "UPDATE models SET digest = ?, state = ?, verified_at = ?, size_bytes = ?,"
-                    " mtime_ns = ?, meta = ? WHERE id = ?",
-                    (
-                        digest,
-                        state,
-                        when,
-                        after.st_size,
-                        after.st_mtime_ns,
-                        json.dumps(meta),
-                        model_id,
-                    ),
-                )
-                if header is not None:
-                    conn.execute(
-                        "UPDATE models SET architecture = ?, parameters = ?, quantization = ?,"
-                        " context_length = ? WHERE id = ?",
-                        (*header[0], model_id),
-                    )
-
-            await self._write(verified)
-            self._emit(ModelEvent("state", model_id, state))
-            return
-        meta["observed_digest"] = digest
-        meta["observed_size_bytes"] = after.st_size
-        # A file that is not a whole model (a cut copy, an unfinished download) is no
-        # candidate to accept as the model's new file: its reason is said instead.
-        observed_error = (await asyncio.to_thread(read_meta, Path(row["path"])))[1].get("error")
-        if observed_error:
-            meta["observed_error"] = observed_error
-        else:
-            meta.pop("observed_error", None)
-        await self._write(
-            lambda conn: conn.execute(
-                "UPDATE models SET state = ?, meta = ? WHERE id = ?",
-                (CHANGED, json.dumps(meta), model_id),
-            ).close()
-        )
-        self._emit(ModelEvent("state", model_id, CHANGED))
 
     # -- helpers -------------------------------------------------------------------------
     async def _set_state(self, model_id: str, state: str) -> None:

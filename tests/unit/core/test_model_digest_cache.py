@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lmsp_desktop.core.models import registry as registry_module
+from lmsp_desktop.core.models import hashing
 from lmsp_desktop.core.models.digest_cache import DigestCache
 from lmsp_desktop.core.models.digests import sha256_file as real_sha256_file
 from lmsp_desktop.core.models.registry import ModelRegistry
@@ -43,7 +43,7 @@ def hashed(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         calls.append(path)
         return real_sha256_file(path, **kwargs)
 
-    monkeypatch.setattr(registry_module, "sha256_file", counted)
+    monkeypatch.setattr(hashing, "sha256_file", counted)
     return calls
 
 
@@ -181,7 +181,7 @@ async def test_a_file_written_while_hashed_is_not_kept(
         touch_later(p)  # a download still writing it
         return digest
 
-    monkeypatch.setattr(registry_module, "sha256_file", written_meanwhile)
+    monkeypatch.setattr(hashing, "sha256_file", written_meanwhile)
     reg = await folders.scan()
     assert (await reg.get("m")).state == "unverified"
     assert cache.get(path, path.stat()) is None

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models import hashing
 from lmsp_desktop.core.models import registry as registry_module
 from lmsp_desktop.core.models.digests import sha256_file as real_sha256_file
 from lmsp_desktop.core.models.info import ModelEvent
@@ -448,7 +449,7 @@ async def test_verified_model_stays_runnable_while_verified_again(
         release.wait(timeout=30)  # hold the hashing thread until the test has looked
         return real_sha256_file(*args, **kwargs)
 
-    monkeypatch.setattr(registry_module, "sha256_file", held_sha256_file)
+    monkeypatch.setattr(hashing, "sha256_file", held_sha256_file)
     verifying = asyncio.create_task(reg.verify("m"))
     try:
         for _ in range(3000):
@@ -544,7 +545,7 @@ async def test_a_hash_result_waits_for_a_database_another_program_holds(
 
     path = write_gguf(folder / "tiny.gguf")
     reg = registry(store, folder)
-    monkeypatch.setattr(registry_module, "LOCKED_RETRY_S", 0.01)
+    monkeypatch.setattr(hashing, "LOCKED_RETRY_S", 0.01)
     write = reg._write
     locked = [2]  # the next two writes after the hash meet the lock
 

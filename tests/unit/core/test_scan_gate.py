@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.models import registry as registry_module
+from lmsp_desktop.core.models import hashing
 from lmsp_desktop.core.models.digests import HashCancelled
 from lmsp_desktop.core.models.digests import sha256_file as real_sha256_file
 from lmsp_desktop.core.storage.store import Store
@@ -51,7 +51,7 @@ async def test_a_run_waiting_for_a_hash_that_was_abandoned_is_told_so(
     def abandoned(*_args: Any, **_kwargs: Any) -> str:
         raise HashCancelled  # as when the app stops while hashing
 
-    monkeypatch.setattr(registry_module, "sha256_file", abandoned)
+    monkeypatch.setattr(hashing, "sha256_file", abandoned)
     reg = registry(store, folder)
     reg.start_scan()
     try:
@@ -97,7 +97,7 @@ async def test_a_run_and_a_verify_during_the_hash_wait_for_it_and_read_the_file_
         release.wait(timeout=30)  # hashing until the test has asked
         return real_sha256_file(*args, **kwargs)
 
-    monkeypatch.setattr(registry_module, "sha256_file", held)
+    monkeypatch.setattr(hashing, "sha256_file", held)
     reg = registry(store, folder)
     reg.start_scan()
     try:
