@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.models import hashing
-from lmsp_desktop.core.models import registry as registry_module
+from lmsp_desktop.core.models import hashing, scanning
 from lmsp_desktop.core.models.digests import sha256_file as real_sha256_file
 from lmsp_desktop.core.models.info import ModelEvent
 from lmsp_desktop.core.models.registry import ModelRegistry
@@ -472,14 +471,14 @@ async def test_demo_model_keeps_its_id_when_its_package_moves(
     old_venv.mkdir()
     new_venv.mkdir()
     demo = write_gguf(old_venv / "SmolLM2-135M-Instruct.Q4_1.gguf")
-    monkeypatch.setattr(registry_module, "demo_model_path", lambda: demo)
+    monkeypatch.setattr(scanning, "demo_model_path", lambda: demo)
     reg = ModelRegistry(store.db, [])
     await reg.scan()
     assert [(m.id, m.state) for m in await reg.list_models()] == [
         ("smollm2-135m-instruct", "verified")
     ]
     moved = demo.rename(new_venv / demo.name)
-    monkeypatch.setattr(registry_module, "demo_model_path", lambda: moved)
+    monkeypatch.setattr(scanning, "demo_model_path", lambda: moved)
     await reg.scan()
     [model] = await reg.list_models()
     assert (model.id, model.path, model.state) == ("smollm2-135m-instruct", moved, "verified")
