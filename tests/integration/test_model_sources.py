@@ -355,10 +355,10 @@ async def test_an_unknown_name_looks_in_the_stores_again_at_most_once_a_while(
     asking = 0
     rescan_if_stale = reg.rescan_if_stale
 
-    async def asked() -> bool:
+    async def asked(asked_at: float | None = None) -> bool:
         nonlocal asking
         asking += 1
-        return await rescan_if_stale()
+        return await rescan_if_stale(asked_at)
 
     monkeypatch.setattr(reg, "rescan_if_stale", asked)
     await reg.scan()  # as a command does: it does not follow the stores
@@ -377,13 +377,30 @@ async def test_an_unknown_name_looks_in_the_stores_again_at_most_once_a_while(
     asking = 0
     await reg.get(OLLAMA_ID)  # known: not even asked, however old the last scan
     assert scans == 1 and asking == 0
-    async with reg._scan_lock:  # both lookups ask while the scan cannot finish
+    waiting = 0
+    wait_recorded = reg.gate.wait_recorded
+
+    async def waits() -> None:
+        nonlocal waiting
+        waiting += 1
+        await wait_recorded()
+
+    monkeypatch.setattr(reg.gate, "wait_recorded", waits)
+    async with reg._scan_lock:  # the rescan cannot finish meanwhile
         first = asyncio.create_task(reg.get("tiny:1b"))
+        await until(lambda: asking == 1 and reg.gate.recording, 10, "the first to rescan")
+        # A lookup that begins while that rescan records waits for it and, still unknown
+        # then, does not scan again: the rescan looked after it began (it made a third scan,
+        # and the order of the two lookups decided which happened: a flaky test).
         second = asyncio.create_task(reg.get("nothing:1b"))
-        await until(lambda: asking == 2, 10, "both lookups to ask for a rescan")
+        await until(lambda: waiting == 1, 10, "the second lookup to wait for the rescan")
+        # Callers asking at once share one rescan.
+        sharing = [asyncio.create_task(reg.rescan_if_stale()) for _ in range(2)]
+        await until(lambda: asking == 3, 10, "both callers to ask")
     with pytest.raises(LmspError) as nothing:
         await second
     assert (await first).id == "tiny:1b"
+    assert await asyncio.gather(*sharing) == [True, True]
     assert scans == 2
     assert "`lmsp-desktop models rescan`" in nothing.value.message
     assert await reg.path_for_run("tiny:1b")  # hashed in the background meanwhile

@@ -140,8 +140,10 @@ class ModelRegistry(ModelScanning, ModelHashing):
             model_id = model_id.lower()  # ids are lowercase; `Qwen2.5:7B` names the same model
         row = self._rows.get(model_id)
         scanning = False
+        asked_at = None
         if row is None:
             check_model_id(model_id)
+            asked_at = time.monotonic()
             # A scan recording when the read began, or begun meanwhile, may have committed
             # the row just after the read: its end is waited for and the row read again.
             scanning, begun = self.gate.recording, self.gate.begun
@@ -161,7 +163,7 @@ class ModelRegistry(ModelScanning, ModelHashing):
             and kept[3] == hashing
         ):
             return copy.copy(kept[4])  # a caller may set its state (path_for_run)
-        if (row is None or not self._listed(row)) and await self.rescan_if_stale():
+        if (row is None or not self._listed(row)) and await self.rescan_if_stale(asked_at):
             row = await self._read_row(model_id)  # pulled into a store since the last scan?
             hashing = model_id in self._hashing
         if row is None or not self._listed(row):
@@ -242,18 +244,24 @@ class ModelRegistry(ModelScanning, ModelHashing):
         self._background.add(task)
         task.add_done_callback(self._scan_done)
 
-    async def rescan_if_stale(self) -> bool:
+    async def rescan_if_stale(self, asked_at: float | None = None) -> bool:
         """Look in the folders and stores again if the last scan began `rescan_after_s` ago or
         more, for a model added to a store meanwhile (Ollama reads its manifests at every
         request: a model pulled with its CLI is there at once). Callers asking while it runs
         share it. It returns once the files are recorded (new ones are hashed in the
         background: a run waits for that). True if a scan ran; only in a registry that
-        follows the stores (the service's), never on a known model's lookup."""
+        follows the stores (the service's), never on a known model's lookup. `asked_at`
+        (time.monotonic()) is when the caller's lookup began: a scan begun since then has
+        looked already, and none runs for it."""
         if not self.follows_stores or not self.scanned:
             return False
         task = self._rescan
         if task is None:
             if time.monotonic() - self._scan_began < self.rescan_after_s:
+                return False
+            if asked_at is not None and self._scan_began >= asked_at:
+                # A scan looked in the stores after the caller's lookup began (the lookup
+                # waited for it to record): another would find what it found.
                 return False
             task = self._rescan = asyncio.create_task(self._rescan_now())
             self._background.add(task)
