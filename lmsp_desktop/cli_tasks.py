@@ -1,5 +1,7 @@
 """`lmsp-desktop tasks [cancel ID…]`: the running service's tasks, as `ollama ps` or `lms ps`
-show what runs (id, model, state, queue position, tokens, age), and cancelling them.
+show what runs (id, model, state, queue position, tokens, age), and cancelling them. A
+running task whose prompt is still being read shows how far ("reading prompt 3,072/8,192
+(37%)") in place of its tokens.
 
 Asked of the service running on the data directory over HTTP (GET /v1/tasks, POST
 /v1/tasks/{id}/cancel), with `LMSP_TOKEN` or a one-off admin token (cli_service.py)."""
@@ -18,6 +20,7 @@ from typing import Any
 from lmsp_desktop.cli_model_settings import service_answers
 from lmsp_desktop.cli_service import admin_token, call, service_url
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.views import reading_prompt
 
 UNFINISHED = "queued,loading,running,cancelling"
 
@@ -90,7 +93,7 @@ def _list(url: str, token: str, args: argparse.Namespace) -> int:
             t.get("kind") or "response",
             t["state"],
             str(t["queue_position"]) if t.get("queue_position") else "-",
-            str(t.get("output_tokens") or 0),
+            _tokens(t),
             _age(now - t["created_at"]),
         ]
         for t in tasks
@@ -99,6 +102,15 @@ def _list(url: str, token: str, args: argparse.Namespace) -> int:
     for row in [header, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def _tokens(task: dict[str, Any]) -> str:
+    """Output tokens; while a running task's prompt is read, how far (llama.cpp reads a
+    long prompt for seconds to minutes before the first token)."""
+    progress = task.get("prompt_progress")
+    if progress:
+        return reading_prompt(progress["processed"], progress["total"])
+    return str(task.get("output_tokens") or 0)
 
 
 def _get(url: str, token: str, path: str) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from lmsp_desktop.core.engines.base import (
     GenerationResult,
     LoadedModel,
     LoadSettings,
+    PromptProgress,
     TokenPiece,
 )
 from lmsp_desktop.core.engines.prefix_cache import CachesPrefixes, PrefixStats
@@ -200,6 +201,11 @@ class Runner:
         self._workers: dict[str, asyncio.Task[None]] = {}
         # task id → its running generation or embedding (the runner only sets its cancel)
         self._active: dict[str, GenerationRequest | EmbeddingRequest] = {}
+        # How far each running generation's prompt has been read, from the engine's reports
+        # (kept here only, never written per step: the task object and the window show it
+        # while the prompt is read), and which of them are still reading (no token yet).
+        self._prompts: dict[str, PromptProgress] = {}
+        self._reading: set[str] = set()
         # Unloads under way: stop() waits for them, so one begun by the idle timer or to make
         # room is never cut short by the stop cancelling its caller.
         self._unloads: set[asyncio.Task[None]] = set()
@@ -240,6 +246,17 @@ class Runner:
                 await steps.run(f"unloading {lane!r}", slot.model.unload)
         self._slots.clear()
         steps.raise_first()
+
+    def prompt_progress(self, task_id: str) -> PromptProgress | None:
+        """How far a running task's prompt has been read, while it is (None before the
+        engine said, once output has begun, and for tasks not running here)."""
+        return self._prompts.get(task_id) if task_id in self._reading else None
+
+    def input_tokens_of(self, task_id: str) -> int | None:
+        """A running generation's prompt length as soon as the engine knows it (the store
+        has it with the first output commit)."""
+        progress = self._prompts.get(task_id)
+        return None if progress is None else progress.total
 
     def lanes_of(self, model_id: str) -> int:
         """How many tasks of a local model run at once."""
@@ -434,8 +451,14 @@ class Runner:
         token_json = SnapshotTokens(tokens)
         stopped = False
 
+        def prompt_read(progress: PromptProgress) -> None:
+            if task_id in self._reading:  # a late report after the first token: stale
+                self._prompts[task_id] = progress
+                state["input_tokens"] = progress.total  # the output commits record it
+
         async def sink(pieces: list[TokenPiece]) -> bool:
             nonlocal stopped
+            self._reading.discard(task_id)  # output has begun: the prompt is read
             if stops.stops:
                 pieces, deltas, stopped = through_stops(stops, pieces)
             else:
@@ -504,6 +527,8 @@ class Runner:
             return ended
 
         self._active[task_id] = request
+        request.on_prompt = prompt_read
+        self._reading.add(task_id)
         try:
             result = await loaded.generate(request, EndingSink(sink, last))
         except EngineCrashed as exc:
@@ -516,6 +541,8 @@ class Runner:
             return
         finally:
             self._active.pop(task_id, None)
+            self._reading.discard(task_id)
+            self._prompts.pop(task_id, None)
         if ended:
             return
         if stopped and not request.cancel.is_set():

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from lmsp_desktop.core.engines.base import PromptProgress as PromptProgress
 from lmsp_desktop.core.models.info import ModelEvent
 from lmsp_desktop.core.states import EventType, TaskKind, TaskState
 
@@ -230,6 +231,13 @@ def _resumed_run(raw: str | None) -> dict[str, Any]:
         return {}
     at, tokens = json.loads(raw)
     return {"resumed_at": float(at), "resumed_tokens": int(tokens)}
+
+
+def reading_prompt(processed: int, total: int) -> str:
+    """How far a prompt has been read, as the window and `lmsp-desktop tasks` say it:
+    "reading prompt 3,072/8,192 (37%)" (the percentage rounded down: 100% only when done)."""
+    percent = processed * 100 // total if total > 0 else 0
+    return f"reading prompt {processed:,}/{total:,} ({percent}%)"
 
 
 class CoreListener(Protocol):

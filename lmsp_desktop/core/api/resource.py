@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+from lmsp_desktop.core.engines.base import PromptProgress
 from lmsp_desktop.core.json_text import from_json
 from lmsp_desktop.core.states import STATUS_OF_STATE, TERMINAL, TaskState
 
@@ -37,9 +38,19 @@ def item_status(state: TaskState) -> str:
 
 
 def task_object(
-    row: RowLike, queue_position: int | None = None, request: dict[str, Any] | None = None
+    row: RowLike,
+    queue_position: int | None = None,
+    request: dict[str, Any] | None = None,
+    *,
+    prompt_progress: PromptProgress | None = None,
+    input_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The LMSP task object (LMSP_API.md `GET /v1/tasks/{id}`).
+
+    `input_tokens` are the prompt's tokens: the stored count, or the running engine's
+    (`input_tokens`: the runner's, known once the prompt is tokenized, before the store has
+    it); `prompt_progress` ({total, cached, processed}) is there only while a running
+    task's prompt is being read (Runner.prompt_progress; in memory, never stored).
 
     `api` says which API created it; `stored` is false for a `store: false` request, whose
     response cannot be retrieved or continued (its task stays visible until retention);
@@ -50,7 +61,7 @@ def task_object(
     error = from_json(row["error"]) if row["error"] else None
     if request is None:
         request = from_json(row["request"])
-    return {
+    task: dict[str, Any] = {
         "id": row["id"],
         "object": "task",
         "state": row["state"],
@@ -64,6 +75,7 @@ def task_object(
         "finished_at": _int_or_none(row["finished_at"]),
         "restarts": row["restarts"],
         "last_sequence_number": row["last_seq"],
+        "input_tokens": input_tokens if input_tokens is not None else _stored_input(row),
         "output_tokens": row["output_tokens"],
         "error": error,
         "dropped_tools": request.get("dropped_tools") or [],
@@ -73,6 +85,18 @@ def task_object(
         "stored": request.get("store") in (None, True, 1),
         "stop_sequence": _column(row, "stop_sequence"),
     }
+    if prompt_progress is not None and row["state"] == TaskState.RUNNING:
+        task["prompt_progress"] = {
+            "total": prompt_progress.total,
+            "cached": prompt_progress.cached,
+            "processed": prompt_progress.processed,
+        }
+    return task
+
+
+def _stored_input(row: RowLike) -> int:
+    value = _column(row, "input_tokens")
+    return int(value) if value is not None else 0
 
 
 def _column(row: RowLike, name: str) -> Any:

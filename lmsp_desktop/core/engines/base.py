@@ -80,6 +80,17 @@ class CancelEvent(threading.Event):
             callback()
 
 
+@dataclass(frozen=True)
+class PromptProgress:
+    """How far an engine has read a generation's prompt (llama-server's `prompt_progress`):
+    `total` prompt tokens, `cached` of them taken from the prefix cache, `processed` in the
+    sequence's cache so far (cached ones included: from `cached` up to `total`)."""
+
+    total: int
+    cached: int
+    processed: int
+
+
 @dataclass
 class GenerationRequest:
     """What to generate. `messages` are chat messages (`role`, `content` strings), system and
@@ -121,6 +132,10 @@ class GenerationRequest:
     # tokens; core/engines/raw_prompt.py).
     prompt: str | None = None
     suffix: str | None = None
+    # Told (on the loop) how far the prompt has been read: once its length is known, then
+    # after prompt chunks, at most a few times a second (pump.PROMPT_REPORT_INTERVAL_S);
+    # never per token. Stays in this process (an engine worker sends its own reports back).
+    on_prompt: Callable[[PromptProgress], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from lmsp_desktop.core.engines.base import (
     KvType,
     LoadSettings,
     ProgressSink,
+    PromptProgress,
     TokenSink,
 )
 from lmsp_desktop.core.engines.llama_batch import BatchDecoder, Job
@@ -435,6 +436,9 @@ class LlamaModel:
         def start(channel: TokenChannel) -> concurrent.futures.Future[LoopOutcome]:
             done: concurrent.futures.Future[LoopOutcome] = concurrent.futures.Future()
             job = Job(request, channel, seed, prompt, done)
+            # Its length is known now, before it waits for a sequence or another prompt's
+            # chunk: the decoder reports the cached part and the reading from there.
+            channel.deliver_prompt(PromptProgress(len(prompt), 0, 0))
             decoder.submit(job)
             self._last_job = job
             return done

@@ -34,7 +34,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lmsp_desktop.core.engines.base import EngineError, FinishReason, GenerationRequest, TokenPiece
+from lmsp_desktop.core.engines.base import (
+    EngineError,
+    FinishReason,
+    GenerationRequest,
+    PromptProgress,
+    TokenPiece,
+)
 from lmsp_desktop.core.engines.grammar import GrammarConstraint, advance, open_constraint, pick
 from lmsp_desktop.core.engines.llama_cores import Cores
 from lmsp_desktop.core.engines.llama_native import (
@@ -265,6 +271,7 @@ class BatchDecoder:
         job.ticket = self._cores.ticket()
         self._running.append(job)
         self.last_job = job
+        job.channel.report_prompt(PromptProgress(len(job.prompt), keep, keep))
 
     def _step(self) -> None:
         # A cancel (or refused sink) ends a generation before its next token is evaluated.
@@ -366,6 +373,10 @@ class BatchDecoder:
         self.wide_chunks += wide
         job.evaluated.extend(chunk)
         job.chunked = len(job.evaluated)
+        if job.reading:  # how far it is (throttled); the end shows as the first token
+            job.channel.report_prompt(
+                PromptProgress(len(job.prompt), job.cached, len(job.evaluated))
+            )
         if wants_logits:
             self._sample_rows([(job, index)])
 

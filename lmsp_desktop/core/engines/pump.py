@@ -10,15 +10,22 @@ sleeps out the interval after a hand-over): each wake-up is a thread hop
 When the sink answers False or the request's cancel event is set, the thread stops before
 evaluating or sampling another token. An `EndingSink` gets the tokens left at the end with
 the generation's result, in one hand-over (`last`).
+
+The channel also carries how far the prompt has been read (`report_prompt` from the thread,
+`deliver_prompt` on the loop) to the request's `on_prompt`: a report per prompt chunk at
+most, and no more than one every PROMPT_REPORT_INTERVAL_S (ReportThrottle), so a fast
+engine's small chunks cost no more wake-ups than a few a second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import math
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -28,9 +35,16 @@ from lmsp_desktop.core.engines.base import (
     FinishReason,
     GenerationRequest,
     GenerationResult,
+    PromptProgress,
     TokenPiece,
     TokenSink,
 )
+
+# The least time between two reports of a prompt read's progress (the first report, which
+# says the prompt's length and its cached part, always goes at once). llama.cpp reads a
+# prompt in chunks of up to n_batch tokens (seconds each on a CPU, milliseconds on a GPU):
+# a report per chunk on a CPU, a few a second on a GPU, never one per token.
+PROMPT_REPORT_INTERVAL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,28 @@ class LoopOutcome:
     cached_tokens: int = 0  # prompt tokens the prefix cache held (GenerationResult's)
 
 
+class ReportThrottle:
+    """Whether a progress report goes now: the first always, then at most one every
+    `interval` seconds of `clock` (later ones carry the newer figures; what is dropped in
+    between is only an older figure). Used from one thread at a time."""
+
+    def __init__(
+        self,
+        interval: float = PROMPT_REPORT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._last = -math.inf
+
+    def due(self) -> bool:
+        now = self._clock()
+        if now - self._last < self.interval:
+            return False
+        self._last = now
+        return True
+
+
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -52,9 +88,16 @@ class TokenChannel:
     """Between the thread (emit tokens, ask whether to stop, close) and the loop side (take
     what has arrived, wait for more)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, cancel: threading.Event) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        cancel: threading.Event,
+        on_prompt: Callable[[PromptProgress], None] | None = None,
+    ) -> None:
         self._loop = loop
         self._cancel = cancel
+        self._on_prompt = on_prompt
+        self.prompt_throttle = ReportThrottle()
         self._refused = threading.Event()
         self._lock = threading.Lock()
         self._arrived: list[TokenPiece] = []
@@ -82,6 +125,14 @@ class TokenChannel:
             self._arrived.append(piece)
             waiter, self._waiter = self._waiter, None
         return waiter
+
+    def report_prompt(self, progress: PromptProgress) -> None:
+        """From the thread reading the prompt: how far it is, passed to the loop unless the
+        throttle holds it back (or nobody listens)."""
+        if self._on_prompt is None or not self.prompt_throttle.due():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
+            self._loop.call_soon_threadsafe(self.deliver_prompt, progress)
 
     def should_stop(self) -> bool:
         """True once the sink refused more tokens or the runner set the cancel event."""
@@ -125,6 +176,12 @@ class TokenChannel:
             waiter, self._waiter = self._waiter, None
         if waiter is not None:
             _wake(waiter)
+
+    def deliver_prompt(self, progress: PromptProgress) -> None:
+        """On the loop: how far the prompt has been read (from the thread's report, or from
+        an engine worker process's message, throttled there), told to `on_prompt`."""
+        if self._on_prompt is not None and not self._closed:
+            self._on_prompt(progress)
 
     def take(self) -> tuple[list[TokenPiece], bool]:
         """Everything arrived so far, and whether the thread has closed the channel."""
@@ -198,7 +255,7 @@ async def pump_started(
     hands it the channel and returns what completes with its outcome; whoever runs it calls
     `channel.close()` after its last token."""
     loop = asyncio.get_running_loop()
-    channel = TokenChannel(loop, request.cancel)
+    channel = TokenChannel(loop, request.cancel, request.on_prompt)
     started = start(channel)
     worker: asyncio.Future[LoopOutcome] = (
         asyncio.wrap_future(started)

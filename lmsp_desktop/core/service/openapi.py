@@ -77,6 +77,41 @@ LIST = {
         "has_more": {"type": "boolean"},
     },
 }
+_COUNT = {"type": "integer", "minimum": 0}
+TASK = {  # the LMSP task object (core/api/resource.py's task_object; docs/clients.md)
+    "type": "object",
+    "required": ["id", "object", "state", "model", "created_at", "input_tokens", "output_tokens"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "task"},
+        "state": {"type": "string", "pattern": f"^{_STATE}$"},
+        "model": {"type": "string"},
+        "created_at": {"type": "integer"},
+        "input_tokens": {
+            **_COUNT,
+            "description": "The prompt's tokens: known as soon as the engine has read its "
+            "length (before the first output token), 0 before that",
+        },
+        "output_tokens": _COUNT,
+        "prompt_progress": {
+            "type": "object",
+            "description": "Only while a running task's prompt is being read (before its "
+            "first output token): the prompt's tokens, those taken from the prefix cache, "
+            "and those read so far, cached ones included",
+            "required": ["total", "cached", "processed"],
+            "properties": {"total": _COUNT, "cached": _COUNT, "processed": _COUNT},
+        },
+    },
+}
+TASK_LIST = {
+    "type": "object",
+    "required": ["object", "data", "has_more"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {"type": "array", "items": TASK},
+        "has_more": {"type": "boolean"},
+    },
+}
 MESSAGE = {  # an input message (Open Responses message item, text content only)
     "type": "object",
     "required": ["role", "content"],
@@ -504,7 +539,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                 "post": _op(
                     "Cancel a task, whichever API created it",
                     write,
-                    {"200": _json(OBJ, "task"), **_errors(401, 403, 404, 409)},
+                    {"200": _json(TASK, "task"), **_errors(401, 403, 404, 409)},
                     parameters=[ID],
                 )
             },
@@ -520,7 +555,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                 "get": _op(
                     "List tasks, newest first",
                     read,
-                    {"200": _json(LIST, "tasks"), **_errors(400, 401, 403, 404)},
+                    {"200": _json(TASK_LIST, "tasks"), **_errors(400, 401, 403, 404)},
                     parameters=[
                         {
                             "name": "state",
@@ -541,7 +576,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                 "get": _op(
                     "One task",
                     read,
-                    {"200": _json(OBJ, "task"), **_errors(401, 403, 404)},
+                    {"200": _json(TASK, "task"), **_errors(401, 403, 404)},
                     parameters=[ID],
                 )
             },

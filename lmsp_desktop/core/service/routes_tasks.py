@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from lmsp_desktop.core.api.answering import stream_events
@@ -11,7 +13,7 @@ from lmsp_desktop.core.errors import invalid
 from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.bodies import list_body, query_int
 from lmsp_desktop.core.service.context import ServiceContext, requires
-from lmsp_desktop.core.states import STATE_NAMES
+from lmsp_desktop.core.states import STATE_NAMES, TaskState
 from lmsp_desktop.core.views import TaskFilter
 
 routes = web.RouteTableDef()
@@ -37,7 +39,7 @@ async def list_tasks(
         after=request.query.get("after") or None,
         limit=query_int(request, "limit", 20, 1, 100),
     )
-    data = [task_object(row, row["queue_position"]) for row in rows]
+    data = [live_task_object(ctx, row, row["queue_position"]) for row in rows]
     return web.json_response(list_body(data, has_more))
 
 
@@ -45,7 +47,21 @@ async def list_tasks(
 @requires(RESPONSES_READ)
 async def get_task(request: web.Request, ctx: ServiceContext, principal: Principal) -> web.Response:
     row = await ctx.store.tasks.get(request.match_info["id"], principal.owner_filter())
-    return web.json_response(task_object(row, await ctx.store.tasks.queue_position(row)))
+    return web.json_response(live_task_object(ctx, row, await ctx.store.tasks.queue_position(row)))
+
+
+def live_task_object(ctx: ServiceContext, row: Any, queue_position: int | None) -> dict[str, Any]:
+    """The task object with what only the runner knows while the task runs: how far its
+    prompt has been read, and its prompt's length before the store has it."""
+    runner = ctx.runner
+    if runner is None or row["state"] != TaskState.RUNNING:
+        return task_object(row, queue_position)
+    return task_object(
+        row,
+        queue_position,
+        prompt_progress=runner.prompt_progress(row["id"]),
+        input_tokens=runner.input_tokens_of(row["id"]),
+    )
 
 
 @routes.get("/v1/tasks/{id}/events")

@@ -9,6 +9,7 @@ import pytest
 
 from lmsp_desktop.core.api.resource import build_response, task_object
 from lmsp_desktop.core.api.responses.request import parse_create
+from lmsp_desktop.core.engines.base import PromptProgress
 from lmsp_desktop.core.states import TaskState
 
 REQUIRED = {
@@ -180,7 +181,8 @@ def test_a_finished_response_without_tokens_still_reports_usage() -> None:
 
 def test_task_object_fields() -> None:
     task = task_object(
-        row("running", started_at=150.7, last_seq=9, output_tokens=4), queue_position=3
+        row("running", started_at=150.7, last_seq=9, input_tokens=5, output_tokens=4),
+        queue_position=3,
     )
     assert task == {
         "id": "resp_1",
@@ -196,6 +198,7 @@ def test_task_object_fields() -> None:
         "finished_at": None,
         "restarts": 0,
         "last_sequence_number": 9,
+        "input_tokens": 5,
         "output_tokens": 4,
         "error": None,
         "dropped_tools": [],
@@ -206,3 +209,16 @@ def test_task_object_fields() -> None:
         "stop_sequence": None,  # read without the column: no stop sequence ended it
     }
     assert task_object(row("queued"), 3)["queue_position"] == 3
+
+
+def test_a_running_tasks_prompt_read_shows_only_while_it_runs() -> None:
+    """The runner's figures (in memory) go into the task object: how far the prompt has been
+    read, and its length before the store has it."""
+    read = PromptProgress(total=2048, cached=64, processed=1024)
+    running = task_object(row("running", input_tokens=0), prompt_progress=read, input_tokens=2048)
+    assert running["prompt_progress"] == {"total": 2048, "cached": 64, "processed": 1024}
+    assert running["input_tokens"] == 2048
+    assert "prompt_progress" not in task_object(row("running", input_tokens=0))
+    # A report that comes as the task ends is not shown on an ended task.
+    ended = task_object(row("cancelled", input_tokens=0), prompt_progress=read)
+    assert "prompt_progress" not in ended and ended["input_tokens"] == 0

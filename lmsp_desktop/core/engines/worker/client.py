@@ -34,6 +34,7 @@ from lmsp_desktop.core.engines.base import (
     GenerationResult,
     LoadSettings,
     ProgressSink,
+    PromptProgress,
     TokenPiece,
     TokenSink,
 )
@@ -192,6 +193,10 @@ class WorkerModel:
             entry = self._pending.get(message[1])
             if entry is not None:
                 entry[0].deliver([TokenPiece(t, text) for t, text in message[2]])
+        elif kind == "prompt":
+            entry = self._pending.get(message[1])
+            if entry is not None:
+                entry[0].deliver_prompt(PromptProgress(*message[2:]))
         elif kind == "done":
             _gid, result, facts, last = message[1:]
             self._facts(facts)
@@ -302,7 +307,7 @@ class WorkerModel:
         fields = {
             f.name: getattr(request, f.name)
             for f in dataclasses.fields(request)
-            if f.name != "cancel"
+            if f.name not in ("cancel", "on_prompt")  # this process's own: not sent
         }
 
         def stop() -> None:

@@ -30,6 +30,7 @@ from lmsp_desktop.core.engines.base import (
     EngineError,
     GenerationRequest,
     GenerationResult,
+    PromptProgress,
     TokenPiece,
 )
 from lmsp_desktop.core.engines.worker.protocol import encode, receive
@@ -136,6 +137,12 @@ class Worker:
     async def generate(self, gid: int, fields: dict[str, Any]) -> None:
         request = GenerationRequest(**fields)
         self.requests[gid] = request
+
+        def prompt_read(progress: PromptProgress) -> None:
+            # Already throttled by the engine's channel (pump.ReportThrottle).
+            self.send("prompt", gid, progress.total, progress.cached, progress.processed)
+
+        request.on_prompt = prompt_read
 
         last: list[tuple[int, str]] = []
 

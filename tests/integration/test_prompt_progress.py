@@ -1,0 +1,145 @@
+"""A running task shows how far its prompt has been read: the real demo model in a real engine
+worker reads a ~2.4k-token prompt for seconds before its first token, and meanwhile
+GET /v1/tasks/{id}, the task list and `lmsp-desktop tasks` say how far it is (instead of
+"running, 0 tokens"), with the prompt's length as input_tokens; a cancel mid-read still stops
+it. A fresh service of its own, so the prompts meet an empty prefix cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lmsp_desktop.core.states import TERMINAL
+from tests.integration.serve_process import call, lmsp
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
+from tests.support.polling import until_sync
+
+# About 2,400 tokens of the demo model's vocabulary: several prompt chunks (n_batch 512).
+LONG_PROMPT = "".join(
+    f"Note {i}: the lighthouse keeper counted {i * 7} gulls and {i % 13} boats at dawn. "
+    for i in range(150)
+)
+READ_LIMIT_S = 600.0  # a bound on a hang on a loaded 2-core machine, not a timing assertion
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
+    running = LiveCore(tmp_path_factory.mktemp("prompt-progress"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def cli(live: LiveCore, *args: str) -> Any:
+    env_token = os.environ.pop("LMSP_TOKEN", None)  # the command makes its own admin token
+    try:
+        return lmsp(*args, data_dir=live.data_dir)
+    finally:
+        if env_token is not None:
+            os.environ["LMSP_TOKEN"] = env_token
+
+
+def submit(live: LiveCore, token: str, text: str, max_output_tokens: int = 3) -> str:
+    body = {
+        "model": MODEL,
+        "input": text,
+        "background": True,
+        "max_output_tokens": max_output_tokens,
+        "temperature": 0,
+    }
+    status, created = call(f"{live.url}/v1/responses", token, "POST", body)
+    assert status == 202, created
+    return str(created["id"])
+
+
+def task(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
+    status, body = call(f"{live.url}/v1/tasks/{task_id}", token)
+    assert status == 200, body
+    return body  # type: ignore[no-any-return]
+
+
+def listed(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
+    status, body = call(f"{live.url}/v1/tasks?state=running", token)
+    assert status == 200, body
+    return next((t for t in body["data"] if t["id"] == task_id), {})
+
+
+def test_the_task_object_shows_the_prompt_read_growing(live: LiveCore) -> None:
+    token = live.token(*USER_SCOPES)
+    task_id = submit(live, token, LONG_PROMPT + "Which note had the most boats?")
+
+    seen: list[dict[str, Any]] = []
+    in_list: list[dict[str, Any]] = []
+    deadline = time.monotonic() + READ_LIMIT_S
+    while True:
+        now = task(live, token, task_id)
+        seen.append(now)
+        if now.get("prompt_progress") and len(in_list) < 3:
+            entry = listed(live, token, task_id)
+            if entry.get("prompt_progress"):
+                in_list.append(entry)
+        if now["state"] in TERMINAL:
+            break
+        assert time.monotonic() < deadline, f"still {now['state']} after {READ_LIMIT_S} s"
+        time.sleep(0.02)
+
+    assert seen[-1]["state"] == "incomplete", seen[-1]  # its 3 tokens, after the whole read
+    status, response = call(f"{live.url}/v1/responses/{task_id}", token)
+    assert status == 200, response
+    prompt_tokens = response["usage"]["input_tokens"]
+    assert prompt_tokens > 2000, response["usage"]
+
+    reading = [s for s in seen if "prompt_progress" in s]
+    assert reading, "the task object never showed its prompt being read"
+    progress = [s["prompt_progress"] for s in reading]
+    # The length is right from the first report; the read grows chunk by chunk.
+    assert {p["total"] for p in progress} == {prompt_tokens}
+    assert all(s["input_tokens"] == prompt_tokens for s in reading)
+    processed = [p["processed"] for p in progress]
+    assert processed == sorted(processed), processed
+    assert len(set(processed)) >= 2 and max(processed) > min(processed), processed
+    assert all(p["cached"] <= p["processed"] < p["total"] for p in progress), progress
+    # Only while it reads: gone once output begins, and at the end.
+    assert all(s["state"] == "running" and s["output_tokens"] == 0 for s in reading)
+    assert all("prompt_progress" not in s for s in seen if s["output_tokens"] > 0)
+    assert "prompt_progress" not in seen[-1] and seen[-1]["input_tokens"] == prompt_tokens
+    # The task list says the same.
+    assert in_list, "GET /v1/tasks never showed the prompt being read"
+    assert all(t["prompt_progress"]["total"] == prompt_tokens for t in in_list)
+
+
+def test_the_command_shows_the_read_and_a_cancel_mid_read_stops_it(live: LiveCore) -> None:
+    token = live.token(*USER_SCOPES)
+    # Another text than the first test's, so that little of it is in the prefix cache.
+    task_id = submit(live, token, "Read this log. " + LONG_PROMPT.replace("Note", "Entry"), 50)
+
+    def underway() -> dict[str, Any] | None:
+        now = task(live, token, task_id)
+        assert now["output_tokens"] == 0, "the read ended before the test saw it"
+        progress = now.get("prompt_progress")
+        return progress if progress and progress["processed"] > progress["cached"] else None
+
+    until_sync(underway, READ_LIMIT_S, "the prompt read under way")
+
+    # `lmsp-desktop tasks` shows how far, in the tokens column.
+    shown = cli(live, "tasks")
+    assert shown.returncode == 0, shown.stderr
+    line = next(line for line in shown.stdout.splitlines() if line.startswith(task_id))
+    match = re.search(r"running +- +reading prompt ([\d,]+)/([\d,]+) \((\d+)%\)", line)
+    assert match, line
+    done, total = (int(group.replace(",", "")) for group in match.groups()[:2])
+    assert 0 < done < total and int(match.group(3)) == done * 100 // total
+
+    status, body = call(f"{live.url}/v1/tasks/{task_id}/cancel", token, "POST")
+    assert status == 200, body
+    ended = until_sync(
+        lambda: (t := task(live, token, task_id))["state"] in TERMINAL and t, 120, "the cancel"
+    )
+    assert ended["state"] == "cancelled" and ended["output_tokens"] == 0
+    assert "prompt_progress" not in ended
