@@ -54,7 +54,13 @@ from lmsp_desktop.core.storage.retention import purge_finished
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import Row
 from lmsp_desktop.core.upstreams.catalog import UpstreamCatalog
-from lmsp_desktop.core.views import RecoveryItem, RecoveryReport, TaskFilter, TaskRow
+from lmsp_desktop.core.views import (
+    PromptProgress,
+    RecoveryItem,
+    RecoveryReport,
+    TaskFilter,
+    TaskRow,
+)
 
 if TYPE_CHECKING:
     from lmsp_desktop.core.views import CoreListener
@@ -503,6 +509,9 @@ class Core(ClientCalls):
 
     def model_loaded_state(self, model_id: str) -> str:
         return self.runner.loaded_state(model_id)
+
+    def prompt_progress(self, task_id: str) -> PromptProgress | None:
+        return self.runner.prompt_progress(task_id)
 
     def model_idle_seconds_left(self, model_id: str) -> float | None:
         return self.runner.idle_seconds_left(model_id)

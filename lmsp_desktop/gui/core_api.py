@@ -18,7 +18,14 @@ from lmsp_desktop.core.crashes import CrashRecord
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.memory import ModelSettings, Plan
-from lmsp_desktop.core.views import CoreListener, Record, RecoveryReport, TaskFilter, TaskRow
+from lmsp_desktop.core.views import (
+    CoreListener,
+    PromptProgress,
+    Record,
+    RecoveryReport,
+    TaskFilter,
+    TaskRow,
+)
 
 __all__ = ["CoreApi", "CoreListener"]
 
@@ -78,6 +85,11 @@ class CoreApi(Protocol):
     ) -> list[TaskRow]: ...
 
     async def task_counts(self) -> dict[str, int]: ...
+
+    def prompt_progress(self, task_id: str) -> PromptProgress | None:
+        """How far a running task's prompt has been read, while it is (the runner's memory:
+        a dictionary look-up, cheap enough for a table cell's paint)."""
+        ...
 
     async def task(self, task_id: str) -> Record: ...
 

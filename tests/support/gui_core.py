@@ -40,7 +40,13 @@ from lmsp_desktop.core.storage import upstreams as upstream_store
 from lmsp_desktop.core.storage.recovery import last_report
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import NewTask, Row
-from lmsp_desktop.core.views import RecoveryItem, RecoveryReport, TaskFilter, TaskRow
+from lmsp_desktop.core.views import (
+    PromptProgress,
+    RecoveryItem,
+    RecoveryReport,
+    TaskFilter,
+    TaskRow,
+)
 from lmsp_desktop.gui.core_api import CoreApi, CoreListener
 
 
@@ -88,6 +94,8 @@ class FakeCore(ClientCalls):
     verify_state: str | None = None
     # Upstreams as the core's catalog would report them after a probe (name → status).
     upstreams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Prompt reads under way, as the runner would report them (task id → progress).
+    prompt_reads: dict[str, PromptProgress] = field(default_factory=dict)
 
     # -- news --------------------------------------------------------------------------
     def subscribe(self, listener: CoreListener) -> None:
@@ -153,6 +161,9 @@ class FakeCore(ClientCalls):
 
     async def task_counts(self) -> dict[str, int]:
         return await self.store.tasks.counts()
+
+    def prompt_progress(self, task_id: str) -> PromptProgress | None:
+        return self.prompt_reads.get(task_id)
 
     async def task(self, task_id: str) -> Row:
         return await self.store.tasks.get(task_id)

@@ -9,7 +9,13 @@ from typing import Any, ClassVar
 from PySide6.QtCore import QModelIndex, Qt, Signal
 
 from lmsp_desktop.core.states import CANCELLABLE, EventType, TaskState
-from lmsp_desktop.core.views import TaskChange, TaskFilter, TaskRow
+from lmsp_desktop.core.views import (
+    PromptProgress,
+    TaskChange,
+    TaskFilter,
+    TaskRow,
+    reading_prompt,
+)
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import (
@@ -64,7 +70,8 @@ class Role(IntEnum):
     TASK_ID = Qt.ItemDataRole.UserRole + 1
     STATE = Qt.ItemDataRole.UserRole + 2
     CANCELLABLE = Qt.ItemDataRole.UserRole + 3
-    PROGRESS = Qt.ItemDataRole.UserRole + 4  # a download's fraction on disk, else None
+    # A download's fraction on disk, a prompt's fraction read while it is read, else None.
+    PROGRESS = Qt.ItemDataRole.UserRole + 4
 
 
 class TaskTableModel(RowTableModel):
@@ -80,7 +87,8 @@ class TaskTableModel(RowTableModel):
         COL_ON_RESTART: "What happens to the task if the service restarts before it ends",
         COL_DURATION: "How long it has run; for a download, the time left while it runs; "
         "for a task ended by a restart, until its last event before the stop",
-        COL_TOKENS: "Output tokens generated so far; for a download, the bytes on disk",
+        COL_TOKENS: "Output tokens generated so far; while a running task's prompt is read, "
+        "how far; for a download, the bytes on disk",
         COL_TPS: "Output tokens per second; for a download, bytes per second",
     }
 
@@ -119,8 +127,18 @@ class TaskTableModel(RowTableModel):
         if role == Role.CANCELLABLE:
             return row.state in CANCELLABLE
         if role == Role.PROGRESS and col == COL_TOKENS:
+            reading = self._prompt_read(row)
+            if reading is not None:
+                return reading.processed / reading.total if reading.total else 0.0
             return row.download_fraction()
         return None
+
+    def _prompt_read(self, row: TaskRow) -> PromptProgress | None:
+        """How far a running task's prompt has been read while it is: asked of the core at
+        each paint (the tick repaints running rows every second), never stored."""
+        if row.state != TaskState.RUNNING or row.kind == "download":
+            return None
+        return self.core.prompt_progress(row.id)
 
     def _display(self, row: TaskRow, col: int) -> str:
         if col == COL_ID:
@@ -140,6 +158,9 @@ class TaskTableModel(RowTableModel):
         if col == COL_DURATION:
             return human_duration(row.duration())
         if col == COL_TOKENS:
+            reading = self._prompt_read(row)
+            if reading is not None:
+                return reading_prompt(reading.processed, reading.total)
             return str(row.output_tokens) if row.started_at is not None else "—"
         tps = speed(row)  # COL_TPS: the unit says which speed it is
         return f"{tps:.1f} tok/s" if tps is not None else "—"
@@ -170,6 +191,12 @@ class TaskTableModel(RowTableModel):
             return row.id
         if col in (COL_CLIENT, COL_MODEL):  # elided in a narrow window
             return self._display(row, col)
+        if col == COL_TOKENS and (reading := self._prompt_read(row)) is not None:
+            return (
+                f"The model is reading the prompt: {reading.total:,} tokens, "
+                f"{reading.cached:,} of them reused from the prompt cache. Output begins "
+                "once it is read."
+            )
         if col == COL_STATE and row.error:
             return f"{row.error.get('code')}: {row.error.get('message')}"
         if col == COL_STATE and row.state == TaskState.INCOMPLETE:
