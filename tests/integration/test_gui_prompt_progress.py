@@ -1,5 +1,5 @@
 """The task table says how far a running task's prompt has been read: the real window over a
-real core, the demo model reading a ~2.4k-token prompt in its engine worker. The Output cell
+real core, the demo model reading a 2k+-token prompt in its engine worker. The Output cell
 reads "reading prompt 1,024/2,412 (42%)" on a bar while the prompt is read, then the output
 tokens once they come."""
 

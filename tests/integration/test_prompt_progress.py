@@ -1,11 +1,13 @@
 """A running task shows how far its prompt has been read: the real demo model in a real engine
-worker reads a ~2.4k-token prompt for seconds before its first token, and meanwhile
+worker reads a ~3.4k-token prompt for seconds before its first token, and meanwhile
 GET /v1/tasks/{id}, the task list and `lmsp-desktop tasks` say how far it is (instead of
 "running, 0 tokens"), with the prompt's length as input_tokens; a cancel mid-read still stops
-it. A fresh service of its own, so the prompts meet an empty prefix cache."""
+it; a task waiting behind another's read shows its prompt's length with nothing read yet.
+A fresh service of its own, so the prompts meet an empty prefix cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -19,7 +21,7 @@ from tests.integration.serve_process import call, lmsp
 from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
 from tests.support.polling import until_sync
 
-# About 2,400 tokens of the demo model's vocabulary: several prompt chunks (n_batch 512).
+# About 3,400 tokens of the demo model's vocabulary: several prompt chunks (n_batch 512).
 LONG_PROMPT = "".join(
     f"Note {i}: the lighthouse keeper counted {i * 7} gulls and {i % 13} boats at dawn. "
     for i in range(150)
@@ -30,6 +32,9 @@ READ_LIMIT_S = 600.0  # a bound on a hang on a loaded 2-core machine, not a timi
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
     running = LiveCore(tmp_path_factory.mktemp("prompt-progress"))
+    # Two requests of the model run at once (LiveCore makes it one): the second one's prompt
+    # waits for the first one's read.
+    running.core.apply_settings(dataclasses.replace(running.core.settings, parallel_per_model=2))
     try:
         yield running
     finally:
@@ -62,6 +67,12 @@ def task(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
     status, body = call(f"{live.url}/v1/tasks/{task_id}", token)
     assert status == 200, body
     return body  # type: ignore[no-any-return]
+
+
+def end_of(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
+    return until_sync(
+        lambda: (t := task(live, token, task_id))["state"] in TERMINAL and t, 120, "its end"
+    )
 
 
 def listed(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
@@ -114,32 +125,62 @@ def test_the_task_object_shows_the_prompt_read_growing(live: LiveCore) -> None:
     assert all(t["prompt_progress"]["total"] == prompt_tokens for t in in_list)
 
 
-def test_the_command_shows_the_read_and_a_cancel_mid_read_stops_it(live: LiveCore) -> None:
+def test_the_command_and_a_task_waiting_behind_show_the_read_and_a_cancel_stops_it(
+    live: LiveCore,
+) -> None:
     token = live.token(*USER_SCOPES)
-    # Another text than the first test's, so that little of it is in the prefix cache.
-    task_id = submit(live, token, "Read this log. " + LONG_PROMPT.replace("Note", "Entry"), 50)
+    # Two long prompts at once (other texts than the first test's: little is cached). One is
+    # read first (first come, first read), the other waits for its last chunk.
+    texts = (
+        "Read this log. " + LONG_PROMPT.replace("Note", "Entry"),
+        "Read this list. " + LONG_PROMPT.replace("Note", "Item"),
+    )
+    ids = [submit(live, token, text, 50) for text in texts]
 
-    def underway() -> dict[str, Any] | None:
+    def progress_of(task_id: str) -> dict[str, Any] | None:
         now = task(live, token, task_id)
-        assert now["output_tokens"] == 0, "the read ended before the test saw it"
-        progress = now.get("prompt_progress")
-        return progress if progress and progress["processed"] > progress["cached"] else None
+        assert now["output_tokens"] == 0, "a read ended before the test saw the other wait"
+        return now.get("prompt_progress")
 
-    until_sync(underway, READ_LIMIT_S, "the prompt read under way")
+    def first_read() -> str | None:
+        for task_id in ids:
+            progress = progress_of(task_id)
+            if progress and progress["processed"] > progress["cached"]:
+                return task_id
+        return None
 
-    # `lmsp-desktop tasks` shows how far, in the tokens column.
+    reader = until_sync(first_read, READ_LIMIT_S, "a prompt read under way")
+    [behind] = [task_id for task_id in ids if task_id != reader]
+
+    def waiting() -> dict[str, Any] | None:
+        assert first_read() == reader, "the first read ended before the other task showed"
+        return progress_of(behind)
+
+    # The waiting task is running and says its prompt's length with nothing read yet, not
+    # "0 tokens" alone.
+    waits = until_sync(waiting, READ_LIMIT_S, "the waiting task's prompt length")
+    assert waits["total"] > 2000 and waits["processed"] == waits["cached"] < waits["total"]
+    second = task(live, token, behind)
+    assert second["state"] == "running" and second["input_tokens"] == waits["total"]
+
+    # `lmsp-desktop tasks` shows how far each is, in the tokens column.
     shown = cli(live, "tasks")
     assert shown.returncode == 0, shown.stderr
-    line = next(line for line in shown.stdout.splitlines() if line.startswith(task_id))
-    match = re.search(r"running +- +reading prompt ([\d,]+)/([\d,]+) \((\d+)%\)", line)
-    assert match, line
-    done, total = (int(group.replace(",", "")) for group in match.groups()[:2])
-    assert 0 < done < total and int(match.group(3)) == done * 100 // total
+    lines = {line.split()[0]: line for line in shown.stdout.splitlines()}
+    pattern = re.compile(r"running +- +reading prompt ([\d,]+)/([\d,]+) \((\d+)%\)")
+    for task_id in ids:
+        match = pattern.search(lines[task_id])
+        assert match, lines[task_id]
+        done, total = (int(group.replace(",", "")) for group in match.groups()[:2])
+        assert done < total and int(match.group(3)) == done * 100 // total
+        if task_id == reader:
+            assert done > 0, lines[task_id]
 
-    status, body = call(f"{live.url}/v1/tasks/{task_id}/cancel", token, "POST")
-    assert status == 200, body
-    ended = until_sync(
-        lambda: (t := task(live, token, task_id))["state"] in TERMINAL and t, 120, "the cancel"
-    )
-    assert ended["state"] == "cancelled" and ended["output_tokens"] == 0
-    assert "prompt_progress" not in ended
+    # A cancel mid-read stops both, the waiting one and the one being read.
+    for task_id in ids:
+        status, body = call(f"{live.url}/v1/tasks/{task_id}/cancel", token, "POST")
+        assert status == 200, body
+    for task_id in ids:
+        ended = end_of(live, token, task_id)
+        assert ended["state"] == "cancelled" and ended["output_tokens"] == 0
+        assert "prompt_progress" not in ended
