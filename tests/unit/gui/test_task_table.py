@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from lmsp_desktop.core.states import TaskState
-from lmsp_desktop.core.views import TaskFilter
+from lmsp_desktop.core.views import PromptProgress, TaskChange, TaskFilter
 from lmsp_desktop.gui import data
 from lmsp_desktop.gui.aio import spawn
 from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
-from lmsp_desktop.gui.models.task_table import COL_STATE, COL_TOKENS, Role, TaskTableModel
+from lmsp_desktop.gui.models.task_table import (
+    COL_DURATION,
+    COL_STATE,
+    COL_TOKENS,
+    Role,
+    TaskTableModel,
+)
 from tests.support.polling import until
 from tests.unit.gui.helpers import make_task, run_task
 
@@ -148,3 +155,29 @@ async def test_the_id_column_tells_apart_tasks_made_in_the_same_millisecond(
     assert {model.data(model.index(r, 0), Role.TASK_ID) for r in range(40)} == made
     shown = {model.index(r, COL_ID).data() for r in range(40)}
     assert len(shown) == 40
+
+
+async def test_a_running_tasks_output_cell_shows_its_prompt_read_until_output(store, core):
+    """While the core says a running task's prompt is being read, its Output cell says how
+    far, on a bar, and the clock's tick repaints it as the read moves; then its tokens."""
+    task_id = await make_task(store)
+    await store.tasks.mark_running(task_id)
+    model = TaskTableModel(core)
+    await model.reload()
+    cell = model.index(0, COL_TOKENS)
+    assert model.data(cell) == "0"
+    core.prompt_reads[task_id] = PromptProgress(total=8192, cached=512, processed=3072)
+    repainted: list[tuple[int, int]] = []
+    model.dataChanged.connect(lambda top, bottom, *_: repainted.append((top.row(), top.column())))
+    model.tick()
+    assert (0, COL_DURATION) in repainted  # the tick's range covers Duration..Speed
+    assert model.data(cell) == "reading prompt 3,072/8,192 (37%)"
+    assert model.data(cell, Role.PROGRESS) == 3072 / 8192
+    assert "8,192 tokens, 512 of them reused" in model.data(cell, Qt.ItemDataRole.ToolTipRole)
+    # Output has begun: the runner forgets the read, the cell counts tokens again.
+    del core.prompt_reads[task_id]
+    await run_task(store, task_id, ["Once", " upon"], finish=False)
+    row = await store.tasks.get(task_id)
+    change = TaskChange(task_id, TaskState(row["state"]), row["last_seq"], row["model"])
+    await model.apply_changes({task_id: change})
+    assert model.data(cell) == "2" and model.data(cell, Role.PROGRESS) is None
