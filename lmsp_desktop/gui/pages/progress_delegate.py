@@ -41,5 +41,7 @@ class ProgressBarDelegate(QStyledItemDelegate):
         bar.progress = int(fraction * 1000)
         bar.text = str(index.data(Qt.ItemDataRole.DisplayRole))
         bar.textVisible = True
-        bar.state = option.state
+        # Qt 6's option has no orientation of its own: without this flag, Fusion paints a
+        # vertical bar rising from the cell's bottom edge.
+        bar.state = option.state | QStyle.StateFlag.State_Horizontal
         style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter, widget)
