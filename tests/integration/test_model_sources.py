@@ -335,6 +335,45 @@ async def test_an_ollama_blob_tagged_twice_answers_to_each_tag_and_each_tag_foll
     assert await reg.path_for_run("smollm2:latest") == blob
 
 
+async def test_a_name_without_a_tag_is_its_latest_tag_on_every_api(
+    store: Store, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ollama reads `smollm2` as `smollm2:latest`, and so does the registry, for every API
+    (an OpenAI client sends the bare name Open WebUI showed): the blob tagged `latest` beside
+    `135m` is found by `smollm2`, the second time from memory (B1). A name whose model is
+    here only under other tags answers a 404 naming them."""
+    stores.add_ollama_model(home, "smollm2", "latest")
+    stores.add_ollama_model(home, "smollm2", "135m")
+    stores.add_ollama_model(home, "qwen2.5", "7b", padded(tmp_path, 32))
+    stores.add_ollama_model(home, "qwen2.5", "14b", padded(tmp_path, 64))
+    reg = registry(store, ("ollama",))
+    await reg.scan()
+    assert (await reg.get("smollm2")).id == OLLAMA_ID
+    assert await reg.path_for_run("SmolLM2") == (await reg.get(OLLAMA_ID)).path
+    reads = 0
+    fetchone = store.db.fetchone
+
+    async def counted(sql: str, params: Any = ()) -> Any:
+        nonlocal reads
+        reads += 1
+        return await fetchone(sql, params)
+
+    monkeypatch.setattr(store.db, "fetchone", counted)
+    assert (await reg.get("smollm2")).id == OLLAMA_ID
+    assert reads == 0
+    for name in ("qwen2.5", "qwen2.5:latest", "qwen2.5:3b"):
+        with pytest.raises(LmspError) as missing:
+            await reg.get(name)
+        assert missing.value.code == "model_not_found"
+        assert "This service has qwen2.5:14b, qwen2.5:7b: ask for one of them by its name" in (
+            missing.value.message
+        ), missing.value.message
+        assert ("means qwen2.5:latest" in missing.value.message) == (name == "qwen2.5")
+    with pytest.raises(LmspError) as missing:
+        await reg.get("tiny:1b")
+    assert "This service has" not in missing.value.message, missing.value.message
+
+
 async def test_an_unknown_name_looks_in_the_stores_again_at_most_once_a_while(
     store: Store, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -91,9 +91,14 @@ def test_an_ollama_blob_tagged_twice_answers_to_each_tag_on_every_api(
         ("/api/chat", "smollm2:135m"),
         ("/v1/chat/completions", "smollm2:latest"),
         ("/v1/chat/completions", "smollm2:135m"),
+        ("/v1/chat/completions", "smollm2"),  # no tag means `:latest` here too, as in Ollama
+        ("/v1/messages", "smollm2"),
     ):
         status, body = chat(live, token, route, model)
         assert status == 200, (route, model, body)
+    status, body = chat(live, token, "/v1/chat/completions", "smollm2:7b")
+    assert status == 404, body
+    assert "This service has smollm2:135m, smollm2:latest" in body["error"]["message"], body
     assert verified(live, token)["smollm2:135m"]["aliases"] == ["smollm2:latest"]
 
     newer = padded_cut(tmp_path, 32)

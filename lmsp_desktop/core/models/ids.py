@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Container
+from collections.abc import Container, Sequence
 
 from lmsp_desktop.core.errors import LmspError, not_found
 
@@ -63,10 +63,18 @@ def unique_model_id(base: str, taken: Container[str]) -> str:
     return f"{base}-{n}"
 
 
-def model_not_found(model_id: object) -> LmspError:
+def model_not_found(model_id: object, tags: Sequence[str] = ()) -> LmspError:
+    """404 for a name no model has; `tags`: the names of the models with the same name and
+    another tag (asked for `qwen2.5`, this service's `qwen2.5:7b`), said first."""
     shown = model_id if is_valid_model_id(model_id) else "(an invalid id)"
+    has = ""
+    if tags and isinstance(model_id, str):
+        which = "it by that name" if len(tags) == 1 else "one of them by its name"
+        latest = ":" not in model_id.rpartition("/")[2]
+        why = f" (a name without a tag means {model_id}:latest, as in Ollama)" if latest else ""
+        has = f" This service has {', '.join(tags)}: ask for {which}{why}."
     return not_found(
-        f"There is no model {shown!s}. List the available models with GET /v1/models "
+        f"There is no model {shown!s}.{has} List the available models with GET /v1/models "
         "and use one of their ids. A model file just added is found by the next lookup a few "
         "seconds on, or at once after `lmsp-desktop models rescan` (the Models page's Rescan).",
         code="model_not_found",

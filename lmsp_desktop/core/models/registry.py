@@ -44,6 +44,7 @@ T = TypeVar("T")
 # again when the last scan began this long ago: a model pulled with the ollama CLI meanwhile
 # answers at once, as in Ollama; a scan that finds nothing new costs 5-30 ms (B20).
 RESCAN_AFTER_S = 2.0
+LATEST = ":latest"
 
 # The row an alias names (a missing row's stale alias last).
 ALIAS_ROW = (
@@ -169,7 +170,7 @@ class ModelRegistry(ModelScanning, ModelHashing):
         if row is None or not self._listed(row):
             if self.upstreams is not None and "/" in model_id:
                 self.upstreams.info(model_id)  # says which upstream is missing
-            raise model_not_found(model_id)
+            raise model_not_found(model_id, await self._other_tags(model_id))
         info = ModelInfo.from_row(row, hashing=hashing)
         if self._rows.get(model_id) is row:
             self._infos[model_id] = (row, self.sources, self.folders, hashing, info)
@@ -179,12 +180,32 @@ class ModelRegistry(ModelScanning, ModelHashing):
         """The row of the model `model_id` names: its id, else one of its aliases (the other
         tags of an Ollama blob: `smollm2:latest` of `smollm2:135m`)."""
         generation = self._rows_generation
-        row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (model_id,))
-        if row is None:
-            row = await self.db.fetchone(ALIAS_ROW, (model_id,))
+        row = await self._row_named(model_id)
+        if row is None and ":" not in model_id.rpartition("/")[2]:
+            # No tag means `:latest`, as in Ollama, on every API: `smollm2` is the model
+            # tagged `smollm2:latest` (an id or an alias) when no model's id is `smollm2`.
+            # Kept under the name asked, so the next lookup of it is a dict hit (B1).
+            row = await self._row_named(model_id + LATEST)
         if row is not None and generation == self._rows_generation:
             self._rows[model_id] = row
         return row
+
+    async def _row_named(self, name: str) -> sqlite3.Row | None:
+        row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (name,))
+        if row is None:
+            row = await self.db.fetchone(ALIAS_ROW, (name,))
+        return row
+
+    async def _other_tags(self, model_id: str) -> builtins.list[str]:
+        """The names of the models listed here with `model_id`'s name and another tag (asked
+        for `qwen2.5`, the store's `qwen2.5:7b`), for its 404. Read only on the way to one."""
+        base = model_id.rpartition(":")[0] if ":" in model_id.rpartition("/")[2] else model_id
+        return sorted(
+            name
+            for info in await self.list_models()
+            for name in info.names
+            if name.startswith(base + ":") and name != model_id
+        )
 
     async def path_for_run(self, model_id: str) -> Path:
         """The file to load for `model_id`, after checking it is still the verified file.
