@@ -24,9 +24,10 @@ from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.engines.base import ALL_LAYERS, KV_TYPES
 from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
-from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.models.info import ModelInfo, name_text
 from lmsp_desktop.core.models.memory import AUTO_CONTEXT_RULE, ModelSettings, gib
 from lmsp_desktop.core.models.registry import ModelRegistry
+from lmsp_desktop.core.models.sources import SOURCE_LABELS
 from lmsp_desktop.core.storage import model_settings as stored
 from lmsp_desktop.core.storage.store import Store
 
@@ -236,6 +237,12 @@ async def _row(fitter: ModelFitter, store: Store, info: ModelInfo) -> dict[str, 
     wanted = await stored.get_settings(store.db, info.id)
     row: dict[str, Any] = {
         "id": info.id,
+        # The other names its store gives the file (`smollm2:latest` beside `smollm2:135m`),
+        # each of which runs it, where it was found and the file, as GET /v1/models and the
+        # Models page say.
+        "aliases": info.aliases,
+        "source": info.source,
+        "path": str(info.path),
         "state": info.state,
         "quantization": info.quantization,
         "size_bytes": info.size_bytes,
@@ -281,13 +288,25 @@ def _print(rows: list[dict[str, Any]]) -> None:
     if not rows:
         print("No local models yet. Add a folder with `lmsp-desktop serve --models-dir DIR`.")
         return
-    header = ["NAME", "STATE", "CONTEXT", "TRAINED", "PARALLEL", "KV", "GPU", "MEMORY", "FIT"]
+    header = [
+        "NAME",
+        "SOURCE",
+        "STATE",
+        "CONTEXT",
+        "TRAINED",
+        "PARALLEL",
+        "KV",
+        "GPU",
+        "MEMORY",
+        "FIT",
+    ]
     table = [header]
     for r in rows:
         s = r["settings"]
         table.append(
             [
-                r["id"],
+                name_text(r["id"], r["aliases"]),
+                SOURCE_LABELS.get(r["source"], r["source"]),
                 r["state"],
                 f"{r.get('context_length', '-')} ({s['context']})",
                 str(r["trained_context_length"] or "-"),

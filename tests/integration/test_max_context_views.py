@@ -28,8 +28,8 @@ def test_models_list_and_the_too_long_hint_follow_the_running_services_cap(
     try:
         listed = lmsp("models", "list", data_dir=data)
         assert listed.returncode == 0, listed.stderr
-        # NAME STATE CONTEXT (setting) ...: what the running service loads it with.
-        assert demo_row(listed.stdout)[2:4] == ["2048", "(auto)"], listed.stdout
+        # NAME SOURCE STATE CONTEXT (setting) ...: what the running service loads it with.
+        assert demo_row(listed.stdout)[3:5] == ["2048", "(auto)"], listed.stdout
         assert "started with --max-context 2048" in listed.stderr, listed.stderr
         _status, served = call(f"{process.url}/v1/models/{DEMO}", token)
         assert served["context_length"] == 2048  # the same figure as the service's own
@@ -77,5 +77,5 @@ def test_models_list_and_the_too_long_hint_follow_the_running_services_cap(
         process.terminate()
     # No service runs: the stored settings are what the next start uses.
     listed = lmsp("models", "list", data_dir=data)
-    assert demo_row(listed.stdout)[2:4] == ["2048", "(2048)"], listed.stdout
+    assert demo_row(listed.stdout)[3:5] == ["2048", "(2048)"], listed.stdout
     assert "--max-context" not in listed.stderr

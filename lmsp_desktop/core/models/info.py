@@ -27,6 +27,22 @@ INVALID = "invalid"
 API_LOADED_STATES = ("unloaded", "loading", "loaded")
 
 
+def short_alias(model_id: str, alias: str) -> str:
+    """An alias as its tag alone (":latest") where it names the same model as `model_id`
+    (Ollama's `smollm2:latest` beside `smollm2:135m`), else whole."""
+    name, colon, _ = model_id.rpartition(":")
+    if colon and alias.startswith(f"{name}:"):
+        return alias[len(name) :]
+    return alias
+
+
+def name_text(model_id: str, aliases: list[str]) -> str:
+    """`smollm2:135m (also :latest)`: a model's id and its other names (ModelInfo.name_text)."""
+    if not aliases:
+        return model_id
+    return f"{model_id} (also {', '.join(short_alias(model_id, a) for a in aliases)})"
+
+
 def source_of(model_id: str, meta: dict[str, Any] | str | None) -> str:
     """Where a local model was found: folder, lmstudio, ollama, huggingface or demo."""
     if isinstance(meta, str):
@@ -87,6 +103,14 @@ class ModelInfo:
     def names(self) -> list[str]:
         """Its id, then its aliases."""
         return [self.id, *self.aliases]
+
+    @property
+    def name_text(self) -> str:
+        """Its id and, for a file its store tags twice, its other names (`smollm2:135m (also
+        :latest)`), as the Models page and `lmsp-desktop models list` show it: `ollama list`
+        shows each tag, and each runs the model, so a user who knows it as `smollm2:latest`
+        finds it there too."""
+        return name_text(self.id, self.aliases)
 
     @property
     def published_digest(self) -> str | None:

@@ -308,23 +308,10 @@ class ModelTableModel(RowTableModel):
                 self.dataChanged.emit(self.index(row, col), self.index(row, col))
 
 
-def short_alias(model_id: str, alias: str) -> str:
-    """An alias as its tag alone (":latest") where it names the same model as `model_id`
-    (Ollama's `smollm2:latest` beside `smollm2:135m`), else whole."""
-    name, colon, _ = model_id.rpartition(":")
-    if colon and alias.startswith(f"{name}:"):
-        return alias[len(name) :]
-    return alias
-
-
 def name_text(info: ModelInfo) -> str:
-    """The Name cell: the model's id and, for a file its store tags twice, its other names
-    (`smollm2:135m (also :latest)`): `ollama list` shows each tag, and each runs the model,
-    so a user who knows it as `smollm2:latest` finds it here too."""
-    aliases = info.aliases
-    if not aliases:
-        return str(info.id)
-    return f"{info.id} (also {', '.join(short_alias(info.id, a) for a in aliases)})"
+    """The Name cell: `smollm2:135m (also :latest)` (ModelInfo.name_text, as `lmsp-desktop
+    models list` shows it too)."""
+    return info.name_text
 
 
 def name_tooltip(info: ModelInfo) -> str:
