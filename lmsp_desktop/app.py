@@ -34,7 +34,7 @@ from lmsp_desktop.core.models.digest_cache import DigestCache
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.machine import resident_memory
-from lmsp_desktop.core.models.memory import ModelSettings, Plan, one_context
+from lmsp_desktop.core.models.memory import FlagCap, ModelSettings, Plan, one_context
 from lmsp_desktop.core.models.memory import plan as plan_load
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
@@ -339,7 +339,9 @@ class Core(ClientCalls):
             host=stored.host if self._flag_host is None else self._flag_host,
             port=stored.port if self._flag_port is None else self._flag_port,
             max_context=(
-                stored.max_context if self._flag_max_context is None else self._flag_max_context
+                stored.max_context
+                if self._flag_max_context is None
+                else FlagCap(self._flag_max_context)  # the 400's advice names the flag
             ),
             model_dirs=[*stored.model_dirs, *flag_dirs],
             disabled_sources=[*stored.disabled_sources, *off],

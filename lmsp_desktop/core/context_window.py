@@ -328,8 +328,14 @@ def context_exceeded(
         # The usual case with agents (Claude Code's first prompt is ~20k tokens): the model
         # could take more, the service runs it with less to spare memory, or the user's cap.
         wanted = min(trained, 1 << max(count, 1).bit_length())
+        # A cap this run's `--max-context` flag set (core.models.memory.FlagCap) is not moved
+        # by Settings while the flag is given: the advice is the flag's.
+        from_flag = bool(getattr(cap, "from_flag", False))
         raise_cap = (
-            f"raise Max context to {wanted} or more (Settings; for a service started with "
+            f"start the service (or the window) again with `--max-context {wanted}` or more "
+            "(Max context in Settings does not apply while the flag is given)"
+            if from_flag
+            else f"raise Max context to {wanted} or more (Settings; for a service started with "
             f"`lmsp-desktop serve --max-context N`, restart it with `--max-context {wanted}`)"
         )
         ways = []
@@ -348,7 +354,11 @@ def context_exceeded(
         if 0 < own < wanted:
             holders.append(f"its own context setting is {own}")
         if capped:
-            holders.append(f"Max context caps every model at {cap}")
+            holders.append(
+                f"this run's `--max-context {cap}` caps every model at {cap}"
+                if from_flag
+                else f"Max context caps every model at {cap}"
+            )
         held = " and ".join(holders)
         how += (
             f". The model was trained for {trained} tokens"

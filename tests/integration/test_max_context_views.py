@@ -2,7 +2,8 @@
 run beside it shows the context the running service uses (the flag, not the stored
 setting it would otherwise read), and a prompt too long for the capped context is told to
 raise the cap, not to `models set --context`, which the cap clamps (review of 46763e6),
-and, once the model's own setting is at the cap too, to change both."""
+and, once the model's own setting is at the cap too, to change both; the cap named as the
+run's flag, not Settings' Max context, which cannot move it while the flag is given."""
 
 from __future__ import annotations
 
@@ -39,8 +40,11 @@ def test_models_list_and_the_too_long_hint_follow_the_running_services_cap(
         assert status == 400, refused
         message = refused["error"]["message"]
         assert refused["error"]["code"] == "context_length_exceeded", refused
-        assert "holds 2048" in message and "Max context caps every model at 2048" in message
-        assert "--max-context 4096" in message, message
+        assert "holds 2048" in message, message
+        # The flag holds it, not Settings: raising Max context there cannot help this run.
+        assert "this run's `--max-context 2048` caps every model at 2048" in message, message
+        assert "again with `--max-context 4096` or more" in message, message
+        assert "raise Max context" not in message, message
         assert "models set" not in message, message  # clamped by the cap: it would not help
         assert 'send `truncation: "auto"`' in message, message  # Responses takes it
         # Anthropic's and Ollama's clients cannot send `truncation`: not suggested to them
@@ -68,8 +72,9 @@ def test_models_list_and_the_too_long_hint_follow_the_running_services_cap(
         status, refused = call(f"{process.url}/v1/responses", token, "POST", body)
         assert status == 400, refused
         message = refused["error"]["message"]
-        assert "its own context setting is 2048 and Max context caps every model at 2048" in (
-            message
+        assert (
+            "its own context setting is 2048 and this run's `--max-context 2048` caps every "
+            "model at 2048" in message
         ), message
         assert f"`lmsp-desktop models set {DEMO} --context 4096`" in message, message
         assert "--max-context 4096" in message, message

@@ -38,6 +38,17 @@ MIN_CONTEXT = 2048
 SMALLEST_CONTEXT = MIN_CONTEXT // 8
 CONTEXT_STEP = 256  # llama.cpp pads each KV stream to 256 cells
 FALLBACK_CONTEXT = 4096  # a header that does not say
+
+
+class FlagCap(int):
+    """A Max context this run took from its `--max-context` flag, not from Settings: an int
+    like any cap, which also says where it came from to the words that tell the user how to
+    raise it (context_window.context_exceeded's 400): saving another Max context in Settings
+    does not move it while the flag is given."""
+
+    from_flag = True
+
+
 # Bytes per cache element: f16 2; q8_0 blocks of 32 values in 34 bytes.
 KV_BYTES: dict[str, float] = {"f16": 2.0, "q8_0": 34 / 32}
 # Sliding-window layers of architectures whose header does not mark them (as llama.cpp's

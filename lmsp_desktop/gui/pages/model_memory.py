@@ -227,6 +227,27 @@ class ModelMemoryPanel(QGroupBox):
             top = auto_context_top(decided.trained_context, cap)
         self.context.setSpecialValueText(f"auto (up to {top:,})")
 
+    def _cap_note(self, decided: Plan) -> str:
+        """Why the context is less than the model's setting (or than auto would give it),
+        where Max context holds it: the cap, and where it comes from. A `--max-context` flag
+        of this run wins over Settings' Max context (and is never saved): a user who saved
+        16,384 here and sees 4,096 is told which to change."""
+        cap = self.core.settings.max_context
+        own = decided.own_context or 0
+        wanted = own or decided.trained_context or 0
+        if cap <= 0 or decided.context_length < cap or wanted <= cap:
+            return ""
+        flag = self.core.command_line.get("max_context")
+        if flag is None:
+            return f".\nAt most {cap:,} tokens: Max context in Settings caps every model."
+        note = (
+            f".\nAt most {cap:,} tokens: this run was started with `{flag}`, which caps every "
+            "model (Max context in Settings does not apply while it is given)"
+        )
+        if own > cap:
+            note += f"; the {own:,} saved here applies in a run without it"
+        return note + "."
+
     def show_plan(self, decided: Plan | None) -> None:
         self.last_plan = decided
         self._show_auto(decided)
@@ -241,7 +262,7 @@ class ModelMemoryPanel(QGroupBox):
             f"{decided.context_length:,} tokens per request"
             + (f" (trained {trained:,})" if trained else "")
             + f", {decided.settings.parallel} at once, {decided.settings.kv_type} KV cache, "
-            f"{gpu} on the GPU"
+            f"{gpu} on the GPU" + self._cap_note(decided)
         )
         colour, word = VERDICTS[decided.fit]
         cost = decided.estimate

@@ -6,6 +6,7 @@ says to raise the cap; where the model's own setting holds it too, the hint name
 from __future__ import annotations
 
 from lmsp_desktop.core.context_window import context_exceeded
+from lmsp_desktop.core.models.memory import FlagCap
 
 
 class Model:
@@ -61,3 +62,18 @@ def test_a_setting_the_raised_cap_would_still_clamp_is_named_too() -> None:
     # Set to 8192: the cap alone holds it.
     message = hint(3500, 2048, 2048, own=8192)
     assert "models set" not in message and "raise Max context to 4096" in message
+
+
+def test_a_cap_the_command_lines_flag_set_is_raised_with_the_flag() -> None:
+    """A window or service started with `--max-context 4096`: raising Max context in
+    Settings cannot help while the flag is given (the flag wins for the run), so the hint
+    names the flag as what holds the model and says to start again with a larger one."""
+    message = hint(5000, 4096, FlagCap(4096))
+    assert "this run's `--max-context 4096` caps every model at 4096" in message, message
+    assert "again with `--max-context 8192` or more" in message, message
+    assert "raise Max context" not in message, message
+    assert "Max context in Settings does not apply while the flag is given" in message
+    # Its own setting at the cap too: both named, the flag as the cap's origin.
+    message = hint(5000, 4096, FlagCap(4096), own=4096)
+    assert "its own context setting is 4096 and this run's `--max-context 4096`" in message
+    assert "--context 8192" in message and "again with `--max-context 8192`" in message
