@@ -374,6 +374,28 @@ async def test_a_name_without_a_tag_is_its_latest_tag_on_every_api(
     assert "This service has" not in missing.value.message, missing.value.message
 
 
+async def test_a_file_changed_under_a_tag_is_marked_changed_whichever_name_ran_it(
+    store: Store, home: Path, tmp_path: Path
+) -> None:
+    """A run by another tag of the blob (`smollm2:latest`) or by the bare name finds the file
+    changed since it was verified: the model itself is marked changed (the Models page and
+    every later create see it), not a row named as the request was, which none is."""
+    for name in ("smollm2:latest", "smollm2"):
+        blob = padded(tmp_path, 16 + len(name))
+        stores.add_ollama_model(home, "smollm2", "135m", blob)
+        stored = stores.add_ollama_model(home, "smollm2", "latest", blob)
+        reg = registry(store, ("ollama",))
+        await reg.scan()
+        assert await reg.path_for_run(name) == stored
+        with stored.open("ab") as f:  # a copy of the demo (padded), never the demo itself
+            f.write(b"\0")
+        with pytest.raises(LmspError) as refused:
+            await reg.path_for_run(name)
+        assert refused.value.code == "model_changed", refused.value.code
+        assert (await reg.get(OLLAMA_ID)).state == "changed"
+        await reg.verify(OLLAMA_ID, accept_new=True)  # the next round starts from verified
+
+
 async def test_an_unknown_name_looks_in_the_stores_again_at_most_once_a_while(
     store: Store, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

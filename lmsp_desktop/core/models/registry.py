@@ -219,11 +219,11 @@ class ModelRegistry(ModelScanning, ModelHashing):
             raise messages.not_runnable(info)
         st = await asyncio.to_thread(stat_file, info.path)
         if st is None:
-            await self._set_state(model_id, MISSING)
+            await self._set_state(info.id, MISSING)  # the model's, not the name asked
             info.state = MISSING
             raise messages.not_runnable(info)
         if st.st_size != info.size_bytes or st.st_mtime_ns != info.mtime_ns:
-            await self._set_state(model_id, CHANGED)
+            await self._set_state(info.id, CHANGED)
             info.state = CHANGED
             raise messages.not_runnable(info)
         return info.path
