@@ -43,6 +43,7 @@ from lmsp_desktop.core.storage.events import to_json
 from lmsp_desktop.core.storage.recovery import recover_after_crash
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskStore, finishing
+from lmsp_desktop.core.storage.transitions import first_tokens
 from lmsp_desktop.core.tool_output import CallingOutput
 from lmsp_desktop.core.tools.grammars import max_calls
 from lmsp_desktop.core.tools.plan import plan_output
@@ -252,6 +253,11 @@ class Runner:
         engine said, once output has begun, and for tasks not running here)."""
         return self._prompts.get(task_id) if task_id in self._reading else None
 
+    def first_token_at(self, task_id: str) -> float | None:
+        """When a running generation's first output token came (its current run's), None
+        before it; the task's end stores it (transitions.first_tokens)."""
+        return first_tokens.get(task_id)
+
     def input_tokens_of(self, task_id: str) -> int | None:
         """A running generation's prompt length as soon as the engine knows it (the store
         has it with the first output commit)."""
@@ -395,6 +401,7 @@ class Runner:
             else:
                 await self._generate(task_id, loaded, resuming)
         finally:
+            first_tokens.pop(task_id, None)  # its end, if any, has stored it
             slot.busy -= 1
             slot.last_used = time.monotonic()
             keep_alive = json.loads(row["request"]).get("keep_alive_s")
@@ -459,6 +466,8 @@ class Runner:
         async def sink(pieces: list[TokenPiece]) -> bool:
             nonlocal stopped
             self._reading.discard(task_id)  # output has begun: the prompt is read
+            if pieces and task_id not in first_tokens:  # its first token (the Speed's start)
+                first_tokens[task_id] = time.time()
             if stops.stops:
                 pieces, deltas, stopped = through_stops(stops, pieces)
             else:

@@ -221,6 +221,15 @@ ALTER TABLE task_events_appended RENAME TO task_events;
 CREATE UNIQUE INDEX task_events_by_task ON task_events(task_id, seq);
 """
 
+# When a task's output began (its first output token, epoch seconds like started_at): the
+# runner knows it in memory while the task runs and the move that ends the task stores it
+# (transitions.first_tokens), so the window's Speed is the generation's rate, not one that
+# counts the prompt's read (a 6k-token prompt read for 86 s made 21 tok/s show as 0.3).
+# NULL: not known (tasks stored before, ended by the recovery, or before any output).
+SCHEMA_V11_FIRST_TOKEN = """
+ALTER TABLE tasks ADD COLUMN first_token_at REAL;
+"""
+
 # The writer connection's own count of each model's queued tasks, rebuilt at every open and
 # kept by TEMP triggers (they fire for the writer's statements only, and only the writer
 # writes tasks): a new task's queue position is its model's count, one key read, instead of
@@ -264,5 +273,6 @@ MIGRATIONS: list[str] = [
     SCHEMA_V8_EMBEDDINGS,
     SCHEMA_V9_STOP_SEQUENCE,
     SCHEMA_V10_EVENTS_APPENDED,
+    SCHEMA_V11_FIRST_TOKEN,
 ]
 CURRENT_VERSION = len(MIGRATIONS)

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import orjson
 
-from lmsp_desktop.core.states import EventType, TaskState
+from lmsp_desktop.core.states import TERMINAL, EventType, TaskState
 from lmsp_desktop.core.storage.events import (
     EventFactory,
     Row,
@@ -30,6 +30,15 @@ from lmsp_desktop.core.storage.task_reads import JOINED
 # 2.5 us a task against the UPDATE's 6 (SQLite 3.40, the seeded B4 database).
 ALIKE_AT_LEAST = 32
 INSERT_EVENT = "INSERT INTO task_events (task_id, seq, type, created_at, data) VALUES (?,?,?,?,?)"
+
+# Task id -> when its running generation's first output token came (time.time()): the
+# runner's, in memory while the task runs in this process (set at its first token, dropped
+# when its run is over). The move that ends the task stores it in tasks.first_token_at,
+# once per task, with the rest of its end: never with each delta (B2's hot path). A task
+# ended by recovery, or before any token, keeps what it had (NULL). Task ids are unique, so
+# services sharing the process (tests) never mix theirs up.
+first_tokens: dict[str, float] = {}
+FIRST_TOKEN_SET = "first_token_at=coalesce(?, first_token_at), "
 
 
 @dataclass(frozen=True)
@@ -118,12 +127,16 @@ def apply_moves(conn: sqlite3.Connection, moves: Sequence[Transition]) -> list[R
     stays = states == (str(first.to_state),)
     state_set = {} if stays else {"state": str(first.to_state)}
     now = time.time()
+    alike = len(moves) == 1 and len(rows) >= ALIKE_AT_LEAST  # recovery's: never the runner's
+    ends = first.to_state in TERMINAL and not alike and any(r["id"] in first_tokens for r in rows)
     event_rows: list[tuple[Any, ...]] = []
     task_updates: list[tuple[Any, ...]] = []
     response_updates: list[tuple[Any, ...]] = []
     for row in rows:
         move = of[row["id"]]
         task_values = _applied(row, {**state_set, **move.task_sets})
+        if ends:
+            task_values.append(first_tokens.get(row["id"]))
         response_before = [row.get(column, _UNREAD) for column in move.response_sets]
         response_values = _applied(row, move.response_sets)
         seq = row["last_seq"]
@@ -135,12 +148,13 @@ def apply_moves(conn: sqlite3.Connection, moves: Sequence[Transition]) -> list[R
         if response_values != response_before:  # else its row is left unwritten
             response_updates.append((*response_values, row["id"]))
     # Compare-and-set: the rows were read in this transaction with the same condition.
-    if len(moves) == 1 and len(rows) >= ALIKE_AT_LEAST:
+    if alike:
         updated = _update_alike(conn, {**state_set, **first.task_sets}, rows, states)
     else:
         task_columns = (*state_set, *first.task_sets)
+        assignments = "".join(f"{column}=?, " for column in task_columns)
         updated = conn.executemany(
-            f"UPDATE tasks SET {''.join(f'{column}=?, ' for column in task_columns)}last_seq=?"
+            f"UPDATE tasks SET {assignments}{FIRST_TOKEN_SET if ends else ''}last_seq=?"
             f" WHERE id=? AND state IN ({marks(states)})",
             task_updates,
         ).rowcount

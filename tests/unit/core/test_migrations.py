@@ -19,6 +19,7 @@ from lmsp_desktop.core.storage.db import Database, DatabaseError
 from lmsp_desktop.core.storage.recovery import recover
 from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS
 from lmsp_desktop.core.storage.store import Store
+from lmsp_desktop.core.storage.transitions import first_tokens
 from tests.support.store_helpers import create, drive, new_task
 
 TABLES = {
@@ -386,3 +387,34 @@ async def test_events_move_to_the_appended_log_whole_and_in_order(
     finally:
         await store.close()
     assert pragma(database_path(data_dir).with_name("lmsp.db.v9.bak"), "user_version") == 9
+
+
+async def test_tasks_of_schema_10_gain_an_unknown_first_token_time(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 11 (tasks.first_token_at) on a database of schema 10: its tasks are kept with
+    the time unknown (NULL: the window shows its old speed and says so), and a task that
+    ends after the upgrade stores the runner's."""
+    monkeypatch.setattr(db_module, "MIGRATIONS", MIGRATIONS[:10])
+    monkeypatch.setattr(db_module, "CURRENT_VERSION", 10)
+    store = Store(data_dir)
+    await store.open()
+    old = await drive(store.tasks, TaskState.COMPLETED)
+    running = await drive(store.tasks, TaskState.RUNNING)
+    await store.close()
+    monkeypatch.undo()
+
+    store = Store(data_dir)
+    await store.open()
+    try:
+        assert await store.db.user_version() == CURRENT_VERSION == 11
+        first_tokens[running] = 1234.5
+        try:
+            assert await store.tasks.fail(running, "engine_error", "it broke")
+        finally:
+            first_tokens.pop(running, None)
+        rows = await store.db.fetchall("SELECT id, first_token_at FROM tasks")
+        assert {r["id"]: r["first_token_at"] for r in rows} == {old: None, running: 1234.5}
+    finally:
+        await store.close()
+    assert pragma(database_path(data_dir).with_name("lmsp.db.v10.bak"), "user_version") == 10
