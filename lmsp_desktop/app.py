@@ -515,6 +515,9 @@ class Core(ClientCalls):
     def prompt_progress(self, task_id: str) -> PromptProgress | None:
         return self.runner.prompt_progress(task_id)
 
+    def first_token_at(self, task_id: str) -> float | None:
+        return self.runner.first_token_at(task_id)
+
     def model_idle_seconds_left(self, model_id: str) -> float | None:
         return self.runner.idle_seconds_left(model_id)
 

@@ -155,6 +155,10 @@ class TaskRow:
     # before the stop (None: nothing after its start, so how long it ran is not known).
     ended_by_restart: bool = False
     ran_until: float | None = None
+    # When its output began (its current run's first token; tasks.first_token_at, stored at
+    # its end: None while it runs, the runner has it) and its prompt's length.
+    first_token_at: float | None = None
+    input_tokens: int = 0
 
     @classmethod
     def of(cls, row: Any) -> TaskRow:
@@ -180,6 +184,8 @@ class TaskRow:
             output_limit=row["output_limit"],
             ended_by_restart=bool(row["ended_by_restart"]),
             ran_until=row["ran_until"],
+            first_token_at=row["first_token_at"],
+            input_tokens=row["input_tokens"],
             **_resumed_run(row["resumed_run"]),
         )
 
@@ -208,11 +214,21 @@ class TaskRow:
         left = (self.progress.get("bytes_total") or 0) - self.progress.get("bytes_done", 0)
         return left / speed if speed and left >= 0 else None
 
-    def tokens_per_second(self, now: float | None = None) -> float | None:
-        """Output tokens per second of its current run; None before any, and for output that
-        spans a restart without a run of its own since (ended by the recovery). A resumed
-        task's run counts the tokens since the resume over the time since (the tokens kept
-        from before it and the downtime would make a speed no run had)."""
+    def tokens_per_second(
+        self, now: float | None = None, first_token_at: float | None = None
+    ) -> float | None:
+        """Output tokens per second of its current run's generation: the tokens over the
+        time since its first token (`first_token_at`: the runner's, for a running task), so
+        the prompt's read is not counted (llama-server's predicted_per_second, Ollama's
+        eval_rate). Without a first token time (tasks stored before it was kept, a run ended
+        by the recovery or a kill), over its whole run, the read included. None before any
+        output, and for output that spans a restart without a run of its own since (ended by
+        the recovery). A resumed task's run counts the tokens since the resume (the tokens
+        kept from before it and the downtime would make a speed no run had)."""
+        generating = self.generation(now, first_token_at)
+        if generating is not None:
+            made, since = generating
+            return made / since if made > 0 and since > 0 else None
         if self.resumed_at is not None:
             tokens = self.output_tokens - self.resumed_tokens
             run = (self.finished_at or now or time.time()) - self.resumed_at
@@ -223,6 +239,35 @@ class TaskRow:
         if not spent or not self.output_tokens:
             return None
         return self.output_tokens / spent
+
+    def first_token(self, first_token_at: float | None = None) -> float | None:
+        """When its current run's output began: stored at its end, else `first_token_at`
+        (the runner's, while it runs); None when not known."""
+        if self.ended_by_restart:
+            return None
+        return self.first_token_at if self.first_token_at is not None else first_token_at
+
+    def generation(
+        self, now: float | None = None, first_token_at: float | None = None
+    ) -> tuple[int, float] | None:
+        """Its current run's output tokens and the seconds since their first (to its end, or
+        `now`); None when the first token's time is not known."""
+        first = self.first_token(first_token_at)
+        if first is None:
+            return None
+        kept = self.resumed_tokens if self.resumed_at is not None else 0
+        end = self.finished_at or now or time.time()
+        return self.output_tokens - kept, max(0.0, end - first)
+
+    def prompt_read(self, first_token_at: float | None = None) -> tuple[float, float | None] | None:
+        """Its current run's time to first token and its prompt's read speed (input tokens
+        over that time; None without them); None when the first token's time is not known."""
+        first = self.first_token(first_token_at)
+        began = self.resumed_at if self.resumed_at is not None else self.started_at
+        if first is None or began is None:
+            return None
+        waited = max(0.0, first - began)
+        return waited, (self.input_tokens / waited if self.input_tokens and waited else None)
 
 
 def _resumed_run(raw: str | None) -> dict[str, Any]:

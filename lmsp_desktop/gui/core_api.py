@@ -91,6 +91,11 @@ class CoreApi(Protocol):
         a dictionary look-up, cheap enough for a table cell's paint)."""
         ...
 
+    def first_token_at(self, task_id: str) -> float | None:
+        """When a running task's output began (the runner's memory, a dictionary look-up;
+        the task's end stores it): the Speed column's generation time starts there."""
+        ...
+
     async def task(self, task_id: str) -> Record: ...
 
     async def task_events(

@@ -180,9 +180,9 @@ async def test_a_task_resumed_across_a_restart_shows_the_speed_of_its_own_run(
 ) -> None:
     """Leftovers of a killed run; the real demo model finishes them after the restart. The
     resumed task's Tok/s is that of the run after the resume (it said "—" while its tokens
-    grew): the tokens since, over the time since, and the tooltip says so; a task that
-    started over shows its speed; one ended by the recovery shows its killed run's, to its
-    last event before the stop, and says so."""
+    grew): the tokens since, over the time since that run's first token, and the tooltip
+    says so; a task that started over shows its generation's speed; one ended by the
+    recovery shows its killed run's, to its last event before the stop, and says so."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     leftovers = await leave_leftovers(data_dir)
@@ -212,15 +212,18 @@ async def test_a_task_resumed_across_a_restart_shows_the_speed_of_its_own_run(
         assert tps_cell(resumed).data() != "—", tps_cell(resumed).data(3)  # its run has a speed
         run = rows.task(resumed)
         assert run is not None and run.resumed_at is not None and run.finished_at is not None
+        # Its own run's first token: after the resume (the killed run's is not kept).
+        first = run.first_token_at
+        assert first is not None and run.resumed_at < first < run.finished_at
         since = run.output_tokens - 3  # the 3 tokens kept from the killed run are not counted
         speed = float(tps_cell(resumed).data().removesuffix(" tok/s"))
-        assert speed == pytest.approx(since / (run.finished_at - run.resumed_at), abs=0.06)
+        assert speed == pytest.approx(since / (run.finished_at - first), abs=0.06)
         tip = tps_cell(resumed).data(Qt.ItemDataRole.ToolTipRole)
         assert f"{since} tokens since" in tip and "the 3 from before it" in tip
         assert (
             float(tps_cell(retried).data().removesuffix(" tok/s")) > 0
         )  # started over: one run, a true speed
-        assert tps_cell(retried).data(Qt.ItemDataRole.ToolTipRole) is None
+        assert "since the first token" in tps_cell(retried).data(Qt.ItemDataRole.ToolTipRole)
         # Ended by the recovery with the tokens of the killed run: that run's speed, its 3
         # tokens over the time to its last event before the stop (the leftovers wrote them
         # a few milliseconds after their start), never over the time up to the restart.

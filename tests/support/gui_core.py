@@ -96,6 +96,8 @@ class FakeCore(ClientCalls):
     upstreams: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Prompt reads under way, as the runner would report them (task id → progress).
     prompt_reads: dict[str, PromptProgress] = field(default_factory=dict)
+    # Running tasks' first output token times, as the runner would report them.
+    first_tokens: dict[str, float] = field(default_factory=dict)
 
     # -- news --------------------------------------------------------------------------
     def subscribe(self, listener: CoreListener) -> None:
@@ -164,6 +166,9 @@ class FakeCore(ClientCalls):
 
     def prompt_progress(self, task_id: str) -> PromptProgress | None:
         return self.prompt_reads.get(task_id)
+
+    def first_token_at(self, task_id: str) -> float | None:
+        return self.first_tokens.get(task_id)
 
     async def task(self, task_id: str) -> Row:
         return await self.store.tasks.get(task_id)

@@ -78,8 +78,8 @@ RAN_UNTIL = f"""CASE WHEN {ENDED_BY_RESTART} AND t.started_at IS NOT NULL THEN
 # (its dropped tools), not the whole prompt, nor the output text.
 LISTED = f"""
 SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_restart, t.mode,
-       t.kind, t.created_at, t.started_at, t.finished_at, t.last_seq, t.restarts,
-       r.input_tokens, r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
+       t.kind, t.created_at, t.started_at, t.finished_at, t.first_token_at, t.last_seq,
+       t.restarts, r.input_tokens, r.output_tokens, r.error, {QUEUE_POSITION} AS queue_position,
        {SPANS_RESTART} AS spans_restart, {RESUMED_RUN} AS resumed_run,
        {ENDED_BY_RESTART} AS ended_by_restart, {RAN_UNTIL} AS ran_until,
        r.incomplete_reason, json_extract(r.request, '$.max_output_tokens') AS output_limit,

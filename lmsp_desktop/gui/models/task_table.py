@@ -140,6 +140,15 @@ class TaskTableModel(RowTableModel):
             return None
         return self.core.prompt_progress(row.id)
 
+    def _first_token(self, row: TaskRow) -> float | None:
+        """When a running task's output began: the runner's (its end stores it in the row)."""
+        if row.finished_at is not None or row.state not in (
+            TaskState.RUNNING,
+            TaskState.CANCELLING,
+        ):
+            return None
+        return self.core.first_token_at(row.id)
+
     def _display(self, row: TaskRow, col: int) -> str:
         if col == COL_ID:
             return short_id(row.id)
@@ -162,7 +171,7 @@ class TaskTableModel(RowTableModel):
             if reading is not None:
                 return reading_prompt(reading.processed, reading.total)
             return str(row.output_tokens) if row.started_at is not None else "—"
-        tps = speed(row)  # COL_TPS: the unit says which speed it is
+        tps = speed(row, self._first_token(row))  # COL_TPS: the unit says which speed it is
         return f"{tps:.1f} tok/s" if tps is not None else "—"
 
     @staticmethod
@@ -208,14 +217,8 @@ class TaskTableModel(RowTableModel):
                 f"Ended by the restart: it ran until {clock(row.ran_until)}, its last event "
                 "before the stop (the downtime up to the restart is not counted)."
             )
-        if col == COL_TPS and row.resumed_at is not None:
-            return (
-                f"The speed of the run resumed at {clock(row.resumed_at)} after a restart: "
-                f"{max(0, row.output_tokens - row.resumed_tokens)} tokens since, not counting "
-                f"the {row.resumed_tokens} from before it."
-            )
-        if col == COL_TPS and row.ended_by_restart:
-            return ended_speed_tip(row)
+        if col == COL_TPS and row.kind != "download":
+            return speed_tip(row, self._first_token(row))
         return None
 
     def canFetchMore(self, parent: Index = ROOT) -> bool:
@@ -416,17 +419,52 @@ class TaskTableModel(RowTableModel):
                 start = k
 
 
-def speed(row: TaskRow) -> float | None:
-    """The Speed cell's output tokens per second: its run's (TaskRow.tokens_per_second), and
+def speed(row: TaskRow, first_token_at: float | None = None) -> float | None:
+    """The Speed cell's output tokens per second: its run's generation's, from its first
+    token (`first_token_at`: the runner's for a running task; TaskRow.tokens_per_second), and
     for a task the recovery ended after a restart, its run before the stop, from what is
     stored: the tokens that run generated over its Duration (to its last event, never the
     downtime up to the restart; a resumed run's from its resume). None only when that cannot
     be known: no output, or none after its start."""
     if not row.ended_by_restart:
-        return row.tokens_per_second()
+        return row.tokens_per_second(first_token_at=first_token_at)
     tokens = row.output_tokens - (row.resumed_tokens if row.resumed_at is not None else 0)
     spent = row.duration()
     return tokens / spent if tokens > 0 and spent else None
+
+
+def speed_tip(row: TaskRow, first_token_at: float | None = None) -> str | None:
+    """The Speed tooltip: what the speed counts, the time to first token and the prompt's
+    read speed when known, else that the figure includes the prompt's read."""
+    if row.ended_by_restart:
+        return ended_speed_tip(row)
+    parts = []
+    if row.resumed_at is not None:
+        parts.append(
+            f"The speed of the run resumed at {clock(row.resumed_at)} after a restart: "
+            f"{max(0, row.output_tokens - row.resumed_tokens)} tokens since, not counting "
+            f"the {row.resumed_tokens} from before it."
+        )
+    generating = row.generation(first_token_at=first_token_at)
+    read = row.prompt_read(first_token_at)
+    if generating is not None and read is not None:
+        tokens, spent = generating
+        waited, read_speed = read
+        parts.append(
+            f"Generation: {tokens} tokens in {human_duration(spent)} since the first token. "
+            f"Time to first token: {human_duration(waited)}"
+            + (
+                f" (the prompt's {row.input_tokens:,} tokens read at {read_speed:.1f} tok/s)."
+                if read_speed is not None
+                else "."
+            )
+        )
+    elif speed(row, first_token_at) is not None:
+        parts.append(
+            "Over the whole run, the prompt's read included: when the first token came is "
+            "not known (a task stored before it was kept, or one whose end was not recorded)."
+        )
+    return " ".join(parts) or None
 
 
 def ended_speed_tip(row: TaskRow) -> str:

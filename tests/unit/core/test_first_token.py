@@ -13,6 +13,7 @@ from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.core.storage.tasks import finishing
 from lmsp_desktop.core.storage.transitions import first_tokens
+from lmsp_desktop.core.views import TaskFilter, TaskRow
 from tests.support.lifecycle import started
 from tests.support.polling import until
 from tests.support.store_helpers import drive
@@ -31,7 +32,7 @@ async def test_the_end_of_a_task_stores_the_first_token_time_known_in_memory(
     store: Store,
 ) -> None:
     """Finish with the last deltas, fail and a confirmed cancel each store it; an end without
-    one known (recovery's, or before any token) leaves NULL."""
+    one known (recovery's, or before any token) leaves NULL; the list rows carry it."""
     ids = [await drive(store.tasks, TaskState.RUNNING) for _ in range(4)]
     completed, failed, cancelled, unknown = ids
     for n, task_id in enumerate(ids[:3]):
@@ -58,6 +59,9 @@ async def test_the_end_of_a_task_stores_the_first_token_time_known_in_memory(
         1_000_002.0,
         None,
     ]
+    rows = {r.id: r for r in map(TaskRow.of, await store.tasks.listed_by_id(ids, TaskFilter()))}
+    assert rows[completed].first_token_at == 1_000_000.0 and rows[completed].input_tokens == 5
+    assert rows[unknown].first_token_at is None
 
 
 async def test_the_runner_knows_the_first_token_while_it_runs_and_its_end_stores_it(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from PySide6.QtCore import Qt
 
@@ -15,6 +17,7 @@ from lmsp_desktop.gui.models.task_table import (
     COL_DURATION,
     COL_STATE,
     COL_TOKENS,
+    COL_TPS,
     Role,
     TaskTableModel,
 )
@@ -181,3 +184,30 @@ async def test_a_running_tasks_output_cell_shows_its_prompt_read_until_output(st
     change = TaskChange(task_id, TaskState(row["state"]), row["last_seq"], row["model"])
     await model.apply_changes({task_id: change})
     assert model.data(cell) == "2" and model.data(cell, Role.PROGRESS) is None
+
+
+async def test_a_running_tasks_speed_counts_from_the_runners_first_token(store, core):
+    """A running task's Speed is its generation's, from the first token the runner reports
+    (the store has it only at the end), and the tooltip says the time to first token."""
+    task_id = await make_task(store)
+    await run_task(store, task_id, ["Once", " upon"], finish=False)  # 2 tokens, 5 input
+    started = (await store.tasks.get(task_id))["started_at"] - 100.0  # a read of 90 s
+    await store.db.run(
+        lambda conn: conn.execute("UPDATE tasks SET started_at=? WHERE id=?", (started, task_id))
+    )
+    core.first_tokens[task_id] = started + 90.0
+    model = TaskTableModel(core)
+    await model.reload()
+    cell = model.index(0, COL_TPS)
+    before = time.time()
+    shown = float(model.data(cell).removesuffix(" tok/s"))
+    after = time.time()
+    # 2 tokens in the ~10 s since the first one, not over the 100 s run (0.0 tok/s).
+    assert round(2 / (after - started - 90.0), 1) <= shown <= round(2 / (before - started - 90), 1)
+    tip = model.data(cell, Qt.ItemDataRole.ToolTipRole)
+    assert "Generation: 2 tokens in" in tip and "Time to first token: 1 min 30 s" in tip
+    assert "the prompt's 5 tokens read at 0.1 tok/s" in tip
+    # Not known (a task of an older version, or before it is reported): the run's figure.
+    del core.first_tokens[task_id]
+    assert model.data(cell) == "0.0 tok/s"
+    assert "not known" in model.data(cell, Qt.ItemDataRole.ToolTipRole)
