@@ -1,7 +1,8 @@
 """`lmsp-desktop tasks [cancel ID…]`: the running service's tasks, as `ollama ps` or `lms ps`
 show what runs (id, model, state, queue position, tokens, age), and cancelling them. A
 running task whose prompt is still being read shows how far ("reading prompt 3,072/8,192
-(37%)") in place of its tokens.
+(37%)") in place of its tokens, one waiting behind another prompt's read says so ("waiting
+to read its prompt (60 tokens)").
 
 Asked of the service running on the data directory over HTTP (GET /v1/tasks, POST
 /v1/tasks/{id}/cancel), with `LMSP_TOKEN` or a one-off admin token (cli_service.py)."""
@@ -20,7 +21,7 @@ from typing import Any
 from lmsp_desktop.cli_model_settings import service_answers
 from lmsp_desktop.cli_service import admin_token, call, service_url
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.views import reading_prompt
+from lmsp_desktop.core.views import PromptProgress, prompt_status
 
 UNFINISHED = "queued,loading,running,cancelling"
 
@@ -106,10 +107,18 @@ def _list(url: str, token: str, args: argparse.Namespace) -> int:
 
 def _tokens(task: dict[str, Any]) -> str:
     """Output tokens; while a running task's prompt is read, how far (llama.cpp reads a
-    long prompt for seconds to minutes before the first token)."""
+    long prompt for seconds to minutes before the first token), or that it waits for
+    another's read to end before its own begins."""
     progress = task.get("prompt_progress")
     if progress:
-        return reading_prompt(progress["processed"], progress["total"])
+        return prompt_status(
+            PromptProgress(
+                progress["total"],
+                progress["cached"],
+                progress["processed"],
+                bool(progress.get("waiting")),
+            )
+        )
     return str(task.get("output_tokens") or 0)
 
 

@@ -285,6 +285,15 @@ def reading_prompt(processed: int, total: int) -> str:
     return f"reading prompt {processed:,}/{total:,} ({percent}%)"
 
 
+def prompt_status(progress: PromptProgress) -> str:
+    """A running task's prompt before its output, as the window and `lmsp-desktop tasks` say
+    it: "waiting to read its prompt (60 tokens)" while it waits behind another prompt's read
+    (or for a sequence), then how far its own read is (`reading_prompt`)."""
+    if progress.waiting:
+        return f"waiting to read its prompt ({progress.total:,} tokens)"
+    return reading_prompt(progress.processed, progress.total)
+
+
 class CoreListener(Protocol):
     """What the core tells a view. Called on the loop thread, except `on_model` with hashing
     progress, which may come from a hashing thread."""

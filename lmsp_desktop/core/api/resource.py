@@ -49,8 +49,10 @@ def task_object(
 
     `input_tokens` are the prompt's tokens: the stored count, or the running engine's
     (`input_tokens`: the runner's, known once the prompt is tokenized, before the store has
-    it); `prompt_progress` ({total, cached, processed}) is there only while a running
-    task's prompt is being read (Runner.prompt_progress; in memory, never stored).
+    it); `prompt_progress` ({total, cached, processed, waiting}) is there only while a
+    running task's prompt is being read or waits to be (Runner.prompt_progress; in memory,
+    never stored): `waiting` true until its own read begins (it waits behind another
+    prompt's read), processed == cached meanwhile.
 
     `api` says which API created it; `stored` is false for a `store: false` request, whose
     response cannot be retrieved or continued (its task stays visible until retention);
@@ -90,6 +92,7 @@ def task_object(
             "total": prompt_progress.total,
             "cached": prompt_progress.cached,
             "processed": prompt_progress.processed,
+            "waiting": prompt_progress.waiting,
         }
     return task
 

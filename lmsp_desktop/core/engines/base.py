@@ -84,11 +84,14 @@ class CancelEvent(threading.Event):
 class PromptProgress:
     """How far an engine has read a generation's prompt (llama-server's `prompt_progress`):
     `total` prompt tokens, `cached` of them taken from the prefix cache, `processed` in the
-    sequence's cache so far (cached ones included: from `cached` up to `total`)."""
+    sequence's cache so far (cached ones included: from `cached` up to `total`). `waiting`:
+    its own read has not begun yet (the request waits for a sequence, or behind another
+    prompt's read: processed == cached); False from its first chunk on."""
 
     total: int
     cached: int
     processed: int
+    waiting: bool = False
 
 
 @dataclass

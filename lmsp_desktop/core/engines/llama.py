@@ -437,8 +437,8 @@ class LlamaModel:
             done: concurrent.futures.Future[LoopOutcome] = concurrent.futures.Future()
             job = Job(request, channel, seed, prompt, done)
             # Its length is known now, before it waits for a sequence or another prompt's
-            # chunk: the decoder reports the cached part and the reading from there.
-            channel.deliver_prompt(PromptProgress(len(prompt), 0, 0))
+            # chunk: the decoder reports the cached part, the read's beginning and its chunks.
+            channel.deliver_prompt(PromptProgress(len(prompt), 0, 0, waiting=True))
             decoder.submit(job)
             self._last_job = job
             return done

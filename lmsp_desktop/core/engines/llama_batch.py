@@ -87,6 +87,7 @@ class Job:
     grammar: GrammarConstraint | None = None
     cached: int = 0  # prompt tokens the claimed sequence already held (not evaluated)
     ticket: int = 0  # the prompt's place in the model's reading order (Cores)
+    began: bool = False  # its prompt's first chunk is being read (no longer waiting)
 
     def finish(self, reason: FinishReason) -> LoopOutcome:
         return LoopOutcome(
@@ -271,7 +272,10 @@ class BatchDecoder:
         job.ticket = self._cores.ticket()
         self._running.append(job)
         self.last_job = job
-        job.channel.report_prompt(PromptProgress(len(job.prompt), keep, keep))
+        # Admitted, its cached part known; its read waits for its turn (readers in order).
+        job.channel.report_prompt(
+            PromptProgress(len(job.prompt), keep, keep, waiting=bool(job.reading))
+        )
 
     def _step(self) -> None:
         # A cancel (or refused sink) ends a generation before its next token is evaluated.
@@ -345,6 +349,11 @@ class BatchDecoder:
             size = min(limit, self.n_batch)
             if rest - size == 1:
                 size -= 1  # leave two for the last chunk
+        if not job.began:  # its own read begins: said at once, whatever the throttle
+            job.began = True
+            job.channel.report_prompt(
+                PromptProgress(len(job.prompt), job.cached, len(job.evaluated)), always=True
+            )
         chunk, job.reading = job.reading[:size], job.reading[size:]
         wants_logits = not job.reading and not job.replay
         batch = self._batch

@@ -126,10 +126,13 @@ class TokenChannel:
             waiter, self._waiter = self._waiter, None
         return waiter
 
-    def report_prompt(self, progress: PromptProgress) -> None:
+    def report_prompt(self, progress: PromptProgress, *, always: bool = False) -> None:
         """From the thread reading the prompt: how far it is, passed to the loop unless the
-        throttle holds it back (or nobody listens)."""
-        if self._on_prompt is None or not self.prompt_throttle.due():
+        throttle holds it back (or nobody listens). `always`: a change the listener must
+        not miss (its read begins: no longer waiting), never held back."""
+        if self._on_prompt is None:
+            return
+        if not self.prompt_throttle.due() and not always:
             return
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
             self._loop.call_soon_threadsafe(self.deliver_prompt, progress)

@@ -90,16 +90,26 @@ TASK = {  # the LMSP task object (core/api/resource.py's task_object; docs/clien
         "input_tokens": {
             **_COUNT,
             "description": "The prompt's tokens: known as soon as the engine has read its "
-            "length (before the first output token), 0 before that",
+            "length (before the first output token, also while it waits behind another "
+            "prompt's read), kept when the task ends before its output; 0 before that",
         },
         "output_tokens": _COUNT,
         "prompt_progress": {
             "type": "object",
-            "description": "Only while a running task's prompt is being read (before its "
-            "first output token): the prompt's tokens, those taken from the prefix cache, "
-            "and those read so far, cached ones included",
-            "required": ["total", "cached", "processed"],
-            "properties": {"total": _COUNT, "cached": _COUNT, "processed": _COUNT},
+            "description": "Only while a running task's prompt waits to be read or is being "
+            "read (before its first output token): the prompt's tokens, those taken from the "
+            "prefix cache, and those read so far, cached ones included",
+            "required": ["total", "cached", "processed", "waiting"],
+            "properties": {
+                "total": _COUNT,
+                "cached": _COUNT,
+                "processed": _COUNT,
+                "waiting": {
+                    "type": "boolean",
+                    "description": "True until its own read begins: it waits behind another "
+                    "task's prompt read (processed == cached meanwhile)",
+                },
+            },
         },
     },
 }

@@ -14,7 +14,7 @@ from lmsp_desktop.core.views import (
     TaskChange,
     TaskFilter,
     TaskRow,
-    reading_prompt,
+    prompt_status,
 )
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
@@ -88,7 +88,7 @@ class TaskTableModel(RowTableModel):
         COL_DURATION: "How long it has run; for a download, the time left while it runs; "
         "for a task ended by a restart, until its last event before the stop",
         COL_TOKENS: "Output tokens generated so far; while a running task's prompt is read, "
-        "how far; for a download, the bytes on disk",
+        "how far (or that it waits behind another's); for a download, the bytes on disk",
         COL_TPS: "Output tokens per second; for a download, bytes per second",
     }
 
@@ -128,7 +128,9 @@ class TaskTableModel(RowTableModel):
             return row.state in CANCELLABLE
         if role == Role.PROGRESS and col == COL_TOKENS:
             reading = self._prompt_read(row)
-            if reading is not None:
+            if reading is not None:  # no bar while it waits: nothing of it is being read
+                if reading.waiting:
+                    return None
                 return reading.processed / reading.total if reading.total else 0.0
             return row.download_fraction()
         return None
@@ -169,7 +171,7 @@ class TaskTableModel(RowTableModel):
         if col == COL_TOKENS:
             reading = self._prompt_read(row)
             if reading is not None:
-                return reading_prompt(reading.processed, reading.total)
+                return prompt_status(reading)
             return str(row.output_tokens) if row.started_at is not None else "—"
         tps = speed(row, self._first_token(row))  # COL_TPS: the unit says which speed it is
         return f"{tps:.1f} tok/s" if tps is not None else "—"
@@ -201,6 +203,12 @@ class TaskTableModel(RowTableModel):
         if col in (COL_CLIENT, COL_MODEL):  # elided in a narrow window
             return self._display(row, col)
         if col == COL_TOKENS and (reading := self._prompt_read(row)) is not None:
+            if reading.waiting:
+                return (
+                    "Waiting behind another task's prompt read: this task's prompt "
+                    f"({reading.total:,} tokens) is read once that one is. Output begins "
+                    "once its own prompt is read."
+                )
             return (
                 f"The model is reading the prompt: {reading.total:,} tokens, "
                 f"{reading.cached:,} of them reused from the prompt cache. Output begins "

@@ -74,3 +74,21 @@ async def test_nothing_is_told_after_the_generation_ended() -> None:
     channel.close()
     channel.deliver_prompt(PromptProgress(10, 0, 4))  # a worker's message that came late
     assert told == []
+
+
+async def test_the_reads_beginning_is_told_whatever_the_throttle() -> None:
+    """A prompt admitted (waiting for its turn) whose read begins a moment later: that it no
+    longer waits is told at once, else the task would say "waiting" through its first chunk."""
+    told: list[PromptProgress] = []
+    channel, clock = channel_with_clock(told)
+
+    def read() -> None:
+        channel.report_prompt(PromptProgress(4096, 0, 0, waiting=True))  # admitted
+        clock.now += 0.01
+        channel.report_prompt(PromptProgress(4096, 0, 0), always=True)  # its first chunk
+        clock.now += 0.01
+        channel.report_prompt(PromptProgress(4096, 0, 512))  # held back: too soon
+
+    await asyncio.to_thread(read)
+    await asyncio.sleep(0)
+    assert told == [PromptProgress(4096, 0, 0, waiting=True), PromptProgress(4096, 0, 0)]

@@ -216,8 +216,17 @@ def test_a_running_tasks_prompt_read_shows_only_while_it_runs() -> None:
     read, and its length before the store has it."""
     read = PromptProgress(total=2048, cached=64, processed=1024)
     running = task_object(row("running", input_tokens=0), prompt_progress=read, input_tokens=2048)
-    assert running["prompt_progress"] == {"total": 2048, "cached": 64, "processed": 1024}
+    assert running["prompt_progress"] == {
+        "total": 2048,
+        "cached": 64,
+        "processed": 1024,
+        "waiting": False,
+    }
     assert running["input_tokens"] == 2048
+    # Behind another task's read: it says so, its length known, nothing of it read.
+    behind = PromptProgress(total=60, cached=0, processed=0, waiting=True)
+    waits = task_object(row("running", input_tokens=0), prompt_progress=behind, input_tokens=60)
+    assert waits["prompt_progress"]["waiting"] is True and waits["input_tokens"] == 60
     assert "prompt_progress" not in task_object(row("running", input_tokens=0))
     # A report that comes as the task ends is not shown on an ended task.
     ended = task_object(row("cancelled", input_tokens=0), prompt_progress=read)

@@ -161,14 +161,23 @@ async def test_the_id_column_tells_apart_tasks_made_in_the_same_millisecond(
 
 
 async def test_a_running_tasks_output_cell_shows_its_prompt_read_until_output(store, core):
-    """While the core says a running task's prompt is being read, its Output cell says how
-    far, on a bar, and the clock's tick repaints it as the read moves; then its tokens."""
+    """While the core says a running task waits behind another's prompt read, its Output
+    cell says so; once its own read begins, how far, on a bar, and the clock's tick repaints
+    it as the read moves; then its tokens."""
     task_id = await make_task(store)
     await store.tasks.mark_running(task_id)
     model = TaskTableModel(core)
     await model.reload()
     cell = model.index(0, COL_TOKENS)
     assert model.data(cell) == "0"
+    # Behind another task's prompt read: it waits, no bar (nothing of it is being read).
+    core.prompt_reads[task_id] = PromptProgress(total=8192, cached=0, processed=0, waiting=True)
+    model.tick()
+    assert model.data(cell) == "waiting to read its prompt (8,192 tokens)"
+    assert model.data(cell, Role.PROGRESS) is None
+    tip = model.data(cell, Qt.ItemDataRole.ToolTipRole)
+    assert "behind another task's prompt read" in tip and "8,192 tokens" in tip
+    # Its own read has begun.
     core.prompt_reads[task_id] = PromptProgress(total=8192, cached=512, processed=3072)
     repainted: list[tuple[int, int]] = []
     model.dataChanged.connect(lambda top, bottom, *_: repainted.append((top.row(), top.column())))

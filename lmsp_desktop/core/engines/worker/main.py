@@ -140,7 +140,14 @@ class Worker:
 
         def prompt_read(progress: PromptProgress) -> None:
             # Already throttled by the engine's channel (pump.ReportThrottle).
-            self.send("prompt", gid, progress.total, progress.cached, progress.processed)
+            self.send(
+                "prompt",
+                gid,
+                progress.total,
+                progress.cached,
+                progress.processed,
+                progress.waiting,
+            )
 
         request.on_prompt = prompt_read
 

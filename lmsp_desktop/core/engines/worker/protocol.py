@@ -4,7 +4,7 @@ length, over a private socket pair (both ends are this program, started by the s
 Service → worker: ("load", path, engine_options, load_kwargs), ("generate", id, fields),
 ("embed", id, inputs), ("stop", id), ("unload",).
 Worker → service: ("progress", value), ("loaded", facts), ("load_failed", code, message),
-("prompt", id, total, cached, processed) (how far its prompt is read, throttled),
+("prompt", id, total, cached, processed, waiting) (how far its prompt is read, throttled),
 ("tokens", id, [(token_id, text), ...]), ("done", id, result, facts, last tokens),
 ("embedded", id, EmbeddingResult), ("failed", id, code, message), ("unloaded",).
 """
