@@ -10,7 +10,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -43,7 +43,11 @@ from lmsp_desktop.core.storage.events import to_json
 from lmsp_desktop.core.storage.recovery import recover_after_crash
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskStore, finishing
-from lmsp_desktop.core.storage.transitions import first_tokens
+from lmsp_desktop.core.storage.transitions import (
+    ended_before_output,
+    first_tokens,
+    prompt_length_kept,
+)
 from lmsp_desktop.core.tool_output import CallingOutput
 from lmsp_desktop.core.tools.grammars import max_calls
 from lmsp_desktop.core.tools.plan import plan_output
@@ -230,6 +234,7 @@ class Runner:
         self._stopping = True
         with contextlib.suppress(ValueError):
             self.tasks.listeners.remove(self._on_change)
+        await self._keep_prompt_lengths(self._reading)
         for request in self._active.values():
             request.cancel.set()
         workers = [*self._workers.values(), *([self._janitor] if self._janitor else [])]
@@ -458,6 +463,10 @@ class Runner:
         token_json = SnapshotTokens(tokens)
         stopped = False
 
+        def prompt_only() -> int:
+            """The prompt's length while no output token came (stored by nothing else)."""
+            return 0 if tokens else state["input_tokens"]
+
         def prompt_read(progress: PromptProgress) -> None:
             if task_id in self._reading:  # a late report after the first token: stale
                 self._prompts[task_id] = progress
@@ -541,12 +550,13 @@ class Runner:
         try:
             result = await loaded.generate(request, EndingSink(sink, last))
         except EngineCrashed as exc:
+            await self._keep_prompt_lengths([task_id])
             await self._after_crash(row["model"], task_id, loaded, exc)
             return
         except EngineError as exc:
             if getattr(exc, "requeue", False) and await requeue_for_retry(self.tasks, task_id):
                 return  # an upstream cut the stream: policy `retry` starts the task over
-            await self._fail_or_confirm(task_id, exc.code, exc.message)
+            await self._fail_or_confirm(task_id, exc.code, exc.message, prompt_only())
             return
         finally:
             self._active.pop(task_id, None)
@@ -568,6 +578,10 @@ class Runner:
         if result.finish_reason == "cancelled":
             if self._stopping:
                 return  # a shutdown, not a cancel: recovery applies the task's policy
+            if prompt_only():  # cancelled before its output: keep its prompt's length
+                move = ended_before_output(task_id, TaskState.CANCELLED, prompt_only())
+                await self.tasks.transition(move)
+                return
             await self.tasks.confirm_cancelled(task_id)
             return
         if calls is not None:
@@ -701,9 +715,32 @@ class Runner:
                 slot.unload_when_idle = True
         return self.loaded_state(model_id) == "unloaded"
 
-    async def _fail_or_confirm(self, task_id: str, code: str, message: str) -> None:
+    async def _fail_or_confirm(
+        self, task_id: str, code: str, message: str, input_tokens: int = 0
+    ) -> None:
+        if input_tokens:  # it ends before its output, its prompt's length known: kept
+            error = {"code": code, "message": message}
+            failed = ended_before_output(task_id, TaskState.FAILED, input_tokens, error)
+            if not await self.tasks.transition(failed):
+                cancelled = ended_before_output(task_id, TaskState.CANCELLED, input_tokens)
+                await self.tasks.transition(cancelled)
+            return
         if not await self.tasks.fail(task_id, code, message):
             await self.tasks.confirm_cancelled(task_id)
+
+    async def _keep_prompt_lengths(self, task_ids: Iterable[str]) -> None:
+        """Record the prompt length of these generations still reading their prompts (only
+        output commits store it): before a stop or after an engine crash, whose restart
+        policy ends or restarts them mid-read, so the task object and usage still say it."""
+        moves = [
+            prompt_length_kept(task_id, self._prompts[task_id].total)
+            for task_id in task_ids
+            if task_id in self._reading and task_id in self._prompts
+        ]
+        try:
+            await asyncio.gather(*(self.tasks.transition(move) for move in moves))
+        except LmspError as exc:  # the disk is full: the stop or the crash goes on all the same
+            log.warning("could not record the prompt lengths of %s: %s", task_ids, exc.message)
 
     # -- loading -----------------------------------------------------------------------
     async def _acquire(self, lane: str, path: Path, remote: Engine | None = None) -> LoadedModel:

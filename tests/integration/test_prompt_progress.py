@@ -1,8 +1,9 @@
 """A running task shows how far its prompt has been read: the real demo model in a real engine
 worker reads a ~3.4k-token prompt for seconds before its first token, and meanwhile
 GET /v1/tasks/{id}, the task list and `lmsp-desktop tasks` say how far it is (instead of
-"running, 0 tokens"), with the prompt's length as input_tokens; a cancel mid-read still stops
-it; a task waiting behind another's read shows its prompt's length with nothing read yet.
+"running, 0 tokens"), with the prompt's length as input_tokens; a task waiting behind
+another's read says it waits (not "reading 0/N") until its own read begins; a cancel mid-read
+still stops it, and the task keeps its prompt's length, as one failed by a restart does.
 A fresh service of its own, so the prompts meet an empty prefix cache."""
 
 from __future__ import annotations
@@ -50,13 +51,14 @@ def cli(live: LiveCore, *args: str) -> Any:
             os.environ["LMSP_TOKEN"] = env_token
 
 
-def submit(live: LiveCore, token: str, text: str, max_output_tokens: int = 3) -> str:
+def submit(live: LiveCore, token: str, text: str, max_output_tokens: int = 3, **fields: Any) -> str:
     body = {
         "model": MODEL,
         "input": text,
         "background": True,
         "max_output_tokens": max_output_tokens,
         "temperature": 0,
+        **fields,
     }
     status, created = call(f"{live.url}/v1/responses", token, "POST", body)
     assert status == 202, created
@@ -116,6 +118,10 @@ def test_the_task_object_shows_the_prompt_read_growing(live: LiveCore) -> None:
     assert processed == sorted(processed), processed
     assert len(set(processed)) >= 2 and max(processed) > min(processed), processed
     assert all(p["cached"] <= p["processed"] < p["total"] for p in progress), progress
+    # "waiting" only before its own read begins (nothing of it read), not once it reads.
+    assert all(p["processed"] == p["cached"] for p in progress if p["waiting"]), progress
+    assert any(not p["waiting"] and p["processed"] > p["cached"] for p in progress), progress
+    assert all(not p["waiting"] for p in progress if p["processed"] > p["cached"]), progress
     # Only while it reads: gone once output begins, and at the end.
     assert all(s["state"] == "running" and s["output_tokens"] == 0 for s in reading)
     assert all("prompt_progress" not in s for s in seen if s["output_tokens"] > 0)
@@ -125,7 +131,7 @@ def test_the_task_object_shows_the_prompt_read_growing(live: LiveCore) -> None:
     assert all(t["prompt_progress"]["total"] == prompt_tokens for t in in_list)
 
 
-def test_the_command_and_a_task_waiting_behind_show_the_read_and_a_cancel_stops_it(
+def test_a_task_waiting_behind_another_read_says_so_and_a_cancel_keeps_the_lengths(
     live: LiveCore,
 ) -> None:
     token = live.token(*USER_SCOPES)
@@ -146,6 +152,7 @@ def test_the_command_and_a_task_waiting_behind_show_the_read_and_a_cancel_stops_
         for task_id in ids:
             progress = progress_of(task_id)
             if progress and progress["processed"] > progress["cached"]:
+                assert not progress["waiting"], progress
                 return task_id
         return None
 
@@ -156,31 +163,76 @@ def test_the_command_and_a_task_waiting_behind_show_the_read_and_a_cancel_stops_
         assert first_read() == reader, "the first read ended before the other task showed"
         return progress_of(behind)
 
-    # The waiting task is running and says its prompt's length with nothing read yet, not
-    # "0 tokens" alone.
+    # The waiting task is running and says it waits, with its prompt's length and nothing
+    # read yet, not "0 tokens" nor "reading prompt 0/N".
     waits = until_sync(waiting, READ_LIMIT_S, "the waiting task's prompt length")
+    assert waits["waiting"] is True, waits
     assert waits["total"] > 2000 and waits["processed"] == waits["cached"] < waits["total"]
     second = task(live, token, behind)
     assert second["state"] == "running" and second["input_tokens"] == waits["total"]
+    assert second["prompt_progress"]["waiting"] is True, second  # still, the read goes on
+    reading = task(live, token, reader)["prompt_progress"]
+    assert reading["waiting"] is False and reading["processed"] > reading["cached"], reading
 
-    # `lmsp-desktop tasks` shows how far each is, in the tokens column.
+    # `lmsp-desktop tasks` says so in the tokens column: how far the one read is, and that
+    # the other one waits.
     shown = cli(live, "tasks")
     assert shown.returncode == 0, shown.stderr
     lines = {line.split()[0]: line for line in shown.stdout.splitlines()}
     pattern = re.compile(r"running +- +reading prompt ([\d,]+)/([\d,]+) \((\d+)%\)")
-    for task_id in ids:
-        match = pattern.search(lines[task_id])
-        assert match, lines[task_id]
-        done, total = (int(group.replace(",", "")) for group in match.groups()[:2])
-        assert done < total and int(match.group(3)) == done * 100 // total
-        if task_id == reader:
-            assert done > 0, lines[task_id]
+    match = pattern.search(lines[reader])
+    assert match, lines[reader]
+    done, total = (int(group.replace(",", "")) for group in match.groups()[:2])
+    assert 0 < done < total and int(match.group(3)) == done * 100 // total
+    assert re.search(
+        rf"running +- +waiting to read its prompt \({waits['total']:,} tokens\)  ", lines[behind]
+    ), lines[behind]
 
-    # A cancel mid-read stops both, the waiting one and the one being read.
-    for task_id in ids:
-        status, body = call(f"{live.url}/v1/tasks/{task_id}/cancel", token, "POST")
-        assert status == 200, body
+    # A cancel mid-read stops both, the one being read (over HTTP) and the waiting one (by
+    # `lmsp-desktop tasks cancel`); each keeps its prompt's length, in the task object and
+    # in its response's usage.
+    status, body = call(f"{live.url}/v1/tasks/{reader}/cancel", token, "POST")
+    assert status == 200, body
+    cancelled = cli(live, "tasks", "cancel", behind)
+    assert cancelled.returncode == 0, cancelled.stderr
+    lengths = {reader: total, behind: waits["total"]}
     for task_id in ids:
         ended = end_of(live, token, task_id)
         assert ended["state"] == "cancelled" and ended["output_tokens"] == 0
         assert "prompt_progress" not in ended
+        assert ended["input_tokens"] == lengths[task_id], (ended, lengths)
+        status, response = call(f"{live.url}/v1/responses/{task_id}", token)
+        assert status == 200, response
+        assert response["usage"]["input_tokens"] == lengths[task_id], response["usage"]
+
+
+def test_a_task_failed_by_a_restart_mid_read_keeps_its_prompts_length(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The service stops while a task's prompt is read; its policy `fail` fails it at the
+    next start, and the task still says how long its prompt was (the stop recorded it)."""
+    data_dir = tmp_path_factory.mktemp("prompt-progress-restart")
+    first = LiveCore(data_dir)
+    try:
+        token = first.token(*USER_SCOPES)
+        task_id = submit(first, token, "A ledger. " + LONG_PROMPT, 50, on_restart="fail")
+
+        def read_under_way() -> dict[str, Any] | None:
+            now = task(first, token, task_id)
+            assert now["output_tokens"] == 0, "its read ended before the stop"
+            progress = now.get("prompt_progress")
+            return progress if progress and progress["processed"] > progress["cached"] else None
+
+        progress = until_sync(read_under_way, READ_LIMIT_S, "its prompt read under way")
+    finally:
+        first.stop()
+    second = LiveCore(data_dir)
+    try:
+        ended = task(second, token, task_id)
+        assert ended["state"] == "failed" and ended["output_tokens"] == 0, ended
+        assert ended["input_tokens"] == progress["total"] > 2000, ended
+        status, response = call(f"{second.url}/v1/responses/{task_id}", token)
+        assert status == 200, response
+        assert response["usage"]["input_tokens"] == progress["total"], response["usage"]
+    finally:
+        second.stop()

@@ -52,9 +52,10 @@ async def get_task(request: web.Request, ctx: ServiceContext, principal: Princip
 
 def live_task_object(ctx: ServiceContext, row: Any, queue_position: int | None) -> dict[str, Any]:
     """The task object with what only the runner knows while the task runs: how far its
-    prompt has been read, and its prompt's length before the store has it."""
+    prompt has been read (or that it waits behind another's read), and its prompt's length
+    before the store has it (while it runs or its cancel is under way)."""
     runner = ctx.runner
-    if runner is None or row["state"] != TaskState.RUNNING:
+    if runner is None or row["state"] not in (TaskState.RUNNING, TaskState.CANCELLING):
         return task_object(row, queue_position)
     return task_object(
         row,
@@ -97,7 +98,7 @@ async def cancel_task(
     if ctx.downloads is not None:  # its log line names who cancelled (a running download)
         ctx.downloads.cancelling(task_id, _who(principal))
     row = await ctx.store.tasks.cancel(task_id, principal.owner_filter())
-    return web.json_response(task_object(row))
+    return web.json_response(live_task_object(ctx, row, None))
 
 
 def _who(principal: Principal) -> str:

@@ -21,6 +21,7 @@ from lmsp_desktop.core.storage.events import (
     EventFactory,
     Row,
     carrying_response,
+    closing_with,
     numbered,
 )
 from lmsp_desktop.core.storage.task_reads import JOINED
@@ -235,4 +236,40 @@ def requeued(task_ids: Sequence[str], from_state: TaskState, **task_sets: Any) -
             "snapshot": None,
         },
         {"item_id": None, "output_text": "", "output_tokens": 0, "output_items": None},
+    )
+
+
+def ended_before_output(
+    task_id: str, to_state: TaskState, input_tokens: int, error: dict[str, str] | None = None
+) -> Transition:
+    """A generation that ends before its first output token with its prompt's length known
+    (the engine had tokenized it; only output commits store it): running → failed with
+    `error`, or cancelling → cancelled, recording `input_tokens` for the task object and
+    usage, in the same write as the end (TaskStore.fail and confirm_cancelled's moves)."""
+    failing = to_state == TaskState.FAILED
+    return Transition(
+        (task_id,),
+        (TaskState.QUEUED, TaskState.LOADING, TaskState.RUNNING)
+        if failing
+        else (TaskState.CANCELLING,),
+        to_state,
+        closing_with(EventType.FAILED if failing else EventType.CANCELLED),
+        task_sets={"finished_at": time.time(), "snapshot": None},
+        response_sets={
+            "input_tokens": input_tokens,
+            **({"error": orjson.dumps(error).decode()} if failing else {}),
+        },
+    )
+
+
+def prompt_length_kept(task_id: str, input_tokens: int) -> Transition:
+    """A running generation's prompt length recorded before anything of it is (a stop of
+    the service or an engine crash ends its run mid-read: the task object and usage keep
+    it whatever its restart policy does next). The state stays; no event."""
+    return Transition(
+        (task_id,),
+        (TaskState.RUNNING,),
+        TaskState.RUNNING,
+        lambda _row: [],
+        response_sets={"input_tokens": input_tokens},
     )
