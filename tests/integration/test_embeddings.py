@@ -10,6 +10,7 @@ import base64
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import numpy.typing as npt
 import openai
@@ -127,17 +128,21 @@ def test_langchain_openai_embeddings(
 
     # check_embedding_ctx_length=False: send the texts, not tiktoken's token ids (tiktoken
     # counts OpenAI's tokens, not this model's).
-    embedder = OpenAIEmbeddings(
-        model=MODEL,
-        base_url=live.url + "/v1",
-        api_key=live.token(*USER_SCOPES),  # type: ignore[arg-type]
-        check_embedding_ctx_length=False,
-        max_retries=0,
-    )
-    documents = embedder.embed_documents(TEXTS)
-    for vector, text in zip(documents, TEXTS, strict=True):
-        assert_same(vector, reference[text])
-    assert_same(embedder.embed_query(KITTEN), reference[KITTEN])
+    # Its own HTTP client, closed at the end: OpenAIEmbeddings never closes the one it makes,
+    # and its keep-alive socket was left for the garbage collector (a ResourceWarning).
+    with httpx.Client() as http:
+        embedder = OpenAIEmbeddings(
+            model=MODEL,
+            base_url=live.url + "/v1",
+            api_key=live.token(*USER_SCOPES),  # type: ignore[arg-type]
+            check_embedding_ctx_length=False,
+            max_retries=0,
+            http_client=http,
+        )
+        documents = embedder.embed_documents(TEXTS)
+        for vector, text in zip(documents, TEXTS, strict=True):
+            assert_same(vector, reference[text])
+        assert_same(embedder.embed_query(KITTEN), reference[KITTEN])
 
 
 def test_ollama_client_embed_and_embeddings(
