@@ -15,6 +15,7 @@ import concurrent.futures
 import dataclasses
 import itertools
 import json
+import os
 import struct
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -27,6 +28,7 @@ import pytest
 
 from lmsp_desktop.app import Core
 from lmsp_desktop.core.storage.clients import create_client, revoke_client
+from tests.integration.serve_process import call, lmsp
 from tests.support.polling import until, until_sync
 
 MODEL = "smollm2-135m-instruct"
@@ -325,3 +327,21 @@ async def occupy_model(http: aiohttp.ClientSession, headers: dict[str, str]) -> 
 async def cancel(http: aiohttp.ClientSession, headers: dict[str, str], task_id: str) -> None:
     async with http.post(f"/v1/responses/{task_id}/cancel", headers=headers) as r:
         assert r.status in (200, 409), await r.text()
+
+
+def task_object_of(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
+    """GET /v1/tasks/{id} of the live service, which must answer 200."""
+    status, body = call(f"{live.url}/v1/tasks/{task_id}", token)
+    assert status == 200, body
+    return body  # type: ignore[no-any-return]
+
+
+def cli_beside(live: LiveCore, *args: str) -> Any:
+    """`lmsp-desktop ARGS` on the live service's data directory, as a user runs it beside the
+    service: without LMSP_TOKEN, so the command makes its own admin token."""
+    env_token = os.environ.pop("LMSP_TOKEN", None)
+    try:
+        return lmsp(*args, data_dir=live.data_dir)
+    finally:
+        if env_token is not None:
+            os.environ["LMSP_TOKEN"] = env_token

@@ -21,7 +21,7 @@ import pytest
 
 from lmsp_desktop.core.engines.worker import WorkerEngine
 from tests.integration.serve_process import call
-from tests.integration.service_fixtures import ALL_SCOPES, MODEL, LiveCore
+from tests.integration.service_fixtures import ALL_SCOPES, MODEL, LiveCore, task_object_of
 from tests.support.cut_model import cut_demo_model
 from tests.support.polling import until_sync
 
@@ -75,17 +75,11 @@ def reference(two_models: tuple[LiveCore, str, str]) -> dict[str, Any]:
     return answer  # type: ignore[no-any-return]
 
 
-def task(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
-    status, body = call(f"{live.url}/v1/tasks/{task_id}", token)
-    assert status == 200, body
-    return body  # type: ignore[no-any-return]
-
-
 def wait_for(live: LiveCore, token: str, task_id: str, predicate: Any, what: str) -> Any:
     seen: list[Any] = [None]
 
     def reached() -> Any:
-        seen[0] = task(live, token, task_id)
+        seen[0] = task_object_of(live, token, task_id)
         return seen[0] if predicate(seen[0]) else None
 
     return until_sync(reached, 180, lambda: f"{what}: {seen[0]}", 0.01)
@@ -135,8 +129,8 @@ def test_a_killed_worker_costs_only_its_own_tasks(
         {"model": other, "input": "Write a long essay about bread.", "max_output_tokens": 160},
     )
     wait_for(live, token, neighbour, lambda t: t["output_tokens"] >= 1, "the neighbour to go")
-    other_before = task(live, token, neighbour)["output_tokens"]
-    assert task(live, token, victim)["state"] == "running"
+    other_before = task_object_of(live, token, neighbour)["output_tokens"]
+    assert task_object_of(live, token, victim)["state"] == "running"
     os.kill(pid, sig)  # a stopped process takes SIGKILL at once, the others when continued
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGCONT)

@@ -16,7 +16,14 @@ import pytest
 from ollama import Client
 
 from tests.integration.serve_process import call, lmsp
-from tests.integration.service_fixtures import ALL_SCOPES, MODEL, USER_SCOPES, LiveCore
+from tests.integration.service_fixtures import (
+    ALL_SCOPES,
+    MODEL,
+    USER_SCOPES,
+    LiveCore,
+    cli_beside,
+    task_object_of,
+)
 from tests.support.polling import until_sync
 
 TAGGED = f"{MODEL}:latest"
@@ -39,29 +46,16 @@ def state(live: LiveCore, token: str) -> str:
     return str(body["state"])
 
 
-def task(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
-    status, body = call(f"{live.url}/v1/tasks/{task_id}", token)
-    assert status == 200, body
-    return body  # type: ignore[no-any-return]
-
-
 def generating(live: LiveCore, token: str, body: dict[str, Any]) -> str:
     """A background task of `body`, once it has written a token."""
     status, created = call(f"{live.url}/v1/responses", token, "POST", {**body, "background": True})
     assert status == 202, created
     until_sync(
-        lambda: task(live, token, created["id"])["output_tokens"] >= 1, 180, "a token written"
+        lambda: task_object_of(live, token, created["id"])["output_tokens"] >= 1,
+        180,
+        "a token written",
     )
     return str(created["id"])
-
-
-def cli(live: LiveCore, *args: str) -> Any:
-    env_token = os.environ.pop("LMSP_TOKEN", None)  # the command makes its own admin token
-    try:
-        return lmsp(*args, data_dir=live.data_dir)
-    finally:
-        if env_token is not None:
-            os.environ["LMSP_TOKEN"] = env_token
 
 
 def test_ollama_loads_and_unloads_without_a_prompt(live: LiveCore) -> None:
@@ -100,20 +94,20 @@ def test_load_and_unload_routes_and_commands(live: LiveCore) -> None:
     status, body = call(f"{live.url}/v1/models/{MODEL}/unload", admin, "POST")
     assert status == 200 and body["state"] == "unloaded" and not body["unload_pending"], body
 
-    done = cli(live, "models", "load", MODEL)
+    done = cli_beside(live, "models", "load", MODEL)
     assert done.returncode == 0, done.stderr
     assert f"{MODEL} is loaded" in done.stdout and state(live, admin) == "loaded"
-    done = cli(live, "models", "unload", MODEL)
+    done = cli_beside(live, "models", "unload", MODEL)
     assert done.returncode == 0, done.stderr
     assert f"{MODEL} is unloaded." in done.stdout and state(live, admin) == "unloaded"
-    done = cli(live, "models", "load", "no-such-model")
+    done = cli_beside(live, "models", "load", "no-such-model")
     assert done.returncode == 2 and "no-such-model" in done.stderr
 
     # A task running on it is not cut short: the model unloads when it ends.
     running = generating(live, admin, LONG)
     status, body = call(f"{live.url}/v1/models/{MODEL}/unload", admin, "POST")
     assert status == 200 and body["unload_pending"] and body["state"] == "loaded", body
-    assert task(live, admin, running)["state"] == "running"
+    assert task_object_of(live, admin, running)["state"] == "running"
     call(f"{live.url}/v1/responses/{running}/cancel", admin, "POST")
     until_sync(lambda: state(live, admin) == "unloaded", 60, "the unload after the task")
 
@@ -125,7 +119,9 @@ def test_a_model_held_after_two_crashes_loads_again_headless(live: LiveCore) -> 
         pid = live.core.runner.engine_pid(MODEL)
         assert pid is not None and pid != os.getpid()
         os.kill(pid, signal.SIGKILL)
-        until_sync(lambda v=victim: task(live, token, v)["state"] in TERMINAL, 60, "the crash")
+        until_sync(
+            lambda v=victim: task_object_of(live, token, v)["state"] in TERMINAL, 60, "the crash"
+        )
     status, body = call(f"{live.url}/v1/models/{MODEL}", token)
     assert body["engine_crash"]["held"], body
 
@@ -136,7 +132,7 @@ def test_a_model_held_after_two_crashes_loads_again_headless(live: LiveCore) -> 
     assert f"lmsp-desktop models load {MODEL}" in message, message
     assert f"POST /v1/models/{MODEL}/load" in message, message
 
-    done = cli(live, "models", "load", MODEL)
+    done = cli_beside(live, "models", "load", MODEL)
     assert done.returncode == 0, done.stderr
     assert state(live, token) == "loaded"
     status, body = call(f"{live.url}/v1/models/{MODEL}", token)

@@ -9,7 +9,6 @@ A fresh service of its own, so the prompts meet an empty prefix cache."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -18,8 +17,14 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.states import TERMINAL
-from tests.integration.serve_process import call, lmsp
-from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
+from tests.integration.serve_process import call
+from tests.integration.service_fixtures import (
+    MODEL,
+    USER_SCOPES,
+    LiveCore,
+    cli_beside,
+    task_object_of,
+)
 from tests.support.polling import until_sync
 
 # About 3,400 tokens of the demo model's vocabulary: several prompt chunks (n_batch 512).
@@ -42,15 +47,6 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
         running.stop()
 
 
-def cli(live: LiveCore, *args: str) -> Any:
-    env_token = os.environ.pop("LMSP_TOKEN", None)  # the command makes its own admin token
-    try:
-        return lmsp(*args, data_dir=live.data_dir)
-    finally:
-        if env_token is not None:
-            os.environ["LMSP_TOKEN"] = env_token
-
-
 def submit(live: LiveCore, token: str, text: str, max_output_tokens: int = 3, **fields: Any) -> str:
     body = {
         "model": MODEL,
@@ -65,15 +61,11 @@ def submit(live: LiveCore, token: str, text: str, max_output_tokens: int = 3, **
     return str(created["id"])
 
 
-def task(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
-    status, body = call(f"{live.url}/v1/tasks/{task_id}", token)
-    assert status == 200, body
-    return body  # type: ignore[no-any-return]
-
-
 def end_of(live: LiveCore, token: str, task_id: str) -> dict[str, Any]:
     return until_sync(
-        lambda: (t := task(live, token, task_id))["state"] in TERMINAL and t, 120, "its end"
+        lambda: (t := task_object_of(live, token, task_id))["state"] in TERMINAL and t,
+        120,
+        "its end",
     )
 
 
@@ -91,7 +83,7 @@ def test_the_task_object_shows_the_prompt_read_growing(live: LiveCore) -> None:
     in_list: list[dict[str, Any]] = []
     deadline = time.monotonic() + READ_LIMIT_S
     while True:
-        now = task(live, token, task_id)
+        now = task_object_of(live, token, task_id)
         seen.append(now)
         if now.get("prompt_progress") and len(in_list) < 3:
             entry = listed(live, token, task_id)
@@ -144,7 +136,7 @@ def test_a_task_waiting_behind_another_read_says_so_and_a_cancel_keeps_the_lengt
     ids = [submit(live, token, text, 50) for text in texts]
 
     def progress_of(task_id: str) -> dict[str, Any] | None:
-        now = task(live, token, task_id)
+        now = task_object_of(live, token, task_id)
         assert now["output_tokens"] == 0, "a read ended before the test saw the other wait"
         return now.get("prompt_progress")
 
@@ -168,15 +160,15 @@ def test_a_task_waiting_behind_another_read_says_so_and_a_cancel_keeps_the_lengt
     waits = until_sync(waiting, READ_LIMIT_S, "the waiting task's prompt length")
     assert waits["waiting"] is True, waits
     assert waits["total"] > 2000 and waits["processed"] == waits["cached"] < waits["total"]
-    second = task(live, token, behind)
+    second = task_object_of(live, token, behind)
     assert second["state"] == "running" and second["input_tokens"] == waits["total"]
     assert second["prompt_progress"]["waiting"] is True, second  # still, the read goes on
-    reading = task(live, token, reader)["prompt_progress"]
+    reading = task_object_of(live, token, reader)["prompt_progress"]
     assert reading["waiting"] is False and reading["processed"] > reading["cached"], reading
 
     # `lmsp-desktop tasks` says so in the tokens column: how far the one read is, and that
     # the other one waits.
-    shown = cli(live, "tasks")
+    shown = cli_beside(live, "tasks")
     assert shown.returncode == 0, shown.stderr
     lines = {line.split()[0]: line for line in shown.stdout.splitlines()}
     pattern = re.compile(r"running +- +reading prompt ([\d,]+)/([\d,]+) \((\d+)%\)")
@@ -193,7 +185,7 @@ def test_a_task_waiting_behind_another_read_says_so_and_a_cancel_keeps_the_lengt
     # in its response's usage.
     status, body = call(f"{live.url}/v1/tasks/{reader}/cancel", token, "POST")
     assert status == 200, body
-    cancelled = cli(live, "tasks", "cancel", behind)
+    cancelled = cli_beside(live, "tasks", "cancel", behind)
     assert cancelled.returncode == 0, cancelled.stderr
     lengths = {reader: total, behind: waits["total"]}
     for task_id in ids:
@@ -218,7 +210,7 @@ def test_a_task_failed_by_a_restart_mid_read_keeps_its_prompts_length(
         task_id = submit(first, token, "A ledger. " + LONG_PROMPT, 50, on_restart="fail")
 
         def read_under_way() -> dict[str, Any] | None:
-            now = task(first, token, task_id)
+            now = task_object_of(first, token, task_id)
             assert now["output_tokens"] == 0, "its read ended before the stop"
             progress = now.get("prompt_progress")
             return progress if progress and progress["processed"] > progress["cached"] else None
@@ -228,7 +220,7 @@ def test_a_task_failed_by_a_restart_mid_read_keeps_its_prompts_length(
         first.stop()
     second = LiveCore(data_dir)
     try:
-        ended = task(second, token, task_id)
+        ended = task_object_of(second, token, task_id)
         assert ended["state"] == "failed" and ended["output_tokens"] == 0, ended
         assert ended["input_tokens"] == progress["total"] > 2000, ended
         status, response = call(f"{second.url}/v1/responses/{task_id}", token)
