@@ -34,7 +34,7 @@ from lmsp_desktop.core.models.digest_cache import DigestCache
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.machine import resident_memory
-from lmsp_desktop.core.models.memory import FlagCap, ModelSettings, Plan, one_context
+from lmsp_desktop.core.models.memory import CapOrigin, ModelSettings, Plan, one_context
 from lmsp_desktop.core.models.memory import plan as plan_load
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.pairing import PairingManager
@@ -105,6 +105,9 @@ class Core(ClientCalls):
         self._flag_no_sources = list(no_sources or [])
         self._flag_origins = list(allowed_origins or [])
         self._flag_max_context = max_context
+        # Where this run's Max context comes from: the flag's wins for the run (the 400's
+        # advice on raising it names the flag, not Settings).
+        self.cap_origin = CapOrigin.SETTINGS if max_context is None else CapOrigin.FLAG
         self._engine = engine
         self._include_demo = include_demo
         # What the user set (stored) and what this run uses: the stored settings with the
@@ -214,6 +217,7 @@ class Core(ClientCalls):
             shapes_of,
             default_parallel=lambda: self.settings.parallel_per_model,
             context_cap=lambda: self.settings.max_context,
+            cap_origin=self.cap_origin,
         )
         self.runner.load_listeners.append(self._forget_unloaded)
         self.context = ServiceContext(
@@ -339,9 +343,7 @@ class Core(ClientCalls):
             host=stored.host if self._flag_host is None else self._flag_host,
             port=stored.port if self._flag_port is None else self._flag_port,
             max_context=(
-                stored.max_context
-                if self._flag_max_context is None
-                else FlagCap(self._flag_max_context)  # the 400's advice names the flag
+                stored.max_context if self._flag_max_context is None else self._flag_max_context
             ),
             model_dirs=[*stored.model_dirs, *flag_dirs],
             disabled_sources=[*stored.disabled_sources, *off],
@@ -605,6 +607,7 @@ class Core(ClientCalls):
             fitter.shapes_of,
             default_parallel=fitter.default_parallel(),
             context_cap=fitter.context_cap(),
+            cap_origin=fitter.cap_origin,
             gpus=fitter.gpu_free(),
         )
 

@@ -21,6 +21,7 @@ from typing import Any
 from lmsp_desktop.core.api.task_request import chat_messages
 from lmsp_desktop.core.engines.raw_prompt import fim_tokens, raw_prompt_tokens
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
+from lmsp_desktop.core.models.memory import CapOrigin
 from lmsp_desktop.core.tools.plan import plan_output
 
 log = logging.getLogger(__name__)
@@ -182,10 +183,12 @@ class TokenCounter:
         cap: int = 0,
         own: int = 0,
         can_truncate: bool = False,
+        cap_origin: CapOrigin = CapOrigin.SETTINGS,
     ) -> int | None:
         """Count the prompt and, if it does not fit, truncate (truncation auto) or refuse
-        (the hint told Max context, `cap`, and the model's own context setting, `own`; 0:
-        none; `truncation: "auto"` suggested where the API takes it, `can_truncate`).
+        (the hint told Max context, `cap`, where it came from, `cap_origin`, and the model's
+        own context setting, `own`; 0: none; `truncation: "auto"` suggested where the API
+        takes it, `can_truncate`).
         Returns the prompt's token count, or None when the model cannot be read here."""
         vocab = self._vocab(Path(info.path), int(info.mtime_ns), info.chat_template)
         if vocab is None:
@@ -193,7 +196,9 @@ class TokenCounter:
         if request.get("prompt") is not None:  # a legacy completion: its text as it is
             count = vocab.count_raw(request["prompt"], request.get("suffix"))
             if count >= limit:
-                raise context_exceeded(count, limit, False, param, info, cap, own)
+                raise context_exceeded(
+                    count, limit, False, param, info, cap, own, cap_origin=cap_origin
+                )
             _note_output_room(request, count, limit)
             return count
 
@@ -215,7 +220,15 @@ class TokenCounter:
             count = counted(messages)
         if count >= limit:
             raise context_exceeded(
-                count, limit, truncate, param, info, cap, own, can_truncate=can_truncate
+                count,
+                limit,
+                truncate,
+                param,
+                info,
+                cap,
+                own,
+                can_truncate=can_truncate,
+                cap_origin=cap_origin,
             )
         request["messages"] = messages
         _note_output_room(request, count, limit)
@@ -230,11 +243,12 @@ class TokenCounter:
         cap: int = 0,
         own: int = 0,
         can_truncate: bool = False,
+        cap_origin: CapOrigin = CapOrigin.SETTINGS,
     ) -> int | None:
         if self._unreadable(info):
             return None  # known already: no hop to a thread to learn it again (B1)
         return await asyncio.to_thread(
-            self.fit_sync, info, request, limit, param, cap, own, can_truncate
+            self.fit_sync, info, request, limit, param, cap, own, can_truncate, cap_origin
         )
 
     def _unreadable(self, info: Any) -> bool:
@@ -307,13 +321,16 @@ def context_exceeded(
     own: int = 0,
     *,
     can_truncate: bool = False,
+    cap_origin: CapOrigin = CapOrigin.SETTINGS,
 ) -> LmspError:
     """The refusal of an input longer than `limit`, saying what gives the model more: its
     own setting (`own`, 0: auto) where that or the memory holds it, and raising Max context
     (`cap`, 0: none) where that holds it to `limit` or would clamp the setting (a model's
     setting never goes past it); both when both hold. `truncation: "auto"` is suggested
     only where the API takes it (`can_truncate`: Responses; Anthropic's, Ollama's and Chat
-    Completions' clients have no such field, and the advice would send them round)."""
+    Completions' clients have no such field, and the advice would send them round). A cap
+    from this run's `--max-context` flag (`cap_origin`) is not moved by Settings while the
+    flag is given: the advice is then the flag's."""
     if truncated:
         how = (
             ", even with only the system messages and the last turn left (truncation auto "
@@ -328,9 +345,7 @@ def context_exceeded(
         # The usual case with agents (Claude Code's first prompt is ~20k tokens): the model
         # could take more, the service runs it with less to spare memory, or the user's cap.
         wanted = min(trained, 1 << max(count, 1).bit_length())
-        # A cap this run's `--max-context` flag set (core.models.memory.FlagCap) is not moved
-        # by Settings while the flag is given: the advice is the flag's.
-        from_flag = bool(getattr(cap, "from_flag", False))
+        from_flag = cap_origin is CapOrigin.FLAG
         raise_cap = (
             f"start the service (or the window) again with `--max-context {wanted}` or more "
             "(Max context in Settings does not apply while the flag is given)"
@@ -389,12 +404,15 @@ async def admit(
     400 context_length_exceeded naming `param`. `plan` is the memory plan the model runs
     with (core/models/memory.py: its context and the model's own setting); without one, its
     trained length capped by `cap`. Models without a local GGUF file (an upstream's) are left
-    to their engine; a local file may have any name (Ollama's blobs have no extension)."""
+    to their engine; a local file may have any name (Ollama's blobs have no extension).
+    Where `cap` came from (Settings, or this run's `--max-context` flag) is the plan's
+    `cap_origin`; without a plan (a header the fitter cannot read), Settings'."""
     path = getattr(info, "path", None)
     if counter is None or path is None or getattr(info, "source", "upstream") == "upstream":
         return
+    origin = CapOrigin.SETTINGS
     if plan is not None:
-        limit, own = plan.context_length, plan.own_context or 0
+        limit, own, origin = plan.context_length, plan.own_context or 0, plan.cap_origin
     else:
         limit, own = effective_context(info.context_length, cap), 0
-    await counter.fit(info, request, limit, param, cap, own, can_truncate)
+    await counter.fit(info, request, limit, param, cap, own, can_truncate, origin)

@@ -21,6 +21,7 @@ from lmsp_desktop.core.models.gguf_meta import read_gguf_meta
 from lmsp_desktop.core.models.info import ModelInfo
 from lmsp_desktop.core.models.memory import (
     Budget,
+    CapOrigin,
     ModelSettings,
     ModelShape,
     Plan,
@@ -59,6 +60,7 @@ class ModelFitter:
         *,
         default_parallel: Callable[[], int],
         context_cap: Callable[[], int],
+        cap_origin: CapOrigin = CapOrigin.SETTINGS,
         memory: Callable[[], machine.HostMemory] = machine.host_memory,
         gpus: Callable[[], list[machine.GpuDevice]] = machine.gpu_devices,
     ) -> None:
@@ -66,6 +68,8 @@ class ModelFitter:
         self.shapes_of = shapes_of
         self.default_parallel = default_parallel
         self.context_cap = context_cap
+        # Where the cap comes from: fixed for a run (its flags are), kept on each plan.
+        self.cap_origin = cap_origin
         self.memory = memory
         self._gpus = gpus
         self._gpu_cache: tuple[float, list[int]] = (0.0, [])
@@ -104,6 +108,7 @@ class ModelFitter:
             self.shapes_of,
             default_parallel=self.default_parallel(),
             context_cap=self.context_cap(),
+            cap_origin=self.cap_origin,
             gpus=self.gpu_free(),
         )
 

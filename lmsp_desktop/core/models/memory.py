@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any, Literal
 
 from lmsp_desktop.core.engines.base import (
@@ -40,13 +41,15 @@ CONTEXT_STEP = 256  # llama.cpp pads each KV stream to 256 cells
 FALLBACK_CONTEXT = 4096  # a header that does not say
 
 
-class FlagCap(int):
-    """A Max context this run took from its `--max-context` flag, not from Settings: an int
-    like any cap, which also says where it came from to the words that tell the user how to
-    raise it (context_window.context_exceeded's 400): saving another Max context in Settings
-    does not move it while the flag is given."""
+class CapOrigin(Enum):
+    """Where this run's Max context (the cap on every model's context) came from. The
+    `--max-context` flag wins over Settings for the run it starts and is never saved, so the
+    words that tell the user how to raise the cap (context_window.context_exceeded's 400)
+    name the one that holds it: saving another Max context in Settings does not move a
+    flag's cap. Carried beside the cap (the fitter, each Plan), never inside the number."""
 
-    from_flag = True
+    SETTINGS = "settings"
+    FLAG = "flag"
 
 
 # Bytes per cache element: f16 2; q8_0 blocks of 32 values in 34 bytes.
@@ -304,6 +307,7 @@ class Plan:
     reason: str = ""
     notes: list[str] = field(default_factory=list)
     own_context: int | None = None  # the model's own context setting (None: auto)
+    cap_origin: CapOrigin = CapOrigin.SETTINGS  # where the Max context it was fitted to is from
 
     @property
     def context_length(self) -> int:
@@ -352,11 +356,13 @@ def plan(
     *,
     default_parallel: int,
     context_cap: int = 0,
+    cap_origin: CapOrigin = CapOrigin.SETTINGS,
     gpus: list[int] | None = None,
 ) -> Plan:
     """The settings a load runs with: `wanted` (context None: the largest that fits the
     budget; gpu_layers None: auto against `gpus`' free bytes), each request's context capped
-    at the trained one and at `context_cap` (the global setting, 0: none)."""
+    at the trained one and at `context_cap` (the global setting, 0: none; from `cap_origin`,
+    which the plan keeps for the words that say how to raise it)."""
     trained = shape.trained_context if shape.trained_context else None
     ceiling = trained or FALLBACK_CONTEXT
     if context_cap > 0:
@@ -390,7 +396,16 @@ def plan(
             f"than the {gib(max(gpus))} free on it. Lower the GPU layers (or set them to "
             "auto), the context length or the concurrent requests."
         )
-    return Plan(settings, trained, cost, verdict, budget, reason, own_context=wanted.context_length)
+    return Plan(
+        settings,
+        trained,
+        cost,
+        verdict,
+        budget,
+        reason,
+        own_context=wanted.context_length,
+        cap_origin=cap_origin,
+    )
 
 
 def auto_context_top(trained: int | None, context_cap: int) -> int:
