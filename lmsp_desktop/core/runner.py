@@ -43,11 +43,7 @@ from lmsp_desktop.core.storage.events import to_json
 from lmsp_desktop.core.storage.recovery import recover_after_crash
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskStore, finishing
-from lmsp_desktop.core.storage.transitions import (
-    ended_before_output,
-    first_tokens,
-    prompt_length_kept,
-)
+from lmsp_desktop.core.storage.transitions import ended_before_output, prompt_length_kept
 from lmsp_desktop.core.tool_output import CallingOutput
 from lmsp_desktop.core.tools.grammars import max_calls
 from lmsp_desktop.core.tools.plan import plan_output
@@ -211,6 +207,10 @@ class Runner:
         # while the prompt is read), and which of them are still reading (no token yet).
         self._prompts: dict[str, PromptProgress] = {}
         self._reading: set[str] = set()
+        # When each running generation's first output token came (time.time(), its current
+        # run's), from its first token to the end of its run: the window's Speed while it
+        # runs; the move that ends the task stores it (tasks.first_token_at).
+        self._first_tokens: dict[str, float] = {}
         # Unloads under way: stop() waits for them, so one begun by the idle timer or to make
         # room is never cut short by the stop cancelling its caller.
         self._unloads: set[asyncio.Task[None]] = set()
@@ -260,8 +260,8 @@ class Runner:
 
     def first_token_at(self, task_id: str) -> float | None:
         """When a running generation's first output token came (its current run's), None
-        before it; the task's end stores it (transitions.first_tokens)."""
-        return first_tokens.get(task_id)
+        before it; the move that ends the task stores it."""
+        return self._first_tokens.get(task_id)
 
     def input_tokens_of(self, task_id: str) -> int | None:
         """A running generation's prompt length as soon as the engine knows it (the store
@@ -406,7 +406,7 @@ class Runner:
             else:
                 await self._generate(task_id, loaded, resuming)
         finally:
-            first_tokens.pop(task_id, None)  # its end, if any, has stored it
+            self._first_tokens.pop(task_id, None)  # its end, if any, has stored it
             slot.busy -= 1
             slot.last_used = time.monotonic()
             keep_alive = json.loads(row["request"]).get("keep_alive_s")
@@ -421,7 +421,7 @@ class Runner:
         plan = plan_output(request_json, chat_messages(request_json))
         opens = not plan.parse_calls  # with tools, items open as text or calls come
         if not resuming and await self.tasks.mark_running(task_id, open_message=opens) is None:
-            await self.tasks.confirm_cancelled(task_id)  # cancelled while loading
+            await self._confirm_cancelled(task_id)  # cancelled while loading
             return
         tokens: list[int] = list(snapshot.get("tokens", []))
         # Upstream models continue from text, so their snapshot keeps the text too.
@@ -475,8 +475,8 @@ class Runner:
         async def sink(pieces: list[TokenPiece]) -> bool:
             nonlocal stopped
             self._reading.discard(task_id)  # output has begun: the prompt is read
-            if pieces and task_id not in first_tokens:  # its first token (the Speed's start)
-                first_tokens[task_id] = time.time()
+            if pieces and task_id not in self._first_tokens:  # its first (the Speed's start)
+                self._first_tokens[task_id] = time.time()
             if stops.stops:
                 pieces, deltas, stopped = through_stops(stops, pieces)
             else:
@@ -540,7 +540,11 @@ class Runner:
                 # The finish clears it; should the finish fail, the deltas commit with the
                 # snapshot that covers them, so a resume goes on after them, not from token 0.
                 snapshot=snapshot_after(deltas),
-                finish=finishing(task_id, **finish_values(result)),
+                finish=finishing(
+                    task_id,
+                    **finish_values(result),
+                    first_token_at=self._first_tokens.get(task_id),
+                ),
             )
             return ended
 
@@ -573,7 +577,7 @@ class Runner:
             and stops.held
             and not await persist([stops.flush()])
         ):
-            await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
+            await self._confirm_cancelled(task_id)  # a cancel won the race
             return
         if result.finish_reason == "cancelled":
             if self._stopping:
@@ -582,7 +586,7 @@ class Runner:
                 move = ended_before_output(task_id, TaskState.CANCELLED, prompt_only())
                 await self.tasks.transition(move)
                 return
-            await self.tasks.confirm_cancelled(task_id)
+            await self._confirm_cancelled(task_id)
             return
         if calls is not None:
             result = dataclasses.replace(
@@ -593,16 +597,17 @@ class Runner:
             output_tokens=result.output_tokens,
             input_tokens=result.input_tokens,
         ):
-            await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
+            await self._confirm_cancelled(task_id)  # a cancel won the race
             return
         done = await self.tasks.finish(
             task_id,
             **finish_values(result),
             stop_sequence=stops.matched if stopped else None,
+            first_token_at=self._first_tokens.get(task_id),
         )
         if not done:
             # A cancel won the race in the store: never both completed and cancelled.
-            await self.tasks.confirm_cancelled(task_id)
+            await self._confirm_cancelled(task_id)
 
     async def _embed(self, row: Any, loaded: LoadedModel) -> None:
         """An embedding task: one call to the model, its vectors stored with its completion
@@ -611,7 +616,7 @@ class Runner:
         # A task left running by a restart (policy resume) starts over: nothing is partial.
         started = row["state"] == TaskState.RUNNING
         if not started and await self.tasks.mark_running(task_id, open_message=False) is None:
-            await self.tasks.confirm_cancelled(task_id)  # cancelled while queued or loading
+            await self._confirm_cancelled(task_id)  # cancelled while queued or loading
             return
         if not isinstance(loaded, Embeds):
             await self._fail_or_confirm(
@@ -631,14 +636,14 @@ class Runner:
         except EngineError as exc:
             if exc.code == "cancelled" or request.cancel.is_set():
                 if not self._stopping:
-                    await self.tasks.confirm_cancelled(task_id)
+                    await self._confirm_cancelled(task_id)
                 return
             await self._fail_or_confirm(task_id, exc.code, exc.message)
             return
         finally:
             self._active.pop(task_id, None)
         if not await finish_embedding(self.tasks, task_id, result):
-            await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
+            await self._confirm_cancelled(task_id)  # a cancel won the race
 
     async def _after_crash(
         self, model_id: str, task_id: str, loaded: LoadedModel | None, crash: EngineCrashed
@@ -664,7 +669,14 @@ class Runner:
                 for row in await self.tasks.unfinished([TaskState.QUEUED])
                 if row["model"] == model_id and row["kind"] in RUNNER_KINDS
             ]
-        items = await recover_after_crash(self.tasks, affected, crash.code, crash.message)
+        first = self._first_tokens.get(task_id)  # its run's, stored if the crash ends it
+        items = await recover_after_crash(
+            self.tasks,
+            affected,
+            crash.code,
+            crash.message,
+            {} if first is None else {task_id: first},
+        )
         record.count(items)
         self._notify_load(model_id, self.loaded_state(model_id), 0.0)
 
@@ -718,6 +730,8 @@ class Runner:
     async def _fail_or_confirm(
         self, task_id: str, code: str, message: str, input_tokens: int = 0
     ) -> None:
+        """Fail the task, or confirm its cancel if one won the race, with its run's first
+        token time if it had one."""
         if input_tokens:  # it ends before its output, its prompt's length known: kept
             error = {"code": code, "message": message}
             failed = ended_before_output(task_id, TaskState.FAILED, input_tokens, error)
@@ -725,8 +739,14 @@ class Runner:
                 cancelled = ended_before_output(task_id, TaskState.CANCELLED, input_tokens)
                 await self.tasks.transition(cancelled)
             return
-        if not await self.tasks.fail(task_id, code, message):
-            await self.tasks.confirm_cancelled(task_id)
+        first = self._first_tokens.get(task_id)
+        if not await self.tasks.fail(task_id, code, message, first_token_at=first):
+            await self._confirm_cancelled(task_id)
+
+    async def _confirm_cancelled(self, task_id: str) -> bool:
+        """TaskStore.confirm_cancelled with its run's first token time, if it had one."""
+        first = self._first_tokens.get(task_id)
+        return await self.tasks.confirm_cancelled(task_id, first_token_at=first)
 
     async def _keep_prompt_lengths(self, task_ids: Iterable[str]) -> None:
         """Record the prompt length of these generations still reading their prompts (only

@@ -14,7 +14,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from lmsp_desktop.core.states import (
@@ -125,14 +125,25 @@ def _give_back_memory() -> None:
 
 
 async def recover_after_crash(
-    store: TaskStore, task_ids: list[str], code: str, message: str
+    store: TaskStore,
+    task_ids: list[str],
+    code: str,
+    message: str,
+    first_tokens: Mapping[str, float] | None = None,
 ) -> list[RecoveryItem]:
     """A model's engine process died with these tasks unfinished: the same table 11.3 as a
     restart of the service, failing with `code` (engine_crashed) instead of server_restarted.
-    Not marked with a boot: a task may live through several crashes in one run."""
+    Not marked with a boot: a task may live through several crashes in one run.
+    `first_tokens`: the first output token times of the runs the crash cut (the runner's),
+    stored for those the move ends."""
     done = await store.db.run(
         functools.partial(
-            _recover_batch, ids=task_ids, boot=None, now=time.time(), error=(code, message)
+            _recover_batch,
+            ids=task_ids,
+            boot=None,
+            now=time.time(),
+            error=(code, message),
+            first_tokens=first_tokens or {},
         )
     )
     store.publish([change for _item, change in done])
@@ -147,6 +158,7 @@ def _recover_batch(
     now: float,
     error: tuple[str, str] = (ERROR_CODE, ERROR_MESSAGE),
     rows: list[tuple[str, str, str, int | None]] | None = None,
+    first_tokens: Mapping[str, float] | None = None,
 ) -> list[tuple[RecoveryItem, TaskChange]]:
     """In the writer thread, under the write lock: the tasks re-read (unless `rows` has
     them, read under this lock: id, state, policy, recovered_boot), then moved by their
@@ -172,7 +184,7 @@ def _recover_batch(
     for (state, on_restart), task_ids in cells.items():
         before, policy = TaskState(state), RestartPolicy(on_restart)
         after = RECOVERY_TABLE[(before, policy)]
-        event_type, move = _cell_move(task_ids, before, after, boot, now, error)
+        event_type, move = _cell_move(task_ids, before, after, boot, now, error, first_tokens)
         event = str(event_type)
         changed = transition_many(conn, move)
         for new in changed:
@@ -228,6 +240,7 @@ def _cell_move(
     boot: int | None,
     now: float,
     error: tuple[str, str],
+    first_tokens: Mapping[str, float] | None = None,
 ) -> tuple[str, Transition]:
     """One cell of table 11.3 as one move of many tasks, and the event it writes."""
     ids, frm = tuple(task_ids), (before,)
@@ -243,6 +256,7 @@ def _cell_move(
             closing_with(event),
             {**marks, "finished_at": now, "snapshot": None},
             {"error": json.dumps({"code": code, "message": message})} if failed else {},
+            {i: first_tokens[i] for i in ids if i in first_tokens} if first_tokens else {},
         )
     if after == TaskState.QUEUED:
         return EventType.QUEUED, requeued(ids, before, **marks)

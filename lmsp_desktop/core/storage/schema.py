@@ -223,7 +223,7 @@ CREATE UNIQUE INDEX task_events_by_task ON task_events(task_id, seq);
 
 # When a task's output began (its first output token, epoch seconds like started_at): the
 # runner knows it in memory while the task runs and the move that ends the task stores it
-# (transitions.first_tokens), so the window's Speed is the generation's rate, not one that
+# (Transition.first_tokens), so the window's Speed is the generation's rate, not one that
 # counts the prompt's read (a 6k-token prompt read for 86 s made 21 tok/s show as 0.3).
 # NULL: not known (tasks stored before, ended by the recovery, or before any output).
 SCHEMA_V11_FIRST_TOKEN = """

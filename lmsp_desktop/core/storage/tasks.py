@@ -339,6 +339,7 @@ class TaskStore(TaskReads):
         output_tokens: int,
         cached_tokens: int = 0,
         stop_sequence: str | None = None,
+        first_token_at: float | None = None,
     ) -> bool:
         """running → completed (or incomplete), closing the item, only if still running
         (`finishing`). A generation's finish usually comes with its last deltas instead
@@ -351,19 +352,31 @@ class TaskStore(TaskReads):
             output_tokens=output_tokens,
             cached_tokens=cached_tokens,
             stop_sequence=stop_sequence,
+            first_token_at=first_token_at,
         )
         return bool(await self.transition(move))
 
-    async def fail(self, task_id: str, code: str, message: str) -> bool:
-        """queued/loading/running → failed with an error code (engine or load errors)."""
+    async def fail(
+        self,
+        task_id: str,
+        code: str,
+        message: str,
+        *,
+        first_token_at: float | None = None,
+    ) -> bool:
+        """queued/loading/running → failed with an error code (engine or load errors).
+        `first_token_at`: when its run's first output token came (the runner's), stored
+        with the end."""
         self._lost.pop(task_id, None)  # the task ends: a lost append no longer matters
+        error = json.dumps({"code": code, "message": message})
         move = Transition(
             (task_id,),
             (TaskState.QUEUED, TaskState.LOADING, TaskState.RUNNING),
             TaskState.FAILED,
             closing_with(EventType.FAILED),
             task_sets={"finished_at": time.time(), "snapshot": None},
-            response_sets={"error": json.dumps({"code": code, "message": message})},
+            response_sets={"error": error},
+            first_tokens=_first_token(task_id, first_token_at),
         )
         return bool(await self.transition(move))
 
@@ -411,8 +424,14 @@ class TaskStore(TaskReads):
             self.publish([change_of(row)])
         return row
 
-    async def confirm_cancelled(self, task_id: str) -> bool:
-        """cancelling → cancelled once the engine has stopped; the partial output is kept."""
+    async def confirm_cancelled(
+        self,
+        task_id: str,
+        *,
+        first_token_at: float | None = None,
+    ) -> bool:
+        """cancelling → cancelled once the engine has stopped; the partial output is kept.
+        `first_token_at` stored with the end, as by fail()."""
         self._lost.pop(task_id, None)  # as in fail()
         move = Transition(
             (task_id,),
@@ -420,6 +439,7 @@ class TaskStore(TaskReads):
             TaskState.CANCELLED,
             closing_with(EventType.CANCELLED),
             task_sets={"finished_at": time.time(), "snapshot": None},
+            first_tokens=_first_token(task_id, first_token_at),
         )
         return bool(await self.transition(move))
 
@@ -485,10 +505,12 @@ def finishing(
     output_tokens: int,
     cached_tokens: int = 0,
     stop_sequence: str | None = None,
+    first_token_at: float | None = None,
 ) -> Transition:
     """The move running → completed (or incomplete) that closes the item.
     `cached_tokens`: of the input tokens, those the prefix cache held (usage shows it);
-    `stop_sequence`: the request's stop sequence that ended the output, if one did."""
+    `stop_sequence`: the request's stop sequence that ended the output, if one did;
+    `first_token_at`: when the run's first output token came (the runner's), stored."""
     to_state = TaskState.INCOMPLETE if incomplete_reason else TaskState.COMPLETED
     final = EventType.INCOMPLETE if incomplete_reason else EventType.COMPLETED
     now = time.time()
@@ -506,7 +528,13 @@ def finishing(
             "cached_tokens": cached_tokens,
             "stop_sequence": stop_sequence,
         },
+        first_tokens=_first_token(task_id, first_token_at),
     )
+
+
+def _first_token(task_id: str, first_token_at: float | None) -> dict[str, float]:
+    """A move's `first_tokens` for one task (none when its first token is not known)."""
+    return {} if first_token_at is None else {task_id: first_token_at}
 
 
 def _appended_changes(batch: DeltaBatch, appended: dict[str, Appended]) -> Iterator[TaskChange]:

@@ -32,13 +32,7 @@ from lmsp_desktop.core.storage.task_reads import JOINED
 ALIKE_AT_LEAST = 32
 INSERT_EVENT = "INSERT INTO task_events (task_id, seq, type, created_at, data) VALUES (?,?,?,?,?)"
 
-# Task id -> when its running generation's first output token came (time.time()): the
-# runner's, in memory while the task runs in this process (set at its first token, dropped
-# when its run is over). The move that ends the task stores it in tasks.first_token_at,
-# once per task, with the rest of its end: never with each delta (B2's hot path). A task
-# ended by recovery, or before any token, keeps what it had (NULL). Task ids are unique, so
-# services sharing the process (tests) never mix theirs up.
-first_tokens: dict[str, float] = {}
+# A task's first output token time, set by a move that ends it (Transition.first_tokens).
 FIRST_TOKEN_SET = "first_token_at=coalesce(?, first_token_at), "
 
 
@@ -60,6 +54,11 @@ class Transition:
     events: EventFactory
     task_sets: Mapping[str, Any] = field(default_factory=dict)
     response_sets: Mapping[str, Any] = field(default_factory=dict)
+    # Task id -> when its run's first output token came (time.time(), the runner's): a move
+    # that ends the task stores it in tasks.first_token_at, once per task with the rest of
+    # its end, never with each delta (B2's hot path). A task without one (ended by the
+    # recovery at a start, or before any token) keeps what it had (NULL).
+    first_tokens: Mapping[str, float] = field(default_factory=dict)
 
 
 # A response column the joined row does not read (an embedding's vectors): never equal to
@@ -128,8 +127,9 @@ def apply_moves(conn: sqlite3.Connection, moves: Sequence[Transition]) -> list[R
     stays = states == (str(first.to_state),)
     state_set = {} if stays else {"state": str(first.to_state)}
     now = time.time()
-    alike = len(moves) == 1 and len(rows) >= ALIKE_AT_LEAST  # recovery's: never the runner's
-    ends = first.to_state in TERMINAL and not alike and any(r["id"] in first_tokens for r in rows)
+    # recovery's cells: never the runner's moves, nor a move with first tokens to store
+    alike = len(moves) == 1 and len(rows) >= ALIKE_AT_LEAST and not first.first_tokens
+    ends = first.to_state in TERMINAL and any(move.first_tokens for move in moves)
     event_rows: list[tuple[Any, ...]] = []
     task_updates: list[tuple[Any, ...]] = []
     response_updates: list[tuple[Any, ...]] = []
@@ -137,7 +137,7 @@ def apply_moves(conn: sqlite3.Connection, moves: Sequence[Transition]) -> list[R
         move = of[row["id"]]
         task_values = _applied(row, {**state_set, **move.task_sets})
         if ends:
-            task_values.append(first_tokens.get(row["id"]))
+            task_values.append(move.first_tokens.get(row["id"]))
         response_before = [row.get(column, _UNREAD) for column in move.response_sets]
         response_values = _applied(row, move.response_sets)
         seq = row["last_seq"]

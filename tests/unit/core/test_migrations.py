@@ -19,7 +19,6 @@ from lmsp_desktop.core.storage.db import Database, DatabaseError
 from lmsp_desktop.core.storage.recovery import recover
 from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS
 from lmsp_desktop.core.storage.store import Store
-from lmsp_desktop.core.storage.transitions import first_tokens
 from tests.support.store_helpers import create, drive, new_task
 
 TABLES = {
@@ -408,11 +407,7 @@ async def test_tasks_of_schema_10_gain_an_unknown_first_token_time(
     await store.open()
     try:
         assert await store.db.user_version() == CURRENT_VERSION == 11
-        first_tokens[running] = 1234.5
-        try:
-            assert await store.tasks.fail(running, "engine_error", "it broke")
-        finally:
-            first_tokens.pop(running, None)
+        assert await store.tasks.fail(running, "engine_error", "it broke", first_token_at=1234.5)
         rows = await store.db.fetchall("SELECT id, first_token_at FROM tasks")
         assert {r["id"]: r["first_token_at"] for r in rows} == {old: None, running: 1234.5}
     finally:
