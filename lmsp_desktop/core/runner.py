@@ -43,7 +43,7 @@ from lmsp_desktop.core.storage.events import to_json
 from lmsp_desktop.core.storage.recovery import recover_after_crash
 from lmsp_desktop.core.storage.requeue import requeue_for_retry
 from lmsp_desktop.core.storage.tasks import TaskStore, finishing
-from lmsp_desktop.core.storage.transitions import ended_before_output, prompt_length_kept
+from lmsp_desktop.core.storage.transitions import prompt_length_kept
 from lmsp_desktop.core.tool_output import CallingOutput
 from lmsp_desktop.core.tools.grammars import max_calls
 from lmsp_desktop.core.tools.plan import plan_output
@@ -463,9 +463,9 @@ class Runner:
         token_json = SnapshotTokens(tokens)
         stopped = False
 
-        def prompt_only() -> int:
+        def prompt_only() -> int | None:
             """The prompt's length while no output token came (stored by nothing else)."""
-            return 0 if tokens else state["input_tokens"]
+            return None if tokens else (state["input_tokens"] or None)
 
         def prompt_read(progress: PromptProgress) -> None:
             if task_id in self._reading:  # a late report after the first token: stale
@@ -582,11 +582,8 @@ class Runner:
         if result.finish_reason == "cancelled":
             if self._stopping:
                 return  # a shutdown, not a cancel: recovery applies the task's policy
-            if prompt_only():  # cancelled before its output: keep its prompt's length
-                move = ended_before_output(task_id, TaskState.CANCELLED, prompt_only())
-                await self.tasks.transition(move)
-                return
-            await self._confirm_cancelled(task_id)
+            # before any output, its prompt's length is kept (nothing else stored it)
+            await self._confirm_cancelled(task_id, prompt_only())
             return
         if calls is not None:
             result = dataclasses.replace(
@@ -728,25 +725,24 @@ class Runner:
         return self.loaded_state(model_id) == "unloaded"
 
     async def _fail_or_confirm(
-        self, task_id: str, code: str, message: str, input_tokens: int = 0
+        self, task_id: str, code: str, message: str, input_tokens: int | None = None
     ) -> None:
-        """Fail the task, or confirm its cancel if one won the race, with its run's first
-        token time if it had one."""
-        if input_tokens:  # it ends before its output, its prompt's length known: kept
-            error = {"code": code, "message": message}
-            failed = ended_before_output(task_id, TaskState.FAILED, input_tokens, error)
-            if not await self.tasks.transition(failed):
-                cancelled = ended_before_output(task_id, TaskState.CANCELLED, input_tokens)
-                await self.tasks.transition(cancelled)
-            return
+        """Fail the task, or confirm its cancel if one won the race. `input_tokens`: the
+        prompt's length of a generation that ends before its output (stored with the end);
+        its run's first token time, if it had one, is stored with the end too."""
         first = self._first_tokens.get(task_id)
-        if not await self.tasks.fail(task_id, code, message, first_token_at=first):
-            await self._confirm_cancelled(task_id)
+        if not await self.tasks.fail(
+            task_id, code, message, input_tokens=input_tokens, first_token_at=first
+        ):
+            await self._confirm_cancelled(task_id, input_tokens)
 
-    async def _confirm_cancelled(self, task_id: str) -> bool:
-        """TaskStore.confirm_cancelled with its run's first token time, if it had one."""
+    async def _confirm_cancelled(self, task_id: str, input_tokens: int | None = None) -> bool:
+        """TaskStore.confirm_cancelled with its run's first token time, if it had one, and
+        `input_tokens` as for _fail_or_confirm."""
         first = self._first_tokens.get(task_id)
-        return await self.tasks.confirm_cancelled(task_id, first_token_at=first)
+        return await self.tasks.confirm_cancelled(
+            task_id, input_tokens=input_tokens, first_token_at=first
+        )
 
     async def _keep_prompt_lengths(self, task_ids: Iterable[str]) -> None:
         """Record the prompt length of these generations still reading their prompts (only

@@ -362,11 +362,13 @@ class TaskStore(TaskReads):
         code: str,
         message: str,
         *,
+        input_tokens: int | None = None,
         first_token_at: float | None = None,
     ) -> bool:
         """queued/loading/running → failed with an error code (engine or load errors).
-        `first_token_at`: when its run's first output token came (the runner's), stored
-        with the end."""
+        `input_tokens`: the prompt's length, stored with the end (a generation that ends
+        before its output: only output commits store it); `first_token_at`: when its run's
+        first output token came (the runner's), stored with the end."""
         self._lost.pop(task_id, None)  # the task ends: a lost append no longer matters
         error = json.dumps({"code": code, "message": message})
         move = Transition(
@@ -375,7 +377,7 @@ class TaskStore(TaskReads):
             TaskState.FAILED,
             closing_with(EventType.FAILED),
             task_sets={"finished_at": time.time(), "snapshot": None},
-            response_sets={"error": error},
+            response_sets={**_prompt_length(input_tokens), "error": error},
             first_tokens=_first_token(task_id, first_token_at),
         )
         return bool(await self.transition(move))
@@ -428,10 +430,11 @@ class TaskStore(TaskReads):
         self,
         task_id: str,
         *,
+        input_tokens: int | None = None,
         first_token_at: float | None = None,
     ) -> bool:
         """cancelling → cancelled once the engine has stopped; the partial output is kept.
-        `first_token_at` stored with the end, as by fail()."""
+        `input_tokens` and `first_token_at` stored with the end, as by fail()."""
         self._lost.pop(task_id, None)  # as in fail()
         move = Transition(
             (task_id,),
@@ -439,6 +442,7 @@ class TaskStore(TaskReads):
             TaskState.CANCELLED,
             closing_with(EventType.CANCELLED),
             task_sets={"finished_at": time.time(), "snapshot": None},
+            response_sets=_prompt_length(input_tokens),
             first_tokens=_first_token(task_id, first_token_at),
         )
         return bool(await self.transition(move))
@@ -535,6 +539,11 @@ def finishing(
 def _first_token(task_id: str, first_token_at: float | None) -> dict[str, float]:
     """A move's `first_tokens` for one task (none when its first token is not known)."""
     return {} if first_token_at is None else {task_id: first_token_at}
+
+
+def _prompt_length(input_tokens: int | None) -> dict[str, int]:
+    """The response columns of an end that stores the prompt's length, when given."""
+    return {} if input_tokens is None else {"input_tokens": input_tokens}
 
 
 def _appended_changes(batch: DeltaBatch, appended: dict[str, Appended]) -> Iterator[TaskChange]:

@@ -21,7 +21,6 @@ from lmsp_desktop.core.storage.events import (
     EventFactory,
     Row,
     carrying_response,
-    closing_with,
     numbered,
 )
 from lmsp_desktop.core.storage.task_reads import JOINED
@@ -236,29 +235,6 @@ def requeued(task_ids: Sequence[str], from_state: TaskState, **task_sets: Any) -
             "snapshot": None,
         },
         {"item_id": None, "output_text": "", "output_tokens": 0, "output_items": None},
-    )
-
-
-def ended_before_output(
-    task_id: str, to_state: TaskState, input_tokens: int, error: dict[str, str] | None = None
-) -> Transition:
-    """A generation that ends before its first output token with its prompt's length known
-    (the engine had tokenized it; only output commits store it): running → failed with
-    `error`, or cancelling → cancelled, recording `input_tokens` for the task object and
-    usage, in the same write as the end (TaskStore.fail and confirm_cancelled's moves)."""
-    failing = to_state == TaskState.FAILED
-    return Transition(
-        (task_id,),
-        (TaskState.QUEUED, TaskState.LOADING, TaskState.RUNNING)
-        if failing
-        else (TaskState.CANCELLING,),
-        to_state,
-        closing_with(EventType.FAILED if failing else EventType.CANCELLED),
-        task_sets={"finished_at": time.time(), "snapshot": None},
-        response_sets={
-            "input_tokens": input_tokens,
-            **({"error": orjson.dumps(error).decode()} if failing else {}),
-        },
     )
 
 

@@ -154,6 +154,29 @@ async def test_a_finished_task_stores_the_response_its_last_event_carries(store:
         assert last["type"] in TERMINAL_EVENTS and last["response"] == stored, task_id
 
 
+async def test_an_end_before_any_output_keeps_the_prompt_length_it_is_given(
+    store: Store,
+) -> None:
+    """A generation failed, or cancelled, before its first output token: the prompt's length
+    the runner hands fail / confirm_cancelled (no output commit stored it) is in the task's
+    response and in the usage its closing event carries; an end without one leaves the
+    stored count as it was."""
+    failed, cancelled = [await drive(store.tasks, TaskState.LOADING) for _ in range(2)]
+    for task_id in (failed, cancelled):
+        assert await store.tasks.mark_running(task_id)
+    await store.tasks.cancel(cancelled)
+    assert await store.tasks.fail(failed, "engine_error", "it broke", input_tokens=60)
+    assert await store.tasks.confirm_cancelled(cancelled, input_tokens=70)
+    kept = await drive(store.tasks, TaskState.RUNNING)  # its deltas stored 3
+    assert await store.tasks.fail(kept, "engine_error", "it broke")
+    for task_id, length in ((failed, 60), (cancelled, 70), (kept, 3)):
+        stored = await store.tasks.response_object(task_id)
+        last = (await store.tasks.events(task_id))[-1]
+        assert last["type"] in TERMINAL_EVENTS and last["response"] == stored
+        assert stored["usage"]["input_tokens"] == length, task_id
+    assert (await store.tasks.response_object(failed))["error"]["code"] == "engine_error"
+
+
 async def test_create_is_all_or_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken_event(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("disk gone mid-transaction")
