@@ -214,6 +214,12 @@ class Runner:
         # Unloads under way: stop() waits for them, so one begun by the idle timer or to make
         # room is never cut short by the stop cancelling its caller.
         self._unloads: set[asyncio.Task[None]] = set()
+        # Tasks waiting for their model's load → set when one is cancelled meanwhile: its
+        # cancel is confirmed at once, not when the load ends (a big model loads for minutes).
+        self._load_cancels: dict[str, asyncio.Event] = {}
+        # Loads whose task was cancelled meanwhile: they go on for the next task of the model
+        # (the model then stays for its idle time); stop() ends them like the lanes.
+        self._loads_left: set[asyncio.Task[LoadedModel]] = set()
         self._stopping = False
         self.crashes = CrashLog()  # engine processes that died, by model
         self._janitor: asyncio.Task[None] | None = None
@@ -237,7 +243,11 @@ class Runner:
         await self._keep_prompt_lengths(self._reading)
         for request in self._active.values():
             request.cancel.set()
-        workers = [*self._workers.values(), *([self._janitor] if self._janitor else [])]
+        workers = [
+            *self._workers.values(),
+            *self._loads_left,
+            *([self._janitor] if self._janitor else []),
+        ]
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
@@ -307,6 +317,8 @@ class Runner:
             self._wake(change.model)
         elif change.state == TaskState.CANCELLING and change.task_id in self._active:
             self._active[change.task_id].cancel.set()  # the engine stops before the next token
+        elif change.state == TaskState.CANCELLING and change.task_id in self._load_cancels:
+            self._load_cancels[change.task_id].set()  # it waits for its model's load
 
     def _wake(self, model: str) -> None:
         if self._stopping:
@@ -388,15 +400,23 @@ class Runner:
         key = lane if remote is not None else row["model"]  # local lanes share one copy
         slot = self._slots.get(key)
         needs_load = (slot is None or slot.model is None) and remote is None
-        if not resuming and needs_load and not await self.tasks.mark_loading(task_id):
-            return  # cancelled meanwhile
+        cancelled = self._load_cancels[task_id] = asyncio.Event()  # before it shows loading
         try:
-            loaded = await self._acquire(key, path, remote)
+            if not resuming and needs_load and not await self.tasks.mark_loading(task_id):
+                return  # cancelled meanwhile
+            loaded = await self._loaded_unless_cancelled(
+                asyncio.create_task(self._acquire(key, path, remote)), cancelled
+            )
         except EngineCrashed as exc:  # the engine process died while loading
             await self._after_crash(row["model"], task_id, None, exc)
             return
         except EngineError as exc:
             await self._fail_or_confirm(task_id, exc.code, exc.message)
+            return
+        finally:
+            del self._load_cancels[task_id]
+        if loaded is None:  # cancelled while its model loads: confirmed now, not at the end
+            await self._confirm_cancelled(task_id)
             return
         slot = self._slots[key]
         slot.busy += 1
@@ -759,6 +779,31 @@ class Runner:
             log.warning("could not record the prompt lengths of %s: %s", task_ids, exc.message)
 
     # -- loading -----------------------------------------------------------------------
+    async def _loaded_unless_cancelled(
+        self, acquiring: asyncio.Task[LoadedModel], cancelled: asyncio.Event
+    ) -> LoadedModel | None:
+        """The loaded model, or None once the task is cancelled while it loads: the load goes
+        on without it (single-flight: the model's next task, or another lane, takes it)."""
+        cancel = asyncio.create_task(cancelled.wait())
+        try:
+            await asyncio.wait((acquiring, cancel), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            acquiring.cancel()  # the lane stops (the runner's stop): so does its load
+            raise
+        finally:
+            cancel.cancel()
+        if not acquiring.done():
+            self._loads_left.add(acquiring)
+            acquiring.add_done_callback(self._load_left_done)
+            return None
+        return acquiring.result()
+
+    def _load_left_done(self, task: asyncio.Task[LoadedModel]) -> None:
+        self._loads_left.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The model's next task loads it again and reports its failure.
+            log.info("a load whose task was cancelled failed: %s", task.exception())
+
     async def _acquire(self, lane: str, path: Path, remote: Engine | None = None) -> LoadedModel:
         """The loaded model of `lane` (a model id for local models, whose lanes share it),
         loaded once however many tasks ask at the same time."""

@@ -59,7 +59,10 @@ def empty_output_reason(row: Any) -> str:
     if is_download(row):  # writes a file, not text: "the model wrote" would be wrong words
         return DOWNLOAD_OUTPUT.get(state, DOWNLOAD_OUTPUT[TaskState.RUNNING])
     if state == TaskState.CANCELLED and row["started_at"] is None:
-        return "No output: cancelled while it waited in the queue, before it started."
+        return (
+            "No output: cancelled while it waited in the queue or for its model to load, "
+            "before it started."
+        )
     if state == TaskState.CANCELLED:
         return "No output: cancelled before the model wrote anything."
     if state == TaskState.QUEUED:

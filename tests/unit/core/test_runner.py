@@ -141,6 +141,56 @@ async def test_cancel_while_queued_never_runs(store: Store) -> None:
         assert len(engine.requests) == 1
 
 
+class HeldLoad(FakeEngine):
+    """A model whose load goes on until the test releases it (a big model from a slow disk)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def load(self, path, progress=None, *, settings=None):  # type: ignore[no-untyped-def]
+        await self.release.wait()
+        return await super().load(path, progress, settings=settings)
+
+
+async def test_a_cancel_while_its_model_loads_is_confirmed_before_the_load_ends(
+    store: Store,
+) -> None:
+    engine = HeldLoad()
+    async with started(Runner(store.tasks, Paths(), engine)):
+        first = await submit(store)
+        await until(lambda: _state_is(store, first, "loading"))
+        await store.tasks.cancel(first)
+        # Cancelled at once, while the load still goes on (LM Studio and Ollama users see
+        # their Cancel take effect; it used to say "cancelling" until the load ended).
+        await until(lambda: finished(store, first))
+        assert await state_of(store, first) == "cancelled"
+        assert engine.load_count == 0  # the load has not ended
+        # The load goes on for the model's next task: one load serves it.
+        second = await submit(store)
+        engine.release.set()
+        await until(lambda: finished(store, second))
+        assert await state_of(store, second) == "completed"
+        assert engine.load_count == 1
+        assert len(engine.requests) == 1  # the cancelled task never generated
+
+
+async def test_the_runners_stop_ends_a_load_whose_task_was_cancelled(store: Store) -> None:
+    engine = HeldLoad()
+    async with started(Runner(store.tasks, Paths(), engine)) as runner:
+        task_id = await submit(store)
+        await until(lambda: _state_is(store, task_id, "loading"))
+        await store.tasks.cancel(task_id)
+        await until(lambda: finished(store, task_id))
+    # The stop cancelled the load left going: nothing is loaded after it.
+    assert engine.load_count == 0
+    assert not runner._loads_left
+
+
+async def _state_is(store: Store, task_id: str, state: str) -> bool:
+    return await state_of(store, task_id) == state
+
+
 async def test_engine_error_fails_the_task_with_its_code(store: Store) -> None:
     engine = FakeEngine(fail_at=2, fail_error=EngineError("engine_crashed", "boom"))
     async with started(Runner(store.tasks, Paths(), engine)):
