@@ -15,6 +15,7 @@ from lmsp_desktop.core.context_window import effective_context
 from lmsp_desktop.core.engines.base import EngineError
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid
 from lmsp_desktop.core.models.info import CHANGED, OBSERVED, ModelInfo
+from lmsp_desktop.core.models.memory import Plan
 from lmsp_desktop.core.scopes import ADMIN, MODELS_READ
 from lmsp_desktop.core.service.bodies import list_body, read_json
 from lmsp_desktop.core.service.context import ServiceContext, requires
@@ -38,14 +39,8 @@ async def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
     if info.state == CHANGED:  # what a verify found on disk, and why it is no model if so
         item.update({k: info.meta[k] for k in OBSERVED if k in info.meta})
     if item.get("owned_by") == "local" and item["state"] != "invalid":
-        # The length a local model really runs with: trained, capped by the settings, and
-        # (with a fitter) by the memory plan, which also gives the memory estimate (an
-        # invalid file runs with none: its header's value, if any, is not shown as one).
-        item["context_length"] = effective_context(info.context_length, ctx.settings.max_context)
-        item["trained_context_length"] = info.context_length
-        item["memory_estimate"] = None
-        if ctx.fitter is not None:
-            item.update(ctx.fitter.api_fields(info, await ctx.fitter.current(info)))
+        # An invalid file runs with none: its header's value, if any, is not shown as one.
+        item.update((await run_fields(ctx, info))[0])
     if ctx.runner is not None:
         pid = ctx.runner.engine_pid(info.id)
         if pid is not None:
@@ -54,6 +49,22 @@ async def _model_api(ctx: ServiceContext, info: ModelInfo) -> dict[str, Any]:
         if crash is not None:
             item["engine_crash"] = crash.as_api()
     return item
+
+
+async def run_fields(ctx: ServiceContext, info: ModelInfo) -> tuple[dict[str, Any], Plan | None]:
+    """The `context_length`, `trained_context_length` and `memory_estimate` a model runs
+    with when loaded, else would run with now: trained, capped by the settings, and (with a
+    fitter) by the memory plan, returned beside them. The one rule for /v1/models and
+    Ollama's /api/ps and /api/show."""
+    fields: dict[str, Any] = {
+        "context_length": effective_context(info.context_length, ctx.settings.max_context),
+        "trained_context_length": info.context_length,
+        "memory_estimate": None,
+    }
+    decided = await ctx.fitter.current(info) if ctx.fitter is not None else None
+    if ctx.fitter is not None:
+        fields.update(ctx.fitter.api_fields(info, decided))
+    return fields, decided
 
 
 @routes.get("/v1/models")

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.models.memory import Estimate
 
 # The Ollama API level these routes follow (clients compare versions to pick features).
 OLLAMA_VERSION = "0.12.0"
@@ -187,21 +188,36 @@ def tag(info: ModelInfo, name: str) -> dict[str, Any]:
 
 
 def running(
-    info: ModelInfo, name: str, expires_in: float | None, context_length: int | None
+    info: ModelInfo,
+    name: str,
+    expires_in: float | None,
+    context_length: int | None,
+    estimate: Estimate | None,
 ) -> dict[str, Any]:
-    """One model of `GET /api/ps`, named as in `GET /api/tags` (no GPU here: size_vram is 0)."""
+    """One model of `GET /api/ps`, named as in `GET /api/tags`. As in Ollama, `size` is the
+    memory the loaded model takes, RAM and GPU, and `size_vram` its GPU part: here the
+    estimate of the plan it was loaded with (the `memory_estimate` of /v1/models, plus its
+    GPU part; the worker's own use is not measured). Without a plan (a model the memory
+    fitter does not size), the file's size and 0."""
     # Ollama shows a model kept "forever" (keep_alive -1) as expiring in the far future.
     expires = time.time() + expires_in if expires_in is not None else FOREVER
+    size, on_gpu = (
+        (info.size_bytes, 0) if estimate is None else (estimate.total + estimate.gpu, estimate.gpu)
+    )
     return {
         **tag(info, name),
+        "size": size,
         "expires_at": iso(expires),
-        "size_vram": 0,
+        "size_vram": on_gpu,
         "context_length": context_length,
     }
 
 
 def show(info: ModelInfo, context_length: int | None) -> dict[str, Any]:
-    """`POST /api/show`: details, the header values clients read, the chat template."""
+    """`POST /api/show`: details, the header values clients read, the chat template. As in
+    Ollama, `model_info` holds the file's header (`<arch>.context_length`: the trained
+    length) and `parameters` the model's run settings: `num_ctx`, the context it runs with
+    (Continue reads it over the header's)."""
     arch = info.architecture or "unknown"
     model_info: dict[str, Any] = {"general.architecture": arch}
     if info.parameters is not None:

@@ -39,7 +39,6 @@ from lmsp_desktop.core.api.ollama.render import (
 )
 from lmsp_desktop.core.api.ollama.request import LoadRequest
 from lmsp_desktop.core.auth import Principal
-from lmsp_desktop.core.context_window import effective_context
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid
 from lmsp_desktop.core.models.info import INVALID
 from lmsp_desktop.core.models.messages import not_runnable
@@ -51,7 +50,7 @@ from lmsp_desktop.core.service.context import (
     errors_shaped,
     requires,
 )
-from lmsp_desktop.core.service.routes_models import load_model, unload_model
+from lmsp_desktop.core.service.routes_models import load_model, run_fields, unload_model
 
 routes = web.RouteTableDef()
 NDJSON = "application/x-ndjson"
@@ -82,7 +81,9 @@ async def tags(request: web.Request, ctx: ServiceContext, _: Principal) -> web.R
 @errors_shaped(ollama_error)
 @requires(MODELS_READ)
 async def ps(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
-    """The models loaded now, with when the idle timeout will unload them."""
+    """The models loaded now, with when the idle timeout will unload them, the context each
+    runs with and the memory its load takes, from the plan GET /v1/models shows
+    (run_fields)."""
     models = []
     runner = ctx.runner
     listed = await ctx.registry.list_models()
@@ -90,8 +91,10 @@ async def ps(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Res
     for info in listed:
         if runner is None or runner.loaded_state(info.id) != "loaded":
             continue
-        length = effective_context(info.context_length, ctx.settings.max_context)
-        models.append(running(info, names[info.id], runner.idle_seconds_left(info.id), length))
+        fields, decided = await run_fields(ctx, info)
+        estimate = decided.estimate if decided is not None else None
+        expires_in = runner.idle_seconds_left(info.id)
+        models.append(running(info, names[info.id], expires_in, fields["context_length"], estimate))
     return web.json_response({"models": models})
 
 
@@ -106,8 +109,8 @@ async def show_model(request: web.Request, ctx: ServiceContext, _: Principal) ->
     info = await find_model(ctx.registry, name)
     if info.state == INVALID:  # no details to show: 400 model_invalid, as generate answers
         raise not_runnable(info)
-    length = effective_context(info.context_length, ctx.settings.max_context)
-    return web.json_response(show(info, length))
+    fields, _plan = await run_fields(ctx, info)  # the context /v1/models shows
+    return web.json_response(show(info, fields["context_length"]))
 
 
 @routes.post("/api/chat")
