@@ -223,6 +223,23 @@ def test_errors_have_ollamas_shape(ollama: Client, live: LiveCore) -> None:
     assert refused.value.status_code == 401 and "token" in refused.value.error.lower()
 
 
+def test_think_answers_400_in_ollamas_words(ollama: Client) -> None:
+    """No model here gives its thinking apart: `think` answers as Ollama answers it for a
+    model that cannot think (clients look for those words and ask again without it), naming
+    the model as sent; `think: false` is answered."""
+    asked = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(ResponseError) as chat:
+        ollama.chat(MODEL, asked, think=True, options=SHORT)
+    assert chat.value.status_code == 400
+    assert chat.value.error.startswith(f'"{MODEL}" does not support thinking')
+    with pytest.raises(ResponseError) as generate:
+        ollama.generate(TAGGED, "Hi", think="high", options=SHORT)
+    assert generate.value.status_code == 400
+    assert generate.value.error.startswith(f'"{TAGGED}" does not support thinking')
+    answer = ollama.chat(MODEL, asked, think=False, options=SHORT, stream=False)
+    assert answer.done and answer.message.content
+
+
 def test_the_name_with_latest_is_the_same_model(ollama: Client) -> None:
     """ollama-python, Open WebUI and Continue name a model without a tag as `name:latest`;
     /api/tags shows that name, and every route that takes a name finds the model by it."""

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.api.ollama.request import (
+    LoadRequest,
     keep_alive_seconds,
     parse_ollama_chat,
     parse_ollama_generate,
@@ -111,6 +112,23 @@ def test_bad_fields_are_named() -> None:
     images = [{"role": "user", "content": "What is this?", "images": ["aGk="]}]
     assert error(parse_ollama_chat, {"messages": images}).param == "messages[0].images"
     assert error(parse_ollama_chat, {"messages": asked, "keep_alive": "soon"}).param == "keep_alive"
+
+
+def test_think_is_refused_as_ollama_refuses_a_model_that_cannot_think() -> None:
+    asked = [{"role": "user", "content": "Hi"}]
+    refused = error(parse_ollama_chat, {"messages": asked, "think": True})
+    assert refused.param == "think"
+    assert refused.message.startswith(f'"{MODEL}" does not support thinking')
+    assert error(parse_ollama_generate, {"prompt": "Hi", "think": "low"}).param == "think"
+    # A load asking for thinking too (as in Ollama); an unload does not look.
+    assert error(parse_ollama_chat, {"messages": [], "think": True}).param == "think"
+    with pytest.raises(LoadRequest) as unload:
+        parse_ollama_chat({"model": MODEL, "think": True, "keep_alive": 0}, "fail")
+    assert unload.value.unloads
+    assert error(parse_ollama_chat, {"messages": asked, "think": 1}).message.startswith(
+        "`think` must be"
+    )
+    assert chat(messages=asked, think=False)["messages"] == asked
 
 
 @pytest.mark.parametrize(

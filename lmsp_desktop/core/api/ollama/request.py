@@ -7,8 +7,10 @@ unless false), `format` ("json" or a JSON Schema, generated under the grammar), 
 `options` num_predict, temperature, top_p, top_k, seed, stop,
 num_ctx, presence_penalty, frequency_penalty. Other options (repeat_penalty, num_thread,
 mirostat, …) tune Ollama's own runner and are accepted and noted. Images, `raw`, custom
-`template`s and `suffix` answer 400 naming the field. A chat without messages or a generate
-without a prompt loads the model (`keep_alive` 0: unloads it), as in Ollama (LoadRequest).
+`template`s and `suffix` answer 400 naming the field, and so does `think` (true or a level),
+in Ollama's words for a model that cannot think (no model here gives its thinking apart). A
+chat without messages or a generate without a prompt loads the model (`keep_alive` 0:
+unloads it), as in Ollama (LoadRequest).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def parse_ollama_chat(body: Any, default_on_restart: str) -> dict[str, Any]:
         body = {**body, "messages": []}
     messages = _messages(body["messages"])
     if not messages:  # Ollama's way to load (or, with keep_alive 0, unload) a model
-        raise LoadRequest.of(body, CHAT_ENDPOINT, "`messages` must hold at least one message.")
+        raise _loading(body, CHAT_ENDPOINT, "`messages` must hold at least one message.")
     tools = body.get("tools")
     return _task(body, default_on_restart, CHAT_ENDPOINT, messages, tools)
 
@@ -66,7 +68,7 @@ def parse_ollama_generate(body: Any, default_on_restart: str) -> dict[str, Any]:
     prompt = body.get("prompt")
     if prompt in (None, "") and not body.get("system"):
         # Ollama's way to load (or, with keep_alive 0, unload) a model.
-        raise LoadRequest.of(body, GENERATE_ENDPOINT, "`prompt` is required: the text to answer.")
+        raise _loading(body, GENERATE_ENDPOINT, "`prompt` is required: the text to answer.")
     if not isinstance(prompt, str) or not prompt:
         raise invalid("`prompt` is required: the text to answer.", "prompt")
     system = body.get("system")
@@ -102,6 +104,32 @@ class LoadRequest(LmspError):
         return self.keep_alive_s == 0
 
 
+def _loading(body: dict[str, Any], endpoint: str, message: str) -> LoadRequest:
+    """The load (or unload) a body without input asks for. A load asking for thinking is
+    refused first, as Ollama refuses it; an unload is not (Ollama unloads before it looks)."""
+    load = LoadRequest.of(body, endpoint, message)
+    if not load.unloads:
+        _no_thinking(body)
+    return load
+
+
+def _no_thinking(body: dict[str, Any]) -> None:
+    """`think`: true, or a level ("high", "medium", "low"), asks for the model's thinking apart
+    from its answer, which no model here gives. Ollama answers a model that cannot think with
+    400 `"<model>" does not support thinking` (clients look for those words and ask again
+    without it); so does this service. False or absent: nothing asked."""
+    think = body.get("think")
+    if think is None or think is False:
+        return
+    if not isinstance(think, bool | str):
+        raise invalid('`think` must be true, false or a level such as "high".', "think")
+    raise unsupported(
+        f'"{fields.model(body)}" does not support thinking: no model here gives its thinking '
+        "apart from its answer. Leave `think` out, or send false.",
+        "think",
+    )
+
+
 def _object(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.", None, "invalid_json")
@@ -115,6 +143,7 @@ def _task(
     messages: list[dict[str, Any]],
     tools: Any,
 ) -> dict[str, Any]:
+    _no_thinking(body)
     options = body.get("options") or {}
     if not isinstance(options, dict):
         raise invalid("`options` must be an object.", "options")
@@ -137,8 +166,6 @@ def _task(
         notes.append(
             f"`options.num_ctx` {num_ctx} is not applied: the model runs with its own context."
         )
-    if body.get("think") not in (None, False):
-        notes.append("Thinking was asked for; the model answered without it.")
     return task_request(
         {"ollama": {"endpoint": endpoint, "num_ctx": num_ctx}},
         api=OLLAMA_API,
