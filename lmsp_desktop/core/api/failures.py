@@ -26,7 +26,8 @@ STATUS_OF_CODE = {
     "server_restarted": 503,
 }
 # The openai SDKs retry 409 and 5xx answers unless told not to: the failure is recorded in
-# the task, and repeating the same request would mostly fail the same way.
+# the task, and repeating the same request would mostly fail the same way. Every 401 says it
+# too (service/middleware.py auth): Claude Code retries a 401 without it, for minutes.
 NO_RETRY = {"x-should-retry": "false"}
 
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.web_urldispatcher import MatchInfoError
 
+from lmsp_desktop.core.api.failures import NO_RETRY
 from lmsp_desktop.core.auth import authenticate
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
 from lmsp_desktop.core.service.context import CONTEXT, PRINCIPAL, ErrorBody, error_body_of
@@ -226,5 +227,14 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     )
     if not public:
         token, header = _credentials(request)
-        request[PRINCIPAL] = await authenticate(ctx.store.db, token, request.remote, header)
+        try:
+            request[PRINCIPAL] = await authenticate(ctx.store.db, token, request.remote, header)
+        except LmspError as exc:
+            if exc.status != 401:
+                raise
+            # The same token fails the same way on every try: without the header Claude
+            # Code retried a revoked token's 401 for 3 minutes, silent (with it: one request).
+            answer = error_response(exc, error_body_of(request))
+            answer.headers.update(NO_RETRY)
+            return answer
     return await handler(request)
