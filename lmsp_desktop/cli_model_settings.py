@@ -150,8 +150,7 @@ async def load_or_unload(verb: str, model_id: str, data_dir: Path) -> int:
     async with admin_token(data_dir, f"lmsp-desktop models {verb}") as token:
         status, body = await asyncio.to_thread(call, path, token, "POST", None, 600)
     if status != 200:
-        message = body["error"]["message"] if isinstance(body, dict) else f"HTTP {status}"
-        print(message, file=sys.stderr)
+        print(refusal(body), file=sys.stderr)
         return 2 if 400 <= status < 500 else 1
     if verb == "load":
         print(f"{body['id']} is loaded ({body.get('context_length') or '-'}-token context).")

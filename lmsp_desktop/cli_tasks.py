@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.cli_model_settings import service_answers
-from lmsp_desktop.cli_service import admin_token, call, service_url
+from lmsp_desktop.cli_service import admin_token, call, refusal, service_url
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.views import PromptProgress, prompt_status
 
@@ -145,7 +145,7 @@ def _cancel(url: str, token: str, ids: list[str]) -> int:
 
 def _message(body: Any, status: int) -> str:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return str(body["error"].get("message") or f"HTTP {status}")
+        return refusal(body)  # LMSP_TOKEN's missing scope named as the other commands do
     return f"HTTP {status}"
 
 
