@@ -11,13 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.core.config import database_path
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.ids import token_hash
 from lmsp_desktop.core.storage.clients import create_client, revoke_client
 from lmsp_desktop.core.storage.store import Store
 
@@ -57,6 +60,25 @@ async def admin_token(data_dir: Path, name: str) -> AsyncIterator[str]:
             await revoke_client(store.db, client["id"])
         finally:
             await store.close()
+
+
+def token_client(data_dir: Path) -> tuple[str, frozenset[str]] | None:
+    """The name and scopes of the client whose token LMSP_TOKEN is, read (read-only) from
+    the data directory's database; None when LMSP_TOKEN is unset or names no live client
+    (the service then refuses it and says why)."""
+    token = os.environ.get("LMSP_TOKEN")
+    if not token:
+        return None
+    try:
+        uri = f"{database_path(data_dir).resolve().as_uri()}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5)) as conn:
+            row = conn.execute(
+                "SELECT name, scopes FROM clients WHERE token_hash=? AND revoked_at IS NULL",
+                (token_hash(token.strip()),),
+            ).fetchone()
+        return (str(row[0]), frozenset(json.loads(row[1]))) if row else None
+    except (sqlite3.Error, OSError, ValueError):
+        return None
 
 
 def refusal(body: Any) -> str:

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.cli_model_settings import service_answers
-from lmsp_desktop.cli_service import admin_token, call, refusal, service_url
+from lmsp_desktop.cli_service import admin_token, call, refusal, service_url, token_client
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.scopes import ADMIN
 from lmsp_desktop.core.views import PromptProgress, prompt_status
 
 UNFINISHED = "queued,loading,running,cancelling"
@@ -70,7 +71,18 @@ async def _with_service(args: argparse.Namespace, data_dir: Path) -> int:
     async with admin_token(data_dir, "lmsp-desktop tasks") as token:
         if args.tasks_command == "cancel":
             return await asyncio.to_thread(_cancel, url, token, args.ids)
-        return await asyncio.to_thread(_list, url, token, args)
+        listed = await asyncio.to_thread(_list, url, token, args)
+    client = token_client(data_dir)
+    if client is not None and ADMIN not in client[1] and not args.json:
+        # A client's token lists that client's tasks only (GET /v1/tasks): say so, or an
+        # empty or short list reads as the service's whole work.
+        print(
+            f"Only the tasks of the client {client[0]} are listed: LMSP_TOKEN is its token. "
+            "Unset LMSP_TOKEN to list every client's (the command then makes an admin token "
+            "of its own for its run).",
+            file=sys.stderr,
+        )
+    return listed
 
 
 def _list(url: str, token: str, args: argparse.Namespace) -> int:

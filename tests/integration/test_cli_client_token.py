@@ -6,12 +6,13 @@ tokens it read, and `serve --version` answers as `--version` does."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.serve_process import lmsp
-from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
+from tests.integration.serve_process import call, lmsp
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore, cli_beside
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +22,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCore]:
         yield running
     finally:
         running.stop()
+
+
+def embed(live: LiveCore, token: str, text: str) -> str:
+    """The id of the embedding task made for `text` (POST /v1/embeddings answers vectors)."""
+    status, made = call(f"{live.url}/v1/embeddings", token, "POST", {"model": MODEL, "input": text})
+    assert status == 200, made
+    status, tasks = call(f"{live.url}/v1/tasks?limit=1", token)
+    assert status == 200 and tasks["data"][0]["kind"] == "embedding", tasks
+    return str(tasks["data"][0]["id"])
 
 
 @pytest.mark.parametrize("verb", ["load", "unload"])
@@ -36,6 +46,34 @@ def test_models_load_and_unload_name_lmsp_token_as_the_fix(
     # Not the advice for a paired app: a headless server has no Clients page, and pairing
     # again is not how a shell gets an admin token.
     assert "Clients page" not in refused.stderr and "Pair again" not in refused.stderr
+
+
+def test_tasks_with_a_client_token_says_whose_tasks_it_lists(
+    live: LiveCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    theirs = embed(live, live.token(*USER_SCOPES, name="desktop-2"), "Another client's text.")
+    token = live.token(*USER_SCOPES, name="laptop-7")
+    mine = embed(live, token, "My own text.")
+
+    monkeypatch.setenv("LMSP_TOKEN", token)
+    shown = lmsp("tasks", data_dir=live.data_dir)
+    assert shown.returncode == 0, shown.stderr
+    assert mine in shown.stdout and theirs not in shown.stdout
+    note = " ".join(shown.stderr.split())
+    assert "Only the tasks of the client laptop-7 are listed: LMSP_TOKEN is its token." in note
+    assert "Unset LMSP_TOKEN to list every client's" in note
+
+    as_json = lmsp("tasks", "--json", data_dir=live.data_dir)
+    assert [t["id"] for t in json.loads(as_json.stdout)] == [mine]  # JSON only, no note
+    assert as_json.stderr == ""
+
+    everyone = cli_beside(live, "tasks")  # LMSP_TOKEN unset: the command's own admin token
+    assert mine in everyone.stdout and theirs in everyone.stdout
+    assert everyone.stderr == ""
+
+    monkeypatch.setenv("LMSP_TOKEN", live.token("admin", name="admin-shell"))
+    as_admin = lmsp("tasks", data_dir=live.data_dir)
+    assert theirs in as_admin.stdout and as_admin.stderr == ""  # an admin token sees all
 
 
 def test_tasks_with_a_token_lacking_read_names_lmsp_token_as_the_fix(
