@@ -118,9 +118,10 @@ def _list(url: str, token: str, args: argparse.Namespace) -> int:
 
 
 def _tokens(task: dict[str, Any]) -> str:
-    """Output tokens; while a running task's prompt is read, how far (llama.cpp reads a
-    long prompt for seconds to minutes before the first token), or that it waits for
-    another's read to end before its own begins."""
+    """Output tokens (an embedding's input tokens, marked "input": it generates none);
+    while a running task's prompt is read, how far (llama.cpp reads a long prompt for
+    seconds to minutes before the first token), or that it waits for another's read to end
+    before its own begins."""
     progress = task.get("prompt_progress")
     if progress:
         return prompt_status(
@@ -131,6 +132,8 @@ def _tokens(task: dict[str, Any]) -> str:
                 bool(progress.get("waiting")),
             )
         )
+    if task.get("kind") == "embedding":  # it reads its input and generates nothing
+        return f"{task.get('input_tokens') or 0:,} input"
     return str(task.get("output_tokens") or 0)
 
 

@@ -84,3 +84,16 @@ def test_tasks_with_a_token_lacking_read_names_lmsp_token_as_the_fix(
     assert refused.returncode == 2
     assert "This client (reader) lacks the scope `responses:read`" in refused.stderr
     assert "Unset LMSP_TOKEN" in refused.stderr and "Pair again" not in refused.stderr
+
+
+def test_an_embedding_shows_the_input_tokens_it_read(live: LiveCore) -> None:
+    token = live.token(*USER_SCOPES)
+    task_id = embed(live, token, "The quick brown fox jumps over the lazy dog.")
+    status, task = call(f"{live.url}/v1/tasks/{task_id}", token)
+    assert status == 200 and task["output_tokens"] == 0 and task["input_tokens"] > 0, task
+
+    shown = cli_beside(live, "tasks")
+    assert shown.returncode == 0, shown.stderr
+    lines = {line.split()[0]: line.split() for line in shown.stdout.splitlines()}
+    assert lines[task_id][1:4] == [MODEL, "embedding", "completed"]
+    assert lines[task_id][5:7] == [f"{task['input_tokens']:,}", "input"]
