@@ -69,6 +69,15 @@ def _add_service_flags(parser: argparse.ArgumentParser, *, sub: bool = False) ->
     )
 
 
+def _add_version_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"lmsp-desktop {__version__} (SQLite {sqlite3.sqlite_version}, "
+        f"Python {sys.version.split()[0]})",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from lmsp_desktop.cli_admin import add_commands
     from lmsp_desktop.cli_tasks import add_task_commands
@@ -78,12 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run local language models with a durable task store: the desktop app, "
         "or the headless service with `serve`.",
     )
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"lmsp-desktop {__version__} (SQLite {sqlite3.sqlite_version}, "
-        f"Python {sys.version.split()[0]})",
-    )
+    _add_version_flag(parser)
     parser.add_argument(
         "--data-dir",
         type=Path,
@@ -97,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_service_flags(parser)
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the service headless (no window)")
+    _add_version_flag(serve)  # the README lists it among the flags of the app and serve alike
     _add_service_flags(serve, sub=True)
     add_commands(sub)
     add_task_commands(sub)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,12 @@ def test_an_embedding_shows_the_input_tokens_it_read(live: LiveCore) -> None:
     lines = {line.split()[0]: line.split() for line in shown.stdout.splitlines()}
     assert lines[task_id][1:4] == [MODEL, "embedding", "completed"]
     assert lines[task_id][5:7] == [f"{task['input_tokens']:,}", "input"]
+
+
+def test_serve_version_answers_as_the_app_version_does(tmp_path: Path) -> None:
+    data_dir = tmp_path / "never-made"
+    served = lmsp("serve", "--version", data_dir=data_dir)
+    assert served.returncode == 0, served.stderr
+    assert served.stdout.startswith("lmsp-desktop ") and "SQLite" in served.stdout
+    assert served.stdout == lmsp("--version", data_dir=data_dir).stdout
+    assert not data_dir.exists()  # it only answered: no service started, nothing written
