@@ -72,10 +72,79 @@ def javascript(base: str, token: str, scopes: Collection[str], model: str = MODE
     return head + f'console.log("{allowed(scopes)}");\n'
 
 
+def claude_code(root: str, token: str, needs_write: str, model: str = MODEL) -> str:
+    """Claude Code's environment and command line. `root` is the service URL without /v1:
+    Claude Code adds /v1, and with a base URL ending in /v1 it prints only its own words
+    for the 404 (the service's sentence about the doubled /v1 never shows)."""
+    return (
+        needs_write + "# The service root, without /v1: Claude Code adds /v1 itself.\n"
+        f"export ANTHROPIC_BASE_URL={root}\n"
+        f"export ANTHROPIC_AUTH_TOKEN={token}\n"
+        "export DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n"
+        "# A CPU can take minutes over the first prompt: let Claude Code wait.\n"
+        "export CLAUDE_STREAM_IDLE_TIMEOUT_MS=1800000 API_TIMEOUT_MS=1800000\n\n"
+        "# Claude Code's first request holds its instructions and tools: 12,279 to 20,052\n"
+        "# tokens, by version. The model's context must hold that (else a 400 says so):\n"
+        f"#   lmsp-desktop models set {model} --context 32768\n"
+        "# Without tools it fits the demo model's 8k (about 1,500 tokens):\n"
+        f'#   claude -p "say hi" --model {model} --tools ""\n'
+        f"claude --model {model}\n"
+    )
+
+
+def anthropic_python(root: str, token: str, scopes: Collection[str], model: str = MODEL) -> str:
+    """The anthropic SDK. `root` is the service URL without /v1: the SDK adds it."""
+    head = (
+        "import anthropic\n\n"
+        "# The service root, without /v1: the SDK adds it.\n"
+        f'client = anthropic.Anthropic(base_url="{root}", api_key="{token}")\n'
+    )
+    if RESPONSES_WRITE in scopes:
+        return head + (
+            "message = client.messages.create(\n"
+            f'    model="{model}",\n'
+            "    max_tokens=64,\n"
+            f'    messages=[{{"role": "user", "content": "{PROMPT}"}}],\n'
+            ")\n"
+            "print(message.content[0].text)\n"
+        )
+    if MODELS_READ in scopes:
+        return head + (
+            f"# {allowed(scopes)} Tick responses:write to send prompts.\n"
+            "for model in client.models.list():\n    print(model.id)\n"
+        )
+    return head + f'print("{allowed(scopes)}")\n'
+
+
+def ollama_python(root: str, token: str, scopes: Collection[str], model: str = MODEL) -> str:
+    """ollama-python, and where other Ollama clients take the same URL and token."""
+    head = (
+        "from ollama import Client\n\n"
+        "# The service root, without /v1 (Ollama's routes are under /api). Open WebUI and\n"
+        "# Continue take the same URL with the token as a Bearer token. ollama-python also\n"
+        f"# reads them from the environment: OLLAMA_HOST={root} OLLAMA_API_KEY={token}\n"
+        f'client = Client(host="{root}", headers={{"Authorization": "Bearer {token}"}})\n'
+    )
+    if RESPONSES_WRITE in scopes:
+        return head + (
+            f'reply = client.chat(model="{model}", '
+            f'messages=[{{"role": "user", "content": "{PROMPT}"}}])\n'
+            "print(reply.message.content)\n"
+        )
+    if MODELS_READ in scopes:
+        return head + (
+            f"# {allowed(scopes)} Tick responses:write to send prompts.\n"
+            "for model in client.list().models:\n    print(model.model)\n"
+        )
+    return head + f'print("{allowed(scopes)}")\n'
+
+
 def connect_snippets(
     base: str, token: str, scopes: Collection[str], model: str = MODEL
 ) -> dict[str, str]:
-    """Connect a client's snippets, by tab title. `base` is the service URL with /v1."""
+    """Connect a client's snippets, by tab title. `base` is the service URL with /v1, for
+    OpenAI-compatible clients; Anthropic's and Ollama's take the root, without it."""
+    root = base.removesuffix("/v1")
     writes = RESPONSES_WRITE in scopes
     needs_write = "" if writes else f"# {allowed(scopes)} This needs responses:write.\n"
     return {
@@ -100,6 +169,9 @@ def connect_snippets(
             "[agents]\nenabled = false\n\n[features]\ngoals = false\n\n"
             f"# then, in the shell: export LMSP_TOKEN={token}\n"
         ),
+        "Claude Code": claude_code(root, token, needs_write, model),
+        "Anthropic (Python)": anthropic_python(root, token, scopes, model),
+        "Ollama": ollama_python(root, token, scopes, model),
         "LangChain": (
             needs_write + "from langchain_openai import ChatOpenAI\n\n"
             f'llm = ChatOpenAI(base_url="{base}", api_key="{token}", model="{model}")\n'

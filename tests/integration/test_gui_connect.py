@@ -1,11 +1,14 @@
 """Clients in one click ("Beyond the fixes"): Connect a client makes a token in the app, shows
-it once, and its snippets work as pasted (curl run for real against the real service)."""
+it once, and its snippets work as pasted (curl, the anthropic and ollama SDKs' Python, and
+Claude Code's environment run for real against the real service)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +17,33 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from lmsp_desktop.core.engines.fake import FakeEngine
+from lmsp_desktop.core.scopes import DEFAULT_SCOPES, MODELS_READ
 from lmsp_desktop.gui.dialogs.connect_dialog import ConnectDialog
-from tests.integration.gui_windows import open_app
+from tests.integration.gui_windows import MODEL, open_app
 from tests.support.polling import until
 
 pytestmark = pytest.mark.gui
+WORDS = ["Steam", " rises", " slowly"]
+
+
+async def run(*command: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 300)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def connect_dialog(qtbot: Any, window: Any, scopes: frozenset[str]) -> ConnectDialog:
+    """File › Connect a client…, the scopes ticked, Create token: the dialog with its token."""
+    window.connect_action.trigger()
+    dialog = window.dialog
+    assert isinstance(dialog, ConnectDialog)
+    for scope, box in dialog.scope_boxes.items():
+        box.setChecked(scope in scopes)
+    qtbot.mouseClick(dialog.create_button, Qt.MouseButton.LeftButton)
+    await until(lambda: dialog.token_line.text().startswith("lmsp_"), what="a token")
+    return dialog
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl command")
@@ -51,6 +76,78 @@ async def test_connect_a_client_makes_a_token_and_its_curl_works_as_pasted(
         assert answer.get("object") == "response" and answer["status"] == "completed", answer
         for title in ("Python (openai)", "JavaScript (openai)", "Codex CLI", "LangChain"):
             assert f"{core.url}/v1" in dialog.views[title].toPlainText()
+        # Anthropic's and Ollama's clients take the root: with /v1 Claude Code says only
+        # "There's an issue with the selected model", never why.
+        claude = dialog.views["Claude Code"].toPlainText()
+        assert f"export ANTHROPIC_BASE_URL={core.url}\n" in claude
+        assert f"export ANTHROPIC_AUTH_TOKEN={token}\n" in claude
+        assert f"claude --model {MODEL}" in claude
+        assert f'base_url="{core.url}",' in dialog.views["Anthropic (Python)"].toPlainText()
+        assert f'Client(host="{core.url}",' in dialog.views["Ollama"].toPlainText()
+        note = dialog.note.text()
+        assert f"OpenAI-compatible clients: <b>{core.url}/v1</b>" in note
+        assert f"Ollama clients, the root without /v1: <b>{core.url}</b>" in note
+
+
+@pytest.mark.parametrize(
+    ("scopes", "said"),
+    [
+        (frozenset(DEFAULT_SCOPES), ["Steam rises slowly", "Steam rises slowly"]),
+        (frozenset({MODELS_READ}), [MODEL, f"{MODEL}:latest"]),  # Ollama's name for it
+    ],
+)
+async def test_the_anthropic_and_ollama_snippets_run_as_pasted(
+    qtbot: Any, tmp_path: Path, scopes: frozenset[str], said: list[str]
+) -> None:
+    async with open_app(qtbot, tmp_path, engine=FakeEngine(WORDS)) as (_, window):
+        dialog = await connect_dialog(qtbot, window, scopes)
+        for title, expected in zip(("Anthropic (Python)", "Ollama"), said, strict=True):
+            code, out, err = await run(sys.executable, "-c", dialog.views[title].toPlainText())
+            assert code == 0, f"{title}: {err}"
+            assert out.strip() == expected, title
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl command")
+async def test_claude_codes_environment_reaches_the_messages_api(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """What Claude Code does with the tab's environment: POST $ANTHROPIC_BASE_URL/v1/messages
+    with the token as a Bearer token (a base URL ending in /v1 answers 404 here)."""
+    async with open_app(qtbot, tmp_path, engine=FakeEngine(WORDS)) as (_, window):
+        dialog = await connect_dialog(qtbot, window, frozenset(DEFAULT_SCOPES))
+        exports = dialog.views["Claude Code"].toPlainText().split("\nclaude ")[0]
+        body = json.dumps(
+            {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "say hi"}]}
+        )
+        script = (
+            f"{exports}\ncurl -s -w '\\n%{{http_code}}' $ANTHROPIC_BASE_URL/v1/messages"
+            ' -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN"'
+            f" -H 'content-type: application/json' -d '{body}'"
+        )
+        code, out, err = await run("sh", "-c", script)
+        assert code == 0, err
+        answer, status = out.rsplit("\n", 1)
+        assert status == "200", answer
+        assert json.loads(answer)["content"][0]["text"] == "Steam rises slowly"
+
+
+@pytest.mark.skipif(shutil.which("claude") is None, reason="needs Claude Code (npm)")
+async def test_claude_code_answers_through_the_tabs_lines(qtbot: Any, tmp_path: Path) -> None:
+    """Claude Code itself, with the tab's lines and its first check (no tools: its prompt
+    fits a small context) in place of the interactive `claude --model`."""
+    async with open_app(qtbot, tmp_path, engine=FakeEngine(WORDS, context_length=8192)) as (
+        _,
+        window,
+    ):
+        dialog = await connect_dialog(qtbot, window, frozenset(DEFAULT_SCOPES))
+        lines = dialog.views["Claude Code"].toPlainText().splitlines()
+        check = [line.removeprefix("#   ") for line in lines if "claude -p" in line]
+        script = "\n".join([line for line in lines if not line.startswith("claude ")] + check)
+        home = tmp_path / "home"  # Claude Code's settings, not the user's
+        home.mkdir()
+        code, out, err = await run("sh", "-c", script, env={**os.environ, "HOME": str(home)})
+        assert code == 0, out + err
+        assert "Steam rises slowly" in out
 
 
 async def test_the_snippet_tabs_stay_put_when_the_token_appears(qtbot: Any, tmp_path: Path) -> None:

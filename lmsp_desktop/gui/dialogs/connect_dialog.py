@@ -43,9 +43,15 @@ class ConnectDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Connect a client")
         self.core = core
-        self.base = f"{local_url(base_url)}/v1"  # never 0.0.0.0
+        self.root = local_url(base_url)  # never 0.0.0.0
+        self.base = f"{self.root}/v1"
         remote = reachable_url(base_url, core.settings.host)
-        self.elsewhere = f"<br>Other devices on the network: <b>{remote}/v1</b>" if remote else ""
+        self.elsewhere = (
+            f"<br>Other devices on the network: <b>{remote}/v1</b> (Anthropic, Ollama: "
+            f"<b>{remote}</b>)"
+            if remote
+            else ""
+        )
         self.token = ""
         self.name = QLineEdit("my-app")
         self.scope_boxes: dict[str, QCheckBox] = {}
@@ -76,11 +82,10 @@ class ConnectDialog(QDialog):
         token_row = QHBoxLayout()
         token_row.addWidget(self.token_line, 1)
         token_row.addWidget(self.copy_token)
-        # Two lines before and after Create token: the snippet tabs never move under a click
-        # aimed at them, and the URL keeps a line of its own (it wrapped after "http://").
+        # As many lines before and after Create token: the snippet tabs never move under a
+        # click aimed at them, and each URL keeps a line of its own (it wrapped after "http://").
         self.note = QLabel(
-            f"Base URL for any OpenAI-compatible client: <b>{self.base}</b>{self.elsewhere}<br>"
-            "Create a token for the snippets below, or use one you already have."
+            self._urls() + "Create a token for the snippets below, or use one you already have."
         )
         self.note.setWordWrap(True)  # a narrow dialog wraps the note, never widens
         self.tabs = QTabWidget()
@@ -107,7 +112,16 @@ class ConnectDialog(QDialog):
         layout.addWidget(self.tabs, 1)
         layout.addWidget(buttons)
         self._show_snippets()
-        self.resize(720, 520)
+        self.resize(900, 560)  # every tab title in view
+
+    def _urls(self) -> str:
+        """Which base URL is for which family: a base URL with /v1 given to Claude Code gets
+        only Claude Code's own words ("There's an issue with the selected model")."""
+        return (
+            f"Base URL for OpenAI-compatible clients: <b>{self.base}</b><br>"
+            f"For Anthropic clients (Claude Code) and Ollama clients, the root without /v1: "
+            f"<b>{self.root}</b>{self.elsewhere}<br>"
+        )
 
     def _show_snippets(self) -> None:
         """The snippets for the token (once made: its scopes) or for the ticked scopes."""
@@ -135,8 +149,8 @@ class ConnectDialog(QDialog):
         self.token_line.setText(token)
         self.copy_token.setEnabled(True)
         self.note.setText(
-            f"Base URL for any OpenAI-compatible client: <b>{self.base}</b>{self.elsewhere}<br>"
-            "Copy the token now: it is shown only this once (the service keeps only its hash)."
+            self._urls()
+            + "Copy the token now: it is shown only this once (the service keeps only its hash)."
         )
         for title, text in snippets(self.base, token, self.scopes()).items():
             self.views[title].setPlainText(text)
