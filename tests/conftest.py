@@ -35,6 +35,11 @@ if "LMSP_CACHE_DIR" not in os.environ:
 from lmsp_desktop.core.storage.store import Store
 from tests.support.qt_loop import is_gui, qasync_loop
 
+# The shared service fixtures' asserts explain their failures: rewritten as test modules are,
+# registered here, before any test module imports them (a registration in a module that runs
+# after another module imported them failed that collection).
+pytest.register_assert_rewrite("tests.integration.service_fixtures")
+
 
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any]:
     """The one place that picks a test's loop: GUI tests run on the qasync loop (sharing

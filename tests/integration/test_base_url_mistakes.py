@@ -11,9 +11,7 @@ import anthropic
 import openai
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore  # noqa: E402
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

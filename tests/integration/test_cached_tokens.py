@@ -16,9 +16,7 @@ import pytest
 from openai import OpenAI
 from openai.types.responses import ResponseCompletedEvent, ResponseIncompleteEvent
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import (  # noqa: E402
+from tests.integration.service_fixtures import (
     ALL_SCOPES,
     MODEL,
     USER_SCOPES,

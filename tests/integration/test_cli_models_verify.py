@@ -10,17 +10,15 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from lmsp_desktop.cli import main  # noqa: E402
-from lmsp_desktop.core.models.registry import ModelRegistry  # noqa: E402
-from lmsp_desktop.core.storage.clients import list_clients  # noqa: E402
-from lmsp_desktop.core.storage.store import Store  # noqa: E402
-from tests.integration.service_fixtures import LiveCore  # noqa: E402
-from tests.integration.test_cli_admin import admin, parse  # noqa: E402
-from tests.support.polling import until_sync  # noqa: E402
-from tests.unit.core.test_models_gguf_meta import write_gguf  # noqa: E402
-from tests.unit.core.test_models_registry import touch_later  # noqa: E402
+from lmsp_desktop.cli import main
+from lmsp_desktop.core.models.registry import ModelRegistry
+from lmsp_desktop.core.storage.clients import list_clients
+from lmsp_desktop.core.storage.store import Store
+from tests.integration.service_fixtures import LiveCore
+from tests.integration.test_cli_admin import admin, parse
+from tests.support.polling import until_sync
+from tests.unit.core.test_models_gguf_meta import write_gguf
+from tests.unit.core.test_models_registry import touch_later
 
 
 @pytest.fixture(autouse=True)

@@ -11,11 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
-import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import Client  # noqa: E402
+from tests.integration.service_fixtures import Client
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

@@ -18,13 +18,11 @@ import pytest
 from ollama import Client as OllamaClient
 from openai import OpenAI
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from bench.llm import plain_llama  # noqa: E402
-from lmsp_desktop.core.engines.base import EMBEDDING_CONTEXT  # noqa: E402
-from lmsp_desktop.core.models.demo import demo_model_path  # noqa: E402
-from tests.integration.serve_process import call  # noqa: E402
-from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore  # noqa: E402
+from bench.llm import plain_llama
+from lmsp_desktop.core.engines.base import EMBEDDING_CONTEXT
+from lmsp_desktop.core.models.demo import demo_model_path
+from tests.integration.serve_process import call
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

@@ -12,13 +12,11 @@ from typing import Any
 
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.serve_process import call  # noqa: E402
-from tests.integration.service_fixtures import LiveCore  # noqa: E402
-from tests.support import model_stores as stores  # noqa: E402
-from tests.support.cut_model import cut_demo_model  # noqa: E402
-from tests.support.polling import until_sync  # noqa: E402
+from tests.integration.serve_process import call
+from tests.integration.service_fixtures import LiveCore
+from tests.support import model_stores as stores
+from tests.support.cut_model import cut_demo_model
+from tests.support.polling import until_sync
 
 
 @pytest.fixture

@@ -11,16 +11,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from lmsp_desktop.core.models.demo import demo_model_path  # noqa: E402
-from tests.integration.service_fixtures import (  # noqa: E402
+from lmsp_desktop.core.models.demo import demo_model_path
+from tests.integration.service_fixtures import (
     ALL_SCOPES,
     LiveCore,
     auth,
     expect_error,
 )
-from tests.support.polling import until_sync  # noqa: E402
+from tests.support.polling import until_sync
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

@@ -13,11 +13,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from lmsp_desktop.core.models.demo import demo_model_path  # noqa: E402
-from tests.integration.service_fixtures import LiveCore, auth, expect_error  # noqa: E402
-from tests.support.polling import until_sync  # noqa: E402
+from lmsp_desktop.core.models.demo import demo_model_path
+from tests.integration.service_fixtures import LiveCore, auth, expect_error
+from tests.support.polling import until_sync
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

@@ -14,9 +14,7 @@ import jsonschema
 import pytest
 from ollama import AsyncClient, Client, ResponseError
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore  # noqa: E402
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

@@ -20,12 +20,10 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from lmsp_desktop.core.engines.base import LoadedModel  # noqa: E402
-from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel  # noqa: E402
-from lmsp_desktop.core.models.demo import demo_model_path  # noqa: E402
-from tests.integration.service_fixtures import (  # noqa: E402
+from lmsp_desktop.core.engines.base import LoadedModel
+from lmsp_desktop.core.engines.llama import LlamaEngine, LlamaModel
+from lmsp_desktop.core.models.demo import demo_model_path
+from tests.integration.service_fixtures import (
     BROKEN,
     LONG,
     MODEL,

@@ -20,15 +20,13 @@ from openai.types.responses import (
     ResponseTextDeltaEvent,
 )
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import (  # noqa: E402
+from tests.integration.service_fixtures import (
     LONG,
     MODEL,
     USER_SCOPES,
     LiveCore,
 )
-from tests.support.polling import until_sync  # noqa: E402
+from tests.support.polling import until_sync
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

@@ -4,11 +4,8 @@ token is refused with 400 before anything is claimed or asked of the hub."""
 from __future__ import annotations
 
 import aiohttp
-import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import Client, expect_error  # noqa: E402
+from tests.integration.service_fixtures import Client, expect_error
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

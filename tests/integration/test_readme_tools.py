@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import USER_SCOPES, LiveCore  # noqa: E402
+from tests.integration.service_fixtures import USER_SCOPES, LiveCore
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

@@ -15,11 +15,8 @@ from openai import AsyncOpenAI, OpenAI
 
 from lmsp_desktop.core.models.memory import ModelSettings
 from lmsp_desktop.core.storage.model_settings import save_settings
-
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.serve_process import ServeProcess, create_token  # noqa: E402
-from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore  # noqa: E402
+from tests.integration.serve_process import ServeProcess, create_token
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

@@ -9,9 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import (  # noqa: E402
+from tests.integration.service_fixtures import (
     LONG,
     Client,
     LiveCore,

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import aiohttp
-import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import (  # noqa: E402
+from tests.integration.service_fixtures import (
     Client,
     LiveCore,
     body,

@@ -6,11 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import MODEL, Client  # noqa: E402
+from tests.integration.service_fixtures import MODEL, Client
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

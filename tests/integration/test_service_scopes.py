@@ -7,9 +7,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import (  # noqa: E402
+from tests.integration.service_fixtures import (
     MODEL,
     USER_SCOPES,
     Client,

@@ -12,9 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import (  # noqa: E402
+from tests.integration.service_fixtures import (
     LONG,
     Client,
     LiveCore,

@@ -8,11 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import (  # noqa: E402
+from tests.integration.service_fixtures import (
     LONG,
     MODEL,
     Client,

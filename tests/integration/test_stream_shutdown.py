@@ -30,11 +30,8 @@ from openai import OpenAI
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.states import ENDING_EVENTS
 from lmsp_desktop.core.storage.store import Store
-
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.serve_process import ServeProcess, create_token  # noqa: E402
-from tests.integration.service_fixtures import (  # noqa: E402
+from tests.integration.serve_process import ServeProcess, create_token
+from tests.integration.service_fixtures import (
     LONG,
     MODEL,
     USER_SCOPES,

@@ -4,11 +4,8 @@ the reason, as OpenAI answers (not a 200 carrying a failed body); its task stays
 from __future__ import annotations
 
 import aiohttp
-import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import (  # noqa: E402
+from tests.integration.service_fixtures import (
     ALL_SCOPES,
     BROKEN,
     LiveCore,

@@ -13,9 +13,7 @@ import pytest
 from openai import OpenAI
 from pydantic import BaseModel, Field
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore  # noqa: E402
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 

@@ -14,9 +14,7 @@ import httpx2
 import openai
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.service_fixtures")
-
-from tests.integration.service_fixtures import MODEL, LiveCore  # noqa: E402
+from tests.integration.service_fixtures import MODEL, LiveCore
 
 pytest_plugins = ["tests.integration.service_fixtures"]
 
