@@ -536,6 +536,9 @@ class Core(ClientCalls):
         except EngineError as exc:  # the window shows LmspErrors
             raise LmspError(exc.message, code=exc.code, status=500, type="server_error") from exc
 
+    async def unload_model(self, model_id: str) -> bool:
+        return await self.runner.unload(model_id)
+
     async def add_model_folder(self, folder: Path) -> None:
         """Scan a folder now and keep it: a model folder in the stored settings from now on.
         Kept once its files are recorded, before they are hashed: a quit while a large new

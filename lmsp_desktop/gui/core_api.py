@@ -135,6 +135,10 @@ class CoreApi(Protocol):
         """Load a model (after a crash; a model held after two crashes is released)."""
         ...
 
+    async def unload_model(self, model_id: str) -> bool:
+        """Unload a model now, or once its running tasks end; True when unloaded now."""
+        ...
+
     async def add_model_folder(self, folder: Path) -> None: ...
 
     async def rescan_models(self) -> bool:

@@ -71,8 +71,11 @@ async def test_the_window_shows_a_killed_engine_and_loads_it_again(
     assert window.isVisible()
 
     models.table.selectRow(row)
-    await until(lambda: models.load_again_button.isEnabled(), what="Load again enabled")
-    models.load_again_button.click()
+    await until(
+        lambda: models.load_button.text() == "Load again" and models.load_button.isEnabled(),
+        what="Load again enabled",
+    )
+    models.load_button.click()
     await until(lambda: core.model_loaded_state(MODEL) == "loaded", 120, "the model loaded")
     await until(lambda: "loaded" in str(cell.data()), 30, lambda: cell.data())
     assert core.runner.engine_pid(MODEL) not in (None, pid)

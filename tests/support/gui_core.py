@@ -218,6 +218,10 @@ class FakeCore(ClientCalls):
         self.crashes.pop(model_id, None)
         self.loaded[model_id] = "loaded"
 
+    async def unload_model(self, model_id: str) -> bool:
+        self.loaded.pop(model_id, None)
+        return True
+
     async def add_model_folder(self, folder: Path) -> None:
         self.folders.append(folder)
         if self.registry is not None:

@@ -233,10 +233,6 @@ class ModelTableModel(RowTableModel):
                 shown.append((str(info.id), size, text))
         return shown
 
-    def any_crashed(self) -> bool:
-        """Whether any listed model's engine crashed (Load again is shown only then)."""
-        return any(self.core.model_crash(info.id) is not None for info in self._rows)
-
     # -- updates -----------------------------------------------------------------------------
     def model_id(self, row: int) -> str:
         return str(self._rows[row].id)

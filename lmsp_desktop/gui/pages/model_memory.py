@@ -294,7 +294,12 @@ class ModelMemoryPanel(QGroupBox):
             loaded = self.core.model_loaded_state(model_id) != "unloaded"
             self.saved.setText(
                 f"Saved. {model_id} uses them from its next load"
-                + (" (it is loaded now with the settings it had)." if loaded else ".")
+                + (
+                    " (it is loaded now with the settings it had: Unload, then Load, "
+                    "applies them now)."
+                    if loaded
+                    else "."
+                )
             )
         except LmspError as exc:
             self.saved.setText(exc.message)

@@ -146,9 +146,13 @@ class ModelsPage(QWidget):
         self.download_button.setToolTip("Get a GGUF model from the Hugging Face hub")
         self.download_button.clicked.connect(self.open_download)
         self.download_dialog: DownloadDialog | None = None
-        self.load_again_button = QPushButton("Load again")
-        self.load_again_button.setToolTip("Load the selected model whose engine crashed")
-        self.load_again_button.clicked.connect(lambda: aio.spawn(self.load_again(), self))
+        # One button that says what it will do with the selected model: Load, Unload (LM
+        # Studio's Eject, `ollama stop`), or Load again after its engine crashed.
+        self.load_button = QPushButton("Load")
+        self.load_button.clicked.connect(self.load_or_unload)
+        # Models whose load or unload this page asked for and that has not answered yet: a
+        # second click (a double-click) finds the model here and does nothing.
+        self._acting: dict[str, str] = {}
         bar = QHBoxLayout()
         for button in (
             self.download_button,
@@ -157,7 +161,7 @@ class ModelsPage(QWidget):
             self.verify_button,
             self.open_button,
             self.copy_button,
-            self.load_again_button,
+            self.load_button,
         ):
             bar.addWidget(button)
         bar.addStretch()
@@ -288,9 +292,10 @@ class ModelsPage(QWidget):
             aio.spawn(self.memory.refresh(), self)
         self._estimated = facts
         self._follow_row()
-        crashed = [r for r in rows if self.core.model_crash(self.model.model_id(r)) is not None]
-        self.load_again_button.setVisible(self.model.any_crashed())
-        self.load_again_button.setEnabled(len(rows) == 1 and bool(crashed))
+        text, enabled, tip = self.load_action(rows[0] if len(rows) == 1 else None)
+        self.load_button.setText(text)
+        self.load_button.setEnabled(enabled)
+        self.load_button.setToolTip(tip)
         states = {self.model.index(r, 0).data(ModelRole.STATE) for r in rows}
         notes = [EXPLAIN[s] for s in ("changed", "missing", "invalid") if s in states]
         self.explain.setText(" ".join(notes))
@@ -364,11 +369,59 @@ class ModelsPage(QWidget):
         finally:
             self.rescan_button.setEnabled(True)
 
-    async def load_again(self) -> None:
-        """Load the selected crashed model again (a model held after two crashes included)."""
-        model_id = self.model.model_id(self.selected_rows()[0])
-        self.load_again_button.setEnabled(False)
-        self._say(f"Loading {model_id}…")
+    def load_action(self, row: int | None) -> tuple[str, bool, str]:
+        """What the load button does for the model in `row` (None: not one model selected):
+        its text, whether it is enabled, and its tooltip."""
+        info = self.model.info(row) if row is not None else None
+        if info is None or not is_local(info):
+            return "Load", False, "Select a model on this machine to load or unload it."
+        acting = self._acting.get(info.id)
+        if acting is not None:
+            return acting, False, "Wait for it to finish."
+        loaded = self.core.model_loaded_state(info.id)
+        if loaded == "loading":
+            return "Loading…", False, "It is loading: the Loaded column shows when it is ready."
+        if loaded == "loaded":
+            return (
+                "Unload",
+                True,
+                "Free the memory it holds now (its running tasks finish first); the next "
+                "request, or Load, loads it again with its saved Load settings.",
+            )
+        state = self.model.state_of(info)
+        if state != "verified":
+            why = {
+                "invalid": "it is not a model the engine can load",
+                "missing": "its file is missing",
+                "changed": "its file changed since it was verified",
+            }.get(state, "it is not verified yet")
+            return "Load", False, f"It cannot be loaded: {why}."
+        if self.core.model_crash(info.id) is not None:
+            return "Load again", True, "Load the model whose engine crashed."
+        return (
+            "Load",
+            True,
+            "Load it now with its Load settings, so the first request does not wait for it.",
+        )
+
+    def load_or_unload(self) -> None:
+        """The load button: load the selected model, or unload it when it is loaded. Marked
+        as under way before anything is awaited, so a double-click acts once."""
+        rows = self.selected_rows()
+        if len(rows) != 1:
+            return
+        text, enabled, _ = self.load_action(rows[0])
+        if not enabled:
+            return
+        model_id = self.model.model_id(rows[0])
+        unloading = text == "Unload"
+        self._acting[model_id] = "Unloading…" if unloading else "Loading…"
+        self._say(f"{self._acting[model_id][:-1]} {model_id}…")
+        self._update()
+        aio.spawn(self.unload(model_id) if unloading else self.load_model(model_id), self)
+
+    async def load_model(self, model_id: str) -> None:
+        """Load a model now (after a crash too: a model held after two crashes included)."""
         try:
             await self.core.load_model_again(model_id)
         except LmspError as exc:
@@ -376,6 +429,23 @@ class ModelsPage(QWidget):
         else:
             self._say(f"{model_id} is loaded.")
         finally:
+            self._acting.pop(model_id, None)
+            self._update()
+
+    async def unload(self, model_id: str) -> None:
+        """Unload a model: now, or once the tasks running on it end."""
+        try:
+            now = await self.core.unload_model(model_id)
+        except LmspError as exc:
+            self._say(f"{model_id} could not be unloaded: {exc.message}")
+        else:
+            self._say(
+                f"{model_id} is unloaded: its memory is free."
+                if now
+                else f"{model_id} unloads once the tasks running on it end."
+            )
+        finally:
+            self._acting.pop(model_id, None)
             self._update()
 
     async def verify_selected(self) -> None:
