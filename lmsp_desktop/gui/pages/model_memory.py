@@ -113,6 +113,9 @@ class ModelMemoryPanel(QGroupBox):
         for combo in (self.kv_type, self.gpu_mode):
             combo.currentIndexChanged.connect(self._changed)
         self._filling = False
+        # Why the selected file can never run (not a model the engine can load), as the
+        # registry says: no estimate then, and no settings to save.
+        self.cannot_run: str | None = None
         self._estimating: asyncio.Task[None] | None = None
         self.last_plan: Plan | None = None
         self.setEnabled(False)
@@ -192,6 +195,23 @@ class ModelMemoryPanel(QGroupBox):
             gpu_layers=layers,
         )
 
+    def set_cannot_run(self, reason: str | None) -> None:
+        """The selected file's reason never to run (None: it can run, once verified)."""
+        if reason == self.cannot_run:
+            return
+        self.cannot_run = reason
+        self.save_button.setEnabled(reason is None)
+        self.save_button.setToolTip(
+            ""
+            if reason is None
+            else "Nothing to save: this file is not a model the engine can load, so it never "
+            "runs. Replace it with a complete .gguf file."
+        )
+        if reason is not None:
+            self.show_plan(self.last_plan)
+        elif self.model_id is not None:
+            aio.spawn(self.refresh(), self)
+
     # -- the estimate --------------------------------------------------------------------
     def _changed(self) -> None:
         self.gpu_layers.setEnabled(self.gpu_mode.currentText() == GPU_NUMBER)
@@ -251,6 +271,10 @@ class ModelMemoryPanel(QGroupBox):
     def show_plan(self, decided: Plan | None) -> None:
         self.last_plan = decided
         self._show_auto(decided)
+        if self.cannot_run is not None:
+            self.runs_with.setText("—")
+            self.estimate.setText(f"No estimate: this file never runs ({self.cannot_run}).")
+            return
         if decided is None:
             self.runs_with.setText("—")
             self.estimate.setText("No estimate: this file's header cannot be read.")
@@ -304,4 +328,4 @@ class ModelMemoryPanel(QGroupBox):
         except LmspError as exc:
             self.saved.setText(exc.message)
         finally:
-            self.save_button.setEnabled(True)
+            self.save_button.setEnabled(self.cannot_run is None)

@@ -119,6 +119,15 @@ def state_now(info: ModelInfo, state: str) -> str:
     return f"Verifying {info.id}…"  # hashing, or not verified yet
 
 
+def invalid_note(info: ModelInfo) -> str:
+    """Why one model that is not a model is never offered to run, and what to do."""
+    reason = info.invalid_reason or "it is not a GGUF model the engine can load"
+    return (
+        f"This file is never offered to run: {reason}. Replace it with a complete, intact "
+        ".gguf file."
+    )
+
+
 def file_facts(info: ModelInfo) -> tuple[object, ...]:
     """What a model's estimate is made from, as its row says: another file, another estimate."""
     return (info.path, info.size_bytes, info.mtime_ns, info.digest, info.context_length)
@@ -291,6 +300,10 @@ class ModelsPage(QWidget):
         elif shown is not None and facts != self._estimated:
             aio.spawn(self.memory.refresh(), self)
         self._estimated = facts
+        info = self.model.info(rows[0]) if local else None
+        self.memory.set_cannot_run(
+            info.invalid_reason if info is not None and info.state == "invalid" else None
+        )
         self._follow_row()
         text, enabled, tip = self.load_action(rows[0] if len(rows) == 1 else None)
         self.load_button.setText(text)
@@ -298,6 +311,8 @@ class ModelsPage(QWidget):
         self.load_button.setToolTip(tip)
         states = {self.model.index(r, 0).data(ModelRole.STATE) for r in rows}
         notes = [EXPLAIN[s] for s in ("changed", "missing", "invalid") if s in states]
+        if len(rows) == 1 and states == {"invalid"}:  # its own reason, not an either/or
+            notes = [invalid_note(self.model.info(rows[0]))]
         self.explain.setText(" ".join(notes))
         self.explain.setVisible(bool(notes))
         problems = self.model.problems
