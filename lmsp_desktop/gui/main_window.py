@@ -42,7 +42,7 @@ from lmsp_desktop.gui.bridge import CoreBridge
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.dialogs.connect_dialog import ConnectDialog
 from lmsp_desktop.gui.dialogs.pair_dialog import PairDialog
-from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog
+from lmsp_desktop.gui.dialogs.prompt_dialog import PromptDialog, default_model
 from lmsp_desktop.gui.dialogs.quit_dialog import QuitDialog
 from lmsp_desktop.gui.dialogs.recovery_dialog import RecoveryDialog
 from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
@@ -86,6 +86,7 @@ class MainWindow(QMainWindow):
         self.core = core
         self.qsettings = qsettings or QSettings("LMSP", "LMSP Desktop")
         self.dialog: Any = None  # the open dialog, kept referenced (and reachable by tests)
+        self.last_prompt_model: str | None = None  # Try a prompt's last model in this run
         self.quitting = False
         self.bridge = CoreBridge(core, parent=self)
         self.tasks = TasksPage(core, core.url)
@@ -347,11 +348,14 @@ class MainWindow(QMainWindow):
 
     async def open_prompt(self) -> None:
         models = [m.id for m in await self.core.models() if m.state == VERIFIED]
-        dialog = PromptDialog(models, self.core.submit, self)
+        chosen = default_model(models, self.core.model_loaded_state, self.last_prompt_model)
+        dialog = PromptDialog(models, self.core.submit, self, chosen=chosen)
         dialog.submitted.connect(self._prompt_sent)
         self._open(dialog)
 
     def _prompt_sent(self, task_id: str) -> None:
+        if isinstance(self.dialog, PromptDialog):
+            self.last_prompt_model = self.dialog.model.currentText()
         self.nav.setCurrentRow(0)
         self.tasks.show_task(task_id)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from PySide6.QtCore import Signal
@@ -33,17 +34,40 @@ class Submit(Protocol):
     async def __call__(self, model: str, prompt: str, *, max_output_tokens: int | None) -> str: ...
 
 
+def default_model(
+    models: list[str], loaded_state: Callable[[str], str], last_used: str | None
+) -> str | None:
+    """The model the dialog starts with: one loaded now (the last used if it is one; a
+    second model would be loaded beside it otherwise, perhaps a copy of the same file), else
+    the last one used in this run, else the first listed."""
+    loaded = [m for m in models if loaded_state(m) != "unloaded"]
+    if loaded:
+        return last_used if last_used in loaded else loaded[0]
+    if last_used in models:
+        return last_used
+    return models[0] if models else None
+
+
 class PromptDialog(QDialog):
     """Pick a model, write a prompt, Send: the task appears in the Tasks table."""
 
     submitted = Signal(str)  # the new task's id
 
-    def __init__(self, models: list[str], submit: Submit, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        models: list[str],
+        submit: Submit,
+        parent: QWidget | None = None,
+        *,
+        chosen: str | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Try a prompt")
         self.submit = submit
         self.model = QComboBox()
         self.model.addItems(models)
+        if chosen in models:
+            self.model.setCurrentText(chosen)
         self.prompt = QPlainTextEdit("Write a haiku about a lighthouse keeper.")
         self.error = QLabel()
         self.error.setWordWrap(True)
