@@ -24,6 +24,7 @@ pytestmark = pytest.mark.gui
 
 OLLAMA_ID = "smollm2:135m"
 HF_ID = "huggingfacetb/smollm2-135m-instruct-gguf:q4_1"
+DEMO_ID = "smollm2-135m-instruct"
 
 
 @pytest.fixture
@@ -107,6 +108,52 @@ async def test_a_crashed_engine_keeps_the_models_table_within_900_px(
     )
     window.models.fit_columns()
     await until(lambda: not overflow(window), 10, lambda: overflow(window))
+
+
+async def test_at_the_first_launch_size_loading_a_model_keeps_source_and_unloading_brings_back(
+    walk_home: Path, gui_app: tuple[Any, Any]
+) -> None:
+    """The walk at 1200×780: Context and Parameters never showed, and once a model loaded
+    ("loaded · unloads in 10 min") Source went, and stayed gone after the unload until a
+    relaunch. Now all three show; a loaded model's countdown costs Context alone (the Load
+    settings panel says it), and the unload brings it back."""
+    core, window = gui_app
+    window.resize(1200, 780)  # MainWindow.FIRST_SIZE
+    window.nav.setCurrentRow(1)
+    page = window.models
+    header = page.table.horizontalHeader()
+    await until(lambda: page.table.viewport().width() > 900, what="the Models page")
+    await until(
+        lambda: all(page.model.info(r).state == "verified" for r in range(3)),
+        60,
+        lambda: [cell(window, m, COL_STATUS) for m in (HF_ID, OLLAMA_ID, DEMO_ID)],
+    )
+
+    def shown() -> set[str]:
+        page.fit_columns()  # as the next frame does
+        return {
+            str(page.model.headerData(c, Qt.Orientation.Horizontal))
+            for c in range(header.count())
+            if not header.isSectionHidden(c)
+        }
+
+    facts = {"Source", "Context", "Parameters"}
+    await until(lambda: facts <= shown(), 10, shown)
+    assert not overflow(window), overflow(window)
+
+    page.table.selectRow(row_of(window, DEMO_ID))
+    await until(lambda: page.load_button.text() == "Load", what=page.load_button.text)
+    page.load_button.click()
+    await until(lambda: cell(window, DEMO_ID, COL_LOADED).startswith("loaded"), 120, "loaded")
+    await until(lambda: cell(window, DEMO_ID, COL_LOADED) == "loaded · 10 min", 10, "countdown")
+    await until(lambda: "Context" not in shown(), 10, shown)  # the countdown's room
+    assert {"Source", "Parameters"} <= shown() and not overflow(window), overflow(window)
+
+    page.load_button.click()  # Unload
+    await until(lambda: core.model_loaded_state(DEMO_ID) == "unloaded", 60, "unloaded")
+    await until(lambda: cell(window, DEMO_ID, COL_LOADED) == "", 10, "the Loaded cell empty")
+    await until(lambda: facts <= shown(), 10, shown)  # back without a relaunch
+    assert not overflow(window), overflow(window)
 
 
 @pytest.fixture

@@ -134,7 +134,9 @@ class ModelTableModel(RowTableModel):
             if col == COL_LOADED and info.id in self._load_errors:
                 return self._load_errors[info.id]
             if col == COL_LOADED and self._loaded.get(info.id) == "loaded":
-                return "Loaded models are unloaded after the idle time set in Settings."
+                left = self.core.model_idle_seconds_left(info.id)
+                until = "" if left is None else f"It unloads in {minutes(left)} unless used. "
+                return f"{until}Loaded models are unloaded after the idle time set in Settings."
             if col == COL_DIGEST:
                 return digest_tooltip(info)
             if col == COL_SOURCE:
@@ -211,7 +213,9 @@ class ModelTableModel(RowTableModel):
         if loaded != "loaded":
             return "" if loaded == "unloaded" else loaded
         left = self.core.model_idle_seconds_left(info.id)
-        return "loaded" if left is None else f"loaded · unloads in {minutes(left)}"
+        # Short: a longer cell ("loaded · unloads in 10 min") pushed Source out of a 1200 px
+        # window. The tooltip says what the minutes are.
+        return "loaded" if left is None else f"loaded · {minutes(left)}"
 
     def in_memory(self) -> list[tuple[str, int | None, str]]:
         """Models loaded or loading, as the sidebar lists them: (name, bytes, state); the bytes

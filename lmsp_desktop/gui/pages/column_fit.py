@@ -27,12 +27,15 @@ class ColumnFitter(QObject):
     down to its minimum, its cells elided (an id in the middle), before a more useful column
     has to go. Columns come back when the table widens. Whatever is hidden or elided stays
     reachable elsewhere (tooltips, the details pane), so narrowing hides nothing for good.
+    A column whose widest cell shrinks (a model unloaded: "loaded · 10 min" gone) is
+    measured again, so a column dropped for it comes back.
 
     Cost: this runs while a model streams (each flush changes a few rows), and the event
     loop is the service's too. Qt's own ResizeToContents (and `sizeHintForColumn`) measure
     every loaded cell on every change: 100 ms per flush with 200 rows. Here only the cells
     that changed are measured, each shape of text once (digits count as one shape), and a
-    column's width is refit only when its content grew or the rows were replaced.
+    column's width is refit only when its content grew, the rows were replaced, or the cell
+    that was its widest changed or went (then that column alone is measured again).
     """
 
     def __init__(
@@ -51,6 +54,10 @@ class ColumnFitter(QObject):
         for col in range(header.count()):
             header.setSectionResizeMode(col, mode.Stretch if col in stretch else mode.Fixed)
         self._content: dict[int, int] = {}  # the widest cell measured per column
+        # Where each column's widest cell is (it follows rows inserted and removed): when that
+        # cell narrows or goes, the column may narrow too.
+        self._widest: dict[int, QPersistentModelIndex] = {}
+        self._shrunk: set[int] = set()  # columns to measure again before the next fit
         self._shapes: dict[tuple[int, bool, str], int] = {}  # (column, icon, text shape) → px
         self._timer = QTimer(self, singleShot=True, interval=0)
         self._timer.timeout.connect(self.fit)
@@ -60,6 +67,7 @@ class ColumnFitter(QObject):
         model.modelReset.connect(self._remeasure)
         model.layoutChanged.connect(self._remeasure)
         model.rowsInserted.connect(self._rows_inserted)
+        model.rowsRemoved.connect(self._rows_removed)
         model.dataChanged.connect(self._data_changed)
         self._remeasure()
 
@@ -84,12 +92,22 @@ class ColumnFitter(QObject):
         """All loaded rows again (rows replaced, or the font changed): widths may shrink."""
         self._shapes.clear()
         self._content = {}
+        self._widest = {}
+        self._shrunk.clear()
         self._measure(0, self.table.model().rowCount() - 1, 0, self.table.model().columnCount())
         self.fit_soon()
 
     def _rows_inserted(self, parent: Index, first: int, last: int) -> None:
         if not parent.isValid():
             self._measure(first, last, 0, self.table.model().columnCount())
+
+    def _rows_removed(self, parent: Index, _first: int, _last: int) -> None:
+        if parent.isValid():
+            return
+        gone = {col for col, cell in self._widest.items() if not cell.isValid()}
+        if gone:
+            self._shrunk |= gone
+            self.fit_soon()
 
     def _data_changed(self, top: Index, bottom: Index, roles: Sequence[int] = ()) -> None:
         if not roles or Qt.ItemDataRole.DisplayRole in roles:
@@ -99,16 +117,35 @@ class ColumnFitter(QObject):
         """Note the width of the cells in rows first..last, columns first_col..end_col-1;
         refit soon when one of them is wider than its column's content so far."""
         model = self.table.model()
-        grew = False
+        grew = shrank = False
         for col in range(first_col, end_col):
             widest = self._content.get(col, 0)
+            holder = self._widest.get(col)
+            held = holder.row() if holder is not None and holder.isValid() else -1
+            at = None
             for row in range(first, last + 1):
-                width = self._cell_width(model.index(row, col))
+                index = model.index(row, col)
+                width = self._cell_width(index)
                 if width > widest:
-                    widest, grew = width, True
+                    widest, grew, at = width, True, index
+                elif row == held and width < widest and at is None:
+                    self._shrunk.add(col)  # the widest cell narrowed: others may be less
+                    shrank = True
             self._content[col] = widest
-        if grew:
+            if at is not None:
+                self._widest[col] = QPersistentModelIndex(at)
+                self._shrunk.discard(col)
+        if grew or shrank:
             self.fit_soon()
+
+    def _measure_again(self) -> None:
+        """The columns whose widest cell narrowed or went, measured over all loaded rows."""
+        model = self.table.model()
+        for col in sorted(self._shrunk):
+            self._content[col] = 0
+            self._widest.pop(col, None)
+            self._measure(0, model.rowCount() - 1, col, col + 1)
+        self._shrunk.clear()
 
     def _cell_width(self, index: QModelIndex) -> int:
         """What the cell's delegate asks for (as `sizeHintForColumn` counts it, grid included),
@@ -131,6 +168,8 @@ class ColumnFitter(QObject):
 
     # -- fitting -----------------------------------------------------------------------------
     def fit(self) -> None:
+        if self._shrunk:
+            self._measure_again()
         header = self.table.horizontalHeader()
         room = self.table.viewport().width()
         needed = {col: self.content_width(col) for col in range(header.count())}

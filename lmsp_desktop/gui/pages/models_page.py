@@ -87,6 +87,20 @@ class FolderDelegate(QStyledItemDelegate):
         style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
 
 
+class DigestDelegate(QStyledItemDelegate):
+    """A digest narrowed keeps both ends (`sha256:b179…db53`); the publisher's verdict keeps
+    its start ("✓ matches Hugging…"), which says the most. Whole on hover either way."""
+
+    def initStyleOption(
+        self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> None:
+        super().initStyleOption(option, index)
+        verdict = str(index.data() or "").startswith(("✓", "✗"))
+        option.textElideMode = (
+            Qt.TextElideMode.ElideRight if verdict else Qt.TextElideMode.ElideMiddle
+        )
+
+
 def verify_outcome(info: ModelInfo) -> str:
     """The status line after verifying one model: that it is verified, or why not."""
     if info.state == "verified":
@@ -184,21 +198,28 @@ class ModelsPage(QWidget):
         )
         self.folder_delegate = FolderDelegate(self.table)
         self.table.setItemDelegateForColumn(COL_FOLDER, self.folder_delegate)
+        self.digest_delegate = DigestDelegate(self.table)
+        self.table.setItemDelegateForColumn(COL_DIGEST, self.digest_delegate)
         header = self.table.horizontalHeader()
         self.table.setWordWrap(False)
         header.setMinimumSectionSize(40)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # paths keep both ends
         # Name, Status and Loaded are never cut; Folder takes what is left (its full path on
-        # hover); in a narrow window the header facts step aside (the Name's tooltip has them).
+        # hover). In a narrower window the folder and the digest are elided first (whole on
+        # hover, Copy digest), then the header facts step aside (the Name's tooltip has
+        # them): at 1200×780 with the hub's long names Source, Context and Parameters showed
+        # only after Architecture and Quantization went, and Source went once a model loaded.
         letters = self.fontMetrics().averageCharWidth()
         self.fitter = ColumnFitter(
             self.table,
             stretch={COL_FOLDER: (letters * 14, letters * 22)},
             drop_order=[
                 COL_ARCH,
-                COL_CONTEXT,
-                COL_PARAMS,
                 COL_QUANT,  # mostly in the name already (…:q4_1) and in the file name
+                (COL_FOLDER, letters * 14),  # its distinguishing end stays whole
+                (COL_DIGEST, letters * 20),
+                COL_CONTEXT,  # the Load settings panel says it for the selected model
+                COL_PARAMS,
                 COL_SOURCE,
                 COL_DIGEST,
                 COL_SIZE,
