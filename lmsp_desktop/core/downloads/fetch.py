@@ -67,6 +67,15 @@ def storage_folder(repo: str) -> Path:
     return Path(cache_dir()) / repo_folder_name(repo_id=repo, repo_type="model")
 
 
+def kept_partial(repo: str, file: HubFile) -> Path | None:
+    """The partial file a download of `file` left in the cache (named by its LFS sha256, the
+    hub's etag for it), if any: what a resumed download continues from."""
+    if not file.sha256:
+        return None
+    partial = partial_path(storage_folder(repo) / "blobs" / file.sha256.lower())
+    return partial if partial.exists() else None
+
+
 def fetch(
     repo: str, revision: str, commit: str, file: HubFile, token: str | None, transfer: Transfer
 ) -> Path:

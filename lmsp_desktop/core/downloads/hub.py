@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.error
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,6 +228,29 @@ def _hub_call(call: Callable[[], T], what: str, revision: str | None = None) -> 
         raise hub_unreachable(f"answered HTTP {status}") from exc
     except (OSError, httpx2.TransportError) as exc:  # refused, DNS, TLS, timed out
         raise hub_unreachable(_reason(exc)) from exc
+
+
+# HTTP answers that say "not now" rather than "no": the hub (or a proxy before it) is down,
+# overloaded or rate-limiting, and the same request may go through later.
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def transient(exc: LmspError) -> bool:
+    """Whether `exc` (a download's failure) says the hub could not be reached for now, so
+    the same request may work later: no connection (refused, DNS, TLS, timed out), a cut
+    that kept coming back, a 408/429/5xx. Never a 401/403/404, a gated repo, a full disk
+    or a digest that differs: waiting changes none of those."""
+    if exc.code == "download_interrupted":
+        return True
+    if exc.code not in ("hub_unreachable", "hub_error"):
+        return False
+    cause = exc.__cause__
+    status = getattr(getattr(cause, "response", None), "status_code", None)  # HfHubHTTPError
+    if status is None and isinstance(cause, urllib.error.HTTPError):
+        status = cause.code
+    if status is not None:
+        return int(status) in TRANSIENT_STATUS
+    return exc.code == "hub_unreachable"  # no answer at all: refused, DNS, timed out
 
 
 def _reason(exc: BaseException) -> str:

@@ -20,8 +20,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from lmsp_desktop.core.downloads.fetch import Stopped, Transfer, fetch, remove_partial
-from lmsp_desktop.core.downloads.hub import HubFile
+from lmsp_desktop.core.downloads.fetch import (
+    Stopped,
+    Transfer,
+    fetch,
+    kept_partial,
+    remove_partial,
+)
+from lmsp_desktop.core.downloads.hub import HubFile, transient
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskKind, TaskState
 from lmsp_desktop.core.storage.downloads import record_progress
@@ -32,6 +38,15 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 0.5  # at most two progress events a second per download
 SPEED_WINDOW_S = 5.0  # speed is measured over the last few seconds
 MAX_PARALLEL = 2  # downloads at once; more wait queued
+# While the hub cannot be reached (an app started before the network is up, Wi-Fi lost, the
+# hub down): tries again after 2, 4, 8 … seconds, at most a minute apart, for up to ten
+# minutes of waiting in all. huggingface_hub's http_backoff (1 s doubling to 8 s, five
+# retries) and Ollama's pull (a part's six tries, 1 s doubling to 32 s) both give up within
+# about a minute: fine for a command a person watches, too short for a download resumed at
+# launch that nobody watches, where a laptop may take minutes to join a network.
+RETRY_FIRST_S = 2.0
+RETRY_MOST_S = 60.0
+RETRY_FOR_S = 600.0
 
 
 class Speed:
@@ -62,11 +77,18 @@ class DownloadManager:
         # against the hub's digest: the registry takes them as new files and rescans.
         on_complete: Callable[[list[Path]], Awaitable[None]] | None = None,
         progress_every: float = PROGRESS_EVERY_S,
+        # The waits while the hub cannot be reached (tests make them short).
+        retry_first: float = RETRY_FIRST_S,
+        retry_most: float = RETRY_MOST_S,
+        retry_for: float = RETRY_FOR_S,
     ) -> None:
         self.tasks = tasks
         self.token = token
         self.on_complete = on_complete
         self.progress_every = progress_every
+        self.retry_first = retry_first
+        self.retry_most = retry_most
+        self.retry_for = retry_for
         self._running: dict[str, asyncio.Task[None]] = {}
         self._transfers: dict[str, Transfer] = {}
         self._slots = asyncio.Semaphore(MAX_PARALLEL)
@@ -159,32 +181,15 @@ class DownloadManager:
             return
         request = json.loads(row["request"])
         files = [HubFile(f["name"], f.get("size"), f.get("sha256")) for f in request["files"]]
-        total = int(request.get("bytes_total") or 0)
+        total = _total(request)
         token = self._lent.get(task_id) or self.token()
         finished = 0
-        speed = Speed()
         paths: list[Path] = []
         try:
             for file in files:
-                transfer.file_done = 0
-                job = asyncio.ensure_future(
-                    asyncio.to_thread(
-                        fetch,
-                        request["repo"],
-                        request["revision"],
-                        request["commit"],
-                        file,
-                        token,
-                        transfer,
-                    )
+                paths.append(
+                    await self._fetch_waiting(task_id, request, file, token, transfer, finished)
                 )
-                while not job.done():
-                    await asyncio.wait([job], timeout=self.progress_every)
-                    done = finished + transfer.file_done
-                    progress = _progress(file, done, total, speed.add(time.monotonic(), done))
-                    if not job.done() and not await record_progress(self.tasks, task_id, progress):
-                        transfer.stop.set()  # cancelled: the thread ends at its next chunk
-                paths.append(job.result())
                 finished += file.size or transfer.file_done
         except Stopped:
             if self._stopping:  # a stop, not a cancel: the policy applies at the next start
@@ -218,6 +223,107 @@ class DownloadManager:
         if self.on_complete is not None:
             await self.on_complete(paths)
 
+    async def _fetch_waiting(
+        self,
+        task_id: str,
+        request: dict[str, Any],
+        file: HubFile,
+        token: str | None,
+        transfer: Transfer,
+        finished: int,
+    ) -> Path:
+        """Fetch one file; while the hub cannot be reached (no connection, a 5xx, a cut that
+        keeps coming back), wait and try again with growing delays, saying so in an event,
+        until `retry_for` seconds of waiting are spent. A cancel or a stop ends the wait at
+        once. Each try resumes from the bytes on disk."""
+        started = time.monotonic()
+        waited = 0.0
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await self._fetch_once(task_id, request, file, token, transfer, finished)
+            except LmspError as exc:
+                delay = min(self.retry_first * 2 ** (tries - 1), self.retry_most)
+                if not transient(exc) or waited + delay > self.retry_for:
+                    if tries == 1 or not transient(exc):
+                        raise
+                    raise LmspError(
+                        f"{exc.message} Tried {tries} times over "
+                        f"{_duration(time.monotonic() - started)}; the bytes already here "
+                        "are kept, so pulling again continues from them.",
+                        code=exc.code,
+                        status=exc.status,
+                        type=exc.type,
+                    ) from exc
+                waited += delay
+                await self._wait_to_retry(task_id, request, file, transfer, finished, exc, delay)
+
+    async def _wait_to_retry(
+        self,
+        task_id: str,
+        request: dict[str, Any],
+        file: HubFile,
+        transfer: Transfer,
+        finished: int,
+        exc: LmspError,
+        delay: float,
+    ) -> None:
+        """Say (an event, the task's latest progress, the log) that the download waits
+        `delay` seconds for the hub and why, then wait; Stopped on a cancel or a stop."""
+        partial = await asyncio.to_thread(kept_partial, request["repo"], file)
+        if partial is not None:
+            transfer.partial = partial  # a cancel during the wait deletes it, as at any time
+        transfer.file_done = max(await asyncio.to_thread(_size, partial), transfer.file_done)
+        progress = {
+            **_progress(file, finished + transfer.file_done, _total(request), None),
+            "retry_at": round(time.time() + delay, 1),
+            "retry_reason": exc.message,
+        }
+        if not await record_progress(self.tasks, task_id, progress):
+            raise Stopped()  # cancelled meanwhile
+        log.info(
+            "download %s cannot reach the hub (%s: %s); trying again in %.0f s",
+            task_id,
+            exc.code,
+            exc.message,
+            delay,
+        )
+        if await asyncio.to_thread(transfer.stop.wait, delay):
+            raise Stopped()
+
+    async def _fetch_once(
+        self,
+        task_id: str,
+        request: dict[str, Any],
+        file: HubFile,
+        token: str | None,
+        transfer: Transfer,
+        finished: int,
+    ) -> Path:
+        """One try at `file`, its progress committed every `progress_every` seconds."""
+        transfer.file_done = 0
+        speed = Speed()
+        job = asyncio.ensure_future(
+            asyncio.to_thread(
+                fetch,
+                request["repo"],
+                request["revision"],
+                request["commit"],
+                file,
+                token,
+                transfer,
+            )
+        )
+        total = _total(request)
+        while not job.done():
+            await asyncio.wait([job], timeout=self.progress_every)
+            done = finished + transfer.file_done
+            progress = _progress(file, done, total, speed.add(time.monotonic(), done))
+            if not job.done() and not await record_progress(self.tasks, task_id, progress):
+                transfer.stop.set()  # cancelled: the thread ends at its next chunk
+        return job.result()
+
     async def _cancelled(self, task_id: str, model: str, transfer: Transfer, done: int) -> None:
         await asyncio.to_thread(remove_partial, transfer)
         await self.tasks.confirm_cancelled(task_id)
@@ -229,6 +335,23 @@ class DownloadManager:
             f" by {by}" if by else "",
             done + transfer.file_done,
         )
+
+
+def _total(request: dict[str, Any]) -> int:
+    return int(request.get("bytes_total") or 0)
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"
 
 
 def _progress(file: HubFile, done: int, total: int, per_s: float | None) -> dict[str, Any]:
