@@ -58,6 +58,9 @@ class RecoveryItem:
     # For a resumed task: how many generated tokens its snapshot kept (the resume continues
     # after them). None for other outcomes, and in reports stored before this was recorded.
     tokens_kept: int | None = None
+    # For a download: the bytes its last progress said were on disk (what it resumes from, or
+    # what a pull continues from). None for other tasks and in older reports.
+    bytes_kept: int | None = None
 
 
 @dataclass

@@ -22,6 +22,7 @@ from lmsp_desktop.core.states import (
     UNFINISHED,
     EventType,
     RestartPolicy,
+    TaskKind,
     TaskState,
 )
 from lmsp_desktop.core.storage.events import Row, carrying_response, closing_with, to_json
@@ -197,6 +198,7 @@ def _recover_batch(
                 event,
                 new["last_seq"],
                 _tokens_kept(new) if after == TaskState.RUNNING else None,
+                _bytes_kept(new) if new["kind"] == TaskKind.DOWNLOAD else None,
             )
             change = TaskChange(
                 new["id"], after, new["last_seq"], new["model"], (event,), kind=new["kind"]
@@ -231,6 +233,13 @@ def _tokens_kept(row: Row) -> int:
     (none when it was killed before its first snapshot)."""
     snapshot = json.loads(row["snapshot"]) if row["snapshot"] else {}
     return len(snapshot.get("tokens", []))
+
+
+def _bytes_kept(row: Row) -> int:
+    """The bytes a download's last progress said were on disk (its snapshot); the file may
+    hold a little more, written after that event."""
+    snapshot = json.loads(row["snapshot"]) if row["snapshot"] else {}
+    return int(snapshot.get("bytes_done") or 0)
 
 
 def _cell_move(

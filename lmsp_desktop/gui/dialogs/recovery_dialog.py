@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from lmsp_desktop.core.views import RecoveryItem, RecoveryReport
-from lmsp_desktop.gui.format import clock, short_id, state_icon
+from lmsp_desktop.gui.format import clock, human_size, short_id, state_icon
 from lmsp_desktop.gui.models.base import Index, RowTableModel
 
 COL_TASK, COL_MODEL, COL_CHANGE, COL_POLICY, COL_EVENT = range(5)
@@ -39,6 +39,8 @@ def as_report(report: RecoveryReport | dict[str, Any]) -> RecoveryReport:
 
 def what_happened(item: RecoveryItem) -> str:
     """The recovery of one task as a sentence (the event written is in the tooltip)."""
+    if item.bytes_kept is not None:  # a download: it goes on from its bytes, not tokens
+        return _download_happened(item, item.bytes_kept)
     if item.event_type == "response.resumed":
         if item.tokens_kept is None:  # a report stored before the count was recorded
             return "Resumed where it stopped"
@@ -55,6 +57,20 @@ def what_happened(item: RecoveryItem) -> str:
     return "Will start again from the beginning"
 
 
+def _download_happened(item: RecoveryItem, kept: int) -> str:
+    """A download keeps its partial file whatever its policy: say what it goes on from."""
+    if item.event_type == "response.resumed":
+        on_disk = f"the {human_size(kept)} on disk" if kept else "the bytes on disk, if any"
+        return f"Resumed: it continues from {on_disk}"
+    if item.state_after == "failed":  # its progress is not kept with the failure: no size
+        return "Failed: the service restarted (its bytes on disk are kept: pull it again to go on)"
+    if item.state_after == "cancelled":
+        return "Cancelled, as was asked before the restart"
+    if item.state_before == "queued":
+        return "Still waiting in the queue"
+    return "Will start again, continuing from the bytes on disk"
+
+
 # The summary's chips, in the rows' own words (a row's sentence starts with its chip's
 # phrase): "5 requeued" beside three rows saying "Still waiting in the queue" read as two
 # different stories, and `server_restarted` is a code, not words.
@@ -62,6 +78,7 @@ OUTCOMES = (
     "Failed: the service restarted",
     "Still waiting in the queue",
     "Will start again from the beginning",
+    "Will start again, continuing",
     "Resumed",
     "Cancelled, as was asked",
 )
@@ -106,6 +123,8 @@ class RecoveryTableModel(RowTableModel):
             return state_icon(item.state_after)
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_TASK:
             return item.task_id
+        if role == Qt.ItemDataRole.ToolTipRole and col == COL_MODEL:
+            return item.model  # elided in its column when long (a download's repo:file)
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_EVENT:
             kept = (
                 f"The {item.tokens_kept:,} tokens generated before the restart were kept; "
@@ -149,6 +168,16 @@ class RecoveryDialog(QDialog):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(COL_EVENT, QHeaderView.ResizeMode.Stretch)
+        # A download's model is repo:file, 70 characters and more: fitted whole it left the
+        # sentence a sliver ("Resumed from the …"). It gets at most a third of the room,
+        # elided in the middle (whole in its tooltip); the sentence wraps in a taller row.
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.setWordWrap(True)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        widest_model = self.fontMetrics().averageCharWidth() * 32
+        if self.table.sizeHintForColumn(COL_MODEL) > widest_model:
+            header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Interactive)
+            header.resizeSection(COL_MODEL, widest_model)
         if count:
             self.table.selectRow(0)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)

@@ -185,9 +185,15 @@ class TaskTableModel(RowTableModel):
             total = progress.get("bytes_total") or 0
             if row.state == TaskState.COMPLETED and total:
                 return human_size(total)  # what it fetched
+            done = human_size(progress.get("bytes_done", 0))
+            if total and row.state == TaskState.CANCELLED:  # how far it got, as its log says
+                return f"cancelled at {done} of {human_size(total)}"
             if not total or row.state not in (TaskState.QUEUED, TaskState.RUNNING):
-                return "—"  # a failed or cancelled one's bytes are not counted
-            return f"{human_size(progress.get('bytes_done', 0))} / {human_size(total)}"
+                return "—"  # a failed one's bytes are not counted
+            if progress.get("retry_at") and row.state == TaskState.RUNNING:
+                until = clock(progress["retry_at"])
+                return f"{done} / {human_size(total)}, waiting for the hub until {until}"
+            return f"{done} / {human_size(total)}"
         if col == COL_TPS:
             speed = progress.get("bytes_per_s")
             running = row.finished_at is None and row.state == TaskState.RUNNING
@@ -214,6 +220,9 @@ class TaskTableModel(RowTableModel):
                 f"{reading.cached:,} of them reused from the prompt cache. Output begins "
                 "once it is read."
             )
+        reason = (row.progress or {}).get("retry_reason")  # a download waiting for the hub
+        if col == COL_TOKENS and row.state == TaskState.RUNNING and reason:
+            return f"{reason} It tries again by itself; Cancel stops it."
         if col == COL_STATE and row.error:
             return f"{row.error.get('code')}: {row.error.get('message')}"
         if col == COL_STATE and row.state == TaskState.INCOMPLETE:

@@ -202,6 +202,7 @@ async def test_report_summary_and_json(store: Store) -> None:
         "event_type",
         "sequence_number",
         "tokens_kept",
+        "bytes_kept",  # a download's; None for the others
     }
     assert await last_report(store.tasks) == json.loads(json.dumps(data))
 
