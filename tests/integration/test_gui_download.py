@@ -4,6 +4,7 @@ Cancel in the table stops it and leaves no file behind."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
+from lmsp_desktop.gui.models.event_table import COL_DATA
 from lmsp_desktop.gui.models.task_table import COL_DURATION, COL_STATE, COL_TOKENS, COL_TPS, Role
 from tests.integration.gui_windows import open_app, slow_engine
 from tests.support.fake_hub import FakeHub
@@ -123,6 +125,19 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
 
         tasks.table.selectRow(tasks.model.row_of(task_id))
         await until(lambda: tasks.cancel_button.isEnabled(), what="Cancel enabled")
+        # Its Events tab says what each progress event carries (the Data column was empty).
+        events = tasks.details.events
+
+        def progress_data() -> list[str]:
+            return [
+                str(events.index(r, COL_DATA).data())
+                for r in range(events.rowCount())
+                if events.index(r, 2).data() == "download.progress"
+            ]
+
+        await until(lambda: any("KiB/s" in d for d in progress_data()), what=progress_data)
+        said = next(d for d in progress_data() if "KiB/s" in d)
+        assert re.fullmatch(r"\d+\.\d (KiB|MiB) of 3\.0 MiB \(\d+%\), \d+\.\d KiB/s", said), said
         # The details say what a download is, not a generating model's cursor.
         output = tasks.details.output
         await until(
@@ -136,7 +151,16 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
             what=output.placeholderText,
         )
         await until(lambda: hub.leftovers(TINY_REPO) == [], what=lambda: hub.leftovers(TINY_REPO))
-        assert cell(COL_TOKENS) == "—" and cell(COL_TOKENS, Role.PROGRESS) is None
+        # How far it got, as its log line says, instead of "—".
+        assert re.fullmatch(r"cancelled at \d+\.\d (KiB|MiB) of 3\.0 MiB", cell(COL_TOKENS))
+        assert cell(COL_TOKENS, Role.PROGRESS) is None
+
+        # Reopened, the dialog no longer says the file is downloading (it did, ended).
+        window.models.download_button.click()
+        assert dialog.isVisible() and dialog.selected_choice() is not None
+        assert not dialog.status.text().startswith("Downloading"), dialog.status.text()
+        assert dialog.status.text().startswith("tiny-Q8_0.gguf (3.0 MiB)"), dialog.status.text()
+        dialog.close()
 
         # Downloaded again, to the end: a new task (the cancelled one is not joined), whose
         # Output then says what it fetched, without a bar.

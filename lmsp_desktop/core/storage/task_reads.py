@@ -84,7 +84,11 @@ SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_res
        {ENDED_BY_RESTART} AS ended_by_restart, {RAN_UNTIL} AS ran_until,
        r.incomplete_reason, json_extract(r.request, '$.max_output_tokens') AS output_limit,
        CASE WHEN t.kind='download' THEN coalesce(
-         t.snapshot, json_object('bytes_total', json_extract(r.request, '$.bytes_total')))
+         t.snapshot,
+         CASE WHEN t.state = 'cancelled' THEN
+           (SELECT e.data FROM task_events e WHERE e.task_id = t.id
+              AND e.type = 'download.progress' ORDER BY e.seq DESC LIMIT 1) END,
+         json_object('bytes_total', json_extract(r.request, '$.bytes_total')))
        END AS progress,
        json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')),
                    'api', json_extract(r.request, '$.api'),

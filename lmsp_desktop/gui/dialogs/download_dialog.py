@@ -7,6 +7,8 @@ progress, speed and time left, and Cancel there stops it.
 
 from __future__ import annotations
 
+import functools
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
@@ -29,6 +31,9 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.info import ModelEvent
+from lmsp_desktop.core.states import TERMINAL, TaskState
+from lmsp_desktop.core.views import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import human_size
@@ -54,7 +59,9 @@ class DownloadDialog(QDialog):
         self.estimating: set[tuple[str, str]] = set()  # (repo, file) asked of the core
         # What each file's estimate said, for the status line of the file selected.
         self.fit_notes: dict[tuple[str, str], str] = {}
-        self.downloading: set[tuple[str, str]] = set()  # (repo, file) started from here
+        # (repo, file) → its download task, started from here and not ended yet: the status
+        # line says "Downloading" only while it runs (it said so after a cancel, reopened).
+        self.downloading: dict[tuple[str, str], str] = {}
         self.on_disk: set[str] = set()  # the shown repo's files already in the cache
         self.query = QLineEdit()
         self.query.setPlaceholderText("Search the hub, e.g. qwen2.5 7b instruct, or owner/repo")
@@ -113,6 +120,34 @@ class DownloadDialog(QDialog):
         self.resize(820, 460)
         self._show_token_state()
         self._update()
+        core.subscribe(self)
+        # Deleted with its page (a closed window, a test): stop hearing of tasks.
+        self.destroyed.connect(functools.partial(_forget, core, self))
+
+    # -- news from the core (CoreListener) ---------------------------------------------------
+    def on_task(self, change: TaskChange) -> None:
+        """A download started here ended (cancelled in Tasks, failed, completed): forget it,
+        so the status line stops saying it is downloading."""
+        if change.state not in TERMINAL:
+            return
+        for key, task_id in list(self.downloading.items()):
+            if task_id != change.task_id:
+                continue
+            del self.downloading[key]
+            if change.state == TaskState.COMPLETED and key[0] == self.repo:
+                self.on_disk.add(key[1])
+            choice = self.selected_choice()
+            if choice is not None:
+                self._describe(choice)
+
+    def on_model(self, event: ModelEvent | None) -> None:
+        pass
+
+    def on_model_loaded(self, model_id: str, state: str) -> None:
+        pass
+
+    def on_pairing(self) -> None:
+        pass
 
     # -- searching ---------------------------------------------------------------------------
     async def search(self) -> None:
@@ -207,7 +242,7 @@ class DownloadDialog(QDialog):
             return None
         finally:
             self._update()
-        self.downloading.add((repo, choice.name))
+        self.downloading[(repo, choice.name)] = task_id
         if repo == self.repo and self.selected_choice() == choice:
             self._describe(choice)
         self.started.emit(task_id)
@@ -294,3 +329,7 @@ class DownloadDialog(QDialog):
         self.fit_notes[(repo, choice.name)] = note[:1].lower() + note[1:]
         if self.selected_choice() == choice:
             self._describe(choice)
+
+
+def _forget(core: CoreApi, dialog: DownloadDialog, *_: object) -> None:
+    core.unsubscribe(dialog)

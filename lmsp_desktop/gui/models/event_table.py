@@ -10,7 +10,7 @@ from PySide6.QtCore import QModelIndex, Qt
 
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.format import clock, why_incomplete
+from lmsp_desktop.gui.format import clock, human_size, why_incomplete
 from lmsp_desktop.gui.models.base import ROOT, Index, RowTableModel
 
 COL_SEQ, COL_TIME, COL_TYPE, COL_DATA = range(4)
@@ -22,8 +22,23 @@ class Role(IntEnum):
     JSON = Qt.ItemDataRole.UserRole + 2
 
 
+def download_progress(event: dict[str, Any]) -> str:
+    """A `download.progress` event (or a download's latest progress) in words: "39.2 MiB of
+    98.4 MiB (40%), 4.1 MiB/s", or that it waits for the hub and until when."""
+    done = event.get("bytes_done") or 0
+    total = event.get("bytes_total") or 0
+    text = f"{human_size(done)} of {human_size(total)} ({100 * done // total}%)" if total else ""
+    text = text or human_size(done)
+    if event.get("retry_at"):
+        return f"{text}; waiting for the hub, next try at {clock(event['retry_at'])}"
+    speed = event.get("bytes_per_s")
+    return f"{text}, {human_size(speed)}/s" if speed else text
+
+
 def summary(event_type: str, event: dict[str, Any]) -> str:
     """A short, readable gist of an event's data."""
+    if event_type == "download.progress":
+        return download_progress(event)
     if "delta" in event:
         return repr(event["delta"])
     if "response" in event:

@@ -48,6 +48,12 @@ class SlowHub:
     def hub_token_kept(self) -> bool:
         return False
 
+    def subscribe(self, listener: Any) -> None:
+        pass
+
+    def unsubscribe(self, listener: Any) -> None:
+        pass
+
 
 async def test_an_estimate_answering_after_the_click_leaves_downloading_said(qtbot) -> None:
     hub = SlowHub()
