@@ -194,6 +194,9 @@ class Progress:
         speed = event.get("bytes_per_s")
         rate = f" {speed / 1e6:.1f} MB/s" if speed else ""
         line = f"{done / 1e6:9.1f} / {total / 1e6:.1f} MB {percent}{rate}"
+        if event.get("retry_at"):  # the hub cannot be reached: the service tries again
+            at = time.strftime("%H:%M:%S", time.localtime(event["retry_at"]))
+            line = f"{line} waiting for the hub, next try at {at}"
         print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
 
     def end(self, task: dict[str, Any]) -> int:
