@@ -84,6 +84,11 @@ async def test_a_resumed_download_waits_for_the_hub_and_continues_from_its_bytes
         r for m, p, r in hub.server.requests[asked_before:] if m == "GET" and "/resolve/" in p
     ]
     assert file_gets == [f"bytes={kept}-"]  # continued from the kept bytes
+    # Its progress never went back below the kept bytes (the Output cell would jump to 0).
+    events = await store.tasks.events(task["id"])
+    since = next(i for i, e in enumerate(events) if "retry_at" in e)
+    after = [e["bytes_done"] for e in events[since:] if e["type"] == "download.progress"]
+    assert min(after) == kept, after
 
 
 async def test_a_hub_down_throughout_fails_saying_how_long_it_tried(

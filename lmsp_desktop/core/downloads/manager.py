@@ -187,6 +187,7 @@ class DownloadManager:
         paths: list[Path] = []
         try:
             for file in files:
+                transfer.file_done = 0
                 paths.append(
                     await self._fetch_waiting(task_id, request, file, token, transfer, finished)
                 )
@@ -301,8 +302,8 @@ class DownloadManager:
         transfer: Transfer,
         finished: int,
     ) -> Path:
-        """One try at `file`, its progress committed every `progress_every` seconds."""
-        transfer.file_done = 0
+        """One try at `file`, its progress committed every `progress_every` seconds (from
+        the bytes a wait found on disk, not 0, until the fetch has counted them itself)."""
         speed = Speed()
         job = asyncio.ensure_future(
             asyncio.to_thread(
