@@ -38,7 +38,7 @@ async def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
 async def test_search_pick_download_watch_and_cancel_in_the_window(
     qtbot: Any, tmp_path: Path, hub: Hub
 ) -> None:
-    async with open_app(qtbot, tmp_path / "data", engine=slow_engine()) as (_core, window):
+    async with open_app(qtbot, tmp_path / "data", engine=slow_engine()) as (core, window):
         window.nav.setCurrentRow(1)  # Models
         window.models.download_button.click()
         dialog = window.models.download_dialog
@@ -47,15 +47,23 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
 
         # A real GGUF on the hub: its header is read with a Range request and planned as a
         # local model would be (the 98 MB demo fits this machine).
+        # The hub's SmolLM2 file is the demo model's bytes: once the demo's digest is known,
+        # the file's row says it is on this machine already (no 98 MB download needed).
+        async def demo_hashed() -> bool:
+            return any(m.source == "demo" and m.digest for m in await core.models())
+
+        await until(demo_hashed, 60, "the demo model's digest")
         dialog.query.setText("SmolLM2")
         dialog.search_button.click()
         await until(lambda: dialog.repos.count() == 1, what=dialog.status.text)
         dialog.repos.setCurrentRow(0)
         await until(lambda: dialog.files.rowCount() == 1, what=dialog.status.text)
         dialog.files.selectRow(0)
-        fit = lambda: dialog.files.item(0, 3).text()  # noqa: E731
+        fit = lambda: dialog.files.item(0, 3).text().split("\n")[-1]  # noqa: E731
         await until(lambda: fit().startswith("✓ fits"), what=fit)
         assert "tokens" in fit()
+        assert dialog.files.item(0, 3).text().startswith("✓ already on this machine: demo copy\n")
+        assert "no download needed" in dialog.status.text(), dialog.status.text()
         hub.server.requests.clear()
 
         dialog.query.setText("tiny")

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.models.info import ModelEvent
+from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
 from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.views import TaskChange
 from lmsp_desktop.gui import aio
@@ -43,6 +43,14 @@ COL_FIT = 3
 FIT_WORDS = {"fits": "✓ fits", "tight": "⚠ tight", "wont_fit": "✗ won't fit"}
 FIT_COLORS = {"fits": "#2e9e44", "tight": "#c98a00", "wont_fit": "#e04848"}
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+# A local model's source (ModelInfo.source) as the "already on this machine" line names it.
+SOURCE_WORDS = {
+    "lmstudio": "LM Studio",
+    "ollama": "Ollama",
+    "folder": "folder",
+    "huggingface": "Hugging Face cache",
+    "demo": "demo",
+}
 
 
 class DownloadDialog(QDialog):
@@ -63,6 +71,9 @@ class DownloadDialog(QDialog):
         # line says "Downloading" only while it runs (it said so after a cancel, reopened).
         self.downloading: dict[tuple[str, str], str] = {}
         self.on_disk: set[str] = set()  # the shown repo's files already in the cache
+        # The shown repo's files whose every part's sha256 (the hub's LFS digest) is a local
+        # model's (LM Studio's, Ollama's, a folder's): name → that model.
+        self.local_copies: dict[str, ModelInfo] = {}
         self.query = QLineEdit()
         self.query.setPlaceholderText("Search the hub, e.g. qwen2.5 7b instruct, or owner/repo")
         self.query.returnPressed.connect(lambda: aio.spawn(self.search(), self))
@@ -198,9 +209,10 @@ class DownloadDialog(QDialog):
             self.status.setText(exc.message)
             return
         on_disk = await self.core.hub_downloaded(repo, choices)
+        local = await self._local_copies(choices)
         if repo != self.repo:
             return  # another repo was picked meanwhile
-        self.choices, self.on_disk = choices, on_disk
+        self.choices, self.on_disk, self.local_copies = choices, on_disk, local
         self.files.setRowCount(len(choices))
         for row, choice in enumerate(choices):
             cells = [
@@ -223,6 +235,19 @@ class DownloadDialog(QDialog):
             if choices
             else f"{repo} has no GGUF files. LMSP runs GGUF models: look for a GGUF conversion."
         )
+
+    async def _local_copies(self, choices: list[GgufChoice]) -> dict[str, ModelInfo]:
+        """The choices a local model already holds, byte for byte: its digest is the hub's
+        sha256 of the file (a split model: of its only part; the parts of one are separate
+        local files, none of them the whole model)."""
+        by_digest = {m.digest: m for m in await self.core.models() if m.digest}
+        found: dict[str, ModelInfo] = {}
+        for choice in choices:
+            sha = choice.files[0].sha256 if len(choice.files) == 1 else None
+            model = by_digest.get(f"sha256:{sha.lower()}") if sha else None
+            if model is not None:
+                found[choice.name] = model
+        return found
 
     # -- downloading -------------------------------------------------------------------------
     def selected_choice(self) -> GgufChoice | None:
@@ -289,16 +314,27 @@ class DownloadDialog(QDialog):
             )
             return
         note = self.fit_notes.get((self.repo, choice.name), "checking what it needs…")
-        fetch = (
-            "It is downloaded already (Models page); Download checks it against the hub."
-            if choice.name in self.on_disk
-            else "Download fetches it into the Hugging Face cache, shared with other tools."
-        )
+        local = self.local_copies.get(choice.name)
+        if choice.name in self.on_disk:
+            fetch = "It is downloaded already (Models page); Download checks it against the hub."
+        elif local is not None:
+            fetch = (
+                f"The same file (its sha256 is the hub's) is already on this machine: the "
+                f"model {local.id} ({_source_words(local)} copy, {local.path}). Use it from "
+                "the Models page, no download needed; Download would fetch a second copy."
+            )
+        else:
+            fetch = "Download fetches it into the Hugging Face cache, shared with other tools."
         self.status.setText(f"{choice.label()} ({human_size(choice.size)}): {note} {fetch}")
 
     def _on_disk_mark(self, choice: GgufChoice) -> str:
         # Its own line: beside the estimate it made the column squeeze the file's name.
-        return "✓ downloaded\n" if choice.name in self.on_disk else ""
+        if choice.name in self.on_disk:
+            return "✓ downloaded\n"
+        local = self.local_copies.get(choice.name)
+        if local is not None:
+            return f"✓ already on this machine: {_source_words(local)} copy\n"
+        return ""
 
     async def estimate(self, repo: str, choice: GgufChoice) -> None:
         """Fill the file's "On this machine" cell: the memory plan from its header on the
@@ -333,3 +369,7 @@ class DownloadDialog(QDialog):
 
 def _forget(core: CoreApi, dialog: DownloadDialog, *_: object) -> None:
     core.unsubscribe(dialog)
+
+
+def _source_words(model: ModelInfo) -> str:
+    return SOURCE_WORDS.get(model.source, model.source)

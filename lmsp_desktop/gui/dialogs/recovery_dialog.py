@@ -169,8 +169,9 @@ class RecoveryDialog(QDialog):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(COL_EVENT, QHeaderView.ResizeMode.Stretch)
         # A download's model is repo:file, 70 characters and more: fitted whole it left the
-        # sentence a sliver ("Resumed from the …"). It gets at most a third of the room,
-        # elided in the middle (whole in its tooltip); the sentence wraps in a taller row.
+        # sentence a sliver ("Resumed from the …"). It gets about 32 characters and wraps
+        # (elided in the middle past what the row holds; whole in its tooltip), and the
+        # sentence wraps too, in a row as tall as it needs.
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.setWordWrap(True)
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)

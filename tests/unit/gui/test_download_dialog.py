@@ -48,6 +48,9 @@ class SlowHub:
     def hub_token_kept(self) -> bool:
         return False
 
+    async def models(self) -> list[Any]:
+        return []  # no local copy of anything
+
     def subscribe(self, listener: Any) -> None:
         pass
 
