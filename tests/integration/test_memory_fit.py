@@ -76,8 +76,9 @@ def test_a_128k_model_loads_with_defaults_and_answers(
     assert listed["trained_context_length"] == 131_072
     assert listed["context_length"] == 8192
     estimate = listed["memory_estimate"]
-    # 4 sequences x 8192 tokens (1.28 GiB) and the embedding context (860 MiB), not 4 x 128k
-    assert 1.5 * GIB < estimate < 2.5 * GIB
+    # 4 sequences x 8192 tokens (1.28 GiB once its two contexts fill), not 4 x 128k (the
+    # embedding context a first embedding would open is checked then, not counted here)
+    assert 1.1 * GIB < estimate < 1.5 * GIB
 
     status, answer = ask(process.url, token, LONG)
     assert status == 200, answer

@@ -2,9 +2,10 @@
 
 Weights (the file, memory-mapped), the KV cache for the contexts the engine will open
 (2 × layers × KV heads × head size × bytes per element, per token; sliding-window layers only
-their window unless the engine keeps a full cache) and compute buffers, held against the
-memory available (core/models/machine.py). The default context is the largest that fits the
-budget; docs/memory.md states the rule and how close the estimate came to real loads.
+their window unless the engine keeps a full cache) and compute buffers, at their worst once
+the contexts fill, held against the memory available (core/models/machine.py). The default
+context is the largest that fits the budget; docs/memory.md states the rule and how close
+the estimate came to llama.cpp's own figures and to real loads.
 """
 
 from __future__ import annotations
@@ -147,8 +148,12 @@ def _swa_layers(arch: str, values: dict[str, Any], layers: int) -> tuple[bool, .
 
 @dataclass(frozen=True)
 class Estimate:
-    """Bytes a load takes: in RAM (weights not offloaded, KV cache, compute, the embedding
-    context a first embedding opens) and on the GPU."""
+    """Bytes a load takes once its contexts fill: in RAM (weights not offloaded, KV cache,
+    compute) and on the GPU. Each part is what llama.cpp allocates for it and a long prompt
+    makes resident (docs/memory.md, "How close it is"). `embedding` is not part of the load:
+    the context a first embedding opens, at its largest; it opens only for an embedding, at
+    the size its inputs need, and is checked against the memory available then
+    (embedding_refusal), so a model only asked to chat is never held to it."""
 
     weights: int
     kv_cache: int
@@ -158,8 +163,9 @@ class Estimate:
 
     @property
     def total(self) -> int:
-        """RAM the load takes (the `memory_estimate` of /v1/models)."""
-        return self.weights + self.kv_cache + self.compute + self.embedding
+        """RAM the load takes (the `memory_estimate` of /v1/models, what a load is refused
+        against)."""
+        return self.weights + self.kv_cache + self.compute
 
 
 def _pad(n: int) -> int:
@@ -209,7 +215,8 @@ def _embedding(shape: ModelShape, n_ctx: int) -> int:
     (f16, one stream; counted in RAM even with GPU layers), the logits llama.cpp computes for
     every token of the input and copies out (2 x vocabulary x 4 bytes a token), the layers'
     activations and a fixed part. Measured for the demo (docs/memory.md): 211 MiB after a
-    512-token input, 833 MiB after a 2,048-token one; this gives 219 and 860 MiB."""
+    512-token input, 833 MiB after a 2,048-token one; this gives 219 and 860 MiB. Not part
+    of a load's total (Estimate): held against the memory when it opens."""
     rows = min(n_ctx, EMBEDDING_CONTEXT)
     per_token = sum(shape.kv_bytes_per_token("f16", layer) for layer in range(shape.layers))
     logits = rows * shape.vocab * 4 * 2
@@ -224,9 +231,13 @@ def _compute(shape: ModelShape, ctx: ContextShape, flash_attn: bool) -> int:
     f32 and in the f16 copy the matrix product makes of them, with the mask; with flash
     attention (q8_0) only the mask. Plus the layers' activations of those rows, one row of
     logits per sequence (only the last row of a chunk is sampled: llama.cpp's reservation
-    for logits of every row is never touched) and a fixed part. Measured on this machine
-    (docs/memory.md): 8,192 tokens, 2 sequences, a 8,100-token prompt read in 512-row
-    chunks: 227 MiB resident beyond the KV cache, against 248 MiB here."""
+    for logits of every row is never touched) and a fixed part. For one context of 2 x 8,192
+    tokens (docs/memory.md) llama.cpp's log says "compute buffer size = 166.38 MiB" (its
+    peak: the f32 scores and the mask), and ggml's CPU backend adds a work buffer of 72 MiB
+    the log does not show (the f16 copy of the scores for their product with V): 238 MiB,
+    against 248 MiB here; 226 MiB became resident after an 8,100-token prompt. With flash
+    attention llama.cpp's 99 MiB are the logits of 512 rows, never computed (22 MiB
+    resident; 32 MiB here)."""
     rows = ctx.n_batch
     cells = _pad(ctx.n_ctx_seq)
     activations = rows * (2 * shape.feed_forward + 4 * shape.embd) * 4
@@ -494,8 +505,8 @@ def _with_gpu_layers(
 
 def _why(cost: Estimate, budget: Budget, settings: LoadSettings, verdict: Fit) -> str:
     need = (
-        f"needs about {gib(cost.total)} (weights {gib(cost.weights)}, KV cache "
-        f"{gib(cost.kv_cache)}, buffers {gib(cost.compute)}, embeddings {gib(cost.embedding)})"
+        f"needs about {gib(cost.total)} once its contexts fill (weights {gib(cost.weights)}, "
+        f"KV cache {gib(cost.kv_cache)}, buffers {gib(cost.compute)})"
     )
     if verdict == "tight":
         return (

@@ -291,10 +291,11 @@ class ModelMemoryPanel(QGroupBox):
         colour, word = VERDICTS[decided.fit]
         cost = decided.estimate
         text = (
-            f'<span style="color:{colour}">●</span> <b>{word}</b>: about {gib(cost.total)} '
-            f"(weights {gib(cost.weights)}, KV cache {gib(cost.kv_cache)}, buffers "
-            f"{gib(cost.compute)}, embeddings {gib(cost.embedding)}) of "
-            f"{gib(decided.budget.available)} free"
+            f'<span style="color:{colour}">●</span> <b>{word}</b>: up to about '
+            f"{gib(cost.total)} once its contexts fill (weights {gib(cost.weights)}, KV cache "
+            f"{gib(cost.kv_cache)}, buffers {gib(cost.compute)}) of "
+            f"{gib(decided.budget.available)} free; a first embedding opens up to "
+            f"{gib(cost.embedding)} more, checked when it opens"
         )
         if cost.gpu:
             text += f"; {gib(cost.gpu)} on the GPU"
