@@ -112,7 +112,8 @@ class ConnectDialog(QDialog):
         layout.addWidget(self.tabs, 1)
         layout.addWidget(buttons)
         self._show_snippets()
-        self.resize(900, 560)  # every tab title in view
+        # Fits a 900×600 screen with its frame; a tab title out of view scrolls into it.
+        self.resize(880, 560)
 
     def _urls(self) -> str:
         """Which base URL is for which family: a base URL with /v1 given to Claude Code gets
