@@ -88,7 +88,8 @@ class TaskTableModel(RowTableModel):
         COL_DURATION: "How long it has run; for a download, the time left while it runs; "
         "for a task ended by a restart, until its last event before the stop",
         COL_TOKENS: "Output tokens generated so far; while a running task's prompt is read, "
-        "how far (or that it waits behind another's); for a download, the bytes on disk",
+        "how far (or that it waits behind another's); for an embedding, the input tokens it "
+        "read; for a download, the bytes on disk",
         COL_TPS: "Output tokens per second; for a download, bytes per second",
     }
 
@@ -172,7 +173,11 @@ class TaskTableModel(RowTableModel):
             reading = self._prompt_read(row)
             if reading is not None:
                 return prompt_status(reading)
-            return str(row.output_tokens) if row.started_at is not None else "—"
+            if row.started_at is None:
+                return "—"
+            if row.kind == "embedding":  # it reads its input and generates nothing
+                return f"{row.input_tokens:,} input"
+            return str(row.output_tokens)
         tps = speed(row, self._first_token(row))  # COL_TPS: the unit says which speed it is
         return f"{tps:.1f} tok/s" if tps is not None else "—"
 
