@@ -2,7 +2,8 @@
 show what runs (id, model, state, queue position, tokens, age), and cancelling them. A
 running task whose prompt is still being read shows how far ("reading prompt 3,072/8,192
 (37%)") in place of its tokens, one waiting behind another prompt's read says so ("waiting
-to read its prompt (60 tokens)").
+to read its prompt (60 tokens)"). A download shows its bytes there as the window does
+("49.0 MiB / 93.8 MiB", "…, waiting for the hub until 16:41:31", "93.8 MiB" once done).
 
 Asked of the service running on the data directory over HTTP (GET /v1/tasks, POST
 /v1/tasks/{id}/cancel), with `LMSP_TOKEN` or a one-off admin token (cli_service.py)."""
@@ -22,7 +23,7 @@ from lmsp_desktop.cli_model_settings import service_answers
 from lmsp_desktop.cli_service import admin_token, call, refusal, service_url, token_client
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.scopes import ADMIN
-from lmsp_desktop.core.views import PromptProgress, prompt_status
+from lmsp_desktop.core.views import PromptProgress, download_status, prompt_status
 
 UNFINISHED = "queued,loading,running,cancelling"
 
@@ -118,7 +119,8 @@ def _list(url: str, token: str, args: argparse.Namespace) -> int:
 
 
 def _tokens(task: dict[str, Any]) -> str:
-    """Output tokens (an embedding's input tokens, marked "input": it generates none);
+    """Output tokens (an embedding's input tokens, marked "input": it generates none; a
+    download's bytes);
     while a running task's prompt is read, how far (llama.cpp reads a long prompt for
     seconds to minutes before the first token), or that it waits for another's read to end
     before its own begins."""
@@ -132,6 +134,8 @@ def _tokens(task: dict[str, Any]) -> str:
                 bool(progress.get("waiting")),
             )
         )
+    if task.get("kind") == "download":  # its bytes, as the window's task table says them
+        return download_status(task["state"], task.get("download_progress")) or "-"
     if task.get("kind") == "embedding":  # it reads its input and generates nothing
         return f"{task.get('input_tokens') or 0:,} input"
     return str(task.get("output_tokens") or 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -295,6 +295,48 @@ def prompt_status(progress: PromptProgress) -> str:
     if progress.waiting:
         return f"waiting to read its prompt ({progress.total:,} tokens)"
     return reading_prompt(progress.processed, progress.total)
+
+
+def binary_size(n: float) -> str:
+    """Bytes in binary units named as such ("93.8 MiB"), as the window shows every size."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def time_of_day(ts: float) -> str:
+    """A local time of day ("16:41:31"), with the date when it is not today."""
+    local = time.localtime(ts)
+    if time.strftime("%Y-%m-%d", local) != time.strftime("%Y-%m-%d"):
+        return time.strftime("%Y-%m-%d %H:%M", local)
+    return time.strftime("%H:%M:%S", local)
+
+
+def download_status(state: str, progress: Mapping[str, Any] | None) -> str | None:
+    """A download's bytes, as the window's task table and `lmsp-desktop tasks` say them in
+    place of tokens: "49.0 MiB / 93.8 MiB" while it runs (", waiting for the hub until
+    16:41:31" while it waits to try again), "93.8 MiB" once it completed, "cancelled at
+    768.0 KiB of 3.0 MiB"; None when there is nothing to say (no total known, or a failed
+    one, whose bytes are not counted). `progress`: a download's latest progress (the store's
+    `progress` column, or the task object's `download_progress`)."""
+    progress = progress or {}
+    total = progress.get("bytes_total") or 0
+    if not total:
+        return None
+    if state == TaskState.COMPLETED:
+        return binary_size(total)  # what it fetched
+    done = binary_size(progress.get("bytes_done") or 0)
+    if state == TaskState.CANCELLED:  # how far it got, as its log says
+        return f"cancelled at {done} of {binary_size(total)}"
+    if state not in (TaskState.QUEUED, TaskState.RUNNING):
+        return None
+    if progress.get("retry_at") and state == TaskState.RUNNING:
+        until = time_of_day(progress["retry_at"])
+        return f"{done} / {binary_size(total)}, waiting for the hub until {until}"
+    return f"{done} / {binary_size(total)}"
 
 
 class CoreListener(Protocol):

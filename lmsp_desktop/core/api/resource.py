@@ -52,7 +52,8 @@ def task_object(
     it); `prompt_progress` ({total, cached, processed, waiting}) is there only while a
     running task's prompt is being read or waits to be (Runner.prompt_progress; in memory,
     never stored): `waiting` true until its own read begins (it waits behind another
-    prompt's read), processed == cached meanwhile.
+    prompt's read), processed == cached meanwhile. A download's has `download_progress`
+    (its bytes on disk and speed, the wait for the hub: `_download_progress`).
 
     `api` says which API created it; `stored` is false for a `store: false` request, whose
     response cannot be retrieved or continued (its task stays visible until retention);
@@ -87,6 +88,8 @@ def task_object(
         "stored": request.get("store") in (None, True, 1),
         "stop_sequence": _column(row, "stop_sequence"),
     }
+    if task["kind"] == "download":
+        task["download_progress"] = _download_progress(row, request)
     if prompt_progress is not None and row["state"] == TaskState.RUNNING:
         task["prompt_progress"] = {
             "total": prompt_progress.total,
@@ -95,6 +98,34 @@ def task_object(
             "waiting": prompt_progress.waiting,
         }
     return task
+
+
+def _download_progress(row: RowLike, request: dict[str, Any]) -> dict[str, Any]:
+    """A download's bytes, from what the store keeps (task_reads.DOWNLOAD_PROGRESS: the
+    latest progress while it runs, a cancelled one's last, else its request's total):
+    `bytes_done` (null while not counted yet, and for a failed one), `bytes_total`,
+    `bytes_per_s` (while it runs, null before a speed is known), the `file` being fetched,
+    and while it waits to try the hub again `retry_at` (Unix seconds) and `retry_reason`."""
+    raw = _column(row, "progress")
+    stored = from_json(raw) if raw else {}
+    state = row["state"]
+    total = int(stored.get("bytes_total") or request.get("bytes_total") or 0)
+    done = stored.get("bytes_done")
+    if state == TaskState.COMPLETED:
+        done = total  # all of it: its progress is cleared at its end
+    elif state == TaskState.FAILED:
+        done = None
+    running = state == TaskState.RUNNING
+    progress: dict[str, Any] = {
+        "bytes_done": done,
+        "bytes_total": total,
+        "bytes_per_s": stored.get("bytes_per_s") if running else None,
+        "file": stored.get("file") if running else None,
+    }
+    if running and stored.get("retry_at"):
+        progress["retry_at"] = stored["retry_at"]
+        progress["retry_reason"] = stored.get("retry_reason")
+    return progress
 
 
 def _stored_input(row: RowLike) -> int:

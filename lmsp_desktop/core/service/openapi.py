@@ -111,6 +111,41 @@ TASK = {  # the LMSP task object (core/api/resource.py's task_object; docs/clien
                 },
             },
         },
+        "download_progress": {
+            "type": "object",
+            "description": "Only for a download (kind `download`): its bytes from what the "
+            "service stores (the latest progress while it runs; a cancelled one's last; the "
+            "total once it completed)",
+            "required": ["bytes_done", "bytes_total", "bytes_per_s", "file"],
+            "properties": {
+                "bytes_done": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "description": "Bytes on disk: null before the first are counted and for a "
+                    "failed download; bytes_total once it completed",
+                },
+                "bytes_total": _COUNT,
+                "bytes_per_s": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "description": "Its speed while it runs (null before one is known, and "
+                    "once it ended)",
+                },
+                "file": {
+                    "type": ["string", "null"],
+                    "description": "The file being fetched while it runs",
+                },
+                "retry_at": {
+                    "type": "number",
+                    "description": "Only while it waits for the hub: when it tries again "
+                    "(Unix seconds)",
+                },
+                "retry_reason": {
+                    "type": ["string", "null"],
+                    "description": "Only while it waits for the hub: why",
+                },
+            },
+        },
     },
 }
 TASK_LIST = {

@@ -18,13 +18,25 @@ from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.events import Row, response_of
 from lmsp_desktop.core.views import TaskFilter
 
+# A download's latest progress (JSON {bytes_done, bytes_total, bytes_per_s, …}; NULL for
+# other kinds): its snapshot while it runs, a cancelled one's last progress event, else the
+# total its request asked for (a completed or failed one's snapshot is cleared at its end).
+DOWNLOAD_PROGRESS = """CASE WHEN t.kind='download' THEN coalesce(
+         t.snapshot,
+         CASE WHEN t.state = 'cancelled' THEN
+           (SELECT e.data FROM task_events e WHERE e.task_id = t.id
+              AND e.type = 'download.progress' ORDER BY e.seq DESC LIMIT 1) END,
+         json_object('bytes_total', json_extract(r.request, '$.bytes_total')))
+       END"""
+
 # A task with its response: what transitions, recovery and the response object read.
-JOINED = """
+JOINED = f"""
 SELECT t.n, t.id, t.client_id, t.model, t.state, t.on_restart, t.mode, t.created_at,
        t.recovered_boot, t.kind,
        t.started_at, t.finished_at, t.restarts, t.last_seq, t.snapshot,
        r.request, r.output_text, r.item_id, r.input_tokens, r.output_tokens, r.completed_at,
-       r.error, r.incomplete_reason, r.output_items, r.cached_tokens, r.stop_sequence
+       r.error, r.incomplete_reason, r.output_items, r.cached_tokens, r.stop_sequence,
+       {DOWNLOAD_PROGRESS} AS progress
 FROM tasks t JOIN responses r ON r.id = t.id
 """
 
@@ -83,13 +95,7 @@ SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_res
        {SPANS_RESTART} AS spans_restart, {RESUMED_RUN} AS resumed_run,
        {ENDED_BY_RESTART} AS ended_by_restart, {RAN_UNTIL} AS ran_until,
        r.incomplete_reason, json_extract(r.request, '$.max_output_tokens') AS output_limit,
-       CASE WHEN t.kind='download' THEN coalesce(
-         t.snapshot,
-         CASE WHEN t.state = 'cancelled' THEN
-           (SELECT e.data FROM task_events e WHERE e.task_id = t.id
-              AND e.type = 'download.progress' ORDER BY e.seq DESC LIMIT 1) END,
-         json_object('bytes_total', json_extract(r.request, '$.bytes_total')))
-       END AS progress,
+       {DOWNLOAD_PROGRESS} AS progress,
        json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')),
                    'api', json_extract(r.request, '$.api'),
                    'store', json_extract(r.request, '$.store'))

@@ -14,6 +14,7 @@ from lmsp_desktop.core.views import (
     TaskChange,
     TaskFilter,
     TaskRow,
+    download_status,
     prompt_status,
 )
 from lmsp_desktop.gui import aio
@@ -186,19 +187,8 @@ class TaskTableModel(RowTableModel):
         """A download shows bytes for tokens, its speed for tok/s, and while it runs the
         time left for its duration."""
         progress = row.progress or {}
-        if col == COL_TOKENS:
-            total = progress.get("bytes_total") or 0
-            if row.state == TaskState.COMPLETED and total:
-                return human_size(total)  # what it fetched
-            done = human_size(progress.get("bytes_done", 0))
-            if total and row.state == TaskState.CANCELLED:  # how far it got, as its log says
-                return f"cancelled at {done} of {human_size(total)}"
-            if not total or row.state not in (TaskState.QUEUED, TaskState.RUNNING):
-                return "—"  # a failed one's bytes are not counted
-            if progress.get("retry_at") and row.state == TaskState.RUNNING:
-                until = clock(progress["retry_at"])
-                return f"{done} / {human_size(total)}, waiting for the hub until {until}"
-            return f"{done} / {human_size(total)}"
+        if col == COL_TOKENS:  # as `lmsp-desktop tasks` says it (core/views.py)
+            return download_status(row.state, progress) or "—"
         if col == COL_TPS:
             speed = progress.get("bytes_per_s")
             running = row.finished_at is None and row.state == TaskState.RUNNING
