@@ -29,6 +29,10 @@ class CrashRecord:
     error: EngineCrashed  # the one exception every generation of that process got
     tasks: dict[str, int] = field(default_factory=dict)  # outcome → how many
     held: bool = False  # not loaded again until the user loads it
+    # No task was running on it (the out-of-memory killer picks the biggest idle process):
+    # dropped at once, and not counted towards the hold, which stops a model whose tasks
+    # crash it again and again; nothing of an idle death starts it again by itself.
+    idle: bool = False
 
     def count(self, items: list[RecoveryItem]) -> None:
         for item in items:
@@ -53,17 +57,19 @@ class CrashLog:
         self._records: dict[str, list[CrashRecord]] = {}
         self.held: set[str] = set()
 
-    def record(self, model: str, crash: EngineCrashed) -> tuple[CrashRecord, bool]:
+    def record(
+        self, model: str, crash: EngineCrashed, *, idle: bool = False
+    ) -> tuple[CrashRecord, bool]:
         """The record of this crash, and whether it is new (each generation the process
-        was running reports the same crash)."""
+        was running reports the same crash). `idle`: no task was running on it."""
         records = self._records.setdefault(model, [])
         for record in records:
             if record.error is crash:
                 return record, False
-        record = CrashRecord(model, crash.cause, crash.at, crash)
+        record = CrashRecord(model, crash.cause, crash.at, crash, idle=idle)
         records.append(record)
-        del records[:-HOLD_AFTER]  # only the recent ones matter
-        recent = [r for r in records if crash.at - r.at <= HOLD_WINDOW_S]
+        records[:] = [r for r in records if crash.at - r.at <= HOLD_WINDOW_S]  # the recent
+        recent = [r for r in records if not r.idle]
         if len(recent) >= HOLD_AFTER:
             record.held = True
             self.held.add(model)

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from lmsp_desktop.core.api.task_request import chat_messages
 from lmsp_desktop.core.crashes import CrashLog, CrashRecord
@@ -132,6 +132,13 @@ class RemoteEngines(Protocol):
     def engine_for(self, model_id: str) -> Engine | None: ...
 
     def parallel_for(self, model_id: str) -> int: ...
+
+
+@runtime_checkable
+class ReportsCrashes(Protocol):
+    """A loaded model whose engine process can die by itself (engine workers)."""
+
+    def when_crashed(self, callback: Callable[[EngineCrashed], None]) -> None: ...
 
 
 # How to load a local model (context, sequences, KV type, GPU layers), decided just before
@@ -404,9 +411,15 @@ class Runner:
         try:
             if not resuming and needs_load and not await self.tasks.mark_loading(task_id):
                 return  # cancelled meanwhile
-            loaded = await self._loaded_unless_cancelled(
-                asyncio.create_task(self._acquire(key, path, remote)), cancelled
-            )
+            for _attempt in range(2):
+                loaded = await self._loaded_unless_cancelled(
+                    asyncio.create_task(self._acquire(key, path, remote)), cancelled
+                )
+                slot = self._slots.get(key)
+                if loaded is None or (slot is not None and slot.model is loaded):
+                    break
+                # Its engine process died idle after the load and before this task took it
+                # (_died_idle dropped it): the task loads it afresh rather than fail on it.
         except EngineCrashed as exc:  # the engine process died while loading
             await self._after_crash(row["model"], task_id, None, exc)
             return
@@ -418,7 +431,11 @@ class Runner:
         if loaded is None:  # cancelled while its model loads: confirmed now, not at the end
             await self._confirm_cancelled(task_id)
             return
-        slot = self._slots[key]
+        slot = self._slots.get(key)
+        if slot is None or slot.model is not loaded:
+            # Its engine died idle twice between a load and this task's start: the task runs
+            # on it all the same, and its generation reports the crash (_after_crash).
+            slot = _Slot(asyncio.get_running_loop().create_future(), model=loaded)
         slot.busy += 1
         try:
             if row["kind"] == TaskKind.EMBEDDING:
@@ -697,6 +714,27 @@ class Runner:
         record.count(items)
         self._notify_load(model_id, self.loaded_state(model_id), 0.0)
 
+    def _died_idle(self, lane: str, loaded: LoadedModel, crash: EngineCrashed) -> None:
+        """A loaded model's engine process died. With a task on it, that task's run reports
+        the crash (_after_crash). With none (the out-of-memory killer picks the biggest idle
+        process), nothing would until the next request failed on the dead process: the model
+        is dropped now, shows unloaded, and the next request loads it again. The crash is
+        recorded (the Models page and /v1/models show it) but does not count towards the
+        hold (CrashLog.record): no task can have caused it, nor can it come back by itself."""
+        slot = self._slots.get(lane)
+        if self._stopping or slot is None or slot.model is not loaded or slot.busy:
+            return
+        model_id = _model_of(lane)
+        del self._slots[lane]
+        if isinstance(loaded, CachesPrefixes):
+            self._unloaded_prefix_stats.add(loaded.prefix_stats)
+        self.crashes.record(model_id, crash, idle=True)
+        log.warning("%s was idle: it is unloaded, and the next request loads it again", model_id)
+        reaping = asyncio.create_task(loaded.unload())  # the process is gone: this only reaps
+        self._unloads.add(reaping)
+        reaping.add_done_callback(self._unloads.discard)
+        self._notify_load(model_id, self.loaded_state(model_id), 0.0)
+
     def engine_pid(self, model_id: str) -> int | None:
         """The process id of the engine worker running a loaded local model."""
         slot = self._slots.get(model_id)
@@ -839,6 +877,8 @@ class Runner:
             slot.model = loaded
             slot.loading.set_result(loaded)
             self._notify_load(model_id, "loaded", 1.0)
+            if isinstance(loaded, ReportsCrashes):
+                loaded.when_crashed(partial(self._died_idle, lane, loaded))
         slot.last_used = time.monotonic()
         return await asyncio.shield(slot.loading)
 

@@ -144,6 +144,7 @@ class WorkerModel:
         # Told the worker's exactness verdict once its probe has run (WorkerEngine.verdicts).
         self.on_verdict: Callable[[bool], None] | None = None
         self.exact_verdict: bool | None = None  # as of the worker's last facts
+        self._on_crash: Callable[[EngineCrashed], None] | None = None  # when_crashed
         self._reading = asyncio.create_task(self._read(reader), name=f"engine-worker:{self.pid}")
 
     @classmethod
@@ -273,6 +274,16 @@ class WorkerModel:
             self._loaded.exception()  # retrieved: load() may not be waiting any more
         for gid in [*self._pending, *self._embeddings]:
             self._end(gid, self.crash)
+        if self._on_crash is not None:
+            self._on_crash(self.crash)
+
+    def when_crashed(self, callback: Callable[[EngineCrashed], None]) -> None:
+        """Call `callback` with the crash once the process dies unasked (at once if it
+        already has): the runner drops a model whose process died with no task on it, which
+        no generation would report until the next request failed on it."""
+        self._on_crash = callback
+        if self.crash is not None:
+            callback(self.crash)
 
     # --- the LoadedModel contract --------------------------------------------------------
 
