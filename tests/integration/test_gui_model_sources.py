@@ -58,8 +58,8 @@ async def test_sources_and_published_digests_show_in_the_models_table(
     assert source[LMS_ID] == "LM Studio"
     assert source["smollm2-135m-instruct"] == "Demo"
     digest = cells(window, COL_DIGEST)
-    assert digest[OLLAMA_ID] == "✓ matches Ollama's digest"
-    assert digest[HF_ID] == "✗ differs from the digest Hugging Face published"
+    assert digest[OLLAMA_ID] == "✓ matches Ollama"
+    assert digest[HF_ID] == "✗ differs from HF"
     assert digest[LMS_ID].startswith("sha256:")  # LM Studio publishes none: our own digest
     status = cells(window, COL_STATUS)
     assert status[HF_ID] == "✗ digest differs"
@@ -114,7 +114,7 @@ async def test_a_hugging_face_file_deleted_then_downloaded_again_reads_right(
     async with open_app(qtbot, tmp_path / "data", engine=slow_engine()) as (core, window):
         window.nav.setCurrentRow(1)
         await until(
-            lambda: cells(window, COL_DIGEST).get(HF_ID) == "✓ matches Hugging Face's digest",
+            lambda: cells(window, COL_DIGEST).get(HF_ID) == "✓ matches HF",
             what=lambda: cells(window, COL_DIGEST),
         )
         assert cells(window, COL_FOLDER)[HF_ID] == stores.HF_REPO
@@ -137,4 +137,4 @@ async def test_a_hugging_face_file_deleted_then_downloaded_again_reads_right(
             lambda: cells(window, COL_STATUS).get(HF_ID, "").startswith("✓ verified"),
             what=lambda: cells(window, COL_STATUS),
         )
-        assert cells(window, COL_DIGEST)[HF_ID] == "✓ matches Hugging Face's digest"
+        assert cells(window, COL_DIGEST)[HF_ID] == "✓ matches HF"

@@ -325,16 +325,23 @@ def name_tooltip(info: ModelInfo) -> str:
     )
 
 
+# The publisher as the Digest cell names it: "✓ matches Hugging Face's digest" took the room
+# of the Quantization and Architecture columns at the default size (1398 px); the tooltip says
+# it in full words.
+SHORT_PUBLISHERS = {"Hugging Face": "HF"}
+
+
 def digest_text(info: ModelInfo) -> str:
-    """The Digest cell: the publisher's verdict where the store published a digest, else our
-    own digest, shortened."""
+    """The Digest cell: the publisher's verdict where the store published a digest ("✓ matches
+    HF", "✗ differs from Ollama"), else our own digest, shortened."""
     publisher = publisher_of(info.source)
+    short = SHORT_PUBLISHERS.get(publisher, publisher.removeprefix("its "))
     if info.state == "missing":  # no file to match anything: it kept "✓ matches"
         return "✗ file missing"
     if info.digest_matches is True:
-        return f"✓ matches {publisher}'s digest"
+        return f"✓ matches {short}"
     if info.digest_matches is False:
-        return f"✗ differs from the digest {publisher} published"
+        return f"✗ differs from {short}"
     return short_digest(info.digest)
 
 
@@ -343,7 +350,14 @@ def digest_tooltip(info: ModelInfo) -> str:
     if info.published_digest is None:
         return ours
     publisher = publisher_of(info.source)
-    return f"This file: {ours}\nPublished by {publisher}: {info.published_digest}"
+    verdict = (
+        f"This file matches the digest {publisher} published.\n"
+        if info.digest_matches is True and info.state != "missing"
+        else f"This file differs from the digest {publisher} published.\n"
+        if info.digest_matches is False
+        else ""
+    )
+    return f"{verdict}This file: {ours}\nPublished by {publisher}: {info.published_digest}"
 
 
 def source_tooltip(info: ModelInfo) -> str:

@@ -205,19 +205,21 @@ class ModelsPage(QWidget):
         header.setMinimumSectionSize(40)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # paths keep both ends
         # Name, Status and Loaded are never cut; Folder takes what is left (its full path on
-        # hover). In a narrower window the folder and the digest are elided first (whole on
-        # hover, Copy digest), then the header facts step aside (the Name's tooltip has
+        # hover). In a narrower window the folder is elided first (its distinguishing end
+        # whole, the path on hover), then the header facts step aside (the Name's tooltip has
         # them): at 1200×780 with the hub's long names Source, Context and Parameters showed
         # only after Architecture and Quantization went, and Source went once a model loaded.
+        # At the default size (1398 px) the folder's few letters more had dropped
+        # Architecture, and the publisher's verdict spelled out in Digest Quantization too.
         letters = self.fontMetrics().averageCharWidth()
         self.fitter = ColumnFitter(
             self.table,
             stretch={COL_FOLDER: (letters * 14, letters * 22)},
             drop_order=[
+                (COL_FOLDER, letters * 14),  # its distinguishing end stays whole
                 COL_ARCH,
                 COL_QUANT,  # mostly in the name already (…:q4_1) and in the file name
-                (COL_FOLDER, letters * 14),  # its distinguishing end stays whole
-                (COL_DIGEST, letters * 20),
+                (COL_DIGEST, letters * 16),  # both ends of a digest kept; whole on hover
                 COL_CONTEXT,  # the Load settings panel says it for the selected model
                 COL_PARAMS,
                 COL_SOURCE,

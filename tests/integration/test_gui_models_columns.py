@@ -1,0 +1,87 @@
+"""The Models table's columns at the window's default size, as a walk after one Hugging Face
+download found them: the Digest column spelled out "✓ matches Hugging Face's digest" while
+Quantization and Architecture were dropped (the Demo and Folder rows showed their quant
+nowhere); the header had no menu to bring a column back; a hub model's Folder cell read as a
+repo under a "Folder" title. Real core (store, registry reading the real demo GGUF in a
+Hugging Face cache, a folder and the demo), real MainWindow."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+
+from lmsp_desktop.core.engines.fake import FakeEngine
+from lmsp_desktop.core.models.demo import demo_model_path
+from lmsp_desktop.gui.models.model_table import (
+    COL_ARCH,
+    COL_DIGEST,
+    COL_QUANT,
+)
+from tests.integration.gui_windows import open_app
+from tests.support import model_stores as stores
+from tests.support.polling import until
+
+pytestmark = pytest.mark.gui
+HF_ID = "huggingfacetb/smollm2-135m-instruct-gguf:q4_1"
+
+
+@pytest.fixture
+def hub_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home whose Hugging Face cache holds the demo under its published digest (one
+    download), and a model folder beside it."""
+    home = tmp_path / "home"
+    stores.add_hf_file(home, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    demo = demo_model_path()
+    assert demo is not None
+    folder = tmp_path / "models"
+    folder.mkdir()
+    os.link(demo, folder / "smol-4k.gguf")
+    return folder
+
+
+def cell(window: Any, model_id: str, col: int, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    table = window.models.model
+    row = table.row_of(model_id)
+    return None if row is None else table.index(row, col).data(role)
+
+
+async def settle() -> None:
+    """Let resizes, fits and repaints run (sleeping runs Qt's loop; never processEvents())."""
+    for _ in range(5):
+        await asyncio.sleep(0.05)
+
+
+async def test_the_default_size_keeps_quantization_and_a_short_digest_verdict(
+    hub_home: Path, qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path / "data", engine=FakeEngine(), model_dirs=[hub_home]) as (
+        _core,
+        window,
+    ):
+        window.resize(1398, 874)  # the default size on a 1600×1000 screen
+        window.nav.setCurrentRow(1)
+        await until(
+            lambda: str(cell(window, HF_ID, COL_DIGEST) or "").startswith("✓"),
+            30,
+            lambda: cell(window, HF_ID, COL_DIGEST),
+        )
+        await until(lambda: window.models.model.row_of("smol-4k") is not None, what="smol-4k")
+        await settle()
+        header = window.models.table.horizontalHeader()
+        verdict = cell(window, HF_ID, COL_DIGEST)
+        assert verdict == "✓ matches HF", verdict
+        tip = cell(window, HF_ID, COL_DIGEST, Qt.ItemDataRole.ToolTipRole)
+        assert "matches the digest Hugging Face published" in tip, tip
+        # Every row's quant is in view: the Quantization column is kept.
+        assert not header.isSectionHidden(COL_QUANT), window.models.fitter.hidden_columns()
+        assert cell(window, "smol-4k", COL_QUANT) == "Q4_1"
+        assert not header.isSectionHidden(COL_ARCH), window.models.fitter.hidden_columns()
+        assert window.models.table.horizontalScrollBar().maximum() == 0
