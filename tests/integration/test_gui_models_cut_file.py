@@ -63,9 +63,11 @@ async def test_a_cut_file_says_why_at_once_and_offers_nothing_to_save(
         assert "never runs" in panel.save_button.toolTip()
         assert not page.load_button.isEnabled()
 
-        # The whole file beside it: Save and an estimate again.
+        # The whole file beside it: fields to edit and an estimate again; Save once changed.
         page.table.selectRow(page.model.row_of("tiny"))
         await until(lambda: panel.last_plan is not None, 30, "the whole file's estimate")
         await until(lambda: "about" in panel.estimate.text(), what=panel.estimate.text)
+        assert panel.context.isEnabled() and "never runs" not in panel.save_button.toolTip()
+        panel.context.setValue(2048)
         assert panel.save_button.isEnabled() and panel.save_button.toolTip() == ""
         assert not page.explain.isVisible()

@@ -5,12 +5,16 @@ the memory free: green when it fits, amber when tight, red with the reason when 
 The estimate follows every change at once (before anything is loaded); Save stores the
 settings, which apply at the model's next load. Changes not saved yet are kept per model while
 the user looks at another one (selecting a row to compare must not throw them away); Revert
-shows the saved settings again."""
+shows the saved settings again. Save is offered only while the fields differ from what is
+stored; a change stored elsewhere (`lmsp-desktop models set` while the window is open) shows
+within a second, so a click on Save never writes stale values over it. A file that can never
+run offers no field to edit."""
 
 from __future__ import annotations
 
 import asyncio
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -44,6 +48,12 @@ VERDICTS = {
 }
 GPU_AUTO, GPU_ALL, GPU_NONE, GPU_NUMBER = "auto", "all", "none (CPU)", "a number:"
 NOTHING_SELECTED = "Select a model on this machine to see what loading it takes and to change it."
+# How often the shown model's stored settings are read again: the CLI writes the store from
+# another process, which tells this one nothing (one indexed row read; only while shown).
+WATCH_MS = 1000
+CHANGED_ELSEWHERE = (
+    "The saved settings changed outside this window (`lmsp-desktop models set`?): shown now."
+)
 
 
 class ModelMemoryPanel(QGroupBox):
@@ -113,12 +123,88 @@ class ModelMemoryPanel(QGroupBox):
         for combo in (self.kv_type, self.gpu_mode):
             combo.currentIndexChanged.connect(self._changed)
         self._filling = False
+        # The shown model's settings as stored when last read: Save is offered only for
+        # something else, and a change stored elsewhere is noticed against them.
+        self.stored: ModelSettings | None = None
+        self._saving = False
+        self._watch = QTimer(self, interval=WATCH_MS)
+        self._watch.timeout.connect(self._watch_stored)
+        self._watch.start()
+        self._watch_task: asyncio.Task[None] | None = None
         # Why the selected file can never run (not a model the engine can load), as the
         # registry says: no estimate then, and no settings to save.
         self.cannot_run: str | None = None
         self._estimating: asyncio.Task[None] | None = None
         self.last_plan: Plan | None = None
         self.setEnabled(False)
+        self._update_save()
+
+    def _editors(self) -> tuple[QWidget, ...]:
+        return (self.context, self.parallel, self.kv_type, self.gpu_mode)
+
+    def _update_save(self) -> None:
+        """Save only when the fields say something else than the store, for a file that can
+        run; Revert only when there is something to revert to."""
+        shown = self._shown is not None and self._shown == self.model_id
+        differs = shown and self.stored is not None and self.settings() != self.stored
+        can_run = self.cannot_run is None
+        self.save_button.setEnabled(can_run and differs and not self._saving)
+        if not can_run:
+            self.save_button.setToolTip(
+                "Nothing to save: this file is not a model the engine can load, so it never "
+                "runs. Replace it with a complete .gguf file."
+            )
+        elif shown and not differs:
+            self.save_button.setToolTip("Nothing to save: these are the saved settings.")
+        else:
+            self.save_button.setToolTip("")
+        self.revert_button.setEnabled(can_run and shown and self._shown in self._drafts)
+        for editor in self._editors():
+            editor.setEnabled(can_run)
+        self.gpu_layers.setEnabled(can_run and self.gpu_mode.currentText() == GPU_NUMBER)
+
+    def set_watching(self, watching: bool) -> None:
+        """Read the stored settings again every second while the window is shown."""
+        if watching:
+            self._watch.start()
+            self._watch_stored()
+        else:
+            self._watch.stop()
+
+    def _watch_stored(self) -> None:
+        if self._watch_task is not None and not self._watch_task.done():
+            return
+        if self._shown is None or self._shown != self.model_id or not self.isVisible():
+            return
+        self._watch_task = aio.spawn(self.follow_stored(), self)
+
+    async def follow_stored(self) -> None:
+        """Show the settings stored now when they changed since read (and nothing is being
+        saved from here): the fields follow unless the user has changes not saved yet."""
+        model_id = self._shown
+        if model_id is None or self._saving:
+            return
+        try:
+            stored = await self.core.model_settings(model_id)
+        except LmspError:
+            return  # the store is closing; the next look tries again
+        if model_id != self._shown or model_id != self.model_id or self._saving:
+            return
+        if stored == self.stored:
+            return
+        self.stored = stored
+        draft = self._drafts.get(model_id)
+        if draft is None or draft == stored:
+            self._drafts.pop(model_id, None)
+            self._fill(stored)
+            self.saved.setText(CHANGED_ELSEWHERE)
+            self._update_save()
+            await self.refresh()
+        else:
+            self.saved.setText(
+                "Not saved yet; the saved settings changed meanwhile (Revert shows them)."
+            )
+            self._update_save()
 
     # -- which model ---------------------------------------------------------------------
     async def show_model(self, model_id: str | None) -> None:
@@ -132,6 +218,8 @@ class ModelMemoryPanel(QGroupBox):
             # defaults); it shows the defaults and says what to do instead.
             self._fill(ModelSettings())
             self._shown = None
+            self.stored = None
+            self._update_save()
             self.setEnabled(False)
             self.runs_with.setText(NOTHING_SELECTED)
             self.estimate.clear()
@@ -148,7 +236,8 @@ class ModelMemoryPanel(QGroupBox):
             self._drafts.pop(model_id, None)
             self._fill(stored)
         self._shown = model_id
-        self.revert_button.setEnabled(model_id in self._drafts)
+        self.stored = stored
+        self._update_save()
         self.setEnabled(True)
         await self.refresh()
 
@@ -200,13 +289,7 @@ class ModelMemoryPanel(QGroupBox):
         if reason == self.cannot_run:
             return
         self.cannot_run = reason
-        self.save_button.setEnabled(reason is None)
-        self.save_button.setToolTip(
-            ""
-            if reason is None
-            else "Nothing to save: this file is not a model the engine can load, so it never "
-            "runs. Replace it with a complete .gguf file."
-        )
+        self._update_save()
         if reason is not None:
             self.show_plan(self.last_plan)
         elif self.model_id is not None:
@@ -214,14 +297,20 @@ class ModelMemoryPanel(QGroupBox):
 
     # -- the estimate --------------------------------------------------------------------
     def _changed(self) -> None:
-        self.gpu_layers.setEnabled(self.gpu_mode.currentText() == GPU_NUMBER)
+        self.gpu_layers.setEnabled(
+            self.cannot_run is None and self.gpu_mode.currentText() == GPU_NUMBER
+        )
         if self._filling or self._shown is None:
             return
         self._drafts[self._shown] = self.settings()
         if self._shown != self.model_id:
             return  # the next model's settings replace these once read
-        self.revert_button.setEnabled(True)
-        self.saved.setText("Not saved yet.")
+        if self._drafts[self._shown] == self.stored:  # edited back to what is saved
+            self._drafts.pop(self._shown)
+            self.saved.clear()
+        else:
+            self.saved.setText("Not saved yet.")
+        self._update_save()
         if self._estimating is not None and not self._estimating.done():
             self._estimating.cancel()  # only the latest settings' estimate is shown
         self._estimating = aio.spawn(self.refresh(), self)
@@ -308,14 +397,15 @@ class ModelMemoryPanel(QGroupBox):
         model_id = self.model_id
         if model_id is None:
             return
-        self.save_button.setEnabled(False)
+        self._saving = True
+        self._update_save()
         try:
             chosen = self.settings()
             await self.core.save_model_settings(model_id, chosen)
+            if model_id == self._shown:
+                self.stored = chosen
             if self._drafts.get(model_id) == chosen:  # not changed again while saving
                 self._drafts.pop(model_id)
-                if model_id == self.model_id:
-                    self.revert_button.setEnabled(False)
             loaded = self.core.model_loaded_state(model_id) != "unloaded"
             self.saved.setText(
                 f"Saved. {model_id} uses them from its next load"
@@ -329,4 +419,5 @@ class ModelMemoryPanel(QGroupBox):
         except LmspError as exc:
             self.saved.setText(exc.message)
         finally:
-            self.save_button.setEnabled(self.cannot_run is None)
+            self._saving = False
+            self._update_save()

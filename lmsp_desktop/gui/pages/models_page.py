@@ -291,12 +291,14 @@ class ModelsPage(QWidget):
                 self.model.set_load_failed(change.model, error["message"])
 
     def set_active(self, active: bool) -> None:
-        """The idle countdowns move only while the window is shown."""
+        """The idle countdowns move, and the Load settings follow the store, only while the
+        window is shown."""
         if active:
             self.model.tick()
             self._clock.start()
         else:
             self._clock.stop()
+        self.memory.set_watching(active)
 
     async def load(self) -> None:
         await self.model.reload()
