@@ -117,7 +117,7 @@ async def test_a_hugging_face_file_deleted_then_downloaded_again_reads_right(
             lambda: cells(window, COL_DIGEST).get(HF_ID) == "✓ matches HF",
             what=lambda: cells(window, COL_DIGEST),
         )
-        assert cells(window, COL_FOLDER)[HF_ID] == stores.HF_REPO
+        assert cells(window, COL_FOLDER)[HF_ID] == f"hf.co/{stores.HF_REPO}"
 
         blob = link.resolve()
         link.unlink()

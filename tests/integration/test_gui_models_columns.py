@@ -20,6 +20,7 @@ from lmsp_desktop.core.models.demo import demo_model_path
 from lmsp_desktop.gui.models.model_table import (
     COL_ARCH,
     COL_DIGEST,
+    COL_FOLDER,
     COL_QUANT,
 )
 from tests.integration.gui_windows import open_app
@@ -85,3 +86,29 @@ async def test_the_default_size_keeps_quantization_and_a_short_digest_verdict(
         assert cell(window, "smol-4k", COL_QUANT) == "Q4_1"
         assert not header.isSectionHidden(COL_ARCH), window.models.fitter.hidden_columns()
         assert window.models.table.horizontalScrollBar().maximum() == 0
+
+
+async def test_location_says_a_hub_model_is_a_repo_and_where_its_file_is(
+    hub_home: Path, qtbot: Any, tmp_path: Path
+) -> None:
+    """The column read "Folder" and its hub cell `HuggingFaceTB/SmolLM2-135M-Instruct-GGUF`,
+    a repo, not a folder: it is "Location", the hub cell names the repo as the hub addresses
+    it, and its tooltip says the file is in the Hugging Face cache and where."""
+    async with open_app(qtbot, tmp_path / "data", engine=FakeEngine(), model_dirs=[hub_home]) as (
+        _core,
+        window,
+    ):
+        window.nav.setCurrentRow(1)
+        await until(lambda: cell(window, HF_ID, COL_FOLDER) is not None, 30, "the hub model")
+        await until(lambda: window.models.model.row_of("smol-4k") is not None, what="smol-4k")
+        model = window.models.model
+        assert model.headerData(COL_FOLDER, Qt.Orientation.Horizontal) == "Location"
+        assert cell(window, HF_ID, COL_FOLDER) == f"hf.co/{stores.HF_REPO}"
+        tip = cell(window, HF_ID, COL_FOLDER, Qt.ItemDataRole.ToolTipRole)
+        assert f"Hugging Face repo {stores.HF_REPO}" in tip and "Hugging Face cache" in tip
+        assert str(stores.hf_cache(tmp_path / "home")) in tip  # the file's whole path
+        # A file in a folder still shows its folder, the path on hover.
+        assert cell(window, "smol-4k", COL_FOLDER) == str(hub_home)
+        assert cell(window, "smol-4k", COL_FOLDER, Qt.ItemDataRole.ToolTipRole) == str(
+            hub_home / "smol-4k.gguf"
+        )

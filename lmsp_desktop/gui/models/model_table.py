@@ -50,7 +50,9 @@ HEADERS = [
     "Digest",
     "Status",
     "Loaded",
-    "Folder",
+    # Where the file is: its folder, or for a Hugging Face download the repo it came from
+    # (`hf.co/owner/name`; the cache's folder is named by a commit hash), or an upstream's URL.
+    "Location",
 ]
 STATUS = {
     "verified": ("✓ verified", "#2fa84f"),
@@ -127,7 +129,7 @@ class ModelTableModel(RowTableModel):
             if col == COL_NAME:
                 return name_tooltip(info)
             if col == COL_FOLDER:
-                return str(info.path)
+                return location_tooltip(info)
             crash = self.core.model_crash(info.id) if col == COL_LOADED else None
             if crash is not None and self._loaded.get(info.id, "unloaded") == "unloaded":
                 return crash_text(crash)
@@ -388,21 +390,43 @@ def minutes(seconds: float) -> str:
     return f"{-(-int(seconds) // 60)} min"
 
 
-def folder_text(path: Path) -> str:
-    """The folder holding a model, with the home folder as ~ (the full path is on hover).
-    A file in the Hugging Face cache shows its repo (`owner/name`), not the folder named by
-    the snapshot's commit hash that holds it."""
+def hub_repo(path: Path) -> str | None:
+    """The Hugging Face repo (`owner/name`, with the folders inside the snapshot) of a file in
+    the Hugging Face cache, else None."""
     parts = path.parts
     if "snapshots" in parts[:-2]:
         at = len(parts) - 1 - parts[::-1].index("snapshots")
         if at >= 1 and parts[at - 1].startswith("models--"):
             repo = parts[at - 1].removeprefix("models--").replace("--", "/")
-            return "/".join([repo, *parts[at + 2 : -1]])  # with folders inside the snapshot
+            return "/".join([repo, *parts[at + 2 : -1]])
+    return None
+
+
+def folder_text(path: Path) -> str:
+    """The Location cell: the folder holding a model, with the home folder as ~ (the full
+    path is on hover). A file in the Hugging Face cache shows the repo it came from as the
+    hub addresses it (`hf.co/owner/name`), not the folder named by the snapshot's commit
+    hash that holds it: a bare `owner/name` under "Folder" read as a folder that is not."""
+    repo = hub_repo(path)
+    if repo is not None:
+        return f"hf.co/{repo}"
     folder = path.parent
     try:
         return str(Path("~") / folder.relative_to(Path.home()))
     except ValueError:
         return str(folder)
+
+
+def location_tooltip(info: ModelInfo) -> str:
+    """The Location cell's tooltip: the file's whole path, and for a download from the hub
+    that it is a copy of that repo's file kept in the Hugging Face cache."""
+    repo = hub_repo(Path(info.path))
+    if repo is None:
+        return str(info.path)
+    return (
+        f"Downloaded from the Hugging Face repo {repo}; the file is in the Hugging Face "
+        f"cache on this machine:\n{info.path}"
+    )
 
 
 def distinguishing_tails(folders: set[str]) -> dict[str, str]:

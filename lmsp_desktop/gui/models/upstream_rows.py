@@ -25,7 +25,7 @@ def upstream_cells(info: UpstreamModelInfo) -> dict[str, str]:
         "Status": status,
         # A blue dot alone said "loaded" even while the upstream was down: words instead.
         "Loaded": f"on {info.upstream}" if info.reachable else "✗ down",
-        "Folder": info.base_url,
+        "Location": info.base_url,
     }
 
 
@@ -37,6 +37,6 @@ def upstream_tooltip(info: UpstreamModelInfo, header: str) -> str | None:
             f"The upstream {info.upstream} does not answer: {info.upstream_error or 'unknown'}. "
             "Tasks for it are retried, then fail with upstream_unavailable."
         )
-    if header in ("Name", "Folder"):
+    if header in ("Name", "Location"):
         return info.base_url
     return None

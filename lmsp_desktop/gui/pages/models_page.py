@@ -204,7 +204,7 @@ class ModelsPage(QWidget):
         self.table.setWordWrap(False)
         header.setMinimumSectionSize(40)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # paths keep both ends
-        # Name, Status and Loaded are never cut; Folder takes what is left (its full path on
+        # Name, Status and Loaded are never cut; Location takes what is left (its full path on
         # hover). In a narrower window the folder is elided first (its distinguishing end
         # whole, the path on hover), then the header facts step aside (the Name's tooltip has
         # them): at 1200×780 with the hub's long names Source, Context and Parameters showed
