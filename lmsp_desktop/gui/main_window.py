@@ -90,7 +90,7 @@ class MainWindow(QMainWindow):
         self.quitting = False
         self.bridge = CoreBridge(core, parent=self)
         self.tasks = TasksPage(core, core.url)
-        self.models = ModelsPage(core)
+        self.models = ModelsPage(core, qsettings=self.qsettings)
         self.clients = ClientsPage(core)
         self.sidebar = Sidebar()
         self.nav = self.sidebar.nav

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QContextMenuEvent
+from PySide6.QtWidgets import QApplication
 
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
@@ -21,7 +23,9 @@ from lmsp_desktop.gui.models.model_table import (
     COL_ARCH,
     COL_DIGEST,
     COL_FOLDER,
+    COL_NAME,
     COL_QUANT,
+    COL_STATUS,
 )
 from tests.integration.gui_windows import open_app
 from tests.support import model_stores as stores
@@ -112,3 +116,73 @@ async def test_location_says_a_hub_model_is_a_repo_and_where_its_file_is(
         assert cell(window, "smol-4k", COL_FOLDER, Qt.ItemDataRole.ToolTipRole) == str(
             hub_home / "smol-4k.gguf"
         )
+
+
+def menu_action(window: Any, title: str) -> Any:
+    menu = window.models.column_menu
+    assert menu is not None and menu.isVisible(), "no column menu open"
+    return next(a for a in menu.actions() if a.text().split(" (")[0] == title)
+
+
+async def right_click_header(window: Any, qtbot: Any) -> None:
+    header = window.models.table.horizontalHeader()
+    pos = QPoint(header.sectionViewportPosition(COL_NAME) + 5, header.height() // 2)
+    # What a right-click delivers (the offscreen platform makes none from a mouse click).
+    event = QContextMenuEvent(
+        QContextMenuEvent.Reason.Mouse, pos, header.viewport().mapToGlobal(pos)
+    )
+    QApplication.sendEvent(header.viewport(), event)
+    await until(
+        lambda: window.models.column_menu is not None and window.models.column_menu.isVisible(),
+        what="the header's menu",
+    )
+
+
+# A popup menu on the offscreen platform (a real screen raises it and grabs the keyboard).
+@pytest.mark.qt_log_ignore("does not support raise", "does not support grabbing")
+async def test_the_header_menu_shows_and_hides_columns_and_the_choice_is_kept(
+    hub_home: Path, qtbot: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    async with open_app(qtbot, data, engine=FakeEngine(), model_dirs=[hub_home]) as (_, window):
+        window.resize(900, 600)  # too narrow for all: some columns are left out for room
+        window.nav.setCurrentRow(1)
+        await until(lambda: window.models.model.row_of("smol-4k") is not None, what="smol-4k")
+        await settle()
+        header = window.models.table.horizontalHeader()
+        fitter = window.models.fitter
+        assert COL_QUANT in fitter.dropped_for_room(), fitter.hidden_columns()
+
+        await right_click_header(window, qtbot)
+        quant = menu_action(window, "Quantization")
+        assert not quant.isChecked() and "left out for room" in quant.text()
+        assert menu_action(window, "Status").isChecked()
+        assert all(a.text() != "Name" for a in window.models.column_menu.actions())
+        quant.trigger()  # ticked: another column gives way
+        await settle()
+        assert not header.isSectionHidden(COL_QUANT)
+        assert window.models.table.horizontalScrollBar().maximum() == 0  # still fits
+
+        await right_click_header(window, qtbot)
+        menu_action(window, "Status").trigger()  # unticked: hidden whatever the room
+        window.models.column_menu.close()
+        window.resize(1600, 1000)
+        await settle()
+        assert header.isSectionHidden(COL_STATUS)
+        assert fitter.hidden_columns() == [COL_STATUS]
+
+    # Opened again on the same settings: the choice is kept.
+    async with open_app(qtbot, data, engine=FakeEngine(), model_dirs=[hub_home]) as (_, window):
+        window.resize(1600, 1000)
+        window.nav.setCurrentRow(1)
+        await until(lambda: window.models.model.row_of("smol-4k") is not None, what="smol-4k")
+        await settle()
+        header = window.models.table.horizontalHeader()
+        assert header.isSectionHidden(COL_STATUS) and not header.isSectionHidden(COL_QUANT)
+        await right_click_header(window, qtbot)
+        assert not menu_action(window, "Status").isChecked()
+        reset = next(a for a in window.models.column_menu.actions() if "usual" in a.text())
+        reset.trigger()
+        window.models.column_menu.close()
+        await settle()
+        assert not header.isSectionHidden(COL_STATUS)

@@ -30,6 +30,10 @@ class ColumnFitter(QObject):
     A column whose widest cell shrinks (a model unloaded: "loaded · 10 min" gone) is
     measured again, so a column dropped for it comes back.
 
+    The user has the last word (the header's menu, `set_wanted`): a column they hid stays
+    hidden whatever the room, and one they asked for is dropped only after every other
+    column that can go (they asked for it: others make room first).
+
     Cost: this runs while a model streams (each flush changes a few rows), and the event
     loop is the service's too. Qt's own ResizeToContents (and `sizeHintForColumn`) measure
     every loaded cell on every change: 100 ms per flush with 200 rows. Here only the cells
@@ -48,6 +52,8 @@ class ColumnFitter(QObject):
         self.table = table
         self.stretch = stretch  # column → (minimum, maximum) width asked for
         self.drop_order = drop_order
+        self.unwanted: set[int] = set()  # hidden by the user
+        self.pinned: list[int] = []  # asked for by the user, the latest last: dropped last
         header = table.horizontalHeader()
         header.setStretchLastSection(False)
         mode = QHeaderView.ResizeMode
@@ -175,8 +181,8 @@ class ColumnFitter(QObject):
         needed = {col: self.content_width(col) for col in range(header.count())}
         for col, (least, most) in self.stretch.items():
             needed[col] = min(max(needed[col], least), most)
-        hidden: set[int] = set()
-        for step in self.drop_order:
+        hidden: set[int] = set(self.unwanted)
+        for step in self.steps():
             excess = sum(w for c, w in needed.items() if c not in hidden) - room
             if excess <= 0:
                 break
@@ -191,6 +197,26 @@ class ColumnFitter(QObject):
             fixed = col not in hidden and col not in self.stretch
             if fixed and header.sectionSize(col) != needed[col]:
                 header.resizeSection(col, needed[col])
+
+    def steps(self) -> list[int | tuple[int, int]]:
+        """The drop order with the columns the user asked for moved to its end."""
+        order = [s for s in self.drop_order if isinstance(s, tuple) or s not in self.pinned]
+        return [*order, *(c for c in self.pinned if c in self.drop_order)]
+
+    def set_wanted(self, col: int, wanted: bool) -> None:
+        """The user shows or hides a column (the header's menu); refit now."""
+        if col in self.pinned:
+            self.pinned.remove(col)
+        if wanted:
+            self.unwanted.discard(col)
+            self.pinned.append(col)
+        else:
+            self.unwanted.add(col)
+        self.fit()
+
+    def dropped_for_room(self) -> list[int]:
+        """The columns hidden only because the table is too narrow for them."""
+        return [c for c in self.hidden_columns() if c not in self.unwanted]
 
     def hidden_columns(self) -> list[int]:
         header = self.table.horizontalHeader()

@@ -10,6 +10,8 @@ from PySide6.QtCore import (
     QItemSelectionModel,
     QModelIndex,
     QPersistentModelIndex,
+    QPoint,
+    QSettings,
     Qt,
     QTimer,
     QUrl,
@@ -21,6 +23,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QMessageBox,
     QPushButton,
     QStyle,
@@ -46,12 +49,14 @@ from lmsp_desktop.gui.models.model_table import (
     COL_CONTEXT,
     COL_DIGEST,
     COL_FOLDER,
+    COL_NAME,
     COL_PARAMS,
     COL_QUANT,
     COL_SIZE,
     COL_SOURCE,
     COL_STATUS,
     EXPLAIN,
+    HEADERS,
     ModelTableModel,
 )
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
@@ -150,9 +155,12 @@ def file_facts(info: ModelInfo) -> tuple[object, ...]:
 class ModelsPage(QWidget):
     """Lists the registry's models; Add folder, Rescan, Verify selected, Open folder, Copy."""
 
-    def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, core: CoreApi, parent: QWidget | None = None, qsettings: QSettings | None = None
+    ) -> None:
         super().__init__(parent)
         self.core = core
+        self.qsettings = qsettings  # where the columns the user showed or hid are kept
         self.model = ModelTableModel(core, parent=self)
         self.add_button = QPushButton("Add folder…")
         self.add_button.clicked.connect(self._ask_folder)
@@ -227,6 +235,12 @@ class ModelsPage(QWidget):
                 COL_SIZE,
             ],
         )
+        # Right-click on the header: a menu to show or hide columns (as LM Studio and file
+        # managers have), kept in the window's settings.
+        header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        header.customContextMenuRequested.connect(self.open_column_menu)
+        self.column_menu: QMenu | None = None
+        self._restore_columns()
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
         # A reload that resets the table (a rescan finding a new file) keeps the selection.
         self._kept_selection: list[str] = []
@@ -306,6 +320,66 @@ class ModelsPage(QWidget):
 
     def fit_columns(self) -> None:
         self.fitter.fit()
+
+    # -- columns the user shows or hides ------------------------------------------------------
+    def open_column_menu(self, pos: QPoint) -> QMenu:
+        """The header's menu: each column with a tick when shown (Name always is); one hidden
+        for lack of room says so, and ticking it makes others give way first."""
+        menu = QMenu(self)
+        menu.setToolTipsVisible(True)
+        dropped = set(self.fitter.dropped_for_room())
+        header = self.table.horizontalHeader()
+        for col, title in enumerate(HEADERS):
+            if col == COL_NAME:
+                continue
+            action = menu.addAction(f"{title} (left out for room)" if col in dropped else title)
+            if col in dropped:
+                action.setToolTip("Tick it to show it: other columns give way first.")
+            action.setCheckable(True)
+            action.setChecked(not header.isSectionHidden(col))
+            action.setData(col)
+            action.toggled.connect(lambda on, c=col: self.set_column_wanted(c, on))
+        menu.addSeparator()
+        reset = menu.addAction("Show the usual columns")
+        reset.setToolTip("Every column again, the least needed left out when there is no room")
+        reset.triggered.connect(self.reset_columns)
+        self.column_menu = menu
+        menu.popup(header.mapToGlobal(pos))  # never exec() on the service's loop
+        return menu
+
+    def set_column_wanted(self, col: int, wanted: bool) -> None:
+        self.fitter.set_wanted(col, wanted)
+        self._save_columns()
+
+    def reset_columns(self) -> None:
+        self.fitter.unwanted.clear()
+        self.fitter.pinned.clear()
+        self.fitter.fit()
+        self._save_columns()
+
+    def _save_columns(self) -> None:
+        if self.qsettings is None:
+            return
+        # By title, not number: a column added in a later version does not shift them.
+        hidden = ",".join(HEADERS[c] for c in sorted(self.fitter.unwanted))
+        self.qsettings.setValue("models/hidden_columns", hidden)
+        self.qsettings.setValue(
+            "models/asked_columns", ",".join(HEADERS[c] for c in self.fitter.pinned)
+        )
+        self.qsettings.sync()  # a user's click, now and then: kept even if the app is killed
+
+    def _restore_columns(self) -> None:
+        if self.qsettings is None:
+            return
+
+        def columns(key: str) -> list[int]:
+            titles = str(self.qsettings.value(key, "") if self.qsettings else "").split(",")
+            return [HEADERS.index(t) for t in titles if t in HEADERS and t != HEADERS[COL_NAME]]
+
+        self.fitter.unwanted = set(columns("models/hidden_columns"))
+        self.fitter.pinned = [
+            c for c in columns("models/asked_columns") if c not in self.fitter.unwanted
+        ]
 
     def selected_rows(self) -> list[int]:
         return sorted({i.row() for i in self.table.selectionModel().selectedRows()})
