@@ -94,7 +94,7 @@ class FolderDelegate(QStyledItemDelegate):
 
 class DigestDelegate(QStyledItemDelegate):
     """A digest narrowed keeps both ends (`sha256:b179…db53`); the publisher's verdict keeps
-    its start ("✓ matches Hugging…"), which says the most. Whole on hover either way."""
+    its start ("✓ matches…"), which says the most. Whole on hover either way."""
 
     def initStyleOption(
         self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
