@@ -5,11 +5,31 @@ does what the chosen scopes allow — a token without `responses:write` gets 403
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from lmsp_desktop.core.scopes import ADMIN, MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = "Write a haiku about tea"
+# Claude Code's first request, its instructions and tools: 12,279 tokens (2.1.328) to 20,052
+# (2.1.197) through the demo model's tokenizer (docs/clients-anthropic.md). Without tools
+# it is about 1,500.
+CLAUDE_CODE_PROMPT = 20_052
+ROOMY_CONTEXT = 32_768  # what the Claude Code tab advises a model trained for more
+
+
+@dataclass(frozen=True)
+class Named:
+    """The model the snippets name, with the context it runs with and the one it was trained
+    for, as GET /v1/models says them (`context_length`, `trained_context_length`; None where
+    unknown, as for an upstream's model that does not say)."""
+
+    id: str = MODEL
+    context: int | None = None
+    trained: int | None = None
+
+
+DEMO = Named()  # the demo model's name, its contexts not looked up
 
 
 def allowed(scopes: Collection[str]) -> str:
@@ -28,7 +48,10 @@ def python_use(scopes: Collection[str], client: str = "client", model: str = MOD
     """The lines after a `client = OpenAI(...)`: the strongest thing `scopes` allow."""
     if RESPONSES_WRITE in scopes:
         return (
-            f'reply = {client}.responses.create(model="{model}", input="{PROMPT}")\n'
+            f"reply = {client}.responses.create(\n"
+            f'    model="{model}",\n'
+            f'    input="{PROMPT}",\n'
+            ")\n"
             "print(reply.output_text)\n"
         )
     if MODELS_READ in scopes:
@@ -56,7 +79,10 @@ def curl(base: str, token: str, scopes: Collection[str], model: str = MODEL) -> 
 def javascript(base: str, token: str, scopes: Collection[str], model: str = MODEL) -> str:
     head = (
         'import OpenAI from "openai";\n\n'
-        f'const client = new OpenAI({{ baseURL: "{base}", apiKey: "{token}" }});\n'
+        "const client = new OpenAI({\n"
+        f'  baseURL: "{base}",\n'
+        f'  apiKey: "{token}",\n'
+        "});\n"
     )
     if RESPONSES_WRITE in scopes:
         return head + (
@@ -72,11 +98,13 @@ def javascript(base: str, token: str, scopes: Collection[str], model: str = MODE
     return head + f'console.log("{allowed(scopes)}");\n'
 
 
-def claude_code(root: str, token: str, needs_write: str, model: str = MODEL) -> str:
+def claude_code(root: str, token: str, needs_write: str, model: Named = DEMO) -> str:
     """Claude Code's environment and command line. `root` is the service URL without /v1:
     Claude Code adds /v1, and with a base URL ending in /v1 it prints only its own words
-    for the 404 (the service's sentence about the doubled /v1 never shows)."""
-    return (
+    for the 404 (the service's sentence about the doubled /v1 never shows). The live line
+    is one the model can answer: with Claude Code's tools where its context holds their
+    ~20k tokens (or would, run with more), else without tools."""
+    head = (
         needs_write + "# The service root, without /v1: Claude Code adds /v1 itself.\n"
         f"export ANTHROPIC_BASE_URL={root}\n"
         f"export ANTHROPIC_AUTH_TOKEN={token}\n"
@@ -84,11 +112,31 @@ def claude_code(root: str, token: str, needs_write: str, model: str = MODEL) -> 
         "# A CPU can take minutes over the first prompt: let Claude Code wait.\n"
         "export CLAUDE_STREAM_IDLE_TIMEOUT_MS=1800000 API_TIMEOUT_MS=1800000\n\n"
         "# Claude Code's first request holds its instructions and tools: 12,279 to 20,052\n"
-        "# tokens, by version. The model's context must hold that (else a 400 says so):\n"
-        f"#   lmsp-desktop models set {model} --context 32768\n"
-        "# Without tools it fits the demo model's 8k (about 1,500 tokens):\n"
-        f'#   claude -p "say hi" --model {model} --tools ""\n'
-        f"claude --model {model}\n"
+        "# tokens, by version.\n"
+    )
+    m, runs, trained = model.id, model.context, model.trained
+    with_tools = f"claude --model {m}\n"
+    without = f'claude -p "{PROMPT}" --model {m} --tools ""\n'
+    if runs is not None and runs > CLAUDE_CODE_PROMPT:
+        return head + f"# {m} runs with {runs:,} tokens: enough.\n" + with_tools
+    if trained is not None and trained > CLAUDE_CODE_PROMPT:
+        now = f"runs with {runs:,} tokens" if runs else "may run with less"
+        return head + (
+            f"# {m} {now}; it was trained for {trained:,}. Run it with more\n"
+            "# first (or in the Models page's settings), memory permitting:\n"
+            f"#   lmsp-desktop models set {m} --context {min(trained, ROOMY_CONTEXT)}\n"
+            + with_tools
+        )
+    if runs is None and trained is None:  # an upstream's model that does not say
+        return head + (
+            "# The model's context must hold that (else a 400 says so). Without tools\n"
+            "# (about 1,500 tokens):\n"
+            f"#   {without}" + with_tools
+        )
+    holds = max(runs or 0, trained or 0)
+    return head + (
+        f"# {m} holds {holds:,} tokens: Claude Code's tools need a model with a\n"
+        "# longer context. Without tools its prompt is about 1,500 tokens:\n" + without
     )
 
 
@@ -97,7 +145,10 @@ def anthropic_python(root: str, token: str, scopes: Collection[str], model: str 
     head = (
         "import anthropic\n\n"
         "# The service root, without /v1: the SDK adds it.\n"
-        f'client = anthropic.Anthropic(base_url="{root}", api_key="{token}")\n'
+        "client = anthropic.Anthropic(\n"
+        f'    base_url="{root}",\n'
+        f'    api_key="{token}",\n'
+        ")\n"
     )
     if RESPONSES_WRITE in scopes:
         return head + (
@@ -122,13 +173,21 @@ def ollama_python(root: str, token: str, scopes: Collection[str], model: str = M
         "from ollama import Client\n\n"
         "# The service root, without /v1 (Ollama's routes are under /api). Open WebUI and\n"
         "# Continue take the same URL with the token as a Bearer token. ollama-python also\n"
-        f"# reads them from the environment: OLLAMA_HOST={root} OLLAMA_API_KEY={token}\n"
-        f'client = Client(host="{root}", headers={{"Authorization": "Bearer {token}"}})\n'
+        "# reads them from the environment:\n"
+        f"#   OLLAMA_HOST={root}\n"
+        f"#   OLLAMA_API_KEY={token}\n"
+        f'token = "{token}"\n'
+        "client = Client(\n"
+        f'    host="{root}",\n'
+        '    headers={"Authorization": f"Bearer {token}"},\n'
+        ")\n"
     )
     if RESPONSES_WRITE in scopes:
         return head + (
-            f'reply = client.chat(model="{model}", '
-            f'messages=[{{"role": "user", "content": "{PROMPT}"}}])\n'
+            "reply = client.chat(\n"
+            f'    model="{model}",\n'
+            f'    messages=[{{"role": "user", "content": "{PROMPT}"}}],\n'
+            ")\n"
             "print(reply.message.content)\n"
         )
     if MODELS_READ in scopes:
@@ -139,25 +198,31 @@ def ollama_python(root: str, token: str, scopes: Collection[str], model: str = M
     return head + f'print("{allowed(scopes)}")\n'
 
 
+def openai_client(base: str, key: str) -> str:
+    """`client = OpenAI(...)`, a line per argument: with a token the line ran past the box."""
+    return f'client = OpenAI(\n    base_url="{base}",\n    api_key={key},\n)\n'
+
+
 def connect_snippets(
-    base: str, token: str, scopes: Collection[str], model: str = MODEL
+    base: str, token: str, scopes: Collection[str], model: Named = DEMO
 ) -> dict[str, str]:
-    """Connect a client's snippets, by tab title. `base` is the service URL with /v1, for
-    OpenAI-compatible clients; Anthropic's and Ollama's take the root, without it."""
+    """Connect a client's snippets, by tab title, all naming `model`. `base` is the service
+    URL with /v1, for OpenAI-compatible clients; Anthropic's and Ollama's take the root,
+    without it. Each line fits the dialog's box at its default size, token and all."""
     root = base.removesuffix("/v1")
     writes = RESPONSES_WRITE in scopes
     needs_write = "" if writes else f"# {allowed(scopes)} This needs responses:write.\n"
     return {
-        "curl": curl(base, token, scopes, model),
+        "curl": curl(base, token, scopes, model.id),
         "Python (openai)": (
             "from openai import OpenAI\n\n"
-            f'client = OpenAI(base_url="{base}", api_key="{token}")\n'
-            + python_use(scopes, model=model)
+            + openai_client(base, f'"{token}"')
+            + python_use(scopes, model=model.id)
         ),
-        "JavaScript (openai)": javascript(base, token, scopes, model),
+        "JavaScript (openai)": javascript(base, token, scopes, model.id),
         "Codex CLI": (
             needs_write + "# ~/.codex/config.toml\n"
-            f'model = "{model}"\n'
+            f'model = "{model.id}"\n'
             'model_provider = "lmsp"\n\n'
             "[model_providers.lmsp]\n"
             'name = "LMSP Desktop"\n'
@@ -167,19 +232,23 @@ def connect_snippets(
             "# For a model with an 8k context (the demo model): Codex's prompt with all its\n"
             "# tools is about 9,000 tokens, without sub-agents and goals about 5,700.\n"
             "[agents]\nenabled = false\n\n[features]\ngoals = false\n\n"
-            f"# then, in the shell: export LMSP_TOKEN={token}\n"
+            f"# then, in the shell:\n#   export LMSP_TOKEN={token}\n"
         ),
         "Claude Code": claude_code(root, token, needs_write, model),
-        "Anthropic (Python)": anthropic_python(root, token, scopes, model),
-        "Ollama": ollama_python(root, token, scopes, model),
+        "Anthropic (Python)": anthropic_python(root, token, scopes, model.id),
+        "Ollama": ollama_python(root, token, scopes, model.id),
         "LangChain": (
             needs_write + "from langchain_openai import ChatOpenAI\n\n"
-            f'llm = ChatOpenAI(base_url="{base}", api_key="{token}", model="{model}")\n'
+            "llm = ChatOpenAI(\n"
+            f'    base_url="{base}",\n'
+            f'    api_key="{token}",\n'
+            f'    model="{model.id}",\n'
+            ")\n"
             f'print(llm.invoke("{PROMPT}").content)\n'
         ),
         "Chat apps": (
             needs_write + "In a chat front end's OpenAI-compatible provider settings:\n\n"
-            f"Base URL: {base}\nAPI key:  {token}\nModel:    {model}\n"
+            f"Base URL: {base}\nAPI key:  {token}\nModel:    {model.id}\n"
         ),
     }
 
@@ -198,5 +267,6 @@ def pair_python(url: str, code: str, scopes: Collection[str], model: str = MODEL
         "with urllib.request.urlopen(claim) as answer:\n"
         '    token = json.load(answer)["access_token"]\n'
         "# Keep the token somewhere safe: it is shown only once.\n"
-        f'client = OpenAI(base_url="{url}/v1", api_key=token)\n' + python_use(scopes, model=model)
+        + openai_client(f"{url}/v1", "token")
+        + python_use(scopes, model=model)
     )

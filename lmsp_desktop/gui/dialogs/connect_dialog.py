@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shiboken6
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
@@ -24,14 +25,36 @@ from lmsp_desktop.core.scopes import ADMIN, DEFAULT_SCOPES, SCOPES
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.addresses import local_url, reachable_url
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.snippets import connect_snippets
+from lmsp_desktop.gui.dialogs.prompt_dialog import default_model
+from lmsp_desktop.gui.snippets import DEMO, Named, connect_snippets
 
 
 def snippets(
-    base: str, token: str, scopes: frozenset[str] = frozenset(DEFAULT_SCOPES)
+    base: str,
+    token: str,
+    scopes: frozenset[str] = frozenset(DEFAULT_SCOPES),
+    model: Named = DEMO,
 ) -> dict[str, str]:
     """Ready-to-paste snippets, by tab title. `base` is the service URL with /v1."""
-    return connect_snippets(base, token, scopes)
+    return connect_snippets(base, token, scopes, model)
+
+
+async def snippet_model(core: CoreApi) -> Named | None:
+    """The model the snippets name, as Try a prompt… picks one: the one loaded now, else the
+    first listed (None: no model to run); with the context it runs with (or would, loaded
+    now) and its trained length, as GET /v1/models tells them."""
+    models = [m for m in await core.models() if m.runnable]
+    chosen = default_model([m.id for m in models], core.model_loaded_state, None)
+    if chosen is None:
+        return None
+    info = next(m for m in models if m.id == chosen)
+    try:
+        plan = await core.memory_plan(chosen, await core.model_settings(chosen))
+    except LmspError:  # gone since it was listed: its name, its contexts unknown
+        return Named(chosen)
+    if plan is None:  # an upstream's model: the context its catalog tells, if any
+        return Named(chosen, info.context_length, info.context_length)
+    return Named(chosen, plan.context_length, plan.trained_context)
 
 
 class ConnectDialog(QDialog):
@@ -53,6 +76,8 @@ class ConnectDialog(QDialog):
             else ""
         )
         self.token = ""
+        self.model = DEMO  # the demo's name until the service's list is read
+        self.model_known = False
         self.name = QLineEdit("my-app")
         self.scope_boxes: dict[str, QCheckBox] = {}
         scope_row = QHBoxLayout()
@@ -112,6 +137,7 @@ class ConnectDialog(QDialog):
         layout.addWidget(self.tabs, 1)
         layout.addWidget(buttons)
         self._show_snippets()
+        aio.spawn(self._name_model(), self)
         # Fits a 900×600 screen with its frame; a tab title out of view scrolls into it.
         self.resize(880, 560)
 
@@ -124,11 +150,23 @@ class ConnectDialog(QDialog):
             f"<b>{self.root}</b>{self.elsewhere}<br>"
         )
 
+    async def _name_model(self) -> None:
+        chosen = await snippet_model(self.core)
+        if not shiboken6.isValid(self):
+            return  # closed meanwhile
+        if chosen is not None:
+            self.model = chosen
+        self.model_known = True
+        self._fill(self.token or "$LMSP_TOKEN")
+
     def _show_snippets(self) -> None:
         """The snippets for the token (once made: its scopes) or for the ticked scopes."""
         if self.token:
             return  # the token's scopes are fixed; ticking boxes afterwards changes nothing
-        for title, text in snippets(self.base, "$LMSP_TOKEN", self.scopes()).items():
+        self._fill("$LMSP_TOKEN")
+
+    def _fill(self, token: str) -> None:
+        for title, text in snippets(self.base, token, self.scopes(), self.model).items():
             self.views[title].setPlainText(text)
 
     def scopes(self) -> frozenset[str]:
@@ -153,8 +191,7 @@ class ConnectDialog(QDialog):
             self._urls()
             + "Copy the token now: it is shown only this once (the service keeps only its hash)."
         )
-        for title, text in snippets(self.base, token, self.scopes()).items():
-            self.views[title].setPlainText(text)
+        self._fill(token)
         self.created.emit(self.name.text())
         return token
 
