@@ -136,7 +136,10 @@ def claude_code(root: str, token: str, needs_write: str, model: Named = DEMO) ->
     holds = max(runs or 0, trained or 0)
     return head + (
         f"# {m} holds {holds:,} tokens: Claude Code's tools need a model with a\n"
-        "# longer context. Without tools its prompt is about 1,500 tokens:\n" + without
+        "# longer context. Without tools its prompt is about 1,500 tokens. One prompt:\n"
+        f"#   {without}"
+        "# A session:\n"
+        f'claude --model {m} --tools ""\n'
     )
 
 

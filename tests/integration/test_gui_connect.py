@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import re
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -142,21 +144,93 @@ async def test_claude_codes_environment_reaches_the_messages_api(
         assert json.loads(answer)["content"][0]["text"] == "Steam rises slowly"
 
 
+def claude_home(tmp_path: Path, work: Path) -> Path:
+    """A HOME for Claude Code (its settings, not the user's), past its first-run questions
+    (theme, trusting the folder) as a user's is after the first start."""
+    home = tmp_path / "home"
+    home.mkdir()
+    seen = {"hasCompletedOnboarding": True, "theme": "dark"}
+    seen["projects"] = {str(work): {"hasTrustDialogAccepted": True}}
+    (home / ".claude.json").write_text(json.dumps(seen))
+    return home
+
+
 @pytest.mark.skipif(shutil.which("claude") is None, reason="needs Claude Code (npm)")
 async def test_claude_code_answers_through_the_tabs_lines(qtbot: Any, tmp_path: Path) -> None:
-    """Claude Code itself, run with the tab's lines as pasted: for the demo model (8,192
-    tokens) the live line is the one without tools, which Claude Code's prompt fits."""
+    """Claude Code itself, with the tab's lines and its one-prompt line (no tools: its prompt
+    fits the demo model's 8,192 tokens) in place of the session the tab starts."""
     async with open_app(qtbot, tmp_path, engine=FakeEngine(WORDS, context_length=8192)) as (
         _,
         window,
     ):
         dialog = await connect_dialog(qtbot, window, frozenset(DEFAULT_SCOPES))
-        script = dialog.views["Claude Code"].toPlainText()
-        home = tmp_path / "home"  # Claude Code's settings, not the user's
-        home.mkdir()
+        lines = dialog.views["Claude Code"].toPlainText().splitlines()
+        check = [line.removeprefix("#   ") for line in lines if "claude -p" in line]
+        script = "\n".join([line for line in lines if not line.startswith("claude ")] + check)
+        home = claude_home(tmp_path, tmp_path)
         code, out, err = await run("sh", "-c", script, env={**os.environ, "HOME": str(home)})
         assert code == 0, out + err
         assert "Steam rises slowly" in out
+
+
+@pytest.mark.skipif(shutil.which("claude") is None, reason="needs Claude Code (npm)")
+async def test_claude_codes_session_answers_through_the_tab_as_pasted(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """The tab pasted whole into a terminal starts Claude Code's session, without tools, on
+    the demo model's 8,192 tokens: a prompt typed there gets the model's answer."""
+    async with open_app(qtbot, tmp_path, engine=FakeEngine(WORDS, context_length=8192)) as (
+        _,
+        window,
+    ):
+        dialog = await connect_dialog(qtbot, window, frozenset(DEFAULT_SCOPES))
+        work = tmp_path / "work"
+        work.mkdir()
+        env = {**os.environ, "HOME": str(claude_home(tmp_path, work)), "TERM": "xterm"}
+        screen = Terminal(["sh", "-c", dialog.views["Claude Code"].toPlainText()], work, env)
+        try:
+            await screen.shows("❯")  # its input line
+            screen.type("say hi")
+            await screen.shows("say hi")
+            screen.type("\r")
+            await screen.shows("Steam rises slowly")
+        finally:
+            screen.close()
+
+
+class Terminal:
+    """A command in a pseudo-terminal, as a user's shell runs it, and what it has shown
+    (without escape sequences and spaces: Claude Code moves the cursor between words)."""
+
+    def __init__(self, command: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child
+            os.chdir(cwd)
+            os.execvpe(command[0], command, env)
+        self.shown = ""
+
+    async def shows(self, text: str, timeout: float = 120) -> None:
+        wanted = "".join(text.split())
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(timeout):
+            while wanted not in self.shown:
+                chunk = await loop.run_in_executor(None, os.read, self.fd, 65536)
+                if not chunk:
+                    raise AssertionError(f"the terminal closed before {text!r}: {self.shown}")
+                plain = re.sub(
+                    r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", chunk.decode(errors="replace")
+                )
+                self.shown += "".join(plain.split())
+                if "APIError" in self.shown:  # the service refused: say why, at once
+                    raise AssertionError(self.shown[self.shown.index("APIError") :][:400])
+
+    def type(self, keys: str) -> None:
+        os.write(self.fd, keys.encode())
+
+    def close(self) -> None:
+        os.killpg(self.pid, signal.SIGKILL)  # the shell and Claude Code (a session of its own)
+        os.waitpid(self.pid, 0)
+        os.close(self.fd)
 
 
 async def test_the_claude_code_tab_gives_the_demo_model_a_line_it_can_answer(
@@ -168,8 +242,9 @@ async def test_the_claude_code_tab_gives_the_demo_model_a_line_it_can_answer(
     async with open_app(qtbot, tmp_path, engine=FakeEngine(WORDS)) as (_, window):
         dialog = await connect_dialog(qtbot, window, frozenset(DEFAULT_SCOPES))
         claude = dialog.views["Claude Code"].toPlainText()
-        assert live(claude)[-1] == f'claude -p "{PROMPT}" --model {MODEL} --tools ""'
+        assert live(claude)[-1] == f'claude --model {MODEL} --tools ""'
         assert [line for line in live(claude) if line.startswith("claude")] == live(claude)[-1:]
+        assert f'#   claude -p "{PROMPT}" --model {MODEL} --tools ""\n' in claude
         assert f"# {MODEL} holds 8,192 tokens: Claude Code's tools need a model with a\n" in claude
         assert "models set" not in claude
 
