@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pty
 import re
 import shutil
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -171,66 +169,6 @@ async def test_claude_code_answers_through_the_tabs_lines(qtbot: Any, tmp_path: 
         code, out, err = await run("sh", "-c", script, env={**os.environ, "HOME": str(home)})
         assert code == 0, out + err
         assert "Steam rises slowly" in out
-
-
-@pytest.mark.skipif(shutil.which("claude") is None, reason="needs Claude Code (npm)")
-async def test_claude_codes_session_answers_through_the_tab_as_pasted(
-    qtbot: Any, tmp_path: Path
-) -> None:
-    """The tab pasted whole into a terminal starts Claude Code's session, without tools, on
-    the demo model's 8,192 tokens: a prompt typed there gets the model's answer."""
-    async with open_app(qtbot, tmp_path, engine=FakeEngine(WORDS, context_length=8192)) as (
-        _,
-        window,
-    ):
-        dialog = await connect_dialog(qtbot, window, frozenset(DEFAULT_SCOPES))
-        work = tmp_path / "work"
-        work.mkdir()
-        env = {**os.environ, "HOME": str(claude_home(tmp_path, work)), "TERM": "xterm"}
-        screen = Terminal(["sh", "-c", dialog.views["Claude Code"].toPlainText()], work, env)
-        try:
-            await screen.shows("❯")  # its input line
-            screen.type("say hi")
-            await screen.shows("say hi")
-            screen.type("\r")
-            await screen.shows("Steam rises slowly")
-        finally:
-            screen.close()
-
-
-class Terminal:
-    """A command in a pseudo-terminal, as a user's shell runs it, and what it has shown
-    (without escape sequences and spaces: Claude Code moves the cursor between words)."""
-
-    def __init__(self, command: list[str], cwd: Path, env: dict[str, str]) -> None:
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child
-            os.chdir(cwd)
-            os.execvpe(command[0], command, env)
-        self.shown = ""
-
-    async def shows(self, text: str, timeout: float = 120) -> None:
-        wanted = "".join(text.split())
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(timeout):
-            while wanted not in self.shown:
-                chunk = await loop.run_in_executor(None, os.read, self.fd, 65536)
-                if not chunk:
-                    raise AssertionError(f"the terminal closed before {text!r}: {self.shown}")
-                plain = re.sub(
-                    r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", chunk.decode(errors="replace")
-                )
-                self.shown += "".join(plain.split())
-                if "APIError" in self.shown:  # the service refused: say why, at once
-                    raise AssertionError(self.shown[self.shown.index("APIError") :][:400])
-
-    def type(self, keys: str) -> None:
-        os.write(self.fd, keys.encode())
-
-    def close(self) -> None:
-        os.killpg(self.pid, signal.SIGKILL)  # the shell and Claude Code (a session of its own)
-        os.waitpid(self.pid, 0)
-        os.close(self.fd)
 
 
 async def test_the_claude_code_tab_gives_the_demo_model_a_line_it_can_answer(
