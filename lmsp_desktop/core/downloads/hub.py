@@ -178,19 +178,37 @@ def list_files(repo: str, revision: str, token: str | None) -> tuple[str, list[H
     return info.sha or revision, files
 
 
-def search(query: str, token: str | None, limit: int = 30) -> list[dict[str, Any]]:
-    """Repos matching `query` that carry GGUF files, most downloaded first. Blocking."""
-    from huggingface_hub import HfApi
+SEARCH_TIMEOUT_S = 10.0  # a person waits on a search: one try, not the library's backoff
 
-    found = _hub_call(
-        lambda: list(
-            HfApi(endpoint=endpoint()).list_models(
-                search=query, filter="gguf", sort="downloads", limit=limit, token=token
-            )
-        ),
-        query,
-    )
-    return [{"id": m.id, "downloads": m.downloads, "likes": m.likes} for m in found]
+
+def search(query: str, token: str | None, limit: int = 30) -> list[dict[str, Any]]:
+    """Repos matching `query` that carry GGUF files, most downloaded first. Blocking.
+
+    One GET of the hub's `/api/models`, not `HfApi.list_models`: that one goes through
+    huggingface_hub's `http_backoff` (five retries, 1 s doubling to 8 s, each logged), so an
+    unreachable hub kept the Download dialog at "Searching..." for some 25 s, while a pull
+    against the same hub failed at once. A search is typed by a person who can press Enter
+    again; it fails as fast as a pull does, with the same sentence."""
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    params = {"search": query, "filter": "gguf", "sort": "downloads", "limit": str(limit)}
+
+    def one_try() -> Any:
+        response = get_session().get(
+            f"{endpoint()}/api/models",
+            params=params,
+            headers=build_hf_headers(token=token),
+            timeout=SEARCH_TIMEOUT_S,
+        )
+        hf_raise_for_status(response)
+        return response.json()
+
+    found = _hub_call(one_try, query)
+    return [
+        {"id": m["id"], "downloads": m.get("downloads"), "likes": m.get("likes")}
+        for m in found
+        if isinstance(m, dict) and "id" in m
+    ]
 
 
 def _hub_call(call: Callable[[], T], what: str, revision: str | None = None) -> T:
