@@ -189,7 +189,8 @@ def search(query: str, token: str | None, limit: int = 30) -> list[dict[str, Any
     unreachable hub kept the Download dialog at "Searching..." for some 25 s, while a pull
     against the same hub failed at once. A search is typed by a person who can press Enter
     again; it fails as fast as a pull does, with the same sentence."""
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+    from huggingface_hub.utils._headers import build_hf_headers
+    from huggingface_hub.utils._http import get_session, hf_raise_for_status
 
     params = {"search": query, "filter": "gguf", "sort": "downloads", "limit": str(limit)}
 
