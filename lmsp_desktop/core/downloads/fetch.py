@@ -31,11 +31,21 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
-from lmsp_desktop.core.downloads.hub import HubFile, _hub_call, cache_dir, endpoint
+from lmsp_desktop.core.downloads.hub import (
+    HubFile,
+    _hub_call,
+    _reason,
+    cache_dir,
+    endpoint,
+    hub_unreachable,
+)
 from lmsp_desktop.core.errors import LmspError
 
 log = logging.getLogger(__name__)
-READ_TIMEOUT_S = 20.0  # a stalled connection is given up (and retried) after this
+# A connection that sends nothing for this long is given up and resumed (a read timeout, so
+# a slow link that still trickles is never cut): a hub gone quiet shows as a wait within
+# seconds. Ollama's pull likewise drops a part that stalls and tries it again.
+READ_TIMEOUT_S = 5.0
 RETRIES = 5  # attempts in a row without a byte of progress before the task fails
 HASH_CHUNK = 8 * 1024 * 1024
 READ_BUFFER = 1024 * 1024
@@ -236,7 +246,13 @@ def _get(
                 status=502,
                 type="server_error",
             ) from exc
-    except (OSError, http.client.HTTPException) as exc:
+    except urllib.error.URLError as exc:
+        # No connection at all (refused, no route, DNS: urllib wraps what fails before the
+        # request is sent): the hub is gone, not a transfer cut mid-way, so say so at once.
+        # The manager waits for the hub and says it does, instead of this loop's retries
+        # spending some 15 s in silence first.
+        raise hub_unreachable(_reason(exc)) from exc
+    except (OSError, http.client.HTTPException) as exc:  # connected, then cut or silent
         raise _Cut(str(exc)) from exc
     with response:
         if have and response.status != 206:  # the server ignored the Range: start over

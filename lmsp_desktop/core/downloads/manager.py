@@ -317,11 +317,18 @@ class DownloadManager:
             )
         )
         total = _total(request)
+        recorded: int | None = None
         while not job.done():
             await asyncio.wait([job], timeout=self.progress_every)
             done = finished + transfer.file_done
             progress = _progress(file, done, total, speed.add(time.monotonic(), done))
-            if not job.done() and not await record_progress(self.tasks, task_id, progress):
+            # An event only when bytes moved: a stalled connection wrote the same row twice a
+            # second until its read timed out. A cancel is still seen (the listener sets
+            # the stop flag; the thread ends at its next read or its read timeout).
+            if job.done() or done == recorded:
+                continue
+            recorded = done
+            if not await record_progress(self.tasks, task_id, progress):
                 transfer.stop.set()  # cancelled: the thread ends at its next chunk
         return job.result()
 
