@@ -34,6 +34,7 @@ from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.gguf_meta import quant_from_filename
 from lmsp_desktop.core.models.ids import source_model_id
 from lmsp_desktop.core.models.registry import ModelRegistry
+from lmsp_desktop.core.sizes import human_size
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.logs import setup_logging
 
@@ -192,8 +193,9 @@ class Progress:
         done, total = event["bytes_done"], event["bytes_total"] or 0
         percent = f"{100 * done / total:5.1f} %" if total else ""
         speed = event.get("bytes_per_s")
-        rate = f" {speed / 1e6:.1f} MB/s" if speed else ""
-        line = f"{done / 1e6:9.1f} / {total / 1e6:.1f} MB {percent}{rate}"
+        rate = f" {human_size(speed)}/s" if speed else ""
+        # The window's units (binary, named as such): "768.0 KiB / 3.0 MiB", not "0.8 / 3.1 MB".
+        line = f"{human_size(done):>10} / {human_size(total)} {percent}{rate}"
         if event.get("retry_at"):  # the hub cannot be reached: the service tries again
             at = time.strftime("%H:%M:%S", time.localtime(event["retry_at"]))
             line = f"{line} waiting for the hub, next try at {at}"

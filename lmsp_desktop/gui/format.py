@@ -8,6 +8,8 @@ from functools import cache
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QIcon, QPainter, QPixmap
 
+# The one size formatter, shared with the CLI (Qt-free), re-exported for the window.
+from lmsp_desktop.core.sizes import human_size as human_size
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.views import TaskRow
 from lmsp_desktop.resources import STATE_NAMES, icon_path, icon_sizes, state_icon_name
@@ -129,19 +131,6 @@ def incomplete_tip(reason: str | None, limit: int | None, output_tokens: int) ->
             "or a larger context in the model's settings, leaves room for more."
         )
     return f"Incomplete: {words}."
-
-
-def human_size(n: int | float | None) -> str:
-    """Sizes in binary units named as such (MiB, GiB), the units of the memory estimates:
-    one system everywhere in the window (it mixed "98.0 MB" files with "180 MiB" caches)."""
-    if n is None:
-        return "—"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
 
 
 def human_duration(seconds: float | None) -> str:

@@ -23,7 +23,24 @@ def test_a_wait_for_the_hub_is_on_the_progress_line(capsys: pytest.CaptureFixtur
         }
     )
     line = capsys.readouterr().out
-    assert "1.0 / 3.0 MB" in line
+    assert "976.6 KiB / 2.9 MiB" in line
     assert line.rstrip().endswith(
         f"waiting for the hub, next try at {time.strftime('%H:%M:%S', time.localtime(at))}"
     )
+
+
+def test_the_progress_line_reads_sizes_as_the_window_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The walk: `models pull` printed "0.8 / 3.1 MB" while the window showed
+    "768.0 KiB / 3.0 MiB" for the same download."""
+    Progress("lmsp-test/Tiny-GGUF:Q4_K_M").event(
+        {
+            "type": "download.progress",
+            "bytes_done": 768 * 1024,
+            "bytes_total": 3 * 1024 * 1024,
+            "bytes_per_s": 1536 * 1024,
+        }
+    )
+    line = capsys.readouterr().out.strip()
+    assert line == "768.0 KiB / 3.0 MiB  25.0 % 1.5 MiB/s"
