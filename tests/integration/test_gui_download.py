@@ -62,7 +62,9 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
         fit = lambda: dialog.files.item(0, 3).text().split("\n")[-1]  # noqa: E731
         await until(lambda: fit().startswith("✓ fits"), what=fit)
         assert "tokens" in fit()
-        assert dialog.files.item(0, 3).text().startswith("✓ already on this machine: demo copy\n")
+        # The estimate as the Models page and `models list` say it ("1.28 GiB", not "1.3 GiB").
+        assert re.search(r" · \d+\.\d\d GiB at [\d,]+ tokens$", fit()), fit()
+        assert dialog.files.item(0, 3).text().startswith("✓ demo copy\n")  # On this machine
         assert "no download needed" in dialog.status.text(), dialog.status.text()
         hub.server.requests.clear()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
+from lmsp_desktop.core.models.memory import gib
 from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.views import TaskChange
 from lmsp_desktop.gui import aio
@@ -94,6 +95,9 @@ class DownloadDialog(QDialog):
         header = self.files.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # the rest is whole
+        # A name too long for its column loses its middle, not its quant and ".gguf" end
+        # (its tooltip has it whole).
+        self.files.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.files.itemSelectionChanged.connect(self._update)
         self.token = QLineEdit()
         self.token.setEchoMode(QLineEdit.EchoMode.Password)
@@ -109,6 +113,13 @@ class DownloadDialog(QDialog):
         )
         self.download_button.clicked.connect(lambda: aio.spawn(self.download(), self))
         self.buttons.rejected.connect(self.reject)
+        # Enter belongs to the search box: no button is the dialog's default. Opened a second
+        # time, the focus was on Close (clicked to close it), Close became the default, and
+        # typing a query and pressing Enter closed the dialog.
+        for button in [self.search_button, self.token_button, *self.buttons.buttons()]:
+            if isinstance(button, QPushButton):
+                button.setAutoDefault(False)
+                button.setDefault(False)
 
         search_row = QHBoxLayout()
         search_row.addWidget(self.query, 1)
@@ -134,6 +145,13 @@ class DownloadDialog(QDialog):
         core.subscribe(self)
         # Deleted with its page (a closed window, a test): stop hearing of tasks.
         self.destroyed.connect(functools.partial(_forget, core, self))
+
+    def showEvent(self, event: QShowEvent) -> None:  # Qt names it so
+        """Each time it opens, the search box has the focus (the first time only, it did),
+        its text selected so typing replaces it."""
+        super().showEvent(event)
+        self.query.setFocus(Qt.FocusReason.OtherFocusReason)
+        self.query.selectAll()
 
     # -- news from the core (CoreListener) ---------------------------------------------------
     def on_task(self, change: TaskChange) -> None:
@@ -219,10 +237,12 @@ class DownloadDialog(QDialog):
                 choice.label(),
                 choice.quant or "?",
                 human_size(choice.size),
-                self._on_disk_mark(choice) + "select to check",
+                self._on_disk_mark(choice) + "memory: select to check",
             ]
             for col, text in enumerate(cells):
                 cell = QTableWidgetItem(text)
+                if col == 0:
+                    cell.setToolTip(choice.label())
                 if col == 2:
                     cell.setTextAlignment(
                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
@@ -332,8 +352,8 @@ class DownloadDialog(QDialog):
         if choice.name in self.on_disk:
             return "✓ downloaded\n"
         local = self.local_copies.get(choice.name)
-        if local is not None:
-            return f"✓ already on this machine: {_source_words(local)} copy\n"
+        if local is not None:  # under the column's title, "On this machine"
+            return f"✓ {_source_words(local)} copy\n"
         return ""
 
     async def estimate(self, repo: str, choice: GgufChoice) -> None:
@@ -342,7 +362,7 @@ class DownloadDialog(QDialog):
         row = self.choices.index(choice)
         cell = self.files.item(row, COL_FIT)
         assert cell is not None  # every row's cells are set when it is listed
-        cell.setText("checking…")
+        cell.setText(self._on_disk_mark(choice) + "memory: checking…")
         plan = await self.core.hub_memory_plan(repo, choice)
         if repo != self.repo or row >= len(self.choices) or self.choices[row] != choice:
             return  # the list changed meanwhile
@@ -356,7 +376,7 @@ class DownloadDialog(QDialog):
         else:
             cell.setText(
                 f"{self._on_disk_mark(choice)}{FIT_WORDS[plan.fit]} · "
-                f"{human_size(plan.estimate.total)} "
+                f"{gib(plan.estimate.total)} "  # as the Models page and the CLI say it
                 f"at {plan.context_length:,} tokens"
             )
             cell.setForeground(QColor(FIT_COLORS[plan.fit]))

@@ -8,6 +8,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialogButtonBox
 
 from lmsp_desktop.core.downloads.hub import GgufChoice, HubFile
 from lmsp_desktop.core.models.memory import Plan
@@ -26,8 +28,10 @@ class SlowHub:
         self.estimate_asked = asyncio.Event()
         self.answer_estimate = asyncio.Event()
         self.pulled: list[tuple[str, str]] = []
+        self.searched: list[str] = []
 
     async def hub_search(self, query: str) -> list[dict[str, Any]]:
+        self.searched.append(query)
         return [{"id": REPO, "downloads": 123456}]
 
     async def hub_models(self, repo: str) -> list[GgufChoice]:
@@ -78,3 +82,26 @@ async def test_an_estimate_answering_after_the_click_leaves_downloading_said(qtb
     hub.answer_estimate.set()  # the header's answer comes after the click
     await until(lambda: dialog.files.item(0, 3).text().startswith("unknown"))
     assert dialog.status.text().startswith(f"Downloading {FILE}"), dialog.status.text()
+
+
+async def test_opened_again_the_search_box_has_the_focus_and_enter_searches(qtbot) -> None:
+    """The walk: Download… opened a second time had the focus on Close, so typing a query
+    and pressing Enter closed the dialog."""
+    hub = SlowHub()
+    dialog = DownloadDialog(hub)  # type: ignore[arg-type]
+    qtbot.addWidget(dialog)
+    dialog.open()  # as the Models page opens it, the same dialog each time
+    await until(dialog.isVisible)
+    close = dialog.buttons.button(QDialogButtonBox.StandardButton.Close)
+    qtbot.mouseClick(close, Qt.MouseButton.LeftButton)  # closed with the mouse
+    await until(lambda: not dialog.isVisible())
+    dialog.open()
+    await until(dialog.isVisible)
+    typed_into = dialog.focusWidget()
+    assert typed_into is dialog.query, typed_into
+    qtbot.keyClicks(typed_into, "qwen coder")
+    qtbot.keyClick(typed_into, Qt.Key.Key_Return)
+    await until(lambda: dialog.repos.count() == 1, what=dialog.status.text)
+    assert dialog.isVisible()  # Enter searched; it did not close the dialog
+    assert hub.searched == ["qwen coder"]  # once: no default button clicked as well
+    assert dialog.repos.item(0).text().startswith(REPO)
