@@ -192,3 +192,22 @@ async def test_a_hub_gone_mid_download_shows_the_wait_at_once(
     await hub.server.start(port or 0)  # back: it continues from the kept bytes
     row = await finished(store, task["id"])
     assert row["state"] == "completed", error_of(row)
+
+
+async def test_a_huggingface_hub_warning_is_printed_once(
+    hub: Hub, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The walk's log had each of huggingface_hub's 20 "Retrying in Ns" lines twice: its own
+    stderr handler, and the app's logging it propagates to."""
+    import logging
+
+    root = logging.getLogger()
+    app_handler = logging.StreamHandler()  # the app's logging, on stderr as in app.err
+    root.addHandler(app_handler)
+    try:
+        await search_hub("tiny")  # any hub call (huggingface_hub imported and set up)
+        capfd.readouterr()
+        logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
+    finally:
+        root.removeHandler(app_handler)
+    assert capfd.readouterr().err.count("Retrying in 1s [Retry 1/5].") == 1

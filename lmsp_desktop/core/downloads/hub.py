@@ -7,6 +7,7 @@ itself; a token kept in the keyring is passed explicitly.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import urllib.error
@@ -212,6 +213,17 @@ def search(query: str, token: str | None, limit: int = 30) -> list[dict[str, Any
     ]
 
 
+def library_logs_once() -> None:
+    """huggingface_hub gives its logger a stderr handler of its own and lets it propagate
+    too, so each of its warnings ("Retrying in 2s [Retry 1/5].") was printed twice: raw, and
+    through the app's logging. Its records go through the app's logging only (with none
+    set up, Python's last-resort handler still prints warnings)."""
+    library = logging.getLogger("huggingface_hub")
+    for handler in list(library.handlers):
+        if type(handler) is logging.StreamHandler:
+            library.removeHandler(handler)
+
+
 def _hub_call(call: Callable[[], T], what: str, revision: str | None = None) -> T:
     """Run a hub call about `what` (a repo, a search) at `revision`; its errors as sentences
     that say what to do."""
@@ -223,6 +235,7 @@ def _hub_call(call: Callable[[], T], what: str, revision: str | None = None) -> 
         RevisionNotFoundError,
     )
 
+    library_logs_once()  # huggingface_hub is imported by now
     try:
         return call()
     except GatedRepoError as exc:
