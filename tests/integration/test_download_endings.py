@@ -24,6 +24,13 @@ def lines(caplog: pytest.LogCaptureFixture, task_id: str) -> list[tuple[int, str
     return [(r.levelno, r.getMessage()) for r in caplog.records if task_id in r.getMessage()]
 
 
+async def logged(caplog: pytest.LogCaptureFixture, task_id: str) -> list[tuple[int, str]]:
+    """The task's log lines once there is one: the manager writes its end's line after the
+    end's commit, which the test may see first."""
+    await until(lambda: lines(caplog, task_id), 10, f"a log line of {task_id}")
+    return lines(caplog, task_id)
+
+
 async def test_a_failed_and_a_cancelled_download_each_log_their_end(
     hub: Hub, store: Store, manager: DownloadManager, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -31,7 +38,7 @@ async def test_a_failed_and_a_cancelled_download_each_log_their_end(
     hub.server.corrupt = True
     failed = await pull(store.tasks, TINY_REPO, "Q4_K_M")
     assert (await finished(store, failed["id"]))["state"] == "failed"
-    [(level, line)] = lines(caplog, failed["id"])
+    [(level, line)] = await logged(caplog, failed["id"])
     assert level == logging.WARNING
     assert f"{TINY_REPO}:Q4_K_M" in line and "failed: digest_mismatch:" in line
     assert "differs from the digest the hub published" in line
@@ -48,14 +55,14 @@ async def test_a_failed_and_a_cancelled_download_each_log_their_end(
     manager.cancelling(task["id"], "client laptop (client_1)")  # as the cancel route does
     await store.tasks.cancel(task["id"])
     assert (await finished(store, task["id"], 10))["state"] == "cancelled"
-    [(level, line)] = lines(caplog, task["id"])
+    [(level, line)] = await logged(caplog, task["id"])
     assert level == logging.INFO
     assert "cancelled by client laptop (client_1) after" in line and f"{TINY_REPO}:Q8_0" in line
 
     hub.server.bytes_per_s = None
     done = await pull(store.tasks, TINY_REPO, "Q8_0")
     assert (await finished(store, done["id"]))["state"] == "completed"
-    [(level, line)] = lines(caplog, done["id"])
+    [(level, line)] = await logged(caplog, done["id"])
     assert line.startswith(f"downloaded {done['id']} ({TINY_REPO}:Q8_0): ")
 
 
