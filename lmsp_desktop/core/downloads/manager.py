@@ -290,8 +290,7 @@ class DownloadManager:
             exc.message,
             delay,
         )
-        if await asyncio.to_thread(transfer.stop.wait, delay):
-            raise Stopped()
+        await _sleep_unless_stopped(transfer, delay)
 
     async def _fetch_once(
         self,
@@ -369,3 +368,17 @@ def _progress(file: HubFile, done: int, total: int, per_s: float | None) -> dict
         "bytes_total": total,
         "bytes_per_s": round(per_s) if per_s is not None else None,
     }
+
+
+async def _sleep_unless_stopped(transfer: Transfer, delay: float) -> None:
+    """Wait `delay` seconds on the loop, raising Stopped within a tenth of a second of a
+    cancel or a stop. Not a thread blocked in transfer.stop.wait: downloads waiting for a
+    hub would hold the default executor's few threads for up to a minute each, and every
+    create's tokenizer call (asyncio.to_thread) would queue behind them."""
+    end = time.monotonic() + delay
+    while not transfer.stop.is_set():
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(0.1, left))
+    raise Stopped()
