@@ -38,10 +38,15 @@ def as_report(report: RecoveryReport | dict[str, Any]) -> RecoveryReport:
 
 
 def what_happened(item: RecoveryItem) -> str:
-    """The recovery of one task as a sentence (the event written is in the tooltip)."""
-    if item.bytes_kept is not None:  # a download: it goes on from its bytes, not tokens
-        return _download_happened(item, item.bytes_kept)
+    """The recovery of one task as a sentence (the event written is in the tooltip). A
+    download (`bytes_kept` set) keeps its partial file whatever its policy: its sentence says
+    what it goes on from, bytes rather than tokens."""
+    download = item.bytes_kept is not None
     if item.event_type == "response.resumed":
+        if download:
+            kept = item.bytes_kept or 0
+            on_disk = f"the {human_size(kept)} on disk" if kept else "the bytes on disk, if any"
+            return f"Resumed: it continues from {on_disk}"
         if item.tokens_kept is None:  # a report stored before the count was recorded
             return "Resumed where it stopped"
         if item.tokens_kept == 0:
@@ -49,26 +54,18 @@ def what_happened(item: RecoveryItem) -> str:
         n = item.tokens_kept
         return f"Resumed after {n:,} token{'' if n == 1 else 's'}"
     if item.state_after == "failed":
+        if download:  # its progress is not kept with the failure: no size
+            return (
+                "Failed: the service restarted (its bytes on disk are kept: pull it again to go on)"
+            )
         return "Failed: the service restarted"
     if item.state_after == "cancelled":
         return "Cancelled, as was asked before the restart"
     if item.state_before == "queued":
         return "Still waiting in the queue"
+    if download:
+        return "Will start again, continuing from the bytes on disk"
     return "Will start again from the beginning"
-
-
-def _download_happened(item: RecoveryItem, kept: int) -> str:
-    """A download keeps its partial file whatever its policy: say what it goes on from."""
-    if item.event_type == "response.resumed":
-        on_disk = f"the {human_size(kept)} on disk" if kept else "the bytes on disk, if any"
-        return f"Resumed: it continues from {on_disk}"
-    if item.state_after == "failed":  # its progress is not kept with the failure: no size
-        return "Failed: the service restarted (its bytes on disk are kept: pull it again to go on)"
-    if item.state_after == "cancelled":
-        return "Cancelled, as was asked before the restart"
-    if item.state_before == "queued":
-        return "Still waiting in the queue"
-    return "Will start again, continuing from the bytes on disk"
 
 
 # The summary's chips, in the rows' own words (a row's sentence starts with its chip's
