@@ -90,7 +90,8 @@ async def test_the_recovery_report_says_what_each_download_goes_on_from(
         }
         assert said == {
             made["resume"]: "Resumed: it continues from the 39.1 MiB on disk",
-            made["fail"]: "Failed: the service restarted (its bytes on disk are kept: "
+            # How far it got, as the resumed one says it (it said nothing of its 39.1 MiB).
+            made["fail"]: "Failed: the service restarted (its 39.1 MiB on disk are kept: "
             "pull it again to go on)",
         }
         assert "2 failed" not in dialog.summary.text()  # chips: "1 failed… · 1 resumed"

@@ -187,6 +187,8 @@ def _recover_batch(
         after = RECOVERY_TABLE[(before, policy)]
         event_type, move = _cell_move(task_ids, before, after, boot, now, error, first_tokens)
         event = str(event_type)
+        # A failed download's snapshot is cleared with its failure: its bytes read first.
+        kept = _downloads_kept(conn, state, task_ids) if after == TaskState.FAILED else {}
         changed = transition_many(conn, move)
         for new in changed:
             item = RecoveryItem(
@@ -198,7 +200,7 @@ def _recover_batch(
                 event,
                 new["last_seq"],
                 _tokens_kept(new) if after == TaskState.RUNNING else None,
-                _bytes_kept(new) if new["kind"] == TaskKind.DOWNLOAD else None,
+                kept.get(new["id"], _bytes_kept(new)) if new["kind"] == TaskKind.DOWNLOAD else None,
             )
             change = TaskChange(
                 new["id"], after, new["last_seq"], new["model"], (event,), kind=new["kind"]
@@ -240,6 +242,20 @@ def _bytes_kept(row: Row) -> int:
     hold a little more, written after that event."""
     snapshot = json.loads(row["snapshot"]) if row["snapshot"] else {}
     return int(snapshot.get("bytes_done") or 0)
+
+
+def _downloads_kept(conn: sqlite3.Connection, state: str, task_ids: list[str]) -> dict[str, int]:
+    """The bytes each of these downloads' last progress said were on disk, read before a
+    transition clears their snapshots. Downloads are few: those in `state` are read (through
+    its index) and matched, rather than every id of the cell asked for."""
+    wanted = set(task_ids)
+    rows = conn.execute(
+        "SELECT id, snapshot FROM tasks WHERE state = ? AND kind = ? AND snapshot IS NOT NULL",
+        (state, str(TaskKind.DOWNLOAD)),
+    ).fetchall()
+    return {
+        row[0]: int(json.loads(row[1]).get("bytes_done") or 0) for row in rows if row[0] in wanted
+    }
 
 
 def _cell_move(

@@ -42,9 +42,9 @@ def what_happened(item: RecoveryItem) -> str:
     download (`bytes_kept` set) keeps its partial file whatever its policy: its sentence says
     what it goes on from, bytes rather than tokens."""
     download = item.bytes_kept is not None
+    kept = item.bytes_kept or 0
     if item.event_type == "response.resumed":
         if download:
-            kept = item.bytes_kept or 0
             on_disk = f"the {human_size(kept)} on disk" if kept else "the bytes on disk, if any"
             return f"Resumed: it continues from {on_disk}"
         if item.tokens_kept is None:  # a report stored before the count was recorded
@@ -54,10 +54,9 @@ def what_happened(item: RecoveryItem) -> str:
         n = item.tokens_kept
         return f"Resumed after {n:,} token{'' if n == 1 else 's'}"
     if item.state_after == "failed":
-        if download:  # its progress is not kept with the failure: no size
-            return (
-                "Failed: the service restarted (its bytes on disk are kept: pull it again to go on)"
-            )
+        if download:  # how far it got, as a resumed one says it (a report before: no size)
+            on_disk = f"its {human_size(kept)} on disk are" if kept else "its bytes on disk are"
+            return f"Failed: the service restarted ({on_disk} kept: pull it again to go on)"
         return "Failed: the service restarted"
     if item.state_after == "cancelled":
         return "Cancelled, as was asked before the restart"
