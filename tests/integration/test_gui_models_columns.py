@@ -181,7 +181,7 @@ async def test_the_header_menu_shows_and_hides_columns_and_the_choice_is_kept(
         assert header.isSectionHidden(COL_STATUS) and not header.isSectionHidden(COL_QUANT)
         await right_click_header(window, qtbot)
         assert not menu_action(window, "Status").isChecked()
-        reset = next(a for a in window.models.column_menu.actions() if "usual" in a.text())
+        reset = menu_action(window, "Reset columns")
         reset.trigger()
         window.models.column_menu.close()
         await settle()

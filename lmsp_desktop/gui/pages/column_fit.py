@@ -7,7 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer
+from PySide6.QtCore import (
+    QEvent,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QHeaderView, QStyledItemDelegate, QStyleOptionViewItem, QTableView
 
@@ -32,7 +40,10 @@ class ColumnFitter(QObject):
 
     The user has the last word (the header's menu, `set_wanted`): a column they hid stays
     hidden whatever the room, and one they asked for is dropped only after every other
-    column that can go (they asked for it: others make room first).
+    column that can go (they asked for it: others make room first). With `draggable`, the
+    columns that are not stretched can be dragged wider or narrower on the header: a width
+    dragged (`dragged`, column → px; `dragged_changed` tells of each drag) is kept instead
+    of the content's until `reset_widths`.
 
     Cost: this runs while a model streams (each flush changes a few rows), and the event
     loop is the service's too. Qt's own ResizeToContents (and `sizeHintForColumn`) measure
@@ -42,11 +53,15 @@ class ColumnFitter(QObject):
     that was its widest changed or went (then that column alone is measured again).
     """
 
+    dragged_changed = Signal()  # the user dragged a column's width (see `dragged`)
+
     def __init__(
         self,
         table: QTableView,
         stretch: dict[int, tuple[int, int]],
         drop_order: Sequence[int | tuple[int, int]],
+        *,
+        draggable: bool = False,
     ) -> None:
         super().__init__(table)
         self.table = table
@@ -54,11 +69,23 @@ class ColumnFitter(QObject):
         self.drop_order = drop_order
         self.unwanted: set[int] = set()  # hidden by the user
         self.pinned: list[int] = []  # asked for by the user, the latest last: dropped last
+        self.dragged: dict[int, int] = {}  # widths the user dragged, kept over the content's
+        self._fitting = False  # the fitter's own resizes are no drag
         header = table.horizontalHeader()
         header.setStretchLastSection(False)
         mode = QHeaderView.ResizeMode
+        sized = mode.Interactive if draggable else mode.Fixed
         for col in range(header.count()):
-            header.setSectionResizeMode(col, mode.Stretch if col in stretch else mode.Fixed)
+            header.setSectionResizeMode(col, mode.Stretch if col in stretch else sized)
+        self._pressed = False  # the mouse held on the header: a resize now is a drag
+        # Kept, not asked of the table at each event (events still come while it is deleted).
+        self._header_port: QObject | None = None
+        if draggable:
+            header.sectionResized.connect(self._resized)
+            # A double-click on a column's edge fits it to its content again.
+            header.sectionHandleDoubleClicked.connect(self._fit_again)
+            self._header_port = header.viewport()
+            self._header_port.installEventFilter(self)
         self._content: dict[int, int] = {}  # the widest cell measured per column
         # Where each column's widest cell is (it follows rows inserted and removed): when that
         # cell narrows or goes, the column may narrow too.
@@ -78,6 +105,12 @@ class ColumnFitter(QObject):
         self._remeasure()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self._header_port:
+            if event.type() == QEvent.Type.MouseButtonPress:
+                self._pressed = True
+            elif event.type() == QEvent.Type.MouseButtonRelease:
+                self._pressed = False
+            return False
         # Only a change of width matters (a scroll bar coming and going changes the height).
         if event.type() == QEvent.Type.Show and watched is self.table:
             self.fit_soon()
@@ -88,6 +121,26 @@ class ColumnFitter(QObject):
         elif event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
             self._remeasure()
         return False
+
+    def _resized(self, col: int, _old: int, new: int) -> None:
+        """A section dragged on the header (not one the fitter sized, hid or stretched, nor
+        one Qt sized itself: only a resize while the mouse is held on the header counts)."""
+        if self._fitting or not self._pressed or col in self.stretch or new <= 0:
+            return
+        if self.table.horizontalHeader().isSectionHidden(col):
+            return
+        self.dragged[col] = new
+        self.dragged_changed.emit()
+
+    def _fit_again(self, col: int) -> None:
+        if self.dragged.pop(col, None) is not None:
+            self.dragged_changed.emit()
+        self.fit()
+
+    def reset_widths(self) -> None:
+        """Every column back to its content's width (the dragged ones forgotten); refit now."""
+        self.dragged.clear()
+        self.fit()
 
     def fit_soon(self, *_: object) -> None:
         if not self._timer.isActive():
@@ -181,6 +234,9 @@ class ColumnFitter(QObject):
         needed = {col: self.content_width(col) for col in range(header.count())}
         for col, (least, most) in self.stretch.items():
             needed[col] = min(max(needed[col], least), most)
+        for col, width in self.dragged.items():
+            if col in needed and col not in self.stretch:
+                needed[col] = width
         hidden: set[int] = set(self.unwanted)
         for step in self.steps():
             excess = sum(w for c, w in needed.items() if c not in hidden) - room
@@ -191,12 +247,16 @@ class ColumnFitter(QObject):
                 needed[col] = max(min(least, needed[col]), needed[col] - excess)
             else:
                 hidden.add(step)
-        for col in range(header.count()):
-            if header.isSectionHidden(col) != (col in hidden):
-                header.setSectionHidden(col, col in hidden)
-            fixed = col not in hidden and col not in self.stretch
-            if fixed and header.sectionSize(col) != needed[col]:
-                header.resizeSection(col, needed[col])
+        self._fitting = True
+        try:
+            for col in range(header.count()):
+                if header.isSectionHidden(col) != (col in hidden):
+                    header.setSectionHidden(col, col in hidden)
+                fixed = col not in hidden and col not in self.stretch
+                if fixed and header.sectionSize(col) != needed[col]:
+                    header.resizeSection(col, needed[col])
+        finally:
+            self._fitting = False
 
     def steps(self) -> list[int | tuple[int, int]]:
         """The drop order with the columns the user asked for moved to its end."""

@@ -234,7 +234,14 @@ class ModelsPage(QWidget):
                 COL_DIGEST,
                 COL_SIZE,
             ],
+            draggable=True,
         )
+        # Widths dragged on the header are kept in the window's settings, as the columns
+        # shown or hidden are; written to disk once the drag rests (a drag resizes at every
+        # mouse move).
+        self._sync_soon = QTimer(self, singleShot=True, interval=300)
+        self._sync_soon.timeout.connect(self._sync_settings)
+        self.fitter.dragged_changed.connect(self._keep_widths)
         # Right-click on the header: a menu to show or hide columns (as LM Studio and file
         # managers have), kept in the window's settings.
         header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -340,8 +347,11 @@ class ModelsPage(QWidget):
             action.setData(col)
             action.toggled.connect(lambda on, c=col: self.set_column_wanted(c, on))
         menu.addSeparator()
-        reset = menu.addAction("Show the usual columns")
-        reset.setToolTip("Every column again, the least needed left out when there is no room")
+        reset = menu.addAction("Reset columns")
+        reset.setToolTip(
+            "The usual columns at their content's width (widths you dragged are forgotten), "
+            "the least needed left out when there is no room"
+        )
         reset.triggered.connect(self.reset_columns)
         self.column_menu = menu
         menu.popup(header.mapToGlobal(pos))  # never exec() on the service's loop
@@ -354,7 +364,7 @@ class ModelsPage(QWidget):
     def reset_columns(self) -> None:
         self.fitter.unwanted.clear()
         self.fitter.pinned.clear()
-        self.fitter.fit()
+        self.fitter.reset_widths()
         self._save_columns()
 
     def _save_columns(self) -> None:
@@ -366,7 +376,21 @@ class ModelsPage(QWidget):
         self.qsettings.setValue(
             "models/asked_columns", ",".join(HEADERS[c] for c in self.fitter.pinned)
         )
+        self._keep_widths()
         self.qsettings.sync()  # a user's click, now and then: kept even if the app is killed
+
+    def _keep_widths(self) -> None:
+        if self.qsettings is None:
+            return
+        widths = sorted(self.fitter.dragged.items())
+        self.qsettings.setValue(
+            "models/column_widths", ",".join(f"{HEADERS[c]}={px}" for c, px in widths)
+        )
+        self._sync_soon.start()
+
+    def _sync_settings(self) -> None:
+        if self.qsettings is not None:
+            self.qsettings.sync()
 
     def _restore_columns(self) -> None:
         if self.qsettings is None:
@@ -380,6 +404,10 @@ class ModelsPage(QWidget):
         self.fitter.pinned = [
             c for c in columns("models/asked_columns") if c not in self.fitter.unwanted
         ]
+        for pair in str(self.qsettings.value("models/column_widths", "")).split(","):
+            title, _, px = pair.partition("=")
+            if title in HEADERS and px.isdigit() and int(px) > 0:
+                self.fitter.dragged[HEADERS.index(title)] = int(px)
 
     def selected_rows(self) -> list[int]:
         return sorted({i.row() for i in self.table.selectionModel().selectedRows()})
