@@ -362,6 +362,7 @@ class MainWindow(QMainWindow):
     def open_connect(self) -> None:
         dialog = ConnectDialog(self.core, self.core.url, self)
         dialog.created.connect(lambda _: aio.spawn(self.clients.load(), self))
+        self.bridge.loaded_changed.connect(dialog.on_loaded_changed)  # snippets follow loads
         self._open(dialog)
 
     def open_pair(self) -> None:

@@ -78,6 +78,7 @@ class ConnectDialog(QDialog):
         self.token = ""
         self.model = DEMO  # the demo's name until the service's list is read
         self.model_known = False
+        self._naming = 0  # the latest look-up of the model to name (a newer one wins)
         self.name = QLineEdit("my-app")
         self.scope_boxes: dict[str, QCheckBox] = {}
         scope_row = QHBoxLayout()
@@ -150,10 +151,17 @@ class ConnectDialog(QDialog):
             f"<b>{self.root}</b>{self.elsewhere}<br>"
         )
 
+    def on_loaded_changed(self, _states: object = None) -> None:
+        """A model was loaded or unloaded while the dialog is open (the window's bridge, as
+        the Models page hears it): the snippets name the model as the dialog would now."""
+        aio.spawn(self._name_model(), self)
+
     async def _name_model(self) -> None:
+        self._naming += 1
+        asked = self._naming
         chosen = await snippet_model(self.core)
-        if not shiboken6.isValid(self):
-            return  # closed meanwhile
+        if not shiboken6.isValid(self) or asked != self._naming:
+            return  # closed meanwhile, or a later load or unload asked again
         if chosen is not None:
             self.model = chosen
         self.model_known = True
@@ -166,8 +174,17 @@ class ConnectDialog(QDialog):
         self._fill("$LMSP_TOKEN")
 
     def _fill(self, token: str) -> None:
+        """Each tab's snippet; the tab shown and each box's scroll position stay where the
+        user left them (a model loaded meanwhile refills them under the reader's eyes)."""
         for title, text in snippets(self.base, token, self.scopes(), self.model).items():
-            self.views[title].setPlainText(text)
+            view = self.views[title]
+            if view.toPlainText() == text:
+                continue
+            bars = (view.verticalScrollBar(), view.horizontalScrollBar())
+            at = [bar.value() for bar in bars]
+            view.setPlainText(text)
+            for bar, value in zip(bars, at, strict=True):
+                bar.setValue(value)
 
     def scopes(self) -> frozenset[str]:
         return frozenset(s for s, box in self.scope_boxes.items() if box.isChecked())
