@@ -8,7 +8,9 @@ progress, speed and time left, and Cancel there stops it.
 from __future__ import annotations
 
 import functools
+import json
 
+import shiboken6
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QShowEvent
 from PySide6.QtWidgets import (
@@ -39,8 +41,9 @@ from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import human_size
 
-FILE_COLUMNS = ["File", "Quant", "Size", "On this machine"]
+FILE_COLUMNS = ["File", "Quant", "Size", "On this machine", ""]
 COL_FIT = 3
+COL_RETRY = 4  # a Retry button on the rows whose download failed or was cancelled
 FIT_WORDS = {"fits": "✓ fits", "tight": "⚠ tight", "wont_fit": "✗ won't fit"}
 FIT_COLORS = {"fits": "#2e9e44", "tight": "#c98a00", "wont_fit": "#e04848"}
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
@@ -71,6 +74,10 @@ class DownloadDialog(QDialog):
         # (repo, file) → its download task, started from here and not ended yet: the status
         # line says "Downloading" only while it runs (it said so after a cancel, reopened).
         self.downloading: dict[tuple[str, str], str] = {}
+        # (repo, file) → how its download started here ended, when it failed or was
+        # cancelled: ("failed", the error's sentence) or ("cancelled", ""). Its row says so
+        # and has Retry, which pulls it again (continuing from the bytes a failure kept).
+        self.ended: dict[tuple[str, str], tuple[str, str]] = {}
         self.on_disk: set[str] = set()  # the shown repo's files already in the cache
         # The shown repo's files whose every part's sha256 (the hub's LFS digest) is a local
         # model's (LM Studio's, Ollama's, a folder's): name → that model.
@@ -99,6 +106,7 @@ class DownloadDialog(QDialog):
         # (its tooltip has it whole).
         self.files.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.files.itemSelectionChanged.connect(self._update)
+        self.files.setColumnHidden(COL_RETRY, True)  # until a download here fails
         self.token = QLineEdit()
         self.token.setEchoMode(QLineEdit.EchoMode.Password)
         self.token.setPlaceholderText("Hugging Face token, for gated or private repos")
@@ -165,8 +173,27 @@ class DownloadDialog(QDialog):
             del self.downloading[key]
             if change.state == TaskState.COMPLETED and key[0] == self.repo:
                 self.on_disk.add(key[1])
+            if change.state == TaskState.FAILED:
+                self.ended[key] = ("failed", "")
+                aio.spawn(self._failure(key, task_id), self)
+            elif change.state == TaskState.CANCELLED:
+                self.ended[key] = ("cancelled", "")
+            self._show_ended(key)
             choice = self.selected_choice()
             if choice is not None:
+                self._describe(choice)
+
+    async def _failure(self, key: tuple[str, str], task_id: str) -> None:
+        """The failed download's error, for the status line of its file."""
+        try:
+            row = await self.core.task(task_id)
+        except LmspError:  # deleted meanwhile
+            return
+        error = json.loads(row["error"]) if row["error"] else {}
+        if self.ended.get(key, ("",))[0] == "failed":
+            self.ended[key] = ("failed", str(error.get("message") or ""))
+            choice = self.selected_choice()
+            if choice is not None and key == (self.repo, choice.name):
                 self._describe(choice)
 
     def on_model(self, event: ModelEvent | None) -> None:
@@ -248,6 +275,8 @@ class DownloadDialog(QDialog):
                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
                     )
                 self.files.setItem(row, col, cell)
+        for choice in choices:
+            self._show_ended((repo, choice.name))
         self.status.setText(
             f"{repo}: {len(choices)} GGUF model{'' if len(choices) == 1 else 's'}. Pick one "
             "and Download; it lands in the "
@@ -278,20 +307,80 @@ class DownloadDialog(QDialog):
         choice = self.selected_choice()
         if choice is None:
             return None
-        repo = self.repo  # another may be picked while the pull is created
+        return await self.pull(self.repo, choice)
+
+    async def retry(self, repo: str, choice: GgufChoice) -> str | None:
+        """The row's Retry: the same download as Download would start (continuing from the
+        bytes a failure kept on disk; a cancelled one deleted them). Its row becomes the
+        selected one (the status line speaks of it), and the current one: the button goes
+        once the download starts, its focus to the table, which took a table without a
+        current cell as leave to select its first row."""
+        row = self._row_of((repo, choice.name))
+        if row is not None:
+            self.files.setCurrentCell(row, 0)
+        return await self.pull(repo, choice)
+
+    async def pull(self, repo: str, choice: GgufChoice) -> str | None:
+        """Start the download of `repo`'s `choice` (or join the one under way): Download's
+        and Retry's one path."""
+        key = (repo, choice.name)
         self.download_button.setEnabled(False)
+        button = self._retry_button(key)
+        if button is not None:
+            button.setEnabled(False)
         try:
             task_id = await self.core.pull_model(repo, choice.name)
         except LmspError as exc:
             self.status.setText(exc.message)
+            if button is not None and shiboken6.isValid(button):
+                button.setEnabled(True)
             return None
         finally:
             self._update()
-        self.downloading[(repo, choice.name)] = task_id
+        self.downloading[key] = task_id
+        self.ended.pop(key, None)
+        self._show_ended(key)
         if repo == self.repo and self.selected_choice() == choice:
             self._describe(choice)
         self.started.emit(task_id)
         return task_id
+
+    def _retry_button(self, key: tuple[str, str]) -> QPushButton | None:
+        row = self._row_of(key)
+        widget = self.files.cellWidget(row, COL_RETRY) if row is not None else None
+        return widget if isinstance(widget, QPushButton) else None
+
+    def _row_of(self, key: tuple[str, str]) -> int | None:
+        if key[0] != self.repo:
+            return None
+        return next((r for r, c in enumerate(self.choices) if c.name == key[1]), None)
+
+    def _show_ended(self, key: tuple[str, str]) -> None:
+        """The file's row as its download here ended: "✗ download failed" (or cancelled) in
+        its On this machine cell, and a Retry button beside it; neither once it runs again."""
+        row = self._row_of(key)
+        if row is not None:
+            choice = self.choices[row]
+            cell = self.files.item(row, COL_FIT)
+            if cell is not None:  # its first line is the mark, the estimate after it
+                estimate = cell.text().split("\n")[-1]
+                cell.setText(self._on_disk_mark(choice) + estimate)
+            ended = key in self.ended
+            if ended and self._retry_button(key) is None:
+                button = QPushButton("Retry")
+                button.setAutoDefault(False)
+                button.setToolTip(
+                    "Download it again, as Download does: a failed download continues from "
+                    "the bytes it kept on disk."
+                )
+                button.clicked.connect(
+                    lambda _=False, c=choice, r=key[0]: aio.spawn(self.retry(r, c), self)
+                )
+                self.files.setCellWidget(row, COL_RETRY, button)
+            elif not ended and self.files.cellWidget(row, COL_RETRY) is not None:
+                self.files.removeCellWidget(row, COL_RETRY)
+        shown = any((self.repo, c.name) in self.ended for c in self.choices)
+        self.files.setColumnHidden(COL_RETRY, not shown)
 
     def keep_token(self) -> None:
         token = self.token.text().strip()
@@ -333,6 +422,16 @@ class DownloadDialog(QDialog):
                 f"Downloading {choice.name}: follow it in the Tasks table (Cancel works there)."
             )
             return
+        ended = self.ended.get((self.repo, choice.name))
+        if ended is not None and ended[0] == "failed" and choice.name not in self.on_disk:
+            # Why, in the error's own sentences (a cancel was the user's doing: its row's mark
+            # and Retry say enough, and the file is described as before).
+            why = ended[1] if not ended[1] or ended[1].endswith(".") else f"{ended[1]}."
+            self.status.setText(
+                f"The download of {choice.name} failed. {why + ' ' if why else ''}Retry (in "
+                "its row) downloads it again, continuing from the bytes kept."
+            )
+            return
         note = self.fit_notes.get((self.repo, choice.name), "checking what it needs…")
         local = self.local_copies.get(choice.name)
         if choice.name in self.on_disk:
@@ -351,6 +450,9 @@ class DownloadDialog(QDialog):
         # Its own line: beside the estimate it made the column squeeze the file's name.
         if choice.name in self.on_disk:
             return "✓ downloaded\n"
+        ended = self.ended.get((self.repo, choice.name))
+        if ended is not None:
+            return f"✗ download {ended[0]}\n"
         local = self.local_copies.get(choice.name)
         if local is not None:  # under the column's title, "On this machine"
             return f"✓ {_source_words(local)} copy\n"
