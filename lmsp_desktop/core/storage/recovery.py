@@ -85,17 +85,27 @@ async def recover(
         read.row_factory = None
         # Read here under the write lock, in this transaction: _recover_batch need not
         # read them again.
-        rows = read.execute(
-            f"SELECT id, state, on_restart, recovered_boot FROM tasks WHERE state IN"
-            f" ({','.join('?' for _ in states)}) AND recovered_boot IS NOT ? ORDER BY n",
-            (*states, boot_now),
+        # With each download's snapshot: a failing move clears it, and the report says the
+        # bytes it kept (read in this one pass over the rows, not again per batch).
+        read_rows = read.execute(
+            "SELECT id, state, on_restart, recovered_boot, CASE WHEN kind = ? THEN snapshot END"
+            f" FROM tasks WHERE state IN ({','.join('?' for _ in states)})"
+            " AND recovered_boot IS NOT ? ORDER BY n",
+            (str(TaskKind.DOWNLOAD), *states, boot_now),
         ).fetchall()
+        kept = {row[0]: _snapshot_bytes(row[4]) for row in read_rows if row[4] is not None}
+        rows = [row[:4] for row in read_rows]
         done: list[tuple[RecoveryItem, TaskChange]] = []
         with _cache_for(conn, len(rows)):
             for at in range(0, len(rows), BATCH):  # bounds the SQL variables of a statement
                 batch = rows[at : at + BATCH]
                 done += _recover_batch(
-                    conn, ids=[row[0] for row in batch], boot=boot_now, now=started, rows=batch
+                    conn,
+                    ids=[row[0] for row in batch],
+                    boot=boot_now,
+                    now=started,
+                    rows=batch,
+                    bytes_kept=kept,
                 )
             report = RecoveryReport(started, time.time(), [item for item, _change in done])
             if report.items:
@@ -160,6 +170,7 @@ def _recover_batch(
     error: tuple[str, str] = (ERROR_CODE, ERROR_MESSAGE),
     rows: list[tuple[str, str, str, int | None]] | None = None,
     first_tokens: Mapping[str, float] | None = None,
+    bytes_kept: Mapping[str, int] | None = None,
 ) -> list[tuple[RecoveryItem, TaskChange]]:
     """In the writer thread, under the write lock: the tasks re-read (unless `rows` has
     them, read under this lock: id, state, policy, recovered_boot), then moved by their
@@ -187,8 +198,6 @@ def _recover_batch(
         after = RECOVERY_TABLE[(before, policy)]
         event_type, move = _cell_move(task_ids, before, after, boot, now, error, first_tokens)
         event = str(event_type)
-        # A failed download's snapshot is cleared with its failure: its bytes read first.
-        kept = _downloads_kept(conn, state, task_ids) if after == TaskState.FAILED else {}
         changed = transition_many(conn, move)
         for new in changed:
             item = RecoveryItem(
@@ -200,7 +209,7 @@ def _recover_batch(
                 event,
                 new["last_seq"],
                 _tokens_kept(new) if after == TaskState.RUNNING else None,
-                kept.get(new["id"], _bytes_kept(new)) if new["kind"] == TaskKind.DOWNLOAD else None,
+                _bytes_kept(new, bytes_kept) if new["kind"] == TaskKind.DOWNLOAD else None,
             )
             change = TaskChange(
                 new["id"], after, new["last_seq"], new["model"], (event,), kind=new["kind"]
@@ -237,25 +246,17 @@ def _tokens_kept(row: Row) -> int:
     return len(snapshot.get("tokens", []))
 
 
-def _bytes_kept(row: Row) -> int:
-    """The bytes a download's last progress said were on disk (its snapshot); the file may
-    hold a little more, written after that event."""
-    snapshot = json.loads(row["snapshot"]) if row["snapshot"] else {}
-    return int(snapshot.get("bytes_done") or 0)
+def _bytes_kept(row: Row, before: Mapping[str, int] | None) -> int:
+    """The bytes a download's last progress said were on disk: its snapshot, or when its move
+    cleared the snapshot (a failure) what `before` read of it. The file may hold a little
+    more, written after that event."""
+    if before is not None and row["id"] in before:
+        return before[row["id"]]
+    return _snapshot_bytes(row["snapshot"])
 
 
-def _downloads_kept(conn: sqlite3.Connection, state: str, task_ids: list[str]) -> dict[str, int]:
-    """The bytes each of these downloads' last progress said were on disk, read before a
-    transition clears their snapshots. Downloads are few: those in `state` are read (through
-    its index) and matched, rather than every id of the cell asked for."""
-    wanted = set(task_ids)
-    rows = conn.execute(
-        "SELECT id, snapshot FROM tasks WHERE state = ? AND kind = ? AND snapshot IS NOT NULL",
-        (state, str(TaskKind.DOWNLOAD)),
-    ).fetchall()
-    return {
-        row[0]: int(json.loads(row[1]).get("bytes_done") or 0) for row in rows if row[0] in wanted
-    }
+def _snapshot_bytes(snapshot: str | None) -> int:
+    return int(json.loads(snapshot).get("bytes_done") or 0) if snapshot else 0
 
 
 def _cell_move(
