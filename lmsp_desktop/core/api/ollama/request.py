@@ -8,7 +8,8 @@ unless false), `format` ("json" or a JSON Schema, generated under the grammar), 
 num_ctx, presence_penalty, frequency_penalty. Other options (repeat_penalty, num_thread,
 mirostat, …) tune Ollama's own runner and are accepted and noted. Images, `raw`, custom
 `template`s and `suffix` answer 400 naming the field, and so does `think` (true or a level),
-in Ollama's words for a model that cannot think (no model here gives its thinking apart). A
+in Ollama's words for a model that cannot think (no model here gives its thinking apart),
+once the model is found: an unknown model answers 404 first, as in Ollama (NoThinking). A
 chat without messages or a generate without a prompt loads the model (`keep_alive` 0:
 unloads it), as in Ollama (LoadRequest).
 """
@@ -104,9 +105,24 @@ class LoadRequest(LmspError):
         return self.keep_alive_s == 0
 
 
+class NoThinking(LmspError):
+    """`think` asked of the model `model`: 400 `"<model>" does not support thinking`, answered
+    once the model is found. Ollama looks the model up before it checks what the model can
+    do, so an unknown model answers 404 `model not found` whether or not `think` is sent
+    (clients that retry without `think` on the 400 would otherwise retry in vain). Raised by
+    the parsers before anything is stored, caught by the routes (routes.py), which look the
+    model up as a create does and then raise it; a caller that does not catch it answers the
+    400 it carries."""
+
+    def __init__(self, message: str, model: str) -> None:
+        super().__init__(message, code="unsupported_parameter", param="think")
+        self.model = model
+
+
 def _loading(body: dict[str, Any], endpoint: str, message: str) -> LoadRequest:
     """The load (or unload) a body without input asks for. A load asking for thinking is
-    refused first, as Ollama refuses it; an unload is not (Ollama unloads before it looks)."""
+    refused (NoThinking, once the model is found), as Ollama refuses it; an unload is not
+    (Ollama unloads before it looks)."""
     load = LoadRequest.of(body, endpoint, message)
     if not load.unloads:
         _no_thinking(body)
@@ -123,10 +139,11 @@ def _no_thinking(body: dict[str, Any]) -> None:
         return
     if not isinstance(think, bool | str):
         raise invalid('`think` must be true, false or a level such as "high".', "think")
-    raise unsupported(
-        f'"{fields.model(body)}" does not support thinking: no model here gives its thinking '
+    model = fields.model(body)
+    raise NoThinking(
+        f'"{model}" does not support thinking: no model here gives its thinking '
         "apart from its answer. Leave `think` out, or send false.",
-        "think",
+        model,
     )
 
 

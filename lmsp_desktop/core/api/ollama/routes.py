@@ -22,7 +22,7 @@ from lmsp_desktop.core.api.answering import (
     settle_key,
     stream_rendered,
 )
-from lmsp_desktop.core.api.creation import Intake
+from lmsp_desktop.core.api.creation import Intake, requested_model
 from lmsp_desktop.core.api.embeddings.creation import create_embedding, finished_embedding
 from lmsp_desktop.core.api.ollama import CHAT_INTAKE, GENERATE_INTAKE
 from lmsp_desktop.core.api.ollama import embed as embed_request
@@ -37,7 +37,7 @@ from lmsp_desktop.core.api.ollama.render import (
     show,
     tag,
 )
-from lmsp_desktop.core.api.ollama.request import LoadRequest
+from lmsp_desktop.core.api.ollama.request import LoadRequest, NoThinking
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid
 from lmsp_desktop.core.models.info import INVALID
@@ -197,6 +197,11 @@ async def _generate(
         created = await create_from_request(request, ctx, caller, intake)
     except LoadRequest as asked:
         return await _load_or_unload(ctx, asked)
+    except NoThinking as refused:
+        # As Ollama: the model first (404 for one this service lacks), by the create's own
+        # lookup; then what the model cannot do.
+        await requested_model(ctx, refused.model, intake.find_model)
+        raise
     if created.replayed:
         result = created.result
         return web.json_response(
