@@ -71,7 +71,7 @@ async def _with_service(args: argparse.Namespace, data_dir: Path) -> int:
     url = service_url(data_dir)
     async with admin_token(data_dir, "lmsp-desktop tasks") as token:
         if args.tasks_command == "cancel":
-            return await asyncio.to_thread(_cancel, url, token, args.ids)
+            return await asyncio.to_thread(_cancel, url, token, args.ids, _not_admin(data_dir))
         listed = await asyncio.to_thread(_list, url, token, args)
     client = token_client(data_dir)
     if client is not None and ADMIN not in client[1] and not args.json:
@@ -148,7 +148,14 @@ def _get(url: str, token: str, path: str) -> list[dict[str, Any]]:
     return list(body["data"])
 
 
-def _cancel(url: str, token: str, ids: list[str]) -> int:
+def _not_admin(data_dir: Path) -> str | None:
+    """The name of the client whose token LMSP_TOKEN is, when it is not an admin's (it then
+    sees and cancels its own client's tasks only); else None."""
+    client = token_client(data_dir)
+    return client[0] if client is not None and ADMIN not in client[1] else None
+
+
+def _cancel(url: str, token: str, ids: list[str], not_admin: str | None = None) -> int:
     worst = 0
     for task_id in ids:
         quoted = urllib.parse.quote(task_id, safe="")
@@ -156,9 +163,16 @@ def _cancel(url: str, token: str, ids: list[str]) -> int:
         if status == 200:
             word = "cancelled" if body["state"] == "cancelled" else "being cancelled"
             print(f"{task_id}: {word} (its partial output is kept).")
-        else:
-            print(f"{task_id}: {_message(body, status)}", file=sys.stderr)
-            worst = max(worst, 2 if 400 <= status < 500 else 1)
+            continue
+        message = _message(body, status)
+        if status == 404 and not_admin is not None:
+            # The service cannot say whose the task is; the shell's LMSP_TOKEN is the cause.
+            message += (
+                f" LMSP_TOKEN is the token of the client {not_admin}: unset it to cancel any "
+                "client's task (the command then makes an admin token of its own for its run)."
+            )
+        print(f"{task_id}: {message}", file=sys.stderr)
+        worst = max(worst, 2 if 400 <= status < 500 else 1)
     return worst
 
 

@@ -152,8 +152,21 @@ def _clause(where: list[str]) -> str:
     return (" WHERE " + " AND ".join(where)) if where else ""
 
 
-def _not_found(task_id: str) -> Exception:
-    return not_found(f"No response with id {task_id!r}.", "response_not_found")
+def _not_found(task_id: str, client_id: str | None) -> Exception:
+    """The 404 for an id the caller cannot see, on every route that takes a task's id
+    (responses, chat completions, downloads, embeddings: any kind of task). For a client it
+    reads the same whether the id is unknown or another client's task, which it must not
+    reveal (LMSP_API.md: 404 unknown id or not yours); the code stays `response_not_found`,
+    which clients already match (a response and its task share one id)."""
+    if client_id is None:
+        return not_found(
+            f"No task with id {task_id!r}: GET /v1/tasks lists the tasks.", "response_not_found"
+        )
+    return not_found(
+        f"No task with id {task_id!r} for this client: a client sees and cancels its own "
+        "tasks only (an admin token, every client's). GET /v1/tasks lists this client's.",
+        "response_not_found",
+    )
 
 
 # -- inside a write transaction -------------------------------------------------------------
@@ -161,7 +174,7 @@ def row_in(conn: sqlite3.Connection, task_id: str, client_id: str | None = None)
     """The joined row of a task; 404 for unknown ids and, for non-admins, others' tasks."""
     row = conn.execute(JOINED + " WHERE t.id=?", (task_id,)).fetchone()
     if row is None or (client_id is not None and row["client_id"] != client_id):
-        raise _not_found(task_id)
+        raise _not_found(task_id, client_id)
     return cast(Row, row)
 
 
@@ -182,7 +195,7 @@ class TaskReads:
         """The joined row of a task; 404 for unknown ids and, for non-admins, others' tasks."""
         row = await self.db.fetchone(JOINED + " WHERE t.id=?", (task_id,))
         if row is None or (client_id is not None and row["client_id"] != client_id):
-            raise _not_found(task_id)
+            raise _not_found(task_id, client_id)
         return row
 
     async def queue_position(self, row: Row) -> int | None:

@@ -144,8 +144,17 @@ async def _a_response(ctx: ServiceContext, task_id: str, principal: Principal) -
     """The Responses routes know responses only: a chat completion's id answers 404 here
     (as at OpenAI); its task is cancelled at POST /v1/tasks/{id}/cancel."""
     row = await ctx.store.tasks.get(task_id, principal.owner_filter())
-    if json.loads(row["request"]).get("api", "responses") != "responses":
-        raise not_found(f"No response with id {task_id!r}.", "response_not_found")
+    api = json.loads(row["request"]).get("api", "responses")
+    if api != "responses":  # the caller's own task: it may be told what the id is
+        what = {"download": "a download", "embedding": "an embedding"}.get(
+            row["kind"], f"a {api} request"
+        )
+        raise not_found(
+            f"No response with id {task_id!r}: that id is the task of {what}, not a "
+            f"response. POST /v1/tasks/{task_id}/cancel cancels it; GET /v1/tasks/{task_id} "
+            "shows it.",
+            "response_not_found",
+        )
 
 
 @routes.get("/v1/responses/{id}/input_items")
