@@ -319,18 +319,22 @@ def download_status(state: str, progress: Mapping[str, Any] | None) -> str | Non
     """A download's bytes, as the window's task table and `lmsp-desktop tasks` say them in
     place of tokens: "49.0 MiB / 93.8 MiB" while it runs (", waiting for the hub until
     16:41:31" while it waits to try again), "93.8 MiB" once it completed, "cancelled at
-    768.0 KiB of 3.0 MiB"; None when there is nothing to say (no total known, or a failed
-    one, whose bytes are not counted). `progress`: a download's latest progress (the store's
-    `progress` column, or the task object's `download_progress`)."""
+    768.0 KiB of 3.0 MiB", "failed at 1.2 MiB of 3.0 MiB"; None when there is nothing to say
+    (no total known, or a failed one that counted no byte). `progress`: a download's latest
+    progress (the store's `progress` column, or the task object's `download_progress`)."""
     progress = progress or {}
     total = progress.get("bytes_total") or 0
     if not total:
         return None
     if state == TaskState.COMPLETED:
         return binary_size(total)  # what it fetched
+    if state == TaskState.FAILED and progress.get("bytes_done") is None:
+        return None  # it failed before any byte was counted
     done = binary_size(progress.get("bytes_done") or 0)
     if state == TaskState.CANCELLED:  # how far it got, as its log says
         return f"cancelled at {done} of {binary_size(total)}"
+    if state == TaskState.FAILED:  # how far it got (its error says what became of them)
+        return f"failed at {done} of {binary_size(total)}"
     if state not in (TaskState.QUEUED, TaskState.RUNNING):
         return None
     if progress.get("retry_at") and state == TaskState.RUNNING:

@@ -102,8 +102,8 @@ def task_object(
 
 def _download_progress(row: RowLike, request: dict[str, Any]) -> dict[str, Any]:
     """A download's bytes, from what the store keeps (task_reads.DOWNLOAD_PROGRESS: the
-    latest progress while it runs, a cancelled one's last, else its request's total):
-    `bytes_done` (null while not counted yet, and for a failed one), `bytes_total`,
+    latest progress while it runs, a cancelled or failed one's last, else its request's
+    total): `bytes_done` (null while not counted yet), `bytes_total`,
     `bytes_per_s` (while it runs, null before a speed is known), the `file` being fetched,
     and while it waits to try the hub again `retry_at` (Unix seconds) and `retry_reason`."""
     raw = _column(row, "progress")
@@ -113,8 +113,6 @@ def _download_progress(row: RowLike, request: dict[str, Any]) -> dict[str, Any]:
     done = stored.get("bytes_done")
     if state == TaskState.COMPLETED:
         done = total  # all of it: its progress is cleared at its end
-    elif state == TaskState.FAILED:
-        done = None
     running = state == TaskState.RUNNING
     progress: dict[str, Any] = {
         "bytes_done": done,

@@ -121,8 +121,8 @@ TASK = {  # the LMSP task object (core/api/resource.py's task_object; docs/clien
                 "bytes_done": {
                     "type": ["integer", "null"],
                     "minimum": 0,
-                    "description": "Bytes on disk: null before the first are counted and for a "
-                    "failed download; bytes_total once it completed",
+                    "description": "Bytes on disk: null before the first are counted; a failed or "
+                    "cancelled download's last count; bytes_total once it completed",
                 },
                 "bytes_total": _COUNT,
                 "bytes_per_s": {

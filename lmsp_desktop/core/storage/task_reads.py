@@ -19,11 +19,12 @@ from lmsp_desktop.core.storage.events import Row, response_of
 from lmsp_desktop.core.views import TaskFilter
 
 # A download's latest progress (JSON {bytes_done, bytes_total, bytes_per_s, …}; NULL for
-# other kinds): its snapshot while it runs, a cancelled one's last progress event, else the
-# total its request asked for (a completed or failed one's snapshot is cleared at its end).
+# other kinds): its snapshot while it runs, a cancelled or failed one's last progress event
+# (how far it got), else the total its request asked for (a completed, failed or cancelled
+# one's snapshot is cleared at its end).
 DOWNLOAD_PROGRESS = """CASE WHEN t.kind='download' THEN coalesce(
          t.snapshot,
-         CASE WHEN t.state = 'cancelled' THEN
+         CASE WHEN t.state IN ('cancelled', 'failed') THEN
            (SELECT e.data FROM task_events e WHERE e.task_id = t.id
               AND e.type = 'download.progress' ORDER BY e.seq DESC LIMIT 1) END,
          json_object('bytes_total', json_extract(r.request, '$.bytes_total')))
