@@ -25,7 +25,7 @@ from lmsp_desktop.core.config import default_cache_dir
 from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.digest_cache import DigestCache
-from lmsp_desktop.core.models.info import CHANGED, MISSING, OBSERVED
+from lmsp_desktop.core.models.info import CHANGED, INVALID, MISSING, OBSERVED
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.models.sources import SOURCES
 from lmsp_desktop.core.storage.store import Store
@@ -269,17 +269,33 @@ def _refused(name: str, status: int, message: str) -> int:
     return 2 if status in (400, 404) else 1
 
 
+def why_not_run(
+    model_id: str, state: str, reason: str | None = None, observed_error: str | None = None
+) -> str | None:
+    """Why a model in `state` is not run, as `models list` and `models rescan` say it after
+    its state; None for a state that runs. `reason`: an invalid file's own reason, the core's
+    words the Models page (Status tooltip) and GET /v1/models give (ModelInfo.invalid_reason);
+    `observed_error`: why the file a verify found at a changed model's path is no model."""
+    if state == CHANGED:
+        why = f"not run until verified again (lmsp-desktop models verify {model_id})"
+        if observed_error:
+            why += f"; the file now at its path is not a whole model ({observed_error})"
+        return why
+    if state == MISSING:
+        return "its file is gone"
+    if state == INVALID:
+        return reason or "it is not a GGUF model file"
+    return None
+
+
 def _print_scanned(models: list[dict[str, Any]]) -> None:
     count = "1 local model" if len(models) == 1 else f"{len(models)} local models"
     print(f"Rescanned the model folders and stores: {count}.")
     for model in models:
         state = model["state"]
-        if state == "changed":
-            word = f"changed: refused until verified (lmsp-desktop models verify {model['id']})"
-        elif state == "missing":
-            word = "missing: its file is gone"
-        elif state == "invalid":
-            word = f"invalid: {model.get('reason')}"
+        why = why_not_run(model["id"], state, model.get("reason"))
+        if why is not None:
+            word = f"{state}: {why}"
         elif model.get("verified_at") is None:
             word = "not verified yet"
         else:

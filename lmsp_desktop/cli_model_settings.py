@@ -13,23 +13,28 @@ import argparse
 import asyncio
 import json
 import sys
+import textwrap
 import urllib.parse
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lmsp_desktop.cli_model_check import why_not_run
 from lmsp_desktop.cli_service import admin_token, call, refusal, service_url
 from lmsp_desktop.core.config import Settings
 from lmsp_desktop.core.engines.base import ALL_LAYERS, KV_TYPES
 from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.models.fitting import ModelFitter, is_local
-from lmsp_desktop.core.models.info import ModelInfo, name_text
+from lmsp_desktop.core.models.info import CHANGED, INVALID, MISSING, ModelInfo, name_text
 from lmsp_desktop.core.models.memory import AUTO_CONTEXT_RULE, ModelSettings, gib
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.models.sources import SOURCE_LABELS
 from lmsp_desktop.core.storage import model_settings as stored
 from lmsp_desktop.core.storage.store import Store
+
+LOADED = ("loaded", "loading")  # the running service's states of a model in memory
+NOT_RUN = (CHANGED, MISSING, INVALID)  # the files a run refuses, each with its reason
 
 
 def add_settings_commands(models_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -108,7 +113,7 @@ async def run_model_settings(action: str, args: argparse.Namespace, store: Store
             file=sys.stderr,
         )
     fitter = _fitter(store, settings)
-    infos = await listed_models(store, settings)
+    infos, served = await listed_models(store, settings)
     if action == "models.set":
         info = next((i for i in infos if i.id == args.name), None)
         if info is None:
@@ -123,7 +128,7 @@ async def run_model_settings(action: str, args: argparse.Namespace, store: Store
         print(f"{info.id}: {wanted.describe()}. Applies at its next load.")
         print(_fit_line(await fitter.plan(info, wanted)))
         return 0
-    rows = [await _row(fitter, store, info) for info in infos]
+    rows = [await _row(fitter, store, info, served.get(info.id)) for info in infos]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -201,23 +206,26 @@ def _fitter(store: Store, settings: Settings) -> ModelFitter:
     )
 
 
-async def listed_models(store: Store, settings: Settings) -> list[ModelInfo]:
+async def listed_models(store: Store, settings: Settings) -> tuple[list[ModelInfo], dict[str, str]]:
     """The local models the service lists (GET /v1/models, the Models page), by its rule
     (ModelRegistry.list_models): a model of a folder not looked in (an earlier run's
     `--models-dir`) or of a store switched off is kept in the table but not listed. Beside a
     running service, the ones it lists (its own run's `--models-dir` and `--no-source`
     included); without one, the ones a service started now would list (the settings' folders
-    and sources), as `models verify` looks them up."""
+    and sources), as `models verify` looks them up. With them, by id, the state the running
+    service gives each (GET /v1/models: `loaded` while it has the model loaded); none
+    without a service (nothing is loaded then)."""
     data_dir = store.data_dir
+    served: dict[str, str] = {}
     if service_answers(data_dir):
         url = f"{service_url(data_dir)}/v1/models"
         async with admin_token(data_dir, "lmsp-desktop models list") as token:
             status, body = await asyncio.to_thread(call, url, token)
         if status != 200:
             raise LmspError(refusal(body), code="service_refused", status=status)
-        shown = {item["id"] for item in body["data"]}
+        served = {item["id"]: str(item["state"]) for item in body["data"]}
         rows = await store.db.fetchall("SELECT * FROM models ORDER BY id")
-        infos = [ModelInfo.from_row(row) for row in rows if row["id"] in shown]
+        infos = [ModelInfo.from_row(row) for row in rows if row["id"] in served]
     else:
         registry = ModelRegistry(
             store.db,
@@ -229,11 +237,24 @@ async def listed_models(store: Store, settings: Settings) -> list[ModelInfo]:
             infos = await registry.list_models()
         finally:
             await registry.close()
-    return [info for info in infos if is_local(info)]
+    return [info for info in infos if is_local(info)], served
 
 
-async def _row(fitter: ModelFitter, store: Store, info: ModelInfo) -> dict[str, Any]:
+def shown_state(info: ModelInfo, served: str | None) -> str:
+    """A model's STATE as the Models page shows it: `loaded` (or `loading`) while the running
+    service has it so (`served`: its GET /v1/models state; the page's Loaded column), else
+    its file's (verified, unverified, changed, missing, invalid: the page's Status). A file
+    that cannot run says so even while an earlier load of it is kept (as GET /v1/models)."""
+    if served in LOADED and info.state not in NOT_RUN:
+        return served
+    return info.state
+
+
+async def _row(
+    fitter: ModelFitter, store: Store, info: ModelInfo, served: str | None = None
+) -> dict[str, Any]:
     wanted = await stored.get_settings(store.db, info.id)
+    state = shown_state(info, served)
     row: dict[str, Any] = {
         "id": info.id,
         # The other names its store gives the file (`smollm2:latest` beside `smollm2:135m`),
@@ -242,7 +263,7 @@ async def _row(fitter: ModelFitter, store: Store, info: ModelInfo) -> dict[str, 
         "aliases": info.aliases,
         "source": info.source,
         "path": str(info.path),
-        "state": info.state,
+        "state": state,
         "quantization": info.quantization,
         "size_bytes": info.size_bytes,
         "trained_context_length": info.context_length,
@@ -262,6 +283,17 @@ async def _row(fitter: ModelFitter, store: Store, info: ModelInfo) -> dict[str, 
             fit=decided.fit,
             reason=decided.reason or None,
         )
+    # A file that cannot run: why (an invalid one's own reason, the Models page's and GET
+    # /v1/models' words), in place of a fit that no load will need.
+    observed = info.meta.get("observed_error")
+    why = why_not_run(
+        info.id,
+        state,
+        info.invalid_reason,
+        observed if isinstance(observed, str) else None,
+    )
+    if why is not None:
+        row["reason"] = why
     return row
 
 
@@ -319,7 +351,13 @@ def _print(rows: list[dict[str, Any]]) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    if any(r.get("reason") for r in rows):
-        for r in rows:
-            if r.get("reason"):
-                print(f"{r['id']}: {r['reason']}", file=sys.stderr)
+    for r in rows:
+        if not r.get("reason"):
+            continue
+        if r["state"] in NOT_RUN:
+            # Part of the list (the Models page shows it in the row), wrapped to 80 columns.
+            print(
+                textwrap.fill(f"{r['id']}: {r['state']}: {r['reason']}", 80, subsequent_indent="  ")
+            )
+        else:  # a fit's warning, as `models set` gives it
+            print(f"{r['id']}: {r['reason']}", file=sys.stderr)
