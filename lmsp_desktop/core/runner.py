@@ -138,7 +138,14 @@ class RemoteEngines(Protocol):
 class ReportsCrashes(Protocol):
     """A loaded model whose engine process can die by itself (engine workers)."""
 
+    crash: EngineCrashed | None  # set once its process died unasked
+
     def when_crashed(self, callback: Callable[[EngineCrashed], None]) -> None: ...
+
+
+def _crash_of(model: LoadedModel) -> EngineCrashed | None:
+    """How the model's engine process died, if it did (models that can die report it)."""
+    return model.crash if isinstance(model, ReportsCrashes) else None
 
 
 # How to load a local model (context, sequences, KV type, GPU layers), decided just before
@@ -154,7 +161,7 @@ class _Slot:
     loading: asyncio.Future[LoadedModel]
     model: LoadedModel | None = None
     remote: bool = False  # an upstream's model: no memory here, not counted against the limit
-    busy: int = 0
+    busy: int = 0  # takers (_acquire) that have not given it back (_give_back)
     last_used: float = field(default_factory=time.monotonic)
     # Idle seconds before unloading, as the last request on it asked (Ollama's keep_alive;
     # negative: never); None: the runner's idle_unload_s.
@@ -226,7 +233,7 @@ class Runner:
         self._load_cancels: dict[str, asyncio.Event] = {}
         # Loads whose task was cancelled meanwhile: they go on for the next task of the model
         # (the model then stays for its idle time); stop() ends them like the lanes.
-        self._loads_left: set[asyncio.Task[LoadedModel]] = set()
+        self._loads_left: set[asyncio.Task[_Slot]] = set()
         self._stopping = False
         self.crashes = CrashLog()  # engine processes that died, by model
         self._janitor: asyncio.Task[None] | None = None
@@ -411,15 +418,9 @@ class Runner:
         try:
             if not resuming and needs_load and not await self.tasks.mark_loading(task_id):
                 return  # cancelled meanwhile
-            for _attempt in range(2):
-                loaded = await self._loaded_unless_cancelled(
-                    asyncio.create_task(self._acquire(key, path, remote)), cancelled
-                )
-                slot = self._slots.get(key)
-                if loaded is None or (slot is not None and slot.model is loaded):
-                    break
-                # Its engine process died idle after the load and before this task took it
-                # (_died_idle dropped it): the task loads it afresh rather than fail on it.
+            slot = await self._loaded_unless_cancelled(
+                asyncio.create_task(self._acquire(key, path, remote)), cancelled
+            )
         except EngineCrashed as exc:  # the engine process died while loading
             await self._after_crash(row["model"], task_id, None, exc)
             return
@@ -428,15 +429,11 @@ class Runner:
             return
         finally:
             del self._load_cancels[task_id]
-        if loaded is None:  # cancelled while its model loads: confirmed now, not at the end
+        if slot is None:  # cancelled while its model loads: confirmed now, not at the end
             await self._confirm_cancelled(task_id)
             return
-        slot = self._slots.get(key)
-        if slot is None or slot.model is not loaded:
-            # Its engine died idle twice between a load and this task's start: the task runs
-            # on it all the same, and its generation reports the crash (_after_crash).
-            slot = _Slot(asyncio.get_running_loop().create_future(), model=loaded)
-        slot.busy += 1
+        loaded = slot.model
+        assert loaded is not None  # _acquire takes loaded models only
         try:
             if row["kind"] == TaskKind.EMBEDDING:
                 await self._embed(row, loaded)
@@ -444,11 +441,9 @@ class Runner:
                 await self._generate(task_id, loaded, resuming)
         finally:
             self._first_tokens.pop(task_id, None)  # its end, if any, has stored it
-            slot.busy -= 1
-            slot.last_used = time.monotonic()
             keep_alive = json.loads(row["request"]).get("keep_alive_s")
             slot.keep_alive = float(keep_alive) if isinstance(keep_alive, int | float) else None
-            self._idle_changed.set()  # keep_alive 0 unloads now, not at the next round
+            self._give_back(slot)  # keep_alive 0 unloads now, not at the next round
 
     async def _generate(self, task_id: str, loaded: LoadedModel, resuming: bool) -> None:
         row = await self.tasks.get(task_id)
@@ -692,10 +687,13 @@ class Runner:
         record, new = self.crashes.record(model_id, crash)
         affected = [task_id]
         if new:
+            # Its slot, whichever task reports the crash first (one that was about to take the
+            # model reports it too, with no model of its own: _acquire).
             slot = self._slots.get(model_id)
-            if loaded is not None and slot is not None and slot.model is loaded:
+            dead = None if slot is None else slot.model
+            if dead is not None and (dead is loaded or _crash_of(dead) is crash):
                 del self._slots[model_id]
-                await loaded.unload()  # the process is gone: this only reaps what is left
+                await dead.unload()  # the process is gone: this only reaps what is left
             # The model's queued tasks too (a `fail` one fails), as a restart would
             # (LMSP_API.md: "exactly as after a restart of the service").
             affected += [
@@ -755,12 +753,10 @@ class Runner:
             return
         self.crashes.release(model_id)
         path = await self.models.path_for_run(model_id)
-        await self._acquire(model_id, path)
-        slot = self._slots.get(model_id)
-        if slot is not None:
-            slot.keep_alive = keep_alive
-            slot.unload_when_idle = False
-            self._idle_changed.set()
+        slot = await self._acquire(model_id, path)
+        slot.keep_alive = keep_alive
+        slot.unload_when_idle = False
+        self._give_back(slot)
         self._wake(model_id)
 
     async def unload(self, model_id: str) -> bool:
@@ -818,15 +814,17 @@ class Runner:
 
     # -- loading -----------------------------------------------------------------------
     async def _loaded_unless_cancelled(
-        self, acquiring: asyncio.Task[LoadedModel], cancelled: asyncio.Event
-    ) -> LoadedModel | None:
-        """The loaded model, or None once the task is cancelled while it loads: the load goes
-        on without it (single-flight: the model's next task, or another lane, takes it)."""
+        self, acquiring: asyncio.Task[_Slot], cancelled: asyncio.Event
+    ) -> _Slot | None:
+        """The model's slot, taken for the task (_acquire), or None once the task is cancelled
+        while it loads: the load goes on without it (single-flight: the model's next task,
+        or another lane, takes it), and gives back what it took when it ends."""
         cancel = asyncio.create_task(cancelled.wait())
         try:
             await asyncio.wait((acquiring, cancel), return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             acquiring.cancel()  # the lane stops (the runner's stop): so does its load
+            acquiring.add_done_callback(self._give_back_left)  # it may have just taken it
             raise
         finally:
             cancel.cancel()
@@ -836,51 +834,95 @@ class Runner:
             return None
         return acquiring.result()
 
-    def _load_left_done(self, task: asyncio.Task[LoadedModel]) -> None:
+    def _load_left_done(self, task: asyncio.Task[_Slot]) -> None:
         self._loads_left.discard(task)
         if not task.cancelled() and task.exception() is not None:
             # The model's next task loads it again and reports its failure.
             log.info("a load whose task was cancelled failed: %s", task.exception())
+        self._give_back_left(task)
 
-    async def _acquire(self, lane: str, path: Path, remote: Engine | None = None) -> LoadedModel:
-        """The loaded model of `lane` (a model id for local models, whose lanes share it),
-        loaded once however many tasks ask at the same time."""
-        model_id = _model_of(lane)
-        slot = self._slots.get(lane)
-        if slot is None:
-            if remote is None and model_id in self.crashes.held:
-                raise self.crashes.held_error(model_id)
-            if remote is None:
-                await self._make_room()
-            slot = _Slot(asyncio.get_running_loop().create_future(), remote=remote is not None)
-            self._slots[lane] = slot
-            self._notify_load(model_id, "loading", 0.0)
-            try:
-                # A local model runs with its settings fitted to the memory available.
-                settings = None
-                if remote is None and self.settings_of is not None:
-                    settings = await self.settings_of(model_id)
-                    if settings.parallel and settings.parallel != self.lanes_of(model_id):
-                        self.model_parallel[model_id] = settings.parallel
-                        self._wake(model_id)  # lanes for the model's own concurrency
-                loaded = await (remote or self.engine).load(
-                    path,
-                    lambda p: self._notify_load(model_id, "loading", p),
-                    settings=settings,
-                )
-            except BaseException as exc:
-                del self._slots[lane]
-                slot.loading.set_exception(exc)
-                slot.loading.exception()  # mark retrieved: other waiters may not exist
-                self._notify_load(model_id, "unloaded", 0.0)
-                raise
-            slot.model = loaded
-            slot.loading.set_result(loaded)
-            self._notify_load(model_id, "loaded", 1.0)
-            if isinstance(loaded, ReportsCrashes):
-                loaded.when_crashed(partial(self._died_idle, lane, loaded))
+    def _give_back_left(self, task: asyncio.Task[_Slot]) -> None:
+        """A load no task waits for any more: the model stays for its idle time."""
+        if not task.cancelled() and task.exception() is None:
+            self._give_back(task.result())
+
+    def _give_back(self, slot: _Slot) -> None:
+        """A task is done with its model (taken by _acquire): it is idle once none runs on it
+        (the idle unloader, _make_room and _died_idle look at `busy`)."""
+        slot.busy -= 1
         slot.last_used = time.monotonic()
-        return await asyncio.shield(slot.loading)
+        self._idle_changed.set()
+        crash = None if slot.busy or slot.model is None else _crash_of(slot.model)
+        if crash is not None and slot.model is not None:
+            # It died while taken, and no task reported it (a load whose task was cancelled
+            # held it, or the task had ended): now idle, it is dropped as _died_idle does.
+            lane = next((lane for lane, s in self._slots.items() if s is slot), None)
+            if lane is not None:
+                self._died_idle(lane, slot.model, crash)
+
+    async def _acquire(self, lane: str, path: Path, remote: Engine | None = None) -> _Slot:
+        """The slot of `lane`'s loaded model (a model id for local models, whose lanes share
+        it), loaded once however many tasks ask at the same time, and taken for the caller:
+        `busy` counts it, and _give_back returns it. Never a model whose engine process is
+        gone: one that died after its load and before the take (_died_idle dropped it) is
+        loaded again; the check and the take have no await between them, so a death after
+        that is a crash during the task (_after_crash). A model that died under another
+        task, not yet reported, fails this one with the crash, as it does the queued ones."""
+        died = 0
+        while True:
+            slot = self._slots.get(lane)
+            if slot is None:
+                slot = await self._load(lane, path, remote)
+            loaded = await asyncio.shield(slot.loading)
+            crash = _crash_of(loaded)
+            if self._slots.get(lane) is slot and crash is None:
+                slot.busy += 1
+                slot.last_used = time.monotonic()
+                return slot
+            if crash is None:
+                continue  # unloaded before it was taken (the user, or to make room)
+            if self._slots.get(lane) is slot:
+                raise crash  # a task on it will report it too (CrashLog counts it once)
+            died += 1
+            if died == 2:  # every load dies at once: a crash while loading, which counts
+                raise EngineCrashed(_model_of(lane), crash.cause)
+
+    async def _load(self, lane: str, path: Path, remote: Engine | None) -> _Slot:
+        """Register a slot for `lane` and start its model's load (single-flight: other tasks
+        wait on `slot.loading`); the slot is loaded when this returns."""
+        model_id = _model_of(lane)
+        if remote is None and model_id in self.crashes.held:
+            raise self.crashes.held_error(model_id)
+        if remote is None:
+            await self._make_room()
+        slot = _Slot(asyncio.get_running_loop().create_future(), remote=remote is not None)
+        self._slots[lane] = slot
+        self._notify_load(model_id, "loading", 0.0)
+        try:
+            # A local model runs with its settings fitted to the memory available.
+            settings = None
+            if remote is None and self.settings_of is not None:
+                settings = await self.settings_of(model_id)
+                if settings.parallel and settings.parallel != self.lanes_of(model_id):
+                    self.model_parallel[model_id] = settings.parallel
+                    self._wake(model_id)  # lanes for the model's own concurrency
+            loaded = await (remote or self.engine).load(
+                path,
+                lambda p: self._notify_load(model_id, "loading", p),
+                settings=settings,
+            )
+        except BaseException as exc:
+            del self._slots[lane]
+            slot.loading.set_exception(exc)
+            slot.loading.exception()  # mark retrieved: other waiters may not exist
+            self._notify_load(model_id, "unloaded", 0.0)
+            raise
+        slot.model = loaded
+        slot.loading.set_result(loaded)
+        self._notify_load(model_id, "loaded", 1.0)
+        if isinstance(loaded, ReportsCrashes):
+            loaded.when_crashed(partial(self._died_idle, lane, loaded))
+        return slot
 
     async def _make_room(self) -> None:
         """Unload the least recently used idle model when the maximum is loaded."""
