@@ -77,6 +77,9 @@ async def test_a_failed_download_has_retry_in_its_row_which_continues_from_its_b
         await hub.server.start(port or 0)  # the hub is back
         hub.server.bytes_per_s = None
         hub.server.requests.clear()
+        # As a user sees it: laid out in its column, just shown (a click on the button
+        # before the layout catches up hits a 0x0 widget, which ignores it; a loaded run).
+        await until(lambda: button.width() > 0, what=lambda: str(button.size()))
         qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
         await until(lambda: len(started) == 2, what=dialog.status.text)
         assert started[1] != started[0]  # a new download task, as Download makes
@@ -126,6 +129,9 @@ async def test_a_cancelled_download_has_retry_in_its_row_too(
         # A cancel was the user's doing: the status line describes the file as before.
         assert dialog.status.text().startswith("tiny-Q8_0.gguf (3.0 MiB)"), dialog.status.text()
         hub.server.bytes_per_s = None
+        # As a user sees it: laid out in its column, just shown (a click on the button
+        # before the layout catches up hits a 0x0 widget, which ignores it; a loaded run).
+        await until(lambda: button.width() > 0, what=lambda: str(button.size()))
         qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
         await until(lambda: len(started) == 2, what=dialog.status.text)
         assert started[1] != started[0]
