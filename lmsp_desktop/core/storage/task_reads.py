@@ -37,6 +37,7 @@ SELECT t.n, t.id, t.client_id, t.model, t.state, t.on_restart, t.mode, t.created
        t.started_at, t.finished_at, t.restarts, t.last_seq, t.snapshot,
        r.request, r.output_text, r.item_id, r.input_tokens, r.output_tokens, r.completed_at,
        r.error, r.incomplete_reason, r.output_items, r.cached_tokens, r.stop_sequence,
+       r.embedding_dimensions,
        {DOWNLOAD_PROGRESS} AS progress
 FROM tasks t JOIN responses r ON r.id = t.id
 """

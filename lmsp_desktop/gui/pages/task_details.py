@@ -50,12 +50,43 @@ def is_download(row: Any) -> bool:
     return "kind" in row.keys() and row["kind"] == "download"  # noqa: SIM118
 
 
+def is_embedding(row: Any) -> bool:
+    return "kind" in row.keys() and row["kind"] == "embedding"  # noqa: SIM118
+
+
+def embedding_output(row: Any) -> str:
+    """What an embedding made, as its Output tab says it (vectors, not text: "No output
+    yet." stood under a completed one): "2 embeddings of 576 dimensions, 6 input tokens"."""
+    inputs = json.loads(row["request"]).get("input")
+    n = len(inputs) if isinstance(inputs, list) else 1
+    texts = f"{n} input{'' if n == 1 else 's'}"
+    state = row["state"]
+    if state == TaskState.COMPLETED:
+        keys = row.keys()
+        dims = row["embedding_dimensions"] if "embedding_dimensions" in keys else None
+        made = f"{n} embedding{'' if n == 1 else 's'}"
+        if dims:
+            made += f" of {dims:,} dimensions"
+        tokens = row["input_tokens"] or 0
+        return (
+            f"{made}, {tokens:,} input token{'' if tokens == 1 else 's'}. An embedding "
+            "makes vectors, not text: the client that asked received them."
+        )
+    if state == TaskState.CANCELLED:
+        return f"No embeddings: cancelled before its {texts} were read."
+    if state in (TaskState.QUEUED, TaskState.LOADING):
+        return f"Waiting to embed {texts}; an embedding makes vectors, not text."
+    return f"Embedding {texts}: an embedding makes vectors, not text."
+
+
 def empty_output_reason(row: Any) -> str:
     """What the Output tab says while a task has no text: why, not just "no output"."""
     state = row["state"]
     error = json.loads(row["error"]) if row["error"] else None
     if state == TaskState.FAILED and error:
         return f"No output: the task failed ({error['code']}). {error['message']}"
+    if is_embedding(row):
+        return embedding_output(row)
     if is_download(row):  # writes a file, not text: "the model wrote" would be wrong words
         return DOWNLOAD_OUTPUT.get(state, DOWNLOAD_OUTPUT[TaskState.RUNNING])
     if state == TaskState.CANCELLED and row["started_at"] is None:
