@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -25,12 +25,25 @@ from PySide6.QtWidgets import (
 )
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.states import CANCELLABLE, TERMINAL, TaskState
+from lmsp_desktop.core.states import CANCELLABLE, TERMINAL, EventType, TaskState
 from lmsp_desktop.core.views import TaskChange, TaskRow
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
-from lmsp_desktop.gui.format import STATE_COLOURS, human_duration, state_word, why_incomplete
-from lmsp_desktop.gui.models.event_table import COL_DATA, EventTableModel
+from lmsp_desktop.gui.format import (
+    STATE_COLOURS,
+    clock,
+    human_duration,
+    state_word,
+    why_incomplete,
+)
+from lmsp_desktop.gui.models.base import Index
+from lmsp_desktop.gui.models.event_table import (
+    COL_DATA,
+    COL_TYPE,
+    EventTableModel,
+    download_progress,
+)
+from lmsp_desktop.gui.models.event_table import Role as EventRole
 from lmsp_desktop.gui.pages.details_header import DetailsHeader, Fact
 from lmsp_desktop.gui.pages.earlier_run import EarlierRuns, with_earlier
 
@@ -42,8 +55,59 @@ DOWNLOAD_OUTPUT = {
     TaskState.RUNNING: "A download writes a file, not text: its progress, speed and time left "
     "are in the task table; the file lands in the Hugging Face cache.",
     TaskState.COMPLETED: "Downloaded: the model is listed on the Models page.",
-    TaskState.CANCELLED: "Download cancelled. Models › Download… starts it again.",
+    TaskState.CANCELLED: "Download cancelled. Retry (above) starts it again.",
+    TaskState.FAILED: "The download failed. Retry (above) continues from the bytes it kept.",
 }
+
+
+# A download's lifecycle events in download words (Type, Data): the stored types are the
+# API's, shared with generations ("response.cancelling", "status=in_progress
+# state=cancelling" sat between readable download.progress rows); the stored type stays in
+# the Type cell's tooltip and in the JSONL export.
+DOWNLOAD_EVENTS = {
+    EventType.CREATED: ("download created", "the file's download was asked for"),
+    EventType.QUEUED: ("download queued", "waits for a free download slot"),
+    EventType.IN_PROGRESS: ("download started", "fetching the file from the hub"),
+    EventType.RESUMED: ("download resumed", "going on after the restart"),
+    EventType.CANCELLING: ("cancelling…", "stopping the transfer"),
+    EventType.CANCELLED: ("download cancelled", "stopped; its partial file is removed"),
+    EventType.COMPLETED: ("download completed", "the file is whole; listed on the Models page"),
+    EventType.FAILED: ("download failed", ""),
+}
+
+
+class TaskEvents(EventTableModel):
+    """The shown task's events; a download's lifecycle events labelled as a download's."""
+
+    download = False  # the shown task is a download (set once its row is read)
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        shown = super().data(index, role)
+        if not self.download or index.column() not in (COL_TYPE, COL_DATA):
+            return shown
+        etype = str(super().data(self.index(index.row(), COL_TYPE)))
+        words = DOWNLOAD_EVENTS.get(etype)  # type: ignore[call-overload]
+        if words is None:
+            return shown
+        if role == Qt.ItemDataRole.ToolTipRole and index.column() == COL_TYPE:
+            return f"Stored (and exported) as {etype}"
+        if role != Qt.ItemDataRole.DisplayRole:
+            return shown
+        if index.column() == COL_TYPE:
+            return words[0]
+        said = words[1]
+        if etype == EventType.FAILED:  # the reason, as the generic summary has it
+            said = str(shown).partition(" error=")[2] or str(shown)
+        bytes_then = self._bytes_before(index.row())
+        return f"{said} ({bytes_then})" if bytes_then and said else said or bytes_then
+
+    def _bytes_before(self, row: int) -> str:
+        """The bytes of the progress event just before a lifecycle event (a few rows up)."""
+        for above in range(row - 1, max(-1, row - 4), -1):
+            if self.index(above, COL_TYPE).data() == EventType.DOWNLOAD_PROGRESS:
+                event = self.index(above, 0).data(EventRole.JSON) or {}
+                return download_progress({**event, "bytes_per_s": None, "retry_at": None})
+        return ""
 
 
 def is_download(row: Any) -> bool:
@@ -207,6 +271,7 @@ class TaskDetails(QWidget):
     """Shows the selected task and follows it live; offers Copy id, Cancel and Export."""
 
     cancel_requested = Signal(list)  # [task_id]
+    retried = Signal(str)  # the download task Retry started (or joined)
 
     def __init__(self, core: CoreApi, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -216,6 +281,9 @@ class TaskDetails(QWidget):
         self._output = ""
         self._row: Any = None  # the shown task as last read
         self._ended: TaskRow | None = None  # its list row, when the restart ended it
+        # A restarted task's first start (task id → time), read once per task.
+        self._first_starts: dict[str, float | None] = {}
+        self._first_started: float | None = None  # the shown task's
         # The output of the run before the last start-over, read once per task and restart.
         self._earlier = EarlierRuns(core)
         # Two lines always (a failure's reason takes the second): the tabs below stay put
@@ -228,14 +296,22 @@ class TaskDetails(QWidget):
         self.cancel_button.clicked.connect(
             lambda: self.cancel_requested.emit([self.task_id] if self.task_id else [])
         )
+        # A failed or cancelled download's Retry, as the Download dialog's row has it: the
+        # same pull (core.pull_model) the dialog's Download and Retry make.
+        self.retry_button = QPushButton("Retry")
+        self.retry_button.setToolTip(
+            "Download the file again (a failed download continues from the bytes it kept)"
+        )
+        self.retry_button.clicked.connect(lambda: aio.spawn(self.retry(), self))
         top = QHBoxLayout()
         top.addWidget(self.header, 1)
         top.addWidget(self.copy_button)
+        top.addWidget(self.retry_button)
         top.addWidget(self.cancel_button)
 
         self.output = QPlainTextEdit(readOnly=True)
         self.output.setPlaceholderText(NOTHING_SELECTED)
-        self.events = EventTableModel(core, parent=self)
+        self.events = TaskEvents(core, parent=self)
         self.events_view = QTableView()
         self.events_view.setModel(self.events)
         self.events_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -332,8 +408,21 @@ class TaskDetails(QWidget):
             if task_id != self.task_id:
                 return
             ended = listed[0] if listed and listed[0].ended_by_restart else None
-        self._row, self._ended = row, ended
+        first_start: float | None = None
+        if row["restarts"] and row["started_at"] is not None:
+            first_start = await self._first_start(task_id)
+            if task_id != self.task_id:
+                return
+        self._row, self._ended, self._first_started = row, ended, first_start
         self.state = row["state"]
+        download = is_download(row)
+        if self.events.download != download:
+            self.events.download = download
+            if self.events.rowCount():
+                self.events.dataChanged.emit(
+                    self.events.index(0, COL_TYPE),
+                    self.events.index(self.events.rowCount() - 1, COL_DATA),
+                )
         self._show_header(row)
         self._set_placeholder(empty_output_reason(row))
         if row["state"] == TaskState.QUEUED and not is_download(row):
@@ -354,6 +443,18 @@ class TaskDetails(QWidget):
         self._show_output(with_earlier(row, earlier, output_shown(row)), generating)
         self._set_buttons()
         await self.events.follow(row["last_seq"])
+
+    async def _first_start(self, task_id: str) -> float | None:
+        """When a restarted task first started (its first `response.in_progress`): its
+        started_at is its last run's start, so "ran" counted only the run after a resume."""
+        if task_id in self._first_starts:
+            return self._first_starts[task_id]
+        rows = await self.core.task_event_rows(task_id, 0, 64)
+        first = next((r["created_at"] for r in rows if r["type"] == EventType.IN_PROGRESS), None)
+        if len(self._first_starts) > 256:
+            self._first_starts.clear()
+        self._first_starts[task_id] = first
+        return first
 
     async def _model_being_checked(self, model_id: str) -> bool:
         """Whether a queued task's model is still being hashed: the queue waits for it (a
@@ -387,7 +488,8 @@ class TaskDetails(QWidget):
             Fact(row["model"]),
             Fact(state, colour=STATE_COLOURS.get(row["state"], "#8c8c8c")),
         ]
-        optional = [Fact(f"on restart: {row['on_restart']}")]
+        # What a restart would do: nothing to an ended task, so nothing said of it then.
+        optional = [] if row["state"] in TERMINAL else [Fact(f"on restart: {row['on_restart']}")]
         ended = self._ended if self._ended is not None and self._ended.id == row["id"] else None
         if ended is not None and row["started_at"] is not None:  # never the downtime
             ran = ended.duration()
@@ -396,7 +498,14 @@ class TaskDetails(QWidget):
             )
         elif row["started_at"] is not None:  # the table's Duration steps aside when narrow
             end = row["finished_at"] or time.time()
-            optional.append(Fact(f"ran {human_duration(end - row['started_at'])}"))
+            # A restarted task from its first start (the downtime between its runs in),
+            # as the clock times say: "ran 25 s from 18:57:23", not its last run's 5.8 s.
+            first = self._first_started if row["restarts"] else None
+            if first is not None and first < row["started_at"]:
+                since = clock(first)
+                optional.append(Fact(f"ran {human_duration(end - first)} from {since}"))
+            else:
+                optional.append(Fact(f"ran {human_duration(end - row['started_at'])}"))
         if row["restarts"]:
             optional.append(Fact(f"restarted {row['restarts']}×"))
         # The reason in words on a line of its own, not only in a tooltip.
@@ -433,8 +542,37 @@ class TaskDetails(QWidget):
         if at_bottom:
             bar.setValue(bar.maximum())
 
+    def retryable(self) -> bool:
+        """The shown task is a download that failed or was cancelled."""
+        row = self._row
+        return (
+            row is not None
+            and row["id"] == self.task_id
+            and is_download(row)
+            and row["state"] in (TaskState.FAILED, TaskState.CANCELLED)
+        )
+
+    async def retry(self) -> str | None:
+        """Pull the shown download's file again, as the Download dialog's Retry does; the
+        new task is told (`retried`) for the page to select it."""
+        if not self.retryable():
+            return None
+        repo, _, selector = str(self._row["model"]).partition(":")  # as pull named it
+        self.retry_button.setEnabled(False)
+        try:
+            task_id = await self.core.pull_model(repo, selector)
+        except LmspError as exc:
+            aio.show_error(self, exc)
+            return None
+        finally:
+            self._set_buttons()
+        self.retried.emit(task_id)
+        return task_id
+
     def _set_buttons(self) -> None:
         self.copy_button.setEnabled(self.task_id is not None)
+        self.retry_button.setVisible(self.retryable())
+        self.retry_button.setEnabled(self.retryable())
         self.cancel_button.setEnabled(self.state in CANCELLABLE)
         self.export_button.setEnabled(self.task_id is not None)
 

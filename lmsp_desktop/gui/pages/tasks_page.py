@@ -141,6 +141,7 @@ class TasksPage(QWidget):
         self.table.selectionModel().currentRowChanged.connect(self._selection_changed)
         self.details = TaskDetails(core)
         self.details.cancel_requested.connect(self.cancel_tasks)
+        self.details.retried.connect(self.show_task)  # the new download, selected
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.table)
         self.splitter.addWidget(self.details)
