@@ -89,7 +89,7 @@ class MainWindow(QMainWindow):
         self.last_prompt_model: str | None = None  # Try a prompt's last model in this run
         self.quitting = False
         self.bridge = CoreBridge(core, parent=self)
-        self.tasks = TasksPage(core, core.url)
+        self.tasks = TasksPage(core, core.url, qsettings=self.qsettings)
         self.models = ModelsPage(core, qsettings=self.qsettings)
         self.clients = ClientsPage(core)
         self.sidebar = Sidebar()

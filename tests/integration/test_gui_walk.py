@@ -20,7 +20,7 @@ from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.upstreams import engine as upstream_engine
 from lmsp_desktop.gui.data import STATE_FILTERS
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
-from lmsp_desktop.gui.models.task_table import COL_ID
+from lmsp_desktop.gui.models.task_table import COL_CLIENT, COL_ID
 from tests.integration.gui_windows import (
     MODEL,
     client_token,
@@ -231,9 +231,9 @@ async def test_clients_page_lines_tell_the_last_answer_and_let_go_of_expired_req
 async def test_a_narrow_window_lets_the_least_useful_task_columns_go_first(
     qtbot: Any, tmp_path: Path
 ) -> None:
-    """At 900 px On restart and Created step aside (the details header has both) and the Id
-    is cut in the middle before Duration (a download's time left) or the speed go; before,
-    Duration dropped first and the Id kept its whole width."""
+    """At 900 px On restart and Created step aside (the details header has both); narrower,
+    the long client's name is cut before Duration (a download's time left) or the speed go,
+    and the Id keeps at least its distinguishing end."""
     async with open_app(qtbot, tmp_path, engine=slow_engine()) as (core, window):
         tasks = window.tasks
         token = await client_token(core, "a-client-with-a-long-name")
@@ -254,14 +254,18 @@ async def test_a_narrow_window_lets_the_least_useful_task_columns_go_first(
             lambda: shown() == keep and tasks.table.horizontalScrollBar().maximum() == 0,
             what=lambda: f"{keep} at 900 px, shown: {shown()}",
         )
-        window.resize(760, 600)  # narrower still: the Id is elided in the middle first
+        # Narrower still: the long client's name is cut first; the Id keeps at least its end
+        # ("…8f2a91c0"; it was cut to "dl_......4cb8"); Duration stays.
+        window.resize(760, 600)
         row = tasks.model.row_of(task_id)
         assert row is not None
-        ids = tasks.table.sizeHintForColumn(COL_ID)
+        clients = tasks.table.sizeHintForColumn(COL_CLIENT)
+        id_end = tasks.fontMetrics().horizontalAdvance("…00000000") + 8
         await until(
-            lambda: "Duration" in shown() and header.sectionSize(COL_ID) < ids,
-            what=lambda: f"the Id narrowed, Duration kept: {shown()}",
+            lambda: "Duration" in shown() and header.sectionSize(COL_CLIENT) < clients,
+            what=lambda: f"the Client narrowed, Duration kept: {shown()}",
         )
+        assert header.sectionSize(COL_ID) >= id_end
 
 
 async def test_a_failed_upstream_tasks_header_keeps_two_lines_and_the_tabs_in_place(

@@ -4,7 +4,7 @@ into what is left, and the least needed ones hidden when the window is too narro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import cast
 
 from PySide6.QtCore import (
@@ -17,7 +17,14 @@ from PySide6.QtCore import (
     Signal,
 )
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QHeaderView, QStyledItemDelegate, QStyleOptionViewItem, QTableView
+from PySide6.QtWidgets import (
+    QHeaderView,
+    QMenu,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTableView,
+    QWidget,
+)
 
 Index = QModelIndex | QPersistentModelIndex
 DIGITS = str.maketrans("0123456789", "0000000000")  # UI fonts draw digits equally wide
@@ -281,6 +288,46 @@ class ColumnFitter(QObject):
     def hidden_columns(self) -> list[int]:
         header = self.table.horizontalHeader()
         return [c for c in range(header.count()) if header.isSectionHidden(c)]
+
+
+def column_menu(
+    parent: QWidget,
+    fitter: ColumnFitter,
+    titles: Sequence[str],
+    fixed: Collection[int] = (),
+    changed: Callable[[], None] = lambda: None,
+) -> QMenu:
+    """A header's show/hide menu (the Tasks page's): each column but the `fixed` ones, ticked
+    while shown; one hidden for lack of room says so, and ticking it makes others give way
+    first; Reset columns. `changed` runs after each choice (to keep it in the settings)."""
+    menu = QMenu(parent)
+    menu.setToolTipsVisible(True)
+    dropped = set(fitter.dropped_for_room())
+    header = fitter.table.horizontalHeader()
+
+    def want(col: int, on: bool) -> None:
+        fitter.set_wanted(col, on)
+        changed()
+
+    def reset() -> None:
+        fitter.unwanted.clear()
+        fitter.pinned.clear()
+        fitter.reset_widths()
+        changed()
+
+    for col, title in enumerate(titles):
+        if col in fixed:
+            continue
+        action = menu.addAction(f"{title} (left out for room)" if col in dropped else title)
+        if col in dropped:
+            action.setToolTip("Tick it to show it: other columns give way first.")
+        action.setCheckable(True)
+        action.setChecked(not header.isSectionHidden(col))
+        action.setData(col)
+        action.toggled.connect(lambda on, c=col: want(c, on))
+    menu.addSeparator()
+    menu.addAction("Reset columns").triggered.connect(reset)
+    return menu
 
 
 class ElideMiddle(QStyledItemDelegate):

@@ -3,13 +3,15 @@ hashed on the Models page."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPalette
+from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt
+from PySide6.QtGui import QColor, QHelpEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QApplication,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
+    QToolTip,
     QWidget,
 )
 
@@ -42,6 +44,25 @@ class ProgressBarDelegate(QStyledItemDelegate):
         if index.data(self.role) is not None:
             hint.setWidth(hint.width() + PADDING)
         return hint
+
+    def helpEvent(
+        self,
+        event: QHelpEvent,
+        view: QAbstractItemView,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> bool:
+        """A cell cut at its end ("1.0 MiB / 3.0 MiB, waiting fo…") is whole in its tooltip,
+        before what the model's tooltip says of it."""
+        if event.type() != QEvent.Type.ToolTip or not index.isValid():
+            return super().helpEvent(event, view, option, index)
+        text = str(index.data(Qt.ItemDataRole.DisplayRole) or "")
+        room = option.rect.width() - (PADDING + 8 if index.data(self.role) is not None else 8)
+        if not text or option.fontMetrics.horizontalAdvance(text) <= room:
+            return super().helpEvent(event, view, option, index)
+        tip = index.data(Qt.ItemDataRole.ToolTipRole)
+        QToolTip.showText(event.globalPos(), f"{text}\n{tip}" if tip else text, view)
+        return True
 
     def paint(
         self,

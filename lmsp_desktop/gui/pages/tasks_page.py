@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelectionModel, QPoint, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -12,10 +12,13 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMenu,
     QMessageBox,
     QPushButton,
     QSplitter,
     QStackedWidget,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -38,10 +41,11 @@ from lmsp_desktop.gui.models.task_table import (
     COL_TOKENS,
     COL_TPS,
     DOWN_ARROW,
+    HEADERS,
     TaskTableModel,
 )
 from lmsp_desktop.gui.models.task_table import Role as TaskRole
-from lmsp_desktop.gui.pages.column_fit import ColumnFitter, ElideMiddle
+from lmsp_desktop.gui.pages.column_fit import ColumnFitter, column_menu
 from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
 from lmsp_desktop.gui.pages.task_details import TaskDetails
 
@@ -57,6 +61,15 @@ def curl_example(url: str, model: str = "smollm2-135m-instruct") -> str:
     )
 
 
+class KeepEnd(QStyledItemDelegate):
+    """The Id cut at its start when narrowed: `…8f2a91c0`, its random end that tells it
+    apart, never `dl_......4cb8` (cut in the middle of its short form)."""
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: Any) -> None:
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideLeft
+
+
 class TasksPage(QWidget):
     """Lists tasks live, filters them in the store, and cancels the selection."""
 
@@ -64,9 +77,16 @@ class TasksPage(QWidget):
     pair_requested = Signal()
     connect_requested = Signal()
 
-    def __init__(self, core: CoreApi, url: str = "", parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        core: CoreApi,
+        url: str = "",
+        parent: QWidget | None = None,
+        qsettings: QSettings | None = None,
+    ) -> None:
         super().__init__(parent)
         self.core = core
+        self.qsettings = qsettings  # where the columns the user showed or hid are kept
         self.url = url
         self.model = TaskTableModel(core, parent=self)
         self._wanted: str | None = None  # a task asked for whose row has not arrived yet
@@ -117,25 +137,39 @@ class TasksPage(QWidget):
         # on Id, a column a narrow window keeps, where Created steps aside early
         # (▼: newest first; Qt calls that arrow AscendingOrder, see TaskTableModel.sort).
         header.setSortIndicator(COL_ID, DOWN_ARROW)
-        # Columns fit their content and Model takes what is left. In a narrow window the least
-        # useful go first: On restart and Created (both in the details header), then the Id is
-        # cut in the middle and the Client's name at its end (whole in their tooltips), and
-        # only then Duration (a download's time left) and the speed step aside.
+        # Columns fit their content and Model takes what is left. Long cells give way first,
+        # cut at their end (whole on hover): a long model, a client named "lmsp-desktop
+        # models pull", a download's "1.0 MiB / 3.0 MiB, waiting for the hub until 18:58:57"
+        # (at 1200 px these pushed On restart and Created out and cut the Id to
+        # "dl_......4cb8"). Then the least useful go: On restart and Created (both in the
+        # details header), the long cells further, and only then Duration (a download's time
+        # left) and the speed. The Id is never cut below its short form (`dl_…8f2a91c0`).
         header.setMinimumSectionSize(40)
         letters = self.fontMetrics().averageCharWidth()
-        self.table.setItemDelegateForColumn(COL_ID, ElideMiddle(self.table))
+        self.table.setItemDelegateForColumn(COL_ID, KeepEnd(self.table))
+        # The narrowest Id: its distinguishing end, "…8f2a91c0" (margins and grid included).
+        id_end = self.fontMetrics().horizontalAdvance("…00000000") + 10
         self.fitter = ColumnFitter(
             self.table,
             stretch={COL_MODEL: (letters * 12, letters * 32)},
             drop_order=[
+                (COL_TOKENS, letters * 24),
+                (COL_CLIENT, letters * 18),
                 COL_ON_RESTART,
                 COL_CREATED,
-                (COL_ID, letters * 10),
                 (COL_CLIENT, letters * 8),
+                (COL_TOKENS, letters * 14),
+                (COL_ID, id_end),
                 COL_DURATION,
                 COL_TPS,
             ],
         )
+        # Right-click on the header: show or hide columns, as on the Models page (the same
+        # menu, column_fit.column_menu), kept in the window's settings.
+        header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        header.customContextMenuRequested.connect(self.open_column_menu)
+        self.column_menu: QMenu | None = None
+        self._restore_columns()
         self.table.setSortingEnabled(True)
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         self.table.selectionModel().currentRowChanged.connect(self._selection_changed)
@@ -348,6 +382,39 @@ class TasksPage(QWidget):
             aio.show_error(self, exc)
         finally:
             self._update_actions()
+
+    # -- columns the user shows or hides ------------------------------------------------------
+    def open_column_menu(self, pos: QPoint) -> QMenu:
+        """The header's menu: each column but the Id, ticked when shown; one left out for
+        room says so, and ticking it makes others give way first; Reset columns."""
+        menu = column_menu(self, self.fitter, HEADERS, fixed={COL_ID}, changed=self._save_columns)
+        self.column_menu = menu
+        menu.popup(self.table.horizontalHeader().mapToGlobal(pos))  # never exec() here
+        return menu
+
+    def _save_columns(self) -> None:
+        if self.qsettings is None:
+            return
+        # By title, not number: a column added in a later version does not shift them.
+        hidden = ",".join(HEADERS[c] for c in sorted(self.fitter.unwanted))
+        self.qsettings.setValue("tasks/hidden_columns", hidden)
+        asked = ",".join(HEADERS[c] for c in self.fitter.pinned)
+        self.qsettings.setValue("tasks/asked_columns", asked)
+        self.qsettings.sync()  # a user's click, now and then: kept even if the app is killed
+
+    def _restore_columns(self) -> None:
+        if self.qsettings is None:
+            return
+        settings = self.qsettings
+
+        def columns(key: str) -> list[int]:
+            titles = str(settings.value(key, "") or "").split(",")
+            return [HEADERS.index(t) for t in titles if t in HEADERS and t != HEADERS[COL_ID]]
+
+        self.fitter.unwanted = set(columns("tasks/hidden_columns"))
+        self.fitter.pinned = [
+            c for c in columns("tasks/asked_columns") if c not in self.fitter.unwanted
+        ]
 
     def _copy_ids(self) -> None:
         QGuiApplication.clipboard().setText("\n".join(self.selected_ids()))
