@@ -63,7 +63,7 @@ async def test_a_cancelled_download_speaks_of_downloads_and_has_retry_in_its_det
         assert not any(t.startswith("response.") for t in types), types
         cancelling = next(c for c in cells if c[0] == "cancelling…")
         assert cancelling[1] == "Stored (and exported) as response.cancelling"
-        assert cancelling[2].startswith("stopping the transfer ("), cancelling
+        assert cancelling[2].startswith("stopping the transfer at "), cancelling
         assert " of 3.0 MiB (" in cancelling[2], cancelling  # how far it had got
         assert not any("status=" in d for _, _, d in cells), cells
         # An ended download: no restart policy in its header, which a restart cannot touch.
@@ -128,6 +128,7 @@ async def test_a_download_resumed_after_a_quit_says_its_run_from_its_first_start
         cells = event_cells(details)
         resumed = next(c for c in cells if c[0] == "download resumed")
         assert resumed[1] == "Stored (and exported) as response.resumed"
-        assert resumed[2].startswith("going on after the restart ("), resumed
+        assert resumed[2].startswith("going on after the restart, from "), resumed
+        assert resumed[2].endswith(" of 3.0 MiB (8%)") or " of 3.0 MiB (" in resumed[2]
         assert not details.retry_button.isVisible()
         details.grab().save(str(tmp_path / "resumed-details.png"))

@@ -64,15 +64,28 @@ DOWNLOAD_OUTPUT = {
 # API's, shared with generations ("response.cancelling", "status=in_progress
 # state=cancelling" sat between readable download.progress rows); the stored type stays in
 # the Type cell's tooltip and in the JSONL export.
+# type → (label, words, words with the bytes of the progress event just before it)
 DOWNLOAD_EVENTS = {
-    EventType.CREATED: ("download created", "the file's download was asked for"),
-    EventType.QUEUED: ("download queued", "waits for a free download slot"),
-    EventType.IN_PROGRESS: ("download started", "fetching the file from the hub"),
-    EventType.RESUMED: ("download resumed", "going on after the restart"),
-    EventType.CANCELLING: ("cancelling…", "stopping the transfer"),
-    EventType.CANCELLED: ("download cancelled", "stopped; its partial file is removed"),
-    EventType.COMPLETED: ("download completed", "the file is whole; listed on the Models page"),
-    EventType.FAILED: ("download failed", ""),
+    EventType.CREATED: ("download created", "the file's download was asked for", ""),
+    EventType.QUEUED: ("download queued", "waits for a free download slot", ""),
+    EventType.IN_PROGRESS: ("download started", "fetching the file from the hub", ""),
+    EventType.RESUMED: (
+        "download resumed",
+        "going on after the restart",
+        "going on after the restart, from {at}",
+    ),
+    EventType.CANCELLING: ("cancelling…", "stopping the transfer", "stopping the transfer at {at}"),
+    EventType.CANCELLED: (
+        "download cancelled",
+        "stopped; its partial file is removed",
+        "stopped at {at}; its partial file is removed",
+    ),
+    EventType.COMPLETED: (
+        "download completed",
+        "the file is whole; listed on the Models page",
+        "",
+    ),
+    EventType.FAILED: ("download failed", "", ""),
 }
 
 
@@ -95,11 +108,10 @@ class TaskEvents(EventTableModel):
             return shown
         if index.column() == COL_TYPE:
             return words[0]
-        said = words[1]
         if etype == EventType.FAILED:  # the reason, as the generic summary has it
-            said = str(shown).partition(" error=")[2] or str(shown)
-        bytes_then = self._bytes_before(index.row())
-        return f"{said} ({bytes_then})" if bytes_then and said else said or bytes_then
+            return str(shown).partition(" error=")[2] or str(shown)
+        at = self._bytes_before(index.row()) if words[2] else ""
+        return words[2].format(at=at) if at else words[1]
 
     def _bytes_before(self, row: int) -> str:
         """The bytes of the progress event just before a lifecycle event (a few rows up)."""
