@@ -70,6 +70,15 @@ async def test_a_cancelled_download_speaks_of_downloads_and_has_retry_in_its_det
         assert "on restart" not in details.header.text()
         assert "on restart" not in details.header.toolTip()
         assert details.retry_button.isVisible() and details.retry_button.isEnabled()
+        # At 820 px, with Retry beside Copy id and Cancel, the header's line still fits: the
+        # model and then the id give way in their middle, the state stays whole ("cance").
+        window.resize(820, 600)
+        header = details.header
+        await until(
+            lambda: header.sizeHint().width() <= header.contentsRect().width(),
+            what=lambda: (header.sizeHint().width(), header.contentsRect().width(), header.text()),
+        )
+        assert "cancelled" in header.text()
         details.grab().save(str(tmp_path / "cancelled-details.png"))
 
         hub.server.bytes_per_s = None

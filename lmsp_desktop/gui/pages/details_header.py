@@ -75,6 +75,12 @@ class DetailsHeader(QLabel):
                 model.text, Qt.TextElideMode.ElideMiddle, max(kept, 40)
             )
             line[1] = Fact(short, model.colour, model.bold)
+        if self._width(line) > room:  # then the id, in its middle: its state stays whole
+            task = line[0]
+            metrics = QFontMetrics(self._bold()) if task.bold else self.fontMetrics()
+            kept = metrics.horizontalAdvance(task.text) - (self._width(line) - room)
+            short = metrics.elidedText(task.text, Qt.TextElideMode.ElideMiddle, max(kept, 80))
+            line[0] = Fact(short, task.colour, task.bold)
         text = SEP.join(self._html(f) for f in line)
         if self._second:
             elided = self.fontMetrics().elidedText(self._second, Qt.TextElideMode.ElideRight, room)
