@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -178,6 +179,22 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A reader that closes our stdout early (`lmsp-desktop tasks | head -2`)
+    ends it quietly, as Python's documentation advises (signal.SIGPIPE notes): stdout is
+    pointed at devnull, so the flush at exit cannot raise again, and the exit status is 1 (the
+    output was cut short; with the pipeline's status from `head`, a shell sees none of it)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit: an error then is printed past any handler
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [WORKER_COMMAND]:
         # Hidden: an engine worker process (the packaged app cannot run `python -m`).
