@@ -32,6 +32,8 @@ from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
 from lmsp_desktop.core.downloads.hub import (
+    CUT_ADVICE,
+    HUB_ERROR_ADVICE,
     HubFile,
     _hub_call,
     _reason,
@@ -182,7 +184,7 @@ def _download(
                 raise LmspError(
                     f"The download of {shown} was cut {failures} times in a row without "
                     f"progress (the last time: {exc}); {transfer.file_done}{of} bytes are kept. "
-                    "Check the network and pull again: it continues from there.",
+                    + CUT_ADVICE,
                     code="download_interrupted",
                     status=502,
                     type="server_error",
@@ -240,8 +242,7 @@ def _get(
     except urllib.error.HTTPError as exc:
         with exc:
             raise LmspError(
-                f"The hub answered HTTP {exc.code} to the download of {shown}. "
-                "Try again later; the bytes already here are kept.",
+                f"The hub answered HTTP {exc.code} to the download of {shown}. " + HUB_ERROR_ADVICE,
                 code="hub_error",
                 status=502,
                 type="server_error",

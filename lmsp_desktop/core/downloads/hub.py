@@ -26,6 +26,11 @@ QUANT = re.compile(
 )
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 T = TypeVar("T")
+# What the user is told to do when a download the hub kept from finishing fails; a download
+# still waiting for the hub leaves it out (the service tries again by itself: what_happened).
+UNREACHABLE_ADVICE = "Check the network, or point HF_ENDPOINT at a mirror, and try again."
+CUT_ADVICE = "Check the network and pull again: it continues from there."
+HUB_ERROR_ADVICE = "Try again later; the bytes already here are kept."
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
@@ -285,6 +290,15 @@ def transient(exc: LmspError) -> bool:
     return exc.code == "hub_unreachable"  # no answer at all: refused, DNS, timed out
 
 
+def what_happened(exc: LmspError) -> str:
+    """A transient failure's message without what it tells the user to do ("…and try
+    again"): the words of a download that waits and tries again by itself."""
+    for advice in (UNREACHABLE_ADVICE, CUT_ADVICE, HUB_ERROR_ADVICE):
+        if exc.message.endswith(advice):
+            return exc.message[: -len(advice)].rstrip()
+    return exc.message
+
+
 def _reason(exc: BaseException) -> str:
     """The short cause of a connection failure ("Connection refused"), never a URL with a
     token in it (the library's messages carry none, but say only the cause anyway)."""
@@ -309,8 +323,7 @@ def gated_error(repo: str) -> LmspError:
 
 def hub_unreachable(why: str) -> LmspError:
     return LmspError(
-        f"The Hugging Face hub at {endpoint()} cannot be reached ({why}). Check the "
-        "network, or point HF_ENDPOINT at a mirror, and try again.",
+        f"The Hugging Face hub at {endpoint()} cannot be reached ({why}). {UNREACHABLE_ADVICE}",
         code="hub_unreachable",
         status=502,
         type="server_error",

@@ -27,12 +27,12 @@ from lmsp_desktop.core.downloads.fetch import (
     kept_partial,
     remove_partial,
 )
-from lmsp_desktop.core.downloads.hub import HubFile, transient
+from lmsp_desktop.core.downloads.hub import HubFile, transient, what_happened
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskKind, TaskState
 from lmsp_desktop.core.storage.downloads import record_progress
 from lmsp_desktop.core.storage.tasks import TaskStore
-from lmsp_desktop.core.views import TaskChange
+from lmsp_desktop.core.views import TaskChange, time_of_day
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 0.5  # at most two progress events a second per download
@@ -276,10 +276,13 @@ class DownloadManager:
         if partial is not None:
             transfer.partial = partial  # a cancel during the wait deletes it, as at any time
         transfer.file_done = max(await asyncio.to_thread(_size, partial), transfer.file_done)
+        retry_at = round(time.time() + delay, 1)
         progress = {
             **_progress(file, finished + transfer.file_done, _total(request), None),
-            "retry_at": round(time.time() + delay, 1),
-            "retry_reason": exc.message,
+            "retry_at": retry_at,
+            # What happened and what the service does about it: not the failure's advice
+            # ("…and try again"), which is the user's to follow only once it gives up.
+            "retry_reason": f"{what_happened(exc)} Retrying at {time_of_day(retry_at)}.",
         }
         if not await record_progress(self.tasks, task_id, progress):
             raise Stopped()  # cancelled meanwhile
