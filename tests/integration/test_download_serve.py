@@ -309,7 +309,7 @@ async def test_models_pull_uses_the_hf_token_of_the_shell_it_runs_in(
         if path.is_file():
             assert token.encode() not in path.read_bytes(), path
     log = (data_dir / "logs" / "lmsp-desktop.log").read_text()
-    assert f"({GATED_REPO}:gated-Q4_0.gguf) failed: repo_gated:" in log  # the first pull's end
+    assert f"({GATED_REPO}:Q4_0) failed: repo_gated:" in log  # the first pull's end
 
 
 async def test_models_pull_says_a_cancel_and_a_token_without_the_admin_scope(

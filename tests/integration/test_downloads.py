@@ -42,7 +42,7 @@ async def test_a_pulled_model_lands_in_the_hf_cache_verified_with_its_progress_a
 ) -> None:
     task = await pull(store.tasks, DEMO_REPO)
     assert task["kind"] == "download" and task["state"] == "queued"
-    assert task["model"] == f"{DEMO_REPO}:{DEMO_FILE}"
+    assert task["model"] == f"{DEMO_REPO}:Q4_1"  # as `models pull REPO:Q4_1` names it
     row = await finished(store, task["id"])
     assert row["state"] == "completed", error_of(row)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from lmsp_desktop.core.downloads.hub import (
     GgufChoice,
+    HubFile,
     check_repo,
     gguf_choices,
     list_files,
@@ -56,19 +57,29 @@ async def pull(
         raise invalid("on_restart must be fail, retry or resume.", "on_restart") from None
     commit, files = await asyncio.to_thread(list_files, repo, revision, token or hub_token())
     choice = pick(repo, files, selector)
-    shown = choice.quant if choice.quant and selector and selector.upper() == choice.quant else None
     spec = NewDownload(
         repo=repo,
         revision=revision,
         commit=commit,
         files=[f.as_json() for f in choice.files],
-        model=f"{repo}:{shown or choice.name}",
+        model=download_name(repo, files, choice),
         on_restart=policy,
         client_id=client_id,
     )
     if task_id is not None:
         spec.id = task_id
     return await create_download(tasks, spec, claim)
+
+
+def download_name(repo: str, files: list[HubFile], choice: GgufChoice) -> str:
+    """The name a download task goes by: `repo:QUANT` (`bartowski/Qwen2.5-7B-Instruct-GGUF:
+    Q4_K_M`, as Ollama's and LM Studio's users write a hub model) whenever the quant names
+    this one file of the repo, however it was asked for (a quant, a file name, the Download
+    dialog's row, nothing); else `repo:file`. The same file gets the same name whichever way
+    it was pulled, and the name pulls it again."""
+    if choice.quant and sum(c.quant == choice.quant for c in gguf_choices(files)) == 1:
+        return f"{repo}:{choice.quant}"
+    return f"{repo}:{choice.name}"
 
 
 async def search_hub(query: str) -> list[dict[str, Any]]:
