@@ -69,8 +69,12 @@ class DownloadDialog(QDialog):
         self.choices: list[GgufChoice] = []
         self.repo = ""
         self.estimating: set[tuple[str, str]] = set()  # (repo, file) asked of the core
-        # What each file's estimate said, for the status line of the file selected.
+        # What each file's estimate said, for the status line of the file selected, and its
+        # cell's words (its line, tooltip, colour), kept for the repo listed again: the cell
+        # of a file estimated before said "memory: select to check" for good (its estimate
+        # is asked once), and one answering while the repo was listed again was lost.
         self.fit_notes: dict[tuple[str, str], str] = {}
+        self.fit_cells: dict[tuple[str, str], tuple[str, str, str | None]] = {}
         # (repo, file) → its download task, started from here and not ended yet: the status
         # line says "Downloading" only while it runs (it said so after a cancel, reopened).
         self.downloading: dict[tuple[str, str], str] = {}
@@ -276,6 +280,7 @@ class DownloadDialog(QDialog):
                     )
                 self.files.setItem(row, col, cell)
         for choice in choices:
+            self._paint_estimate((repo, choice.name))
             self._show_ended((repo, choice.name))
         self.status.setText(
             f"{repo}: {len(choices)} GGUF model{'' if len(choices) == 1 else 's'}. Pick one "
@@ -461,32 +466,38 @@ class DownloadDialog(QDialog):
     async def estimate(self, repo: str, choice: GgufChoice) -> None:
         """Fill the file's "On this machine" cell: the memory plan from its header on the
         hub, as the Models page shows for a local model."""
-        row = self.choices.index(choice)
-        cell = self.files.item(row, COL_FIT)
-        assert cell is not None  # every row's cells are set when it is listed
-        cell.setText(self._on_disk_mark(choice) + "memory: checking…")
+        key = (repo, choice.name)
+        row = self._row_of(key)
+        cell = self.files.item(row, COL_FIT) if row is not None else None
+        if cell is not None:
+            cell.setText(self._on_disk_mark(choice) + "memory: checking…")
         plan = await self.core.hub_memory_plan(repo, choice)
-        if repo != self.repo or row >= len(self.choices) or self.choices[row] != choice:
-            return  # the list changed meanwhile
-        cell = self.files.item(row, COL_FIT)  # the list may have been redrawn meanwhile
-        if cell is None:
-            return
         if plan is None:
             note = "no memory estimate: its GGUF header could not be read from the hub."
-            cell.setText(self._on_disk_mark(choice) + "unknown: header unreadable")
-            cell.setToolTip(note)
+            self.fit_cells[key] = ("unknown: header unreadable", note, None)
         else:
-            cell.setText(
-                f"{self._on_disk_mark(choice)}{FIT_WORDS[plan.fit]} · "
-                f"{gib(plan.estimate.total)} "  # as the Models page and the CLI say it
-                f"at {plan.context_length:,} tokens"
-            )
-            cell.setForeground(QColor(FIT_COLORS[plan.fit]))
             note = plan.reason or "fits the memory free now, with the default settings."
-            cell.setToolTip(note)
-        self.fit_notes[(repo, choice.name)] = note[:1].lower() + note[1:]
-        if self.selected_choice() == choice:
+            words = (
+                f"{FIT_WORDS[plan.fit]} · {gib(plan.estimate.total)} "  # as the Models page
+                f"at {plan.context_length:,} tokens"  # and the CLI say it
+            )
+            self.fit_cells[key] = (words, note, FIT_COLORS[plan.fit])
+        self.fit_notes[key] = note[:1].lower() + note[1:]
+        self._paint_estimate(key)  # in its row wherever it is now (the list may be new)
+        if repo == self.repo and self.selected_choice() == choice:
             self._describe(choice)
+
+    def _paint_estimate(self, key: tuple[str, str]) -> None:
+        """The file's estimate, if known, in its row's cell under its mark."""
+        row, found = self._row_of(key), self.fit_cells.get(key)
+        cell = self.files.item(row, COL_FIT) if row is not None else None
+        if cell is None or found is None or row is None:
+            return
+        words, note, color = found
+        cell.setText(self._on_disk_mark(self.choices[row]) + words)
+        cell.setToolTip(note)
+        if color is not None:
+            cell.setForeground(QColor(color))
 
 
 def _forget(core: CoreApi, dialog: DownloadDialog, *_: object) -> None:
