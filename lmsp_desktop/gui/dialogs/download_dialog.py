@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 
 from lmsp_desktop.core.downloads.hub import GgufChoice
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.models.info import ModelEvent, ModelInfo
+from lmsp_desktop.core.models.info import CHANGED, INVALID, MISSING, ModelEvent, ModelInfo
 from lmsp_desktop.core.models.memory import gib
 from lmsp_desktop.core.states import TERMINAL, TaskState
 from lmsp_desktop.core.views import TaskChange
@@ -55,6 +55,9 @@ SOURCE_WORDS = {
     "huggingface": "Hugging Face cache",
     "demo": "demo",
 }
+# A local model in these states is no copy to use instead of a download: its file is gone,
+# is no model, or is no longer the file its digest was taken of.
+NOT_A_COPY = (MISSING, INVALID, CHANGED)
 
 
 class DownloadDialog(QDialog):
@@ -294,7 +297,11 @@ class DownloadDialog(QDialog):
         """The choices a local model already holds, byte for byte: its digest is the hub's
         sha256 of the file (a split model: of its only part; the parts of one are separate
         local files, none of them the whole model)."""
-        by_digest = {m.digest: m for m in await self.core.models() if m.digest}
+        by_digest = {
+            m.digest: m
+            for m in await self.core.models()
+            if m.digest and m.state not in NOT_A_COPY  # a deleted file is no copy
+        }
         found: dict[str, ModelInfo] = {}
         for choice in choices:
             sha = choice.files[0].sha256 if len(choice.files) == 1 else None
