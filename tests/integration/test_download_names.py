@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from lmsp_desktop.core.downloads.hub import HubFile, pick
+from lmsp_desktop.core.downloads.hub import HubFile, gguf_choices, pick
 from lmsp_desktop.core.downloads.pull import download_name, pull
 from lmsp_desktop.core.storage.store import Store
 from tests.support.hub_repos import DEMO_REPO, TINY_REPO, Hub
@@ -39,4 +39,4 @@ async def files_of(store: Store, task_id: str) -> list[str]:
 def test_a_quant_two_files_share_leaves_the_file_name() -> None:
     files = [HubFile("a-Q4_K_M.gguf", 1, None), HubFile("b-Q4_K_M.gguf", 1, None)]
     choice = pick("o/r", files, "b-Q4_K_M.gguf")
-    assert download_name("o/r", files, choice) == "o/r:b-Q4_K_M.gguf"
+    assert download_name("o/r", gguf_choices(files), choice) == "o/r:b-Q4_K_M.gguf"

@@ -13,7 +13,6 @@ from typing import Any
 
 from lmsp_desktop.core.downloads.hub import (
     GgufChoice,
-    HubFile,
     check_repo,
     gguf_choices,
     list_files,
@@ -62,7 +61,7 @@ async def pull(
         revision=revision,
         commit=commit,
         files=[f.as_json() for f in choice.files],
-        model=download_name(repo, files, choice),
+        model=download_name(repo, gguf_choices(files), choice),
         on_restart=policy,
         client_id=client_id,
     )
@@ -71,13 +70,13 @@ async def pull(
     return await create_download(tasks, spec, claim)
 
 
-def download_name(repo: str, files: list[HubFile], choice: GgufChoice) -> str:
+def download_name(repo: str, choices: list[GgufChoice], choice: GgufChoice) -> str:
     """The name a download task goes by: `repo:QUANT` (`bartowski/Qwen2.5-7B-Instruct-GGUF:
     Q4_K_M`, as Ollama's and LM Studio's users write a hub model) whenever the quant names
     this one file of the repo, however it was asked for (a quant, a file name, the Download
     dialog's row, nothing); else `repo:file`. The same file gets the same name whichever way
-    it was pulled, and the name pulls it again."""
-    if choice.quant and sum(c.quant == choice.quant for c in gguf_choices(files)) == 1:
+    it was pulled, and the name pulls it again. `choices`: the repo's (gguf_choices)."""
+    if choice.quant and sum(c.quant == choice.quant for c in choices) == 1:
         return f"{repo}:{choice.quant}"
     return f"{repo}:{choice.name}"
 

@@ -32,10 +32,11 @@ from PySide6.QtWidgets import (
 )
 
 from lmsp_desktop.core.downloads.hub import GgufChoice
+from lmsp_desktop.core.downloads.pull import download_name
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import CHANGED, INVALID, MISSING, ModelEvent, ModelInfo
 from lmsp_desktop.core.models.memory import gib
-from lmsp_desktop.core.states import TERMINAL, TaskState
+from lmsp_desktop.core.states import TERMINAL, TaskKind, TaskState
 from lmsp_desktop.core.views import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
@@ -58,6 +59,7 @@ SOURCE_WORDS = {
 # A local model in these states is no copy to use instead of a download: its file is gone,
 # is no model, or is no longer the file its digest was taken of.
 NOT_A_COPY = (MISSING, INVALID, CHANGED)
+DOWNLOADING = "↓ downloading…"  # ↓ is in every UI font (⇣ is not)
 
 
 class DownloadDialog(QDialog):
@@ -78,9 +80,13 @@ class DownloadDialog(QDialog):
         # is asked once), and one answering while the repo was listed again was lost.
         self.fit_notes: dict[tuple[str, str], str] = {}
         self.fit_cells: dict[tuple[str, str], tuple[str, str, str | None]] = {}
-        # (repo, file) → its download task, started from here and not ended yet: the status
-        # line says "Downloading" only while it runs (it said so after a cancel, reopened).
+        # (repo, file) → its download task, not ended yet: started from here, or (heard of
+        # by its name) from `models pull` or the API. Its row says "downloading…" and Download
+        # is off for it only while it runs (the line said so after a cancel, reopened).
         self.downloading: dict[tuple[str, str], str] = {}
+        # The shown repo's files by the name their download task has (lower-case): a task
+        # of one of them started elsewhere is followed as one started here.
+        self.task_names: dict[str, str] = {}
         # (repo, file) → how its download started here ended, when it failed or was
         # cancelled: ("failed", the error's sentence) or ("cancelled", ""). Its row says so
         # and has Retry, which pulls it again (continuing from the bytes a failure kept).
@@ -170,9 +176,14 @@ class DownloadDialog(QDialog):
 
     # -- news from the core (CoreListener) ---------------------------------------------------
     def on_task(self, change: TaskChange) -> None:
-        """A download started here ended (cancelled in Tasks, failed, completed): forget it,
-        so the status line stops saying it is downloading."""
+        """A download of a file listed here began (from here, `models pull`, the API): its row
+        says so; one ended (cancelled in Tasks, failed, completed): its row says how, and the
+        status line stops saying it is downloading. Called for every task's commits: the
+        others return at once."""
+        if change.kind != TaskKind.DOWNLOAD:
+            return
         if change.state not in TERMINAL:
+            self._heard_of(change)
             return
         for key, task_id in list(self.downloading.items()):
             if task_id != change.task_id:
@@ -186,9 +197,19 @@ class DownloadDialog(QDialog):
             elif change.state == TaskState.CANCELLED:
                 self.ended[key] = ("cancelled", "")
             self._show_ended(key)
-            choice = self.selected_choice()
-            if choice is not None:
-                self._describe(choice)
+            self._update()
+
+    def _heard_of(self, change: TaskChange) -> None:
+        """A running download of one of the shown files that this dialog does not follow
+        yet (started elsewhere, or before the dialog listed the repo): follow it."""
+        name = self.task_names.get(change.model.lower())
+        if name is None or change.task_id in self.downloading.values():
+            return
+        key = (self.repo, name)
+        self.downloading[key] = change.task_id
+        self.ended.pop(key, None)
+        self._show_ended(key)
+        self._update()
 
     async def _failure(self, key: tuple[str, str], task_id: str) -> None:
         """The failed download's error, for the status line of its file."""
@@ -265,6 +286,7 @@ class DownloadDialog(QDialog):
         if repo != self.repo:
             return  # another repo was picked meanwhile
         self.choices, self.on_disk, self.local_copies = choices, on_disk, local
+        self.task_names = {download_name(repo, choices, c).lower(): c.name for c in choices}
         self.files.setRowCount(len(choices))
         for row, choice in enumerate(choices):
             cells = [
@@ -343,17 +365,15 @@ class DownloadDialog(QDialog):
         try:
             task_id = await self.core.pull_model(repo, choice.name)
         except LmspError as exc:
+            self._update()
             self.status.setText(exc.message)
             if button is not None and shiboken6.isValid(button):
                 button.setEnabled(True)
             return None
-        finally:
-            self._update()
         self.downloading[key] = task_id
         self.ended.pop(key, None)
         self._show_ended(key)
-        if repo == self.repo and self.selected_choice() == choice:
-            self._describe(choice)
+        self._update()  # Download stays off while it runs: a second click would do nothing
         self.started.emit(task_id)
         return task_id
 
@@ -417,7 +437,9 @@ class DownloadDialog(QDialog):
 
     def _update(self) -> None:
         choice = self.selected_choice()
-        self.download_button.setEnabled(choice is not None)
+        self.download_button.setEnabled(
+            choice is not None and (self.repo, choice.name) not in self.downloading
+        )
         if choice is not None and (self.repo, choice.name) not in self.estimating:
             self.estimating.add((self.repo, choice.name))
             aio.spawn(self.estimate(self.repo, choice), self)
@@ -427,7 +449,7 @@ class DownloadDialog(QDialog):
     def _describe(self, choice: GgufChoice) -> None:
         """The status line speaks of the file selected now (it kept the last repo's listing
         or an earlier download's line), with what its estimate said."""
-        if (self.repo, choice.name) in self.downloading and choice.name not in self.on_disk:
+        if (self.repo, choice.name) in self.downloading:
             # Said until another file is picked: an estimate answering after the click
             # replaced it, and the dialog looked as if Download had done nothing.
             self.status.setText(
@@ -460,6 +482,8 @@ class DownloadDialog(QDialog):
 
     def _on_disk_mark(self, choice: GgufChoice) -> str:
         # Its own line: beside the estimate it made the column squeeze the file's name.
+        if (self.repo, choice.name) in self.downloading:
+            return f"{DOWNLOADING}\n"
         if choice.name in self.on_disk:
             return "✓ downloaded\n"
         ended = self.ended.get((self.repo, choice.name))

@@ -80,8 +80,9 @@ async def test_an_estimate_answering_after_the_click_leaves_downloading_said(qtb
     assert hub.pulled == [(REPO, FILE)]
     assert dialog.status.text().startswith(f"Downloading {FILE}")
     hub.answer_estimate.set()  # the header's answer comes after the click
-    await until(lambda: dialog.files.item(0, 3).text().startswith("unknown"))
+    await until(lambda: dialog.files.item(0, 3).text().split("\n")[-1].startswith("unknown"))
     assert dialog.status.text().startswith(f"Downloading {FILE}"), dialog.status.text()
+    assert dialog.files.item(0, 3).text().startswith("↓ downloading…\n")  # its cell too
 
 
 async def test_opened_again_the_search_box_has_the_focus_and_enter_searches(qtbot) -> None:
