@@ -20,10 +20,12 @@ import os
 import signal
 import sys
 import time
+import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmsp_desktop.cli_model_check import add_check_commands
+from lmsp_desktop.cli_model_check import add_check_commands, why_not_run
 from lmsp_desktop.cli_model_settings import add_settings_commands
 from lmsp_desktop.cli_service import admin_token, call, refusal, service_url
 from lmsp_desktop.core.downloads.manager import DownloadManager
@@ -33,12 +35,14 @@ from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.gguf_meta import quant_from_filename
 from lmsp_desktop.core.models.ids import source_model_id
+from lmsp_desktop.core.models.info import INVALID, UNVERIFIED
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.sizes import human_size
 from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.logs import setup_logging
 
 POLL_S = 0.5
+UNLISTED = "unlisted"  # a pulled file the service does not list (Pulled.state)
 TERMINAL = ("completed", "failed", "cancelled", "incomplete")
 
 
@@ -116,7 +120,7 @@ def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
                 shown.event(event)
             status, current = call(f"{url}/v1/tasks/{task['id']}", token)
             if current["state"] in TERMINAL and not page.get("has_more"):
-                return shown.end(current)
+                return shown.end(current, _listed(url, token, current, task["model"]))
             time.sleep(POLL_S)
     except KeyboardInterrupt:
         print(
@@ -139,7 +143,13 @@ async def _here(args: argparse.Namespace, data_dir: Path) -> int:
     # The rows of files this pull writes anew are reset to new files, which the service's
     # next start verifies (a model pulled again is not `changed`); it scans nothing here.
     registry = ModelRegistry(store.db, [], include_demo=False)
-    manager = DownloadManager(store.tasks, on_complete=registry.downloaded)
+    written: list[Path] = []
+
+    async def downloaded(paths: list[Path]) -> None:
+        written.extend(paths)
+        await registry.downloaded(paths)
+
+    manager = DownloadManager(store.tasks, on_complete=downloaded)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
@@ -168,7 +178,10 @@ async def _here(args: argparse.Namespace, data_dir: Path) -> int:
         for event in await store.tasks.events(task["id"], after):
             shown.event(event)
         row = await store.tasks.get(task["id"])
-        return shown.end({"state": row["state"], "error": json.loads(row["error"] or "null")})
+        pulled = await asyncio.to_thread(_read_here, task["model"], written)
+        return shown.end(
+            {"state": row["state"], "error": json.loads(row["error"] or "null")}, pulled
+        )
     except LmspError as exc:
         print(exc.message, file=sys.stderr)
         return 2 if 400 <= exc.status < 500 else 1
@@ -177,6 +190,45 @@ async def _here(args: argparse.Namespace, data_dir: Path) -> int:
         with contextlib.suppress(Exception):
             await manager.stop()
         await store.close()
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """The pulled model as the service lists it (GET /v1/models/{id}): its id, its state and,
+    for a file that cannot run, the core's reason (ModelInfo.invalid_reason)."""
+
+    model_id: str
+    state: str
+    reason: str | None = None
+
+
+def _listed(url: str, token: str, task: dict[str, Any], name: str) -> Pulled | None:
+    """The completed pull's model as the service lists it: a download completes once the
+    service has listed and checked its file (DownloadManager calls on_complete first);
+    UNLISTED if it does not list it (its Hugging Face source switched off). None if the
+    download did not complete."""
+    model_id = pulled_model_id(name)
+    if task["state"] != "completed" or model_id is None:
+        return None
+    status, item = call(f"{url}/v1/models/{urllib.parse.quote(model_id, safe='')}", token)
+    if status == 404:
+        return Pulled(model_id, UNLISTED)
+    if status != 200:
+        return None
+    return Pulled(str(item["id"]), str(item["state"]), item.get("reason"))
+
+
+def _read_here(name: str, written: list[Path]) -> Pulled | None:
+    """Without a service, what its next start will find in the pulled file: the header the
+    scan reads (scan_rows.read_meta), whose error becomes the model's invalid reason. Its
+    sha256 is the hub's already (the download checked it); the service verifies it again."""
+    from lmsp_desktop.core.models.scan_rows import read_meta
+
+    model_id = pulled_model_id(name)
+    if not written or model_id is None:
+        return None
+    error = read_meta(written[0])[1].get("error")
+    return Pulled(model_id, INVALID, str(error)) if error else Pulled(model_id, UNVERIFIED)
 
 
 class Progress:
@@ -201,12 +253,27 @@ class Progress:
             line = f"{line} waiting for the hub, next try at {at}"
         print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
 
-    def end(self, task: dict[str, Any]) -> int:
+    def end(self, task: dict[str, Any], pulled: Pulled | None = None) -> int:
+        """Say how the download ended; its exit status. `pulled`: the model as listed after
+        it (a file that cannot run is said as `models list` says it, and fails the pull)."""
         if self.tty:
             print()
         if task["state"] == "completed":
-            model_id = pulled_model_id(self.model)
+            why = why_not_run(pulled.model_id, pulled.state, pulled.reason) if pulled else None
+            if pulled is not None and why is not None:
+                print(
+                    f"Downloaded {self.model} into the Hugging Face cache (its sha256 is the "
+                    f"hub's), but it cannot run:\n{pulled.model_id}: {pulled.state}: {why}",
+                    file=sys.stderr,
+                )
+                return 1
+            model_id = pulled.model_id if pulled else pulled_model_id(self.model)
             use = f" Use it as the model {model_id}." if model_id else ""
+            if pulled is not None and pulled.state == UNLISTED:
+                use = (
+                    f" The service does not list it as {model_id}: is its Hugging Face source "
+                    "switched off (Settings, or serve --no-source huggingface)?"
+                )
             print(f"Done: verified against the hub's sha256, in the Hugging Face cache.{use}")
             return 0
         if task["state"] == "cancelled":

@@ -73,8 +73,9 @@ class DownloadManager:
         tasks: TaskStore,
         *,
         token: Callable[[], str | None] = lambda: None,
-        # Called with the files a completed download wrote (snapshot paths), each checked
-        # against the hub's digest: the registry takes them as new files and rescans.
+        # Called with the files a download wrote (snapshot paths), each checked against the
+        # hub's digest, before its task completes: the registry takes them as new files and
+        # rescans.
         on_complete: Callable[[list[Path]], Awaitable[None]] | None = None,
         progress_every: float = PROGRESS_EVERY_S,
         # The waits while the hub cannot be reached (tests make them short).
@@ -214,15 +215,20 @@ class DownloadManager:
             )
             return
         await record_progress(self.tasks, task_id, _progress(files[-1], total, total, None))
+        log.info("downloaded %s (%s): %s", task_id, row["model"], ", ".join(map(str, paths)))
+        if self.on_complete is not None:
+            # Before the task completes: a completed download is a model the registry has
+            # listed and checked (`models pull` then says whether it runs, and why not; the
+            # Models page has its row when the task table says completed).
+            try:
+                await self.on_complete(paths)
+            except Exception:  # the files are fetched and checked: the download did its part
+                log.exception("download %s: listing the files it wrote failed", task_id)
         if not await self.tasks.finish(
             task_id, incomplete_reason=None, input_tokens=0, output_tokens=0
         ):
             await self.tasks.confirm_cancelled(task_id)  # a cancel won the race
             log.info("download %s (%s) cancelled as it completed", task_id, row["model"])
-            return
-        log.info("downloaded %s (%s): %s", task_id, row["model"], ", ".join(map(str, paths)))
-        if self.on_complete is not None:
-            await self.on_complete(paths)
 
     async def _fetch_waiting(
         self,
