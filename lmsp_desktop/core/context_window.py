@@ -219,6 +219,11 @@ class TokenCounter:
             messages = shorter
             count = counted(messages)
         if count >= limit:
+            tools = None
+            if request.get("tools"):  # the refusal alone counts again: what the tools take
+                bare = {**request, "messages": messages, "tools": []}
+                plan = plan_output(bare, chat_messages(bare))
+                tools = count - vocab.count(plan.messages, plan.tools)
             raise context_exceeded(
                 count,
                 limit,
@@ -229,6 +234,7 @@ class TokenCounter:
                 own,
                 can_truncate=can_truncate,
                 cap_origin=cap_origin,
+                tools=tools,
             )
         request["messages"] = messages
         _note_output_room(request, count, limit)
@@ -322,6 +328,7 @@ def context_exceeded(
     *,
     can_truncate: bool = False,
     cap_origin: CapOrigin = CapOrigin.SETTINGS,
+    tools: int | None = None,
 ) -> LmspError:
     """The refusal of an input longer than `limit`, saying what gives the model more: its
     own setting (`own`, 0: auto) where that or the memory holds it, and raising Max context
@@ -330,7 +337,10 @@ def context_exceeded(
     only where the API takes it (`can_truncate`: Responses; Anthropic's, Ollama's and Chat
     Completions' clients have no such field, and the advice would send them round). A cap
     from this run's `--max-context` flag (`cap_origin`) is not moved by Settings while the
-    flag is given: the advice is then the flag's."""
+    flag is given: the advice is then the flag's. An input as long as the context the model
+    was trained for has no setting to give it more room: it is said so, with a shorter input or
+    another model as the ways out. `tools`: the tokens the request's tools take (None: no
+    tools), said with Claude Code's way to send none on Anthropic's API (`messages`)."""
     if truncated:
         how = (
             ", even with only the system messages and the last turn left (truncation auto "
@@ -341,7 +351,16 @@ def context_exceeded(
     else:
         how = "; shorten the input"
     trained = int(getattr(info, "context_length", 0) or 0)
-    if trained > limit:
+    if limit < trained <= count:
+        # No setting helps (Claude Code's ~20k tokens of tools on an 8k model run with 4k): a
+        # larger --context would be clamped to what the model was trained for. (Run with all
+        # of it, "this model's context holds" it already says the most it takes.)
+        past = f"the {trained} tokens the model was trained for, so no context setting can take it"
+        if how == "; shorten the input":
+            how = f": it is longer than {past}. Shorten it, or use a model trained for more"
+        else:
+            how += f". It is longer than {past} (a model trained for more could)"
+    elif trained > limit:
         # The usual case with agents (Claude Code's first prompt is ~20k tokens): the model
         # could take more, the service runs it with less to spare memory, or the user's cap.
         wanted = min(trained, 1 << max(count, 1).bit_length())
@@ -381,6 +400,10 @@ def context_exceeded(
             + ": "
             + ", and ".join(ways)
             + ", memory permitting"
+        )
+    if tools:
+        how += f". Its tools alone are {tools} tokens" + (
+            ' (Claude Code sends none with `--tools ""`)' if param == "messages" else ""
         )
     return LmspError(
         f"The input is {count} tokens long, but this model's context holds {limit} "
