@@ -133,14 +133,19 @@ def claude_code(root: str, token: str, needs_write: str, model: Named = DEMO) ->
             "# (about 1,500 tokens):\n"
             f"#   {without}" + with_tools
         )
-    holds = max(runs or 0, trained or 0)
-    return head + (
-        f"# {m} holds {holds:,} tokens: Claude Code's tools need a model with a\n"
-        "# longer context. Without tools its prompt is about 1,500 tokens. One prompt:\n"
-        f"#   {without}"
-        "# A session:\n"
-        f'claude --model {m} --tools ""\n'
-    )
+    if runs and trained and runs < trained:  # set to less (`models set … --context 4096`)
+        holds = (
+            f"# {m} runs with {runs:,} tokens (it could run with {trained:,},\n"
+            "# as trained): Claude Code's tools need a model with a longer context.\n"
+            "# Without tools its prompt is about 1,500 tokens. One prompt:\n"
+        )
+    else:  # it runs with all it was trained for, or says only one of them
+        holds = (
+            f"# {m} holds {runs or trained or 0:,} tokens: Claude Code's tools need a "
+            "model with a\n"
+            "# longer context. Without tools its prompt is about 1,500 tokens. One prompt:\n"
+        )
+    return head + holds + f"#   {without}# A session:\n" + f'claude --model {m} --tools ""\n'
 
 
 def anthropic_python(root: str, token: str, scopes: Collection[str], model: str = MODEL) -> str:
