@@ -19,6 +19,10 @@ CHANGED = "changed"
 # What a verify found in a verified model's file that no longer matches its digest, kept in
 # the row's meta while it stays `changed`: its digest, size, and why it is no model if so.
 OBSERVED = ("observed_digest", "observed_size_bytes", "observed_error")
+# The meta key of a split model's bytes, all its parts (`…-00001-of-00003.gguf` and the rest):
+# its size wherever it is shown. The `size_bytes` column is its first part's (the file a
+# scan and a run compare with the disk).
+PARTS_SIZE = "parts_size_bytes"
 MISSING = "missing"
 # Not a GGUF file the engine can load (not GGUF at all, truncated, unreadable header): listed
 # with the reason (meta["error"]), never verified, never offered to run.
@@ -76,6 +80,9 @@ class ModelInfo:
     # verify ("observed_digest"), the GGUF version.
     meta: dict[str, Any] = field(default_factory=dict)
     hashing: bool = False  # its digest is being computed right now (scan or verify)
+    # Its file's own bytes as recorded, which a run compares with the disk: a split model's
+    # first part (its `size_bytes` counts every part); None: `size_bytes`.
+    file_bytes: int | None = None
 
     def __copy__(self) -> ModelInfo:
         """What copy.copy gives (the same fields, shallow), without its generic reduce path:
@@ -137,10 +144,11 @@ class ModelInfo:
         meta: dict[str, Any] = json.loads(row["meta"]) if row["meta"] else {}
         template = meta.get("chat_template")
         name = meta.get("name")
+        parts = meta.get(PARTS_SIZE)
         return cls(
             id=row["id"],
             path=Path(row["path"]),
-            size_bytes=row["size_bytes"],
+            size_bytes=parts if isinstance(parts, int) and parts > 0 else row["size_bytes"],
             mtime_ns=row["mtime_ns"],
             digest=row["digest"],
             # Re-verifying a verified model does not stop it from running meanwhile.
@@ -155,6 +163,7 @@ class ModelInfo:
             name=name if isinstance(name, str) else None,
             meta=meta,
             hashing=hashing,
+            file_bytes=row["size_bytes"],
         )
 
     def api_state(self, loaded_state: str = "unloaded") -> str:

@@ -222,7 +222,8 @@ class ModelRegistry(ModelScanning, ModelHashing):
             await self._set_state(info.id, MISSING)  # the model's, not the name asked
             info.state = MISSING
             raise messages.not_runnable(info)
-        if st.st_size != info.size_bytes or st.st_mtime_ns != info.mtime_ns:
+        recorded = info.size_bytes if info.file_bytes is None else info.file_bytes
+        if st.st_size != recorded or st.st_mtime_ns != info.mtime_ns:
             await self._set_state(info.id, CHANGED)
             info.state = CHANGED
             raise messages.not_runnable(info)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -14,12 +15,14 @@ from typing import Any
 from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
 from lmsp_desktop.core.models.discovery import FoundFile, stat_file
 from lmsp_desktop.core.models.gguf_meta import GGUFError, GGUFMeta, GGUFTruncated, read_gguf_meta
-from lmsp_desktop.core.models.info import UNVERIFIED, source_of
+from lmsp_desktop.core.models.info import PARTS_SIZE, UNVERIFIED, source_of
 
 # What a row's meta says of where its file was found, not of the file: kept when the file's
 # own values (its header) are read again.
 # `aliases`: the other names its store gives the file (an Ollama blob tagged twice).
 WHERE_FOUND = ("source", "published_digest", "folder", "aliases")
+# The first part of a split model (the one listed: discovery.is_model_filename).
+SPLIT_FIRST = re.compile(r"-00001-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
 @dataclass
@@ -87,8 +90,29 @@ def match_rows(rows: list[Any], found: list[FoundFile], demo: Path | None) -> Ma
     return Matched([(f, matched.get(i)) for i, f in enumerate(found)], gone, dropped)
 
 
+def split_parts(path: Path) -> list[Path]:
+    """Every part of the split model whose first part is `path` (`…-00001-of-00003.gguf`),
+    beside it as llama.cpp loads them; `[path]` for a file that is not split."""
+    split = SPLIT_FIRST.search(path.name)
+    if split is None:
+        return [path]
+    count = int(split.group(1))
+    stem = path.name[: split.start()]
+    return [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
 def read_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """(architecture, parameters, quantization, context_length) and the meta JSON dict."""
+    """(architecture, parameters, quantization, context_length) and the meta JSON dict; a
+    split model's meta has the bytes of all its parts (PARTS_SIZE: its size in every view)."""
+    columns, meta = _read_header(path)
+    parts = split_parts(path)
+    if len(parts) > 1:
+        sizes = [stat_file(p) for p in parts]
+        meta[PARTS_SIZE] = sum(st.st_size for st in sizes if st is not None)
+    return columns, meta
+
+
+def _read_header(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
     try:
         header: GGUFMeta = read_gguf_meta(path)
     except GGUFTruncated as exc:  # its header is fine: say what is wrong instead
