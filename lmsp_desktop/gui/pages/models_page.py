@@ -58,11 +58,16 @@ from lmsp_desktop.gui.models.model_table import (
     EXPLAIN,
     HEADERS,
     ModelTableModel,
+    crash_text,
 )
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter
 from lmsp_desktop.gui.pages.model_memory import ModelMemoryPanel
 from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
+
+# How long an action's success stays on the status line (the table shows it from then on):
+# "Rescanned: …" lingered for minutes.
+SAID_FOR_MS = 8000
 
 
 class FolderDelegate(QStyledItemDelegate):
@@ -249,6 +254,7 @@ class ModelsPage(QWidget):
         self.column_menu: QMenu | None = None
         self._restore_columns()
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update())
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._selection_moved())
         # A reload that resets the table (a rescan finding a new file) keeps the selection.
         self._kept_selection: list[str] = []
         self.model.modelAboutToBeReset.connect(self._keep_selection)
@@ -266,6 +272,15 @@ class ModelsPage(QWidget):
         # once a row read later says otherwise the line follows it (a "failed verification"
         # stayed after the file was accepted). A row read before could be older than the line.
         self._reported: tuple[str, str, int] | None = None
+        # The model the line speaks of (None: of none, or of the list): it goes when that
+        # model is no longer selected. With the loaded state it had when the line was said:
+        # once the model is in another (its engine crashed, it was unloaded) the line says so.
+        self._about: str | None = None
+        self._loaded_said: str | None = None
+        self._said_for = QTimer(self, singleShot=True, interval=SAID_FOR_MS)
+        self._said_for.timeout.connect(self._clear_status)
+        self._selected_ids: set[str] = set()  # the selection the line was last checked with
+        self._resetting = False  # a reload replaces the rows: its selection changes are none
         # The selected row's values the Load settings panel last estimated from: a file
         # accepted anew (another size, another header) is estimated again.
         self._estimated: tuple[object, ...] | None = None
@@ -432,6 +447,7 @@ class ModelsPage(QWidget):
             info.invalid_reason if info is not None and info.state == "invalid" else None
         )
         self._follow_row()
+        self._follow_loaded()
         text, enabled, tip = self.load_action(rows[0] if len(rows) == 1 else None)
         self.load_button.setText(text)
         self.load_button.setEnabled(enabled)
@@ -461,16 +477,79 @@ class ModelsPage(QWidget):
         if info.state != reported:
             self._report(info, state_now(info, info.state))
 
-    def _say(self, text: str) -> None:
-        """A line of its own (an action under way, a refusal): no row's state to follow."""
+    def _follow_loaded(self) -> None:
+        """A line said of a model's load or unload follows the model's loaded state once the
+        page's own action is over: "X is loaded." went on after its engine was killed."""
+        about, said = self._about, self._loaded_said
+        if about is None or said is None or about in self._acting:
+            return
+        now = self.core.model_loaded_state(about)
+        if now == said:
+            return
+        crash = self.core.model_crash(about) if now == "unloaded" else None
+        if crash is not None:
+            self._say(crash_text(crash).replace("this model", about, 1), about, loads=True)
+        elif now == "loaded":
+            self._say(f"{about} is loaded.", about, lasting=False, loads=True)
+        elif now == "loading":
+            self._say(f"Loading {about}…", about, loads=True)
+        else:
+            self._say(f"{about} is unloaded.", about, lasting=False, loads=True)
+
+    def _selection_moved(self) -> None:
+        """Another selection: a line about a model no longer selected goes, and so does a
+        success already shown (the next action's), or a line about no model."""
+        ids = {self.model.model_id(r) for r in self.selected_rows()}
+        if self._resetting or ids == self._selected_ids:
+            return
+        self._selected_ids = ids
+        if self._said_for.isActive() or self._about not in ids:
+            self._clear_status()
+
+    def _clear_status(self) -> None:
+        self._said_for.stop()
+        self.status.clear()
+        self._reported = None
+        self._about = self._loaded_said = None
+
+    def _shown(self, about: str | None) -> bool:
+        """Whether a line about the model `about` is shown: only while it is selected (one
+        said of a model the user moved away from clears the line it had instead)."""
+        if about is None or about in {self.model.model_id(r) for r in self.selected_rows()}:
+            return True
+        if self._about == about:
+            self._clear_status()
+        return False
+
+    def _say(
+        self, text: str, about: str | None = None, *, lasting: bool = True, loads: bool = False
+    ) -> None:
+        """A line of its own (an action under way, its outcome, a refusal), `about` a model
+        or none; one of its load or unload (`loads`) follows its loaded state. One not
+        `lasting` (a success, which the table shows from then on) clears after SAID_FOR_MS;
+        any clears at the next selection that leaves its model."""
+        if not self._shown(about):
+            return
         self.status.setText(text)
         self._reported = None
+        self._about = about
+        self._loaded_said = self.core.model_loaded_state(about) if about and loads else None
+        if lasting:
+            self._said_for.stop()
+        else:
+            self._said_for.start()
 
     def _report(self, info: ModelInfo, text: str) -> None:
+        """A verify's outcome: it follows the row's state (_follow_row)."""
+        if not self._shown(info.id):
+            return
+        self._said_for.stop()
         self.status.setText(text)
         self._reported = (info.id, info.state, self.model.reads_begun)
+        self._about, self._loaded_said = info.id, None
 
     def _keep_selection(self) -> None:
+        self._resetting = True
         self._kept_selection = [self.model.model_id(r) for r in self.selected_rows()]
 
     def _restore_selection(self) -> None:
@@ -483,6 +562,8 @@ class ModelsPage(QWidget):
         flags = QItemSelectionModel.SelectionFlag
         self.table.selectionModel().select(selection, flags.ClearAndSelect | flags.Rows)
         self._kept_selection = []
+        self._resetting = False
+        self._selection_moved()  # a model no longer listed leaves the selection
 
     # -- actions -----------------------------------------------------------------------------
     def _ask_folder(self) -> None:
@@ -506,7 +587,8 @@ class ModelsPage(QWidget):
         try:
             changed = await self.core.rescan_models()  # a Rescan answers, even "nothing"
             self._say(
-                "Rescanned: " + ("the list shows what changed." if changed else "nothing changed.")
+                "Rescanned: " + ("the list shows what changed." if changed else "nothing changed."),
+                lasting=False,
             )
         finally:
             self.rescan_button.setEnabled(True)
@@ -558,7 +640,7 @@ class ModelsPage(QWidget):
         model_id = self.model.model_id(rows[0])
         unloading = text == "Unload"
         self._acting[model_id] = "Unloading…" if unloading else "Loading…"
-        self._say(f"{self._acting[model_id][:-1]} {model_id}…")
+        self._say(f"{self._acting[model_id][:-1]} {model_id}…", model_id, loads=True)
         self._update()
         aio.spawn(self.unload(model_id) if unloading else self.load_model(model_id), self)
 
@@ -567,9 +649,9 @@ class ModelsPage(QWidget):
         try:
             await self.core.load_model_again(model_id)
         except LmspError as exc:
-            self._say(f"{model_id} could not be loaded: {exc.message}")
+            self._say(f"{model_id} could not be loaded: {exc.message}", model_id, loads=True)
         else:
-            self._say(f"{model_id} is loaded.")
+            self._say(f"{model_id} is loaded.", model_id, lasting=False, loads=True)
         finally:
             self._acting.pop(model_id, None)
             self._update()
@@ -579,12 +661,15 @@ class ModelsPage(QWidget):
         try:
             now = await self.core.unload_model(model_id)
         except LmspError as exc:
-            self._say(f"{model_id} could not be unloaded: {exc.message}")
+            self._say(f"{model_id} could not be unloaded: {exc.message}", model_id, loads=True)
         else:
             self._say(
                 f"{model_id} is unloaded: its memory is free."
                 if now
-                else f"{model_id} unloads once the tasks running on it end."
+                else f"{model_id} unloads once the tasks running on it end.",
+                model_id,
+                lasting=not now,
+                loads=True,
             )
         finally:
             self._acting.pop(model_id, None)
@@ -595,11 +680,11 @@ class ModelsPage(QWidget):
         self.verify_button.setEnabled(False)
         try:
             for model_id in ids:
-                self._say(f"Verifying {model_id}…")
+                self._say(f"Verifying {model_id}…", model_id)
                 try:
                     info = await self.core.verify_model(model_id)
                 except LmspError as exc:
-                    self._say(f"{model_id} could not be verified: {exc.message}")
+                    self._say(f"{model_id} could not be verified: {exc.message}", model_id)
                     continue
                 self._report(info, verify_outcome(info))
                 if info.state == "changed" and not info.meta.get("observed_error"):
@@ -609,11 +694,11 @@ class ModelsPage(QWidget):
 
     async def accept_new(self, model_id: str) -> None:
         """Record the file as it is now as the model's (the owner replaced it on purpose)."""
-        self._say(f"Verifying {model_id} as a new file…")
+        self._say(f"Verifying {model_id} as a new file…", model_id)
         try:
             info = await self.core.verify_model(model_id, accept_new=True)
         except LmspError as exc:
-            self._say(f"{model_id} could not be verified: {exc.message}")
+            self._say(f"{model_id} could not be verified: {exc.message}", model_id)
         else:
             self._report(info, verify_outcome(info))
         finally:
