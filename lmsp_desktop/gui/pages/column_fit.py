@@ -245,6 +245,7 @@ class ColumnFitter(QObject):
             if col in needed and col not in self.stretch:
                 needed[col] = width
         hidden: set[int] = set(self.unwanted)
+        whole = dict(needed)
         for step in self.steps():
             excess = sum(w for c, w in needed.items() if c not in hidden) - room
             if excess <= 0:
@@ -254,6 +255,17 @@ class ColumnFitter(QObject):
                 needed[col] = max(min(least, needed[col]), needed[col] - excess)
             else:
                 hidden.add(step)
+        if hidden - self.unwanted:
+            # A column dropped after others were cut may leave room: with the columns kept,
+            # cut again from whole, in the same order, only as far as the room needs now.
+            needed = whole
+            for step in self.steps():
+                excess = sum(w for c, w in needed.items() if c not in hidden) - room
+                if excess <= 0:
+                    break
+                if isinstance(step, tuple):
+                    col, least = step
+                    needed[col] = max(min(least, needed[col]), needed[col] - excess)
         self._fitting = True
         try:
             for col in range(header.count()):

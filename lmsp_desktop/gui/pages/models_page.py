@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import (
+    QEvent,
     QItemSelection,
     QItemSelectionModel,
     QModelIndex,
@@ -16,7 +17,7 @@ from PySide6.QtCore import (
     QTimer,
     QUrl,
 )
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QPainter
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QHelpEvent, QPainter
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTableView,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -49,6 +51,7 @@ from lmsp_desktop.gui.models.model_table import (
     COL_CONTEXT,
     COL_DIGEST,
     COL_FOLDER,
+    COL_LOADED,
     COL_NAME,
     COL_PARAMS,
     COL_QUANT,
@@ -68,6 +71,11 @@ from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
 # How long an action's success stays on the status line (the table shows it from then on):
 # "Rescanned: …" lingered for minutes.
 SAID_FOR_MS = 8000
+# What a Name and a Loaded cell keep when cut for room: a name's first 20 letters or so (at
+# 1200×780 with a hub download's name, Architecture stays), and a loaded model's countdown
+# whole (a crash's longer cell is cut: its tooltip says it all).
+NAME_LETTERS = 20
+LOADED_KEPT = "loaded · 10 min"
 
 
 class FolderDelegate(QStyledItemDelegate):
@@ -109,6 +117,41 @@ class DigestDelegate(QStyledItemDelegate):
         option.textElideMode = (
             Qt.TextElideMode.ElideRight if verdict else Qt.TextElideMode.ElideMiddle
         )
+
+
+class ElidedDelegate(QStyledItemDelegate):
+    """A cell narrowed for room (a long Name, a crashed or counting-down Loaded) rather than a
+    column dropped: cut at the `mode` end, its whole text first in its tooltip while cut."""
+
+    def __init__(self, mode: Qt.TextElideMode, parent: QWidget) -> None:
+        super().__init__(parent)
+        self.mode = mode
+
+    def initStyleOption(
+        self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> None:
+        super().initStyleOption(option, index)
+        option.textElideMode = self.mode
+
+    def is_cut(
+        self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> bool:
+        """Whether the cell's text does not fit its width (the delegate's own hint says)."""
+        return self.sizeHint(option, index).width() > option.rect.width()
+
+    def helpEvent(
+        self,
+        event: QHelpEvent,
+        view: QAbstractItemView,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> bool:
+        if event.type() != QEvent.Type.ToolTip or not self.is_cut(option, index):
+            return super().helpEvent(event, view, option, index)
+        tip = str(index.data(Qt.ItemDataRole.ToolTipRole) or "")
+        text = str(index.data() or "")
+        QToolTip.showText(event.globalPos(), f"{text}\n{tip}" if tip else text, view)
+        return True
 
 
 def verify_outcome(info: ModelInfo) -> str:
@@ -213,6 +256,11 @@ class ModelsPage(QWidget):
         self.table.setItemDelegateForColumn(COL_FOLDER, self.folder_delegate)
         self.digest_delegate = DigestDelegate(self.table)
         self.table.setItemDelegateForColumn(COL_DIGEST, self.digest_delegate)
+        # A long name keeps its tag (`…gguf:q4_1`), a Loaded cell its start ("✗ crashed (…").
+        self.name_delegate = ElidedDelegate(Qt.TextElideMode.ElideMiddle, self.table)
+        self.table.setItemDelegateForColumn(COL_NAME, self.name_delegate)
+        self.loaded_delegate = ElidedDelegate(Qt.TextElideMode.ElideRight, self.table)
+        self.table.setItemDelegateForColumn(COL_LOADED, self.loaded_delegate)
         header = self.table.horizontalHeader()
         self.table.setWordWrap(False)
         header.setMinimumSectionSize(40)
@@ -225,11 +273,25 @@ class ModelsPage(QWidget):
         # At the default size (1398 px) the folder's few letters more had dropped
         # Architecture, and the publisher's verdict spelled out in Digest Quantization too.
         letters = self.fontMetrics().averageCharWidth()
+        # A cell's margins (and a Loaded cell's dot) beside its text.
+        pad = letters * 2
+        self.name_least = name_least = letters * NAME_LETTERS + pad
+        loaded_least = (
+            self.table.fontMetrics().horizontalAdvance(LOADED_KEPT)
+            + self.style().pixelMetric(QStyle.PixelMetric.PM_SmallIconSize)
+            + pad
+        )
         self.fitter = ColumnFitter(
             self.table,
-            stretch={COL_FOLDER: (letters * 14, letters * 22)},
+            stretch={COL_FOLDER: (letters * 16, letters * 22)},
             drop_order=[
-                (COL_FOLDER, letters * 14),  # its distinguishing end stays whole
+                (COL_FOLDER, letters * 16),  # its distinguishing end stays whole
+                # A hub download's long name ("lmsp-test/smollm2-135m-instruct-gguf:q4_1")
+                # and a Loaded cell grown by a load ("loaded · 10 min", "✗ crashed (SIGKILL,
+                # 18:48)") are cut, whole on hover, before a column goes: the columns stayed
+                # put only until a model loaded or a download was listed.
+                (COL_LOADED, loaded_least),
+                (COL_NAME, name_least),
                 COL_ARCH,
                 COL_QUANT,  # mostly in the name already (…:q4_1) and in the file name
                 (COL_DIGEST, letters * 16),  # both ends of a digest kept; whole on hover
