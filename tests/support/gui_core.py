@@ -279,7 +279,7 @@ class FakeCore(ClientCalls):
     async def memory_plan(self, model_id: str, settings: ModelSettings) -> Plan | None:
         """The real planner on a demo-sized model (30 layers, 23 KB of KV cache a token)
         against `memory`, which a test sets to make a load fit, be tight or not fit."""
-        info = next(m for m in self.models_list if m.id == model_id)
+        info = next(m for m in await self.models() if m.id == model_id)  # the registry's too
         meta = GGUFMeta(3, 0, architecture="llama", context_length=info.context_length)
         meta.values = {
             "llama.block_count": 30,

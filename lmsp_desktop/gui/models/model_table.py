@@ -100,6 +100,9 @@ class ModelTableModel(RowTableModel):
         # The engine's message of the last failed load per model, until it loads.
         self._load_errors: dict[str, str] = {}
         self._tails: dict[str, str] = {}  # folder text → its distinguishing end
+        # The context each local model runs with (or would, loaded now), from the Models
+        # page's plans: `models list`'s CONTEXT beside its TRAINED.
+        self.contexts: dict[str, int] = {}
         # What the last scan could not list (an unreadable folder, a manifest naming a
         # missing blob, a broken link), one sentence each with what to do.
         self.problems: list[str] = []
@@ -139,6 +142,8 @@ class ModelTableModel(RowTableModel):
                 left = self.core.model_idle_seconds_left(info.id)
                 until = "" if left is None else f"It unloads in {minutes(left)} unless used. "
                 return f"{until}Loaded models are unloaded after the idle time set in Settings."
+            if col == COL_CONTEXT:
+                return context_tooltip(self.contexts.get(info.id), info.context_length)
             if col == COL_DIGEST:
                 return digest_tooltip(info)
             if col == COL_SOURCE:
@@ -189,7 +194,7 @@ class ModelTableModel(RowTableModel):
         if col == COL_PARAMS:
             return human_count(info.parameters)
         if col == COL_CONTEXT:
-            return f"{info.context_length:,}" if info.context_length else "—"
+            return context_text(self.contexts.get(info.id), info.context_length)
         if col == COL_DIGEST:
             return digest_text(info)
         if col == COL_STATUS:
@@ -277,6 +282,12 @@ class ModelTableModel(RowTableModel):
         self._rows = rows
         self.endResetModel()
 
+    def set_contexts(self, contexts: dict[str, int]) -> None:
+        if contexts != self.contexts and self._rows:
+            self.contexts = contexts
+            last = len(self._rows) - 1
+            self.dataChanged.emit(self.index(0, COL_CONTEXT), self.index(last, COL_CONTEXT))
+
     def set_progress(self, progress: dict[str, float]) -> None:
         for model_id, fraction in progress.items():
             self._progress[model_id] = fraction
@@ -308,6 +319,28 @@ class ModelTableModel(RowTableModel):
         for row, info in enumerate(self._rows):
             if info.id == model_id:
                 self.dataChanged.emit(self.index(row, col), self.index(row, col))
+
+
+def context_text(runs: int | None, trained: int | None) -> str:
+    """The Context cell: what the model runs with, and what it was trained for where that is
+    more (`4,096 of 8,192`, as `models list` says CONTEXT 4096, TRAINED 8192)."""
+    if runs and trained and runs < trained:
+        return f"{runs:,} of {trained:,}"
+    shown = runs or trained
+    return f"{shown:,}" if shown else "—"
+
+
+def context_tooltip(runs: int | None, trained: int | None) -> str | None:
+    """As the Load settings panel says it."""
+    if not runs:
+        return f"Trained for {trained:,} tokens." if trained else None
+    return f"Runs with {runs:,} tokens per request" + (
+        f" (trained {trained:,}): its Load settings, or the memory, hold it to that."
+        if trained and runs < trained
+        else f" (trained {trained:,})."
+        if trained
+        else "."
+    )
 
 
 def name_text(info: ModelInfo) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -362,6 +363,11 @@ class ModelsPage(QWidget):
         layout.addWidget(self.memory)
         self._clock = QTimer(self, interval=5000)  # idle countdowns of loaded models
         self._clock.timeout.connect(self.model.tick)
+        # And the contexts the models run with (a `models set … --context` from a shell).
+        self._clock.timeout.connect(self.read_contexts_soon)
+        self._contexts_task: asyncio.Task[None] | None = None
+        self._contexts_again = False
+        self.model.modelReset.connect(self.read_contexts_soon)
         self._clock.start()
         self._update()
 
@@ -370,6 +376,7 @@ class ModelsPage(QWidget):
         self.model.modelReset.connect(self.fit_columns)
         bridge.model_progress.connect(self.model.set_progress)
         bridge.loaded_changed.connect(self.model.set_loaded)
+        bridge.loaded_changed.connect(self.read_contexts_soon)
         bridge.tasks_changed.connect(self.on_task_changes)
 
     def on_task_changes(self, changes: dict[str, TaskChange]) -> None:
@@ -400,7 +407,37 @@ class ModelsPage(QWidget):
 
     async def load(self) -> None:
         await self.model.reload()
+        await self.read_contexts()
         self.fit_columns()
+
+    def read_contexts_soon(self, *_: object) -> None:
+        """Read the contexts again, once at a time (a read asked for meanwhile follows it)."""
+        if self._contexts_task is not None and not self._contexts_task.done():
+            self._contexts_again = True
+            return
+        self._contexts_task = aio.spawn(self.read_contexts(), self)
+
+    async def read_contexts(self) -> None:
+        """What each local model runs with (or would, loaded now): the Context column says it
+        beside what it was trained for, as `models list` does."""
+        while True:
+            self._contexts_again = False
+            contexts: dict[str, int] = {}
+            for model_id in [self.model.model_id(r) for r in range(self.model.rowCount())]:
+                row = self.model.row_of(model_id)
+                info = self.model.info(row) if row is not None else None
+                if info is None or not is_local(info) or info.state == "invalid":
+                    continue
+                try:
+                    wanted = await self.core.model_settings(model_id)
+                    plan = await self.core.memory_plan(model_id, wanted)
+                except LmspError:  # gone meanwhile, or the store closing
+                    continue
+                if plan is not None:
+                    contexts[model_id] = plan.context_length
+            self.model.set_contexts(contexts)
+            if not self._contexts_again:
+                return
 
     def fit_columns(self) -> None:
         self.fitter.fit()
