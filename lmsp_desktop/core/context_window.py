@@ -405,9 +405,12 @@ def context_exceeded(
         how += f". Its tools alone are {tools} tokens" + (
             ' (Claude Code sends none with `--tools ""`)' if param == "messages" else ""
         )
+    # Opened with OpenAI's own words: clients tell a context error by them ("maximum context
+    # length": litellm, and so aider, crewAI; else litellm calls it a BadRequestError and
+    # aider retried the same 12k-token prompt for a minute instead of saying it is too long).
     return LmspError(
-        f"The input is {count} tokens long, but this model's context holds {limit} "
-        f"(input and output together){how}.",
+        f"This model's maximum context length is {limit} tokens (input and output together)"
+        f", but the input is {count} tokens long{how}.",
         code="context_length_exceeded",
         param=param,
         status=400,

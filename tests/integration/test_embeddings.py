@@ -202,7 +202,7 @@ def test_an_input_longer_than_an_embedding_holds_is_refused(live: LiveCore) -> N
     )
     assert status == 400, body
     assert body["error"]["code"] == "context_length_exceeded"
-    assert "Input 1 is" in body["error"]["message"] and str(context) in body["error"]["message"]
+    assert "but input 1 is" in body["error"]["message"] and str(context) in body["error"]["message"]
     # Nothing was stored for it.
     status, listed = call(f"{live.url}/v1/tasks", token)
     assert not [t for t in listed["data"] if t["kind"] == "embedding"]

@@ -40,7 +40,7 @@ def test_models_list_and_the_too_long_hint_follow_the_running_services_cap(
         assert status == 400, refused
         message = refused["error"]["message"]
         assert refused["error"]["code"] == "context_length_exceeded", refused
-        assert "holds 2048" in message, message
+        assert "maximum context length is 2048 tokens" in message, message
         # The flag holds it, not Settings: raising Max context there cannot help this run.
         assert "this run's `--max-context 2048` caps every model at 2048" in message, message
         assert "again with `--max-context 4096` or more" in message, message
@@ -58,7 +58,7 @@ def test_models_list_and_the_too_long_hint_follow_the_running_services_cap(
         )
         assert status == 400 and refused["type"] == "error", refused
         told = refused["error"]["message"]
-        assert "holds 2048" in told and "truncation" not in told, told
+        assert "maximum context length is 2048 tokens" in told and "truncation" not in told, told
         assert "shorten the input" in told and "--max-context 4096" in told, told
         status, refused = call(
             f"{process.url}/api/chat", token, "POST", {"model": DEMO, "messages": words}

@@ -147,7 +147,7 @@ def test_models_set_round_trip_applies_at_the_next_load(
     # The context check before a task exists uses the context the model runs with now.
     status, refused = ask(process.url, token, DEMO, "lighthouse " * 2100)
     assert status == 400 and refused["error"]["code"] == "context_length_exceeded"
-    assert "holds 2048" in refused["error"]["message"]
+    assert "maximum context length is 2048 tokens" in refused["error"]["message"]
 
 
 def test_max_context_flag_sets_every_models_context_for_its_run_only(
@@ -167,7 +167,7 @@ def test_max_context_flag_sets_every_models_context_for_its_run_only(
     assert model["state"] == "loaded" and model["context_length"] == 2048
     status, refused = ask(process.url, token, DEMO, "lighthouse " * 2100)
     assert status == 400 and refused["error"]["code"] == "context_length_exceeded"
-    assert "holds 2048" in refused["error"]["message"]
+    assert "maximum context length is 2048 tokens" in refused["error"]["message"]
     process.terminate()
     # Without the flag the stored settings apply: the default context, a larger estimate.
     listed = lmsp("models", "list", "--json", data_dir=data)

@@ -460,9 +460,9 @@ class LlamaModel:
                 if len(tokens) > limit:
                     raise EngineError(
                         "context_length_exceeded",
-                        f"Input {n} is {len(tokens)} tokens long, but an embedding input "
-                        f"holds at most {limit} tokens with this model; split it into "
-                        "shorter pieces.",
+                        f"This model's maximum context length for an embedding input is "
+                        f"{limit} tokens, but input {n} is {len(tokens)} tokens long; split it "
+                        "into shorter pieces.",
                     )
             # One embedding at a time, from opening its context to its last decode: a
             # longer input's request frees the context to open a larger one.
@@ -576,8 +576,9 @@ class LlamaModel:
         if len(prompt) >= self.context_length:
             raise EngineError(
                 "context_length_exceeded",
-                f"The conversation is {len(prompt)} tokens long but this model's context "
-                f"holds {self.context_length}; shorten the input or start a new conversation.",
+                f"This model's maximum context length is {self.context_length} tokens, but the "
+                f"conversation is {len(prompt)} tokens long; shorten the input or start a new "
+                "conversation.",
             )
         return prompt
 

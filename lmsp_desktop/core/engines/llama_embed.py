@@ -123,9 +123,9 @@ class EmbeddingContext:
             if len(tokens) > self.n_ctx:
                 raise EngineError(
                     "context_length_exceeded",
-                    f"Input {n} is {len(tokens)} tokens long, but an embedding input holds "
-                    f"at most {self.n_ctx} tokens with this model; split it into shorter "
-                    "pieces.",
+                    f"This model's maximum context length for an embedding input is "
+                    f"{self.n_ctx} tokens, but input {n} is {len(tokens)} tokens long; split it "
+                    "into shorter pieces.",
                 )
         out = np.zeros((len(inputs), self.dimensions), dtype=np.float32)
         with self._lock:

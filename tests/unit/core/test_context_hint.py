@@ -45,7 +45,7 @@ def refusal(
 
 def test_a_model_trained_for_more_names_the_command_that_gives_it_more() -> None:
     message = refusal(trained=131072, limit=256)
-    assert "300 tokens" in message and "holds 256" in message
+    assert "300 tokens" in message and "maximum context length is 256 tokens" in message
     assert "trained for 131072 tokens" in message
     # The next power of two above the prompt: a context that takes it.
     assert "`lmsp-desktop models set qwen2.5-7b-instruct --context 512`" in message
@@ -61,14 +61,14 @@ def test_truncation_is_suggested_only_where_the_api_takes_it() -> None:
     Claude Code's user sent it and got the same 400 back."""
     message = refusal(trained=256, limit=256, can_truncate=False)
     assert "truncation" not in message
-    assert message.endswith("(input and output together); shorten the input.")
+    assert message.endswith("but the input is 300 tokens long; shorten the input.")
     assert "truncation" in refusal(trained=256, limit=256, can_truncate=True)
 
 
 def test_still_too_long_after_truncation_says_what_is_left_to_shorten() -> None:
     message = refusal(trained=256, limit=256, truncation="auto")
     assert message == (
-        "The input is 300 tokens long, but this model's context holds 256 (input and output "
-        "together), even with only the system messages and the last turn left (truncation "
-        "auto dropped the older turns); shorten those."
+        "This model's maximum context length is 256 tokens (input and output together), but "
+        "the input is 300 tokens long, even with only the system messages and the last turn "
+        "left (truncation auto dropped the older turns); shorten those."
     )

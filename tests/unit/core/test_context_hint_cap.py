@@ -145,7 +145,8 @@ async def test_admission_names_where_the_cap_came_from_as_the_plan_says(
     with pytest.raises(LmspError) as caught:
         await admit(counter, info, request, 2048, decided)
     message = caught.value.message
-    assert caught.value.code == "context_length_exceeded" and "holds 2048" in message
+    assert caught.value.code == "context_length_exceeded", message
+    assert "maximum context length is 2048 tokens" in message, message
     assert said in message, message
     flagged = origin is CapOrigin.FLAG
     assert ("again with `--max-context 4096` or more" in message) == flagged, message

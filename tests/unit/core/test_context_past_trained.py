@@ -75,7 +75,7 @@ async def test_tools_past_the_trained_context_advise_no_larger_context() -> None
     assert "it is longer than the 8192 tokens the model was trained for" in message, message
     assert "use a model trained for more" in message, message
     tools = int(message.split("Its tools alone are ")[1].split(" ")[0])
-    total = int(message.split("The input is ")[1].split(" ")[0])
+    total = int(message.split("the input is ")[1].split(" ")[0])
     assert total > 8192 and total - 100 < tools < total, message  # "say hi" is a few tokens
     assert 'Claude Code sends none with `--tools ""`' in message, message
 

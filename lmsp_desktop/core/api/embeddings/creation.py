@@ -61,8 +61,9 @@ async def create_embedding(
         for n, count in enumerate(counts or []):
             if count > context:
                 raise LmspError(
-                    f"Input {n} is {count} tokens long, but an embedding input holds at most "
-                    f"{context} tokens with this model; split it into shorter pieces.",
+                    f"This model's maximum context length for an embedding input is {context}"
+                    f" tokens, but input {n} is {count} tokens long; split it into shorter "
+                    "pieces.",
                     code="context_length_exceeded",
                     param="input",
                     status=400,
