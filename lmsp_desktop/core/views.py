@@ -162,6 +162,9 @@ class TaskRow:
     # its end: None while it runs, the runner has it) and its prompt's length.
     first_token_at: float | None = None
     input_tokens: int = 0
+    # How many times a restart put it back to work (resumed or requeued); its started_at is
+    # its last run's start.
+    restarts: int = 0
 
     @classmethod
     def of(cls, row: Any) -> TaskRow:
@@ -189,6 +192,7 @@ class TaskRow:
             ran_until=row["ran_until"],
             first_token_at=row["first_token_at"],
             input_tokens=row["input_tokens"],
+            restarts=row["restarts"],
             **_resumed_run(row["resumed_run"]),
         )
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import bisect
+import time
 from enum import IntEnum
 from typing import Any, ClassVar
 
 from PySide6.QtCore import QModelIndex, Qt, Signal
 
-from lmsp_desktop.core.states import CANCELLABLE, EventType, TaskState
+from lmsp_desktop.core.states import CANCELLABLE, TERMINAL, EventType, TaskState
 from lmsp_desktop.core.views import (
     PromptProgress,
     TaskChange,
@@ -85,9 +86,11 @@ class TaskTableModel(RowTableModel):
 
     headers = HEADERS
     header_tips: ClassVar[dict[int, str]] = {
-        COL_ON_RESTART: "What happens to the task if the service restarts before it ends",
-        COL_DURATION: "How long it has run; for a download, the time left while it runs; "
-        "for a task ended by a restart, until its last event before the stop",
+        COL_ON_RESTART: "What happens to the task if the service restarts before it ends "
+        "(nothing once it has ended)",
+        COL_DURATION: "How long it has run; for a task a restart put back to work, from its "
+        "first start; for a download, the time left while it runs; for a task ended by a "
+        "restart, until its last event before the stop",
         COL_TOKENS: "Output tokens generated so far; while a running task's prompt is read, "
         "how far (or that it waits behind another's); for an embedding, the input tokens it "
         "read; for a download, the bytes on disk",
@@ -108,6 +111,7 @@ class TaskTableModel(RowTableModel):
         self.loaded = False
         self._counts_asked = 0  # counts reads started, and the latest of them shown
         self._counts_shown = 0
+        self.first_starts = FirstStarts(core)  # restarted tasks' first starts (Duration)
 
     # -- Qt model API ------------------------------------------------------------------------
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -162,14 +166,14 @@ class TaskTableModel(RowTableModel):
             return row.model
         if col == COL_STATE:
             return state_word(row.state, row.queue_position)
-        if col == COL_ON_RESTART:
-            return row.on_restart
+        if col == COL_ON_RESTART:  # a restart does nothing to an ended task, as its details say
+            return "—" if row.state in TERMINAL else row.on_restart
         if col == COL_CREATED:
             return clock(row.created_at)
         if row.kind == "download" and col in (COL_DURATION, COL_TOKENS, COL_TPS):
             return self._download_cell(row, col)
         if col == COL_DURATION:
-            return human_duration(row.duration())
+            return human_duration(self.ran(row))
         if col == COL_TOKENS:
             reading = self._prompt_read(row)
             if reading is not None:
@@ -182,8 +186,30 @@ class TaskTableModel(RowTableModel):
         tps = speed(row, self._first_token(row))  # COL_TPS: the unit says which speed it is
         return f"{tps:.1f} tok/s" if tps is not None else "—"
 
-    @staticmethod
-    def _download_cell(row: TaskRow, col: int) -> str:
+    def ran(self, row: TaskRow) -> float | None:
+        """The Duration: how long it has run, as its details header's "ran" says it: for a
+        task a restart put back to work, from its first start (its started_at is its last
+        run's: a download resumed after a quit said the 5.8 s since the resume, not the 25 s
+        since 18:57:23); for one the restart ended, its run until its last event before."""
+        first = self._first_start(row)
+        if first is None or row.started_at is None:
+            return row.duration()
+        return max(0.0, (row.finished_at or time.time()) - ran_from(row.started_at, first))
+
+    def _first_start(self, row: TaskRow) -> float | None:
+        """A restarted task's first start, when known (read with its row); else None."""
+        if not row.restarts or row.started_at is None or row.ended_by_restart:
+            return None
+        return self.first_starts.known(row.id)
+
+    async def _read_first_starts(self, rows: list[TaskRow]) -> None:
+        """Read the first starts of the restarted tasks among `rows` not read yet (once per
+        task: a first start never changes), before their rows are shown."""
+        for row in rows:
+            if row.restarts and row.started_at is not None and not row.ended_by_restart:
+                await self.first_starts.read(row.id)
+
+    def _download_cell(self, row: TaskRow, col: int) -> str:
         """A download shows bytes for tokens, its speed for tok/s, and while it runs the
         time left for its duration."""
         progress = row.progress or {}
@@ -196,7 +222,7 @@ class TaskTableModel(RowTableModel):
         left = row.seconds_left() if row.state == TaskState.RUNNING else None
         if left is not None:
             return f"{human_duration(left)} left"
-        return human_duration(row.duration())
+        return human_duration(self.ran(row))
 
     def _tooltip(self, row: TaskRow, col: int) -> str | None:
         if col == COL_ID:
@@ -217,7 +243,9 @@ class TaskTableModel(RowTableModel):
             )
         reason = (row.progress or {}).get("retry_reason")  # a download waiting for the hub
         if col == COL_TOKENS and row.state == TaskState.RUNNING and reason:
-            return f"{reason} It tries again by itself; Cancel stops it."
+            return f"{reason} Cancel stops it."  # the reason says when it retries
+        if col == COL_ON_RESTART and row.state in TERMINAL:
+            return f"Ended: a restart leaves it as it is (its policy was {row.on_restart})."
         if col == COL_STATE and row.error:
             return f"{row.error.get('code')}: {row.error.get('message')}"
         if col == COL_STATE and row.state == TaskState.INCOMPLETE:
@@ -228,6 +256,13 @@ class TaskTableModel(RowTableModel):
             return (
                 f"Ended by the restart: it ran until {clock(row.ran_until)}, its last event "
                 "before the stop (the downtime up to the restart is not counted)."
+            )
+        first = self._first_start(row) if col == COL_DURATION else None
+        if first is not None and row.started_at is not None and first < row.started_at:
+            times = "once" if row.restarts == 1 else f"{row.restarts} times"
+            return (
+                f"From its first start at {clock(first)}: a restart put it back to work "
+                f"{times}, and the time between its runs is counted."
             )
         if col == COL_TPS and row.kind != "download":
             return speed_tip(row, self._first_token(row))
@@ -274,6 +309,7 @@ class TaskTableModel(RowTableModel):
         rows = await self.core.task_page(
             self.filter, 0, self.page_size + 1, self.sort_key, self.descending
         )
+        await self._read_first_starts(rows[: self.page_size])
         if generation != self._generation:
             return
         self.beginResetModel()
@@ -293,6 +329,7 @@ class TaskTableModel(RowTableModel):
                 self.sort_key,
                 self.descending,
             )
+            await self._read_first_starts(rows[: self.page_size])
         finally:
             if generation == self._generation:
                 self._loading = False
@@ -332,6 +369,7 @@ class TaskTableModel(RowTableModel):
         new = [i for i in changes if i not in self._row_of]
         updated = await self.core.tasks_by_id(known)
         added = await self.core.tasks_by_id(new, self.filter)
+        await self._read_first_starts([*updated, *added])
         # A state moved: the counts, read after the rows (never older than them), are told
         # with the patch, in the same paint (the row said "cancelled" for half a second
         # while the sidebar and status bar, on a timer of their own, said "1 cancelling").
@@ -429,6 +467,37 @@ class TaskTableModel(RowTableModel):
                 else:
                     self.dataChanged.emit(top, bottom, roles)
                 start = k
+
+
+class FirstStarts:
+    """When restarted tasks first started: their first `response.in_progress` (a task's
+    started_at is its last run's start). The one rule the table's Duration and the details
+    header's "ran … from 18:57:23" follow; read once per task (a first start never changes),
+    the latest `keep` kept."""
+
+    def __init__(self, core: CoreApi, keep: int = 4096) -> None:
+        self.core = core
+        self.keep = keep
+        self._known: dict[str, float | None] = {}
+
+    def known(self, task_id: str) -> float | None:
+        return self._known.get(task_id)
+
+    async def read(self, task_id: str) -> float | None:
+        if task_id in self._known:
+            return self._known[task_id]
+        rows = await self.core.task_event_rows(task_id, 0, 64)
+        first = next((r["created_at"] for r in rows if r["type"] == EventType.IN_PROGRESS), None)
+        if len(self._known) >= self.keep:
+            self._known.clear()
+        self._known[task_id] = first
+        return first
+
+
+def ran_from(started_at: float, first_start: float | None) -> float:
+    """When a task's "ran" begins: its first start when a restart put it back to work since
+    (the time between its runs counted, as the clock times say), else its start."""
+    return first_start if first_start is not None and first_start < started_at else started_at
 
 
 def speed(row: TaskRow, first_token_at: float | None = None) -> float | None:

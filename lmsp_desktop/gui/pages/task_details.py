@@ -44,6 +44,7 @@ from lmsp_desktop.gui.models.event_table import (
     download_progress,
 )
 from lmsp_desktop.gui.models.event_table import Role as EventRole
+from lmsp_desktop.gui.models.task_table import FirstStarts, ran_from
 from lmsp_desktop.gui.pages.details_header import DetailsHeader, Fact
 from lmsp_desktop.gui.pages.earlier_run import EarlierRuns, with_earlier
 
@@ -293,8 +294,8 @@ class TaskDetails(QWidget):
         self._output = ""
         self._row: Any = None  # the shown task as last read
         self._ended: TaskRow | None = None  # its list row, when the restart ended it
-        # A restarted task's first start (task id → time), read once per task.
-        self._first_starts: dict[str, float | None] = {}
+        # A restarted task's first start, read once per task (the table's rule and reads).
+        self._first_starts = FirstStarts(core, keep=256)
         self._first_started: float | None = None  # the shown task's
         # The output of the run before the last start-over, read once per task and restart.
         self._earlier = EarlierRuns(core)
@@ -422,7 +423,7 @@ class TaskDetails(QWidget):
             ended = listed[0] if listed and listed[0].ended_by_restart else None
         first_start: float | None = None
         if row["restarts"] and row["started_at"] is not None:
-            first_start = await self._first_start(task_id)
+            first_start = await self._first_starts.read(task_id)
             if task_id != self.task_id:
                 return
         self._row, self._ended, self._first_started = row, ended, first_start
@@ -455,18 +456,6 @@ class TaskDetails(QWidget):
         self._show_output(with_earlier(row, earlier, output_shown(row)), generating)
         self._set_buttons()
         await self.events.follow(row["last_seq"])
-
-    async def _first_start(self, task_id: str) -> float | None:
-        """When a restarted task first started (its first `response.in_progress`): its
-        started_at is its last run's start, so "ran" counted only the run after a resume."""
-        if task_id in self._first_starts:
-            return self._first_starts[task_id]
-        rows = await self.core.task_event_rows(task_id, 0, 64)
-        first = next((r["created_at"] for r in rows if r["type"] == EventType.IN_PROGRESS), None)
-        if len(self._first_starts) > 256:
-            self._first_starts.clear()
-        self._first_starts[task_id] = first
-        return first
 
     async def _model_being_checked(self, model_id: str) -> bool:
         """Whether a queued task's model is still being hashed: the queue waits for it (a
@@ -512,10 +501,9 @@ class TaskDetails(QWidget):
             end = row["finished_at"] or time.time()
             # A restarted task from its first start (the downtime between its runs in),
             # as the clock times say: "ran 25 s from 18:57:23", not its last run's 5.8 s.
-            first = self._first_started if row["restarts"] else None
-            if first is not None and first < row["started_at"]:
-                since = clock(first)
-                optional.append(Fact(f"ran {human_duration(end - first)} from {since}"))
+            began = ran_from(row["started_at"], self._first_started if row["restarts"] else None)
+            if began < row["started_at"]:
+                optional.append(Fact(f"ran {human_duration(end - began)} from {clock(began)}"))
             else:
                 optional.append(Fact(f"ran {human_duration(end - row['started_at'])}"))
         if row["restarts"]:
