@@ -91,7 +91,7 @@ async def test_a_cancelled_download_speaks_of_downloads_and_has_retry_in_its_det
         await until(lambda: details.state == "completed", 30, what=lambda: details.state)
         assert not details.retry_button.isVisible()  # completed: nothing to retry
         row = await core.task(again)
-        assert row["model"] == f"{TINY_REPO}:tiny-Q8_0.gguf"
+        assert row["model"] == f"{TINY_REPO}:Q8_0"
         await until(
             lambda: "download completed" in [t for t, _, _ in event_cells(details)],
             what=lambda: event_cells(details),
