@@ -149,6 +149,12 @@ class ColumnFitter(QObject):
         self.dragged.clear()
         self.fit()
 
+    def reset(self) -> None:
+        """The usual columns (none hidden or asked for by the user) at their content's width."""
+        self.unwanted.clear()
+        self.pinned.clear()
+        self.reset_widths()
+
     def fit_soon(self, *_: object) -> None:
         if not self._timer.isActive():
             self._timer.start()
@@ -309,9 +315,10 @@ def column_menu(
     fixed: Collection[int] = (),
     changed: Callable[[], None] = lambda: None,
 ) -> QMenu:
-    """A header's show/hide menu (the Tasks page's): each column but the `fixed` ones, ticked
-    while shown; one hidden for lack of room says so, and ticking it makes others give way
-    first; Reset columns. `changed` runs after each choice (to keep it in the settings)."""
+    """A header's show/hide menu (the Tasks and Models pages'): each column but the `fixed`
+    ones, ticked while shown; one hidden for lack of room says so, and ticking it makes others
+    give way first; Reset columns. `changed` runs after each choice (to keep it in the
+    settings)."""
     menu = QMenu(parent)
     menu.setToolTipsVisible(True)
     dropped = set(fitter.dropped_for_room())
@@ -322,9 +329,7 @@ def column_menu(
         changed()
 
     def reset() -> None:
-        fitter.unwanted.clear()
-        fitter.pinned.clear()
-        fitter.reset_widths()
+        fitter.reset()
         changed()
 
     for col, title in enumerate(titles):
@@ -338,7 +343,12 @@ def column_menu(
         action.setData(col)
         action.toggled.connect(lambda on, c=col: want(c, on))
     menu.addSeparator()
-    menu.addAction("Reset columns").triggered.connect(reset)
+    reset_action = menu.addAction("Reset columns")
+    reset_action.setToolTip(
+        "The usual columns at their content's width (widths you dragged are forgotten), "
+        "the least needed left out when there is no room"
+    )
+    reset_action.triggered.connect(reset)
     return menu
 
 

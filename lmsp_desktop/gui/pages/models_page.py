@@ -65,7 +65,7 @@ from lmsp_desktop.gui.models.model_table import (
     crash_text,
 )
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
-from lmsp_desktop.gui.pages.column_fit import ColumnFitter
+from lmsp_desktop.gui.pages.column_fit import ColumnFitter, column_menu
 from lmsp_desktop.gui.pages.model_memory import ModelMemoryPanel
 from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
 
@@ -444,41 +444,15 @@ class ModelsPage(QWidget):
 
     # -- columns the user shows or hides ------------------------------------------------------
     def open_column_menu(self, pos: QPoint) -> QMenu:
-        """The header's menu: each column with a tick when shown (Name always is); one hidden
-        for lack of room says so, and ticking it makes others give way first."""
-        menu = QMenu(self)
-        menu.setToolTipsVisible(True)
-        dropped = set(self.fitter.dropped_for_room())
-        header = self.table.horizontalHeader()
-        for col, title in enumerate(HEADERS):
-            if col == COL_NAME:
-                continue
-            action = menu.addAction(f"{title} (left out for room)" if col in dropped else title)
-            if col in dropped:
-                action.setToolTip("Tick it to show it: other columns give way first.")
-            action.setCheckable(True)
-            action.setChecked(not header.isSectionHidden(col))
-            action.setData(col)
-            action.toggled.connect(lambda on, c=col: self.set_column_wanted(c, on))
-        menu.addSeparator()
-        reset = menu.addAction("Reset columns")
-        reset.setToolTip(
-            "The usual columns at their content's width (widths you dragged are forgotten), "
-            "the least needed left out when there is no room"
-        )
-        reset.triggered.connect(self.reset_columns)
+        """The header's menu: each column but the Name, ticked when shown; one left out for
+        room says so, and ticking it makes others give way first; Reset columns."""
+        menu = column_menu(self, self.fitter, HEADERS, fixed={COL_NAME}, changed=self._save_columns)
         self.column_menu = menu
-        menu.popup(header.mapToGlobal(pos))  # never exec() on the service's loop
+        menu.popup(self.table.horizontalHeader().mapToGlobal(pos))  # never exec() here
         return menu
 
     def set_column_wanted(self, col: int, wanted: bool) -> None:
         self.fitter.set_wanted(col, wanted)
-        self._save_columns()
-
-    def reset_columns(self) -> None:
-        self.fitter.unwanted.clear()
-        self.fitter.pinned.clear()
-        self.fitter.reset_widths()
         self._save_columns()
 
     def _save_columns(self) -> None:
