@@ -10,6 +10,12 @@ from typing import Any
 
 # `extra=` of a record for the log file only: the terminal was told in its own words.
 LOG_FILE_ONLY = {"log_file_only": True}
+# Our loggers: `--log-level DEBUG` is theirs. Libraries stay at INFO whatever the level (at
+# DEBUG aiosqlite alone wrote ~20 lines a second of the store's polling SELECTs, filling the
+# log in minutes and rotating the startup lines out), unless named here: comma-separated
+# logger names (`aiosqlite,huggingface_hub`) that take the level given too.
+OURS = "lmsp_desktop"
+LIBRARIES_ENV = "LMSP_DEBUG_LIBRARIES"
 
 
 def _not_log_file_only(record: logging.LogRecord) -> bool:
@@ -32,8 +38,13 @@ def setup_logging(
 ) -> Path | None:
     """Log to stderr and to the data directory's log file; `console=False`: to the file only
     (a command that does the service's work, and says its outcome in its own words)."""
+    wanted = logging.getLevelNamesMapping()[level.upper()]
     root = logging.getLogger()
-    root.setLevel(level.upper())
+    root.setLevel(max(wanted, logging.INFO))
+    logging.getLogger(OURS).setLevel(wanted)
+    for name in os.environ.get(LIBRARIES_ENV, "").split(","):
+        if name.strip():
+            logging.getLogger(name.strip()).setLevel(wanted)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     if console:
         stderr = logging.StreamHandler()
