@@ -38,6 +38,7 @@ DISCONNECT_POLL_S = 0.25
 # token) sends its API's keep-alive: clients' and proxies' idle watchdogs see it alive
 # (Claude Code dropped a turn silent for 300 s, then sent it again as a second request).
 KEEPALIVE_S = 10.0
+TASK_ID = web.RequestKey("lmsp_task_id", str)  # the task a request created: its DEBUG line
 
 
 async def create_from_request(
@@ -48,13 +49,15 @@ async def create_from_request(
     is claimed against this method, path and body."""
     key = request.headers.get("Idempotency-Key")
     idempotency = IdempotencyInput(key, request.method, request.path) if key is not None else None
-    return await create_task(
+    created = await create_task(
         ctx,
         lambda: read_json(request),
         client_id=caller.client_id,
         intake=intake,
         idempotency=idempotency,
     )
+    request[TASK_ID] = created.task_id
+    return created
 
 
 def shown_as_is(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -91,6 +94,7 @@ async def cancel_quietly(ctx: ServiceContext, task_id: str, why: str) -> None:
     may have finished meanwhile: 409), because nobody is left to show it to."""
     try:
         await ctx.store.tasks.cancel(task_id)
+        log.info("task %s cancelled: %s", task_id, why)
     except LmspError as exc:
         log.info("task %s not cancelled after %s: %s", task_id, why, exc.message)
     except Exception:

@@ -11,13 +11,40 @@ import socket
 import sys
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
+from lmsp_desktop.core.api.answering import TASK_ID
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.service.app import build_app
-from lmsp_desktop.core.service.context import ServiceContext
+from lmsp_desktop.core.service.context import PRINCIPAL, ServiceContext
 
 log = logging.getLogger(__name__)
+# One line per answered request at DEBUG (--log-level DEBUG), as llama-server's and
+# OLLAMA_DEBUG's request logs: what a client asked, what it got, how long it took.
+requests_log = logging.getLogger("lmsp_desktop.requests")
 BACKLOG = 128  # aiohttp's default for a site
+
+
+class RequestLine(AbstractAccessLogger):
+    """`POST /v1/responses 200 12.3 ms client=NAME task=ID`: the path without its query,
+    the client by its name (never its token: a 401's is `-`), and the task the request
+    created, as its route recorded it or its answer's Location names it. Given to aiohttp
+    only when the service starts at DEBUG: at INFO requests pay nothing for it."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        caller = request.get(PRINCIPAL)
+        task = request.get(TASK_ID)
+        if task is None and "Location" in response.headers:
+            task = response.headers["Location"].rsplit("/", 1)[-1]
+        self.logger.debug(
+            "%s %s %s %.0f ms client=%s%s",
+            request.method,
+            request.path,
+            response.status,
+            time * 1000,
+            caller.name if caller is not None else "-",
+            f" task={task}" if task else "",
+        )
 
 
 def is_loopback(host: str) -> bool:
@@ -139,7 +166,14 @@ class ServiceHost:
 
     async def start(self) -> str:
         """Accept on the listener's sockets: from here on requests are answered."""
-        self._runner = web.AppRunner(self.app, shutdown_timeout=3.0, access_log=None)
+        # Whether to log requests is decided here, once: nothing per request at INFO.
+        logged = requests_log.isEnabledFor(logging.DEBUG)
+        self._runner = web.AppRunner(
+            self.app,
+            shutdown_timeout=3.0,
+            access_log=requests_log if logged else None,
+            access_log_class=RequestLine,
+        )
         await self._runner.setup()
         try:
             for sock in self.listener.sockets:
