@@ -920,6 +920,7 @@ class Runner:
         slot.model = loaded
         slot.loading.set_result(loaded)
         self._notify_load(model_id, "loaded", 1.0)
+        log.info("%s loaded%s", lane.replace("\x00", " lane "), " (upstream)" if remote else "")
         if isinstance(loaded, ReportsCrashes):
             loaded.when_crashed(partial(self._died_idle, lane, loaded))
         return slot
@@ -954,6 +955,7 @@ class Runner:
             self._unloads.add(unloading)
             unloading.add_done_callback(self._unloads.discard)
             await asyncio.shield(unloading)  # a cancelled caller leaves it to finish (stop waits)
+            log.info("%s unloaded", lane.replace("\x00", " lane "))
             self._notify_load(_model_of(lane), self.loaded_state(_model_of(lane)), 0.0)
 
     async def _unload_idle_forever(self) -> None:
