@@ -26,10 +26,11 @@ BACKLOG = 128  # aiohttp's default for a site
 
 
 class RequestLine(AbstractAccessLogger):
-    """`POST /v1/responses 200 12.3 ms client=NAME task=ID`: the path without its query,
-    the client by its name (never its token: a 401's is `-`), and the task the request
-    created, as its route recorded it or its answer's Location names it. Given to aiohttp
-    only when the service starts at DEBUG: at INFO requests pay nothing for it."""
+    """`POST /v1/responses 200 12 ms client=NAME task=ID`: the path as sent (still
+    percent-encoded: a `%0A` in it cannot start a line of its own) without its query, the
+    client by its name (never its token: a 401's is `-`), and the task the request created,
+    as its route recorded it or its answer's Location names it. Given to aiohttp only when
+    the service starts at DEBUG: at INFO requests pay nothing for it."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         caller = request.get(PRINCIPAL)
@@ -39,7 +40,7 @@ class RequestLine(AbstractAccessLogger):
         self.logger.debug(
             "%s %s %s %.0f ms client=%s%s",
             request.method,
-            request.path,
+            request.rel_url.raw_path,
             response.status,
             time * 1000,
             caller.name if caller is not None else "-",
