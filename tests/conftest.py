@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import gc
+import logging
 import os
 import shutil
 import sys
@@ -156,3 +157,14 @@ def garbage_collected_after_each_test() -> Iterator[None]:
       unclosed loopback socket, which a full run with this collection did not show again."""
     yield
     gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def our_log_level_as_found() -> Iterator[None]:
+    """A test that runs a command in-process (cli.main → setup_logging) sets the lmsp_desktop
+    logger's own level: put back, so a later test's caplog at DEBUG (test_download_endings:
+    no token in any line, DEBUG ones included) still sees our DEBUG records."""
+    ours = logging.getLogger("lmsp_desktop")
+    level = ours.level
+    yield
+    ours.setLevel(level)
