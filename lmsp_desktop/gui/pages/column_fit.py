@@ -16,13 +16,14 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtGui import QHelpEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QHeaderView,
     QMenu,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTableView,
+    QToolTip,
     QWidget,
 )
 
@@ -350,6 +351,15 @@ def column_menu(
     )
     reset_action.triggered.connect(reset)
     return menu
+
+
+def show_whole_text(event: QHelpEvent, view: QWidget, index: Index) -> bool:
+    """A cell cut for room: its whole text first in its tooltip, then what the model's tooltip
+    says of it (the delegates that cut cells call it for a cut one)."""
+    tip = index.data(Qt.ItemDataRole.ToolTipRole)
+    text = str(index.data(Qt.ItemDataRole.DisplayRole) or "")
+    QToolTip.showText(event.globalPos(), f"{text}\n{tip}" if tip else text, view)
+    return True
 
 
 class ElideMiddle(QStyledItemDelegate):

@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTableView,
-    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -65,7 +64,7 @@ from lmsp_desktop.gui.models.model_table import (
     crash_text,
 )
 from lmsp_desktop.gui.models.model_table import Role as ModelRole
-from lmsp_desktop.gui.pages.column_fit import ColumnFitter, column_menu
+from lmsp_desktop.gui.pages.column_fit import ColumnFitter, column_menu, show_whole_text
 from lmsp_desktop.gui.pages.model_memory import ModelMemoryPanel
 from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
 
@@ -149,10 +148,7 @@ class ElidedDelegate(QStyledItemDelegate):
     ) -> bool:
         if event.type() != QEvent.Type.ToolTip or not self.is_cut(option, index):
             return super().helpEvent(event, view, option, index)
-        tip = str(index.data(Qt.ItemDataRole.ToolTipRole) or "")
-        text = str(index.data() or "")
-        QToolTip.showText(event.globalPos(), f"{text}\n{tip}" if tip else text, view)
-        return True
+        return show_whole_text(event, view, index)
 
 
 def verify_outcome(info: ModelInfo) -> str:

@@ -11,9 +11,10 @@ from PySide6.QtWidgets import (
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
-    QToolTip,
     QWidget,
 )
+
+from lmsp_desktop.gui.pages.column_fit import show_whole_text
 
 FILL_ALPHA = 140  # the done part: a tint of the highlight, lighter than the selection
 PADDING = 12  # px the trough's frame and the text's padding take beyond a plain cell's
@@ -60,9 +61,7 @@ class ProgressBarDelegate(QStyledItemDelegate):
         room = option.rect.width() - (PADDING + 8 if index.data(self.role) is not None else 8)
         if not text or option.fontMetrics.horizontalAdvance(text) <= room:
             return super().helpEvent(event, view, option, index)
-        tip = index.data(Qt.ItemDataRole.ToolTipRole)
-        QToolTip.showText(event.globalPos(), f"{text}\n{tip}" if tip else text, view)
-        return True
+        return show_whole_text(event, view, index)
 
     def paint(
         self,
