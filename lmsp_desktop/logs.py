@@ -16,6 +16,9 @@ LOG_FILE_ONLY = {"log_file_only": True}
 # logger names (`aiosqlite,huggingface_hub`) that take the level given too.
 OURS = "lmsp_desktop"
 LIBRARIES_ENV = "LMSP_DEBUG_LIBRARIES"
+# Libraries that say every HTTP request at INFO (huggingface_hub's client: each hub call's
+# full URL, three lines a pull): at WARNING, unless LMSP_DEBUG_LIBRARIES names them.
+CHATTY = ("httpx", "httpx2", "httpcore")
 
 
 def _not_log_file_only(record: logging.LogRecord) -> bool:
@@ -42,9 +45,12 @@ def setup_logging(
     root = logging.getLogger()
     root.setLevel(max(wanted, logging.INFO))
     logging.getLogger(OURS).setLevel(wanted)
-    for name in os.environ.get(LIBRARIES_ENV, "").split(","):
-        if name.strip():
-            logging.getLogger(name.strip()).setLevel(wanted)
+    named = {name.strip() for name in os.environ.get(LIBRARIES_ENV, "").split(",")} - {""}
+    for name in CHATTY:
+        if name not in named:
+            logging.getLogger(name).setLevel(max(wanted, logging.WARNING))
+    for name in named:
+        logging.getLogger(name).setLevel(wanted)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     if console:
         stderr = logging.StreamHandler()

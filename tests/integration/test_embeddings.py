@@ -203,6 +203,10 @@ def test_an_input_longer_than_an_embedding_holds_is_refused(live: LiveCore) -> N
     assert status == 400, body
     assert body["error"]["code"] == "context_length_exceeded"
     assert "but input 1 is" in body["error"]["message"] and str(context) in body["error"]["message"]
+    # OpenAI's opening, which litellm tells a context error by (the exact prefix it looks for).
+    assert body["error"]["message"].startswith(
+        f"This model's maximum context length is {context} tokens"
+    ), body
     # Nothing was stored for it.
     status, listed = call(f"{live.url}/v1/tasks", token)
     assert not [t for t in listed["data"] if t["kind"] == "embedding"]

@@ -460,9 +460,9 @@ class LlamaModel:
                 if len(tokens) > limit:
                     raise EngineError(
                         "context_length_exceeded",
-                        f"This model's maximum context length for an embedding input is "
-                        f"{limit} tokens, but input {n} is {len(tokens)} tokens long; split it "
-                        "into shorter pieces.",
+                        f"This model's maximum context length is {limit} tokens for an "
+                        f"embedding input, but input {n} is {len(tokens)} tokens long; split "
+                        "it into shorter pieces.",
                     )
             # One embedding at a time, from opening its context to its last decode: a
             # longer input's request frees the context to open a larger one.

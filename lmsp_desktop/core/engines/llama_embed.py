@@ -123,8 +123,8 @@ class EmbeddingContext:
             if len(tokens) > self.n_ctx:
                 raise EngineError(
                     "context_length_exceeded",
-                    f"This model's maximum context length for an embedding input is "
-                    f"{self.n_ctx} tokens, but input {n} is {len(tokens)} tokens long; split it "
+                    f"This model's maximum context length is {self.n_ctx} tokens for an "
+                    f"embedding input, but input {n} is {len(tokens)} tokens long; split it "
                     "into shorter pieces.",
                 )
         out = np.zeros((len(inputs), self.dimensions), dtype=np.float32)

@@ -61,8 +61,8 @@ async def create_embedding(
         for n, count in enumerate(counts or []):
             if count > context:
                 raise LmspError(
-                    f"This model's maximum context length for an embedding input is {context}"
-                    f" tokens, but input {n} is {count} tokens long; split it into shorter "
+                    f"This model's maximum context length is {context} tokens for an embedding"
+                    f" input, but input {n} is {count} tokens long; split it into shorter "
                     "pieces.",
                     code="context_length_exceeded",
                     param="input",
