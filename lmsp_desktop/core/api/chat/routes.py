@@ -18,6 +18,7 @@ from lmsp_desktop.core.api.chat import INTAKE
 from lmsp_desktop.core.api.chat.render import ChunkRenderer, completion_object
 from lmsp_desktop.core.api.chat.request import CHAT_API
 from lmsp_desktop.core.api.resource import RowLike
+from lmsp_desktop.core.api.responses.conversation import task_of
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import not_found
 from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
@@ -47,8 +48,19 @@ async def _stored_chat(request: web.Request, ctx: ServiceContext, principal: Pri
     completion_id = request.match_info["id"]
     row = await ctx.store.tasks.get(completion_id, principal.owner_filter())
     settings = json.loads(row["request"])
-    if settings.get("api") != CHAT_API or not settings.get("store", True):
-        raise not_found(f"No chat completion with id {completion_id!r}.", "not_found")
+    # The code of every other "no such id" answer (the store's own, for an unknown id).
+    if settings.get("api") != CHAT_API:  # the caller's own task: it may be told what it is
+        raise not_found(
+            f"No chat completion with id {completion_id!r}: that id is the task of "
+            f"{task_of(row)}, not a chat completion; GET /v1/tasks/{completion_id} shows it.",
+            "response_not_found",
+        )
+    if not settings.get("store", True):
+        raise not_found(
+            f"No chat completion with id {completion_id!r}: it was made with `store: false`, "
+            f"so it is not kept to be retrieved; GET /v1/tasks/{completion_id} shows its task.",
+            "response_not_found",
+        )
     return row
 
 

@@ -35,9 +35,34 @@ async def stored_response(
     except LmspError as exc:
         exc.param = param
         raise
-    if not is_stored_response(json.loads(row["request"])):
-        raise not_found(f"No response with id {response_id!r}.", "response_not_found", param)
+    request = json.loads(row["request"])
+    if request.get("api", "responses") != "responses":  # the caller's own: say what it is
+        raise not_found(
+            f"No response with id {response_id!r}: that id is the task of {task_of(row)}, "
+            f"not a response; GET /v1/tasks/{response_id} shows it.",
+            "response_not_found",
+            param,
+        )
+    if not is_stored_response(request):
+        raise not_found(
+            f"No response with id {response_id!r}: it was made with `store: false`, so it is "
+            f"not kept to be retrieved or continued; GET /v1/tasks/{response_id} shows its task.",
+            "response_not_found",
+            param,
+        )
     return row
+
+
+def task_of(row: Any) -> str:
+    """What a task is, for the 404 that tells its own caller why a route of another API does
+    not take its id: "a download", "a response", "an anthropic.messages request"."""
+    kinds = {"download": "a download", "embedding": "an embedding"}
+    if row["kind"] in kinds:
+        return kinds[row["kind"]]
+    api = str(json.loads(row["request"]).get("api") or "responses")
+    if api == "responses":
+        return "a response"
+    return f"{'an' if api.startswith(tuple('aeiou')) else 'a'} {api} request"
 
 
 async def resolve(tasks: TaskStore, request: dict[str, Any], client_id: str | None) -> None:

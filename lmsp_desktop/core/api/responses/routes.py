@@ -22,7 +22,7 @@ from lmsp_desktop.core.api.answering import (
 from lmsp_desktop.core.api.failures import NO_RETRY, task_failure
 from lmsp_desktop.core.api.resource import build_response
 from lmsp_desktop.core.api.responses import INTAKE
-from lmsp_desktop.core.api.responses.conversation import stored_response
+from lmsp_desktop.core.api.responses.conversation import stored_response, task_of
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import invalid, not_found
 from lmsp_desktop.core.scopes import RESPONSES_READ, RESPONSES_WRITE
@@ -144,13 +144,10 @@ async def _a_response(ctx: ServiceContext, task_id: str, principal: Principal) -
     """The Responses routes know responses only: a chat completion's id answers 404 here
     (as at OpenAI); its task is cancelled at POST /v1/tasks/{id}/cancel."""
     row = await ctx.store.tasks.get(task_id, principal.owner_filter())
-    api = json.loads(row["request"]).get("api", "responses")
-    if api != "responses":  # the caller's own task: it may be told what the id is
-        what = {"download": "a download", "embedding": "an embedding"}.get(
-            row["kind"], f"a {api} request"
-        )
+    if json.loads(row["request"]).get("api", "responses") != "responses":
+        # The caller's own task: it may be told what the id is.
         raise not_found(
-            f"No response with id {task_id!r}: that id is the task of {what}, not a "
+            f"No response with id {task_id!r}: that id is the task of {task_of(row)}, not a "
             f"response. POST /v1/tasks/{task_id}/cancel cancels it; GET /v1/tasks/{task_id} "
             "shows it.",
             "response_not_found",

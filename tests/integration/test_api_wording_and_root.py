@@ -1,0 +1,68 @@
+"""What a caller is told, on a real service with the demo model: an id of its own that a route
+of another API does not take (an Anthropic message or a chat completion at GET
+/v1/responses/{id}, a response at GET /v1/chat/completions/{id}) is named for what it is,
+with one code for every "no such id"; `GET /` and `HEAD /` answer as Ollama's root does; a
+bad LMSP_TOKEN is named as the shell's to the `tasks` command; and a too-long input offers
+`truncation: "auto"` only when there are older turns to drop."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from tests.integration.service_fixtures import MODEL, Client, LiveCore, expect_error
+
+pytest_plugins = ["tests.integration.service_fixtures"]
+
+SAY_HI = [{"role": "user", "content": "Say hi."}]
+# Longer than the context the demo model can run with (trained for 8,192 tokens).
+TOO_LONG = "word " * 9000
+
+
+async def test_an_id_of_another_api_is_named_for_what_it_is(
+    http: aiohttp.ClientSession, user: Client
+) -> None:
+    message = {"model": MODEL, "max_tokens": 4, "messages": SAY_HI}
+    async with http.post("/v1/messages", json=message, headers=user.headers) as r:
+        assert r.status == 200, await r.text()
+        msg_id = (await r.json())["id"]
+    chat = {"model": MODEL, "max_tokens": 4, "messages": SAY_HI}
+    async with http.post("/v1/chat/completions", json=chat, headers=user.headers) as r:
+        assert r.status == 200, await r.text()
+        chat_id = (await r.json())["id"]
+    response = {"model": MODEL, "input": "Say hi.", "max_output_tokens": 4}
+    async with http.post("/v1/responses", json=response, headers=user.headers) as r:
+        assert r.status == 200, await r.text()
+        resp_id = (await r.json())["id"]
+
+    for task_id, what in (
+        (msg_id, "an anthropic.messages request"),
+        (chat_id, "a chat.completions request"),
+    ):
+        async with http.get(f"/v1/responses/{task_id}", headers=user.headers) as r:
+            error = await expect_error(r, 404, "response_not_found")
+        told = error["message"]
+        assert f"No response with id '{task_id}': that id is the task of {what}" in told, told
+        assert f"not a response; GET /v1/tasks/{task_id}" in told, told
+    # Its cancel says the same of it, with the article right.
+    async with http.post(f"/v1/responses/{msg_id}/cancel", headers=user.headers) as r:
+        error = await expect_error(r, 404, "response_not_found")
+    assert "the task of an anthropic.messages request, not a response" in error["message"]
+
+    # A response at the chat route: the same code as an unknown id there, and what it is.
+    async with http.get(f"/v1/chat/completions/{resp_id}", headers=user.headers) as r:
+        error = await expect_error(r, 404, "response_not_found")
+    assert "that id is the task of a response, not a chat completion" in error["message"]
+    async with http.get("/v1/chat/completions/chatcmpl-nothing", headers=user.headers) as r:
+        await expect_error(r, 404, "response_not_found")
+
+
+async def test_another_clients_id_reveals_nothing(
+    http: aiohttp.ClientSession, user: Client, live: LiveCore
+) -> None:
+    message = {"model": MODEL, "max_tokens": 4, "messages": SAY_HI}
+    async with http.post("/v1/messages", json=message, headers=user.headers) as r:
+        msg_id = (await r.json())["id"]
+    stranger = live.client("responses:read", "responses:write")
+    async with http.get(f"/v1/responses/{msg_id}", headers=stranger.headers) as r:
+        error = await expect_error(r, 404, "response_not_found")
+    assert "anthropic" not in error["message"], error
