@@ -8,6 +8,7 @@ bad LMSP_TOKEN is named as the shell's to the `tasks` command; and a too-long in
 from __future__ import annotations
 
 import aiohttp
+import pytest
 
 from tests.integration.service_fixtures import MODEL, Client, LiveCore, expect_error
 
@@ -66,3 +67,17 @@ async def test_another_clients_id_reveals_nothing(
     async with http.get(f"/v1/responses/{msg_id}", headers=stranger.headers) as r:
         error = await expect_error(r, 404, "response_not_found")
     assert "anthropic" not in error["message"], error
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+async def test_the_root_answers_as_ollamas_does_without_a_token(
+    http: aiohttp.ClientSession, method: str
+) -> None:
+    async with http.request(method, "/") as r:
+        assert r.status == 200, await r.text()
+        assert r.content_type == "text/plain"
+        text = await r.text()
+    assert text == ("Ollama is running" if method == "GET" else "")
+    # Nothing else is public: a path below it still needs a token.
+    async with http.get("/v1/models") as r:
+        assert r.status == 401

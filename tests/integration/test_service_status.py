@@ -223,7 +223,7 @@ async def test_foreign_browser_origin_is_403_without_cors(
 async def test_unknown_route_is_404(http: aiohttp.ClientSession, user: Client) -> None:
     for method, path in (
         ("GET", "/v1/nothing"),
-        ("GET", "/"),
+        ("GET", "/index.html"),  # (GET / answers as Ollama's root: test_api_wording_and_root)
         ("POST", "/v2/responses"),
     ):
         async with http.request(method, path, headers=user.headers) as r:

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 PUBLIC = {
+    *(("GET", "/"), ("HEAD", "/")),  # Ollama's "Ollama is running" (routes_system.root)
     ("GET", "/v1/health"),
     ("GET", "/v1/openapi.json"),
     ("POST", "/v1/pairing"),

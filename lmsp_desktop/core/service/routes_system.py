@@ -60,6 +60,13 @@ def install_event_counter(app: web.Application, tasks: TaskStore) -> None:
     app.on_cleanup.append(remove)
 
 
+@routes.get("/")  # and HEAD, public (middleware.PUBLIC)
+async def root(request: web.Request) -> web.Response:
+    """Ollama's answer at its root, which its CLI's connection check and Claude Code's start
+    send: 200 `Ollama is running`, and nothing else (no version, no id: /v1/health has them)."""
+    return web.Response(text="Ollama is running")
+
+
 @routes.get("/v1/health")
 async def health(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]

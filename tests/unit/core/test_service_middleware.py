@@ -115,7 +115,7 @@ async def test_the_advice_names_the_host_the_client_used(http: Http) -> None:
     ("method", "path"),
     [
         ("GET", "/v1/nothing"),  # under /v1 once: no base URL makes it a route
-        ("GET", "/"),
+        ("GET", "/index.html"),  # (GET / answers "Ollama is running", as Ollama's root)
         ("POST", "/v2/responses"),
         ("POST", "/v1/v1/nothing"),
         ("POST", "/nothing"),
