@@ -82,12 +82,18 @@ def token_client(data_dir: Path) -> tuple[str, frozenset[str]] | None:
 
 
 def refusal(body: Any) -> str:
-    """The service's refusal as a command says it. A missing scope can only be LMSP_TOKEN's
-    (the command's own token is admin), and the fix is in this shell, not on a window's
-    Clients page a headless server does not have."""
+    """The service's refusal as a command says it. A refused token or a missing scope can only
+    be LMSP_TOKEN's (the command's own token is admin), and the fix is in this shell, not on
+    a window's Clients page a headless server does not have."""
     error = body.get("error") if isinstance(body, dict) else None
     error = error if isinstance(error, dict) else {}
     message = str(error.get("message") or "The service refused the request.")
+    if error.get("code") == "invalid_token" and os.environ.get("LMSP_TOKEN"):
+        # Not the pairing advice of a client: the token is this shell's, the fix too.
+        return (
+            "LMSP_TOKEN is not a token of this service (revoked, or another service's): unset "
+            "it to use the owner's, or create one with `lmsp-desktop token create`."
+        )
     if error.get("code") == "insufficient_scope" and os.environ.get("LMSP_TOKEN"):
         lacks = message.split(". ")[0].rstrip(".")
         return (

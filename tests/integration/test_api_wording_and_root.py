@@ -10,6 +10,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from tests.integration.serve_process import lmsp
 from tests.integration.service_fixtures import MODEL, Client, LiveCore, expect_error
 
 pytest_plugins = ["tests.integration.service_fixtures"]
@@ -81,3 +82,17 @@ async def test_the_root_answers_as_ollamas_does_without_a_token(
     # Nothing else is public: a path below it still needs a token.
     async with http.get("/v1/models") as r:
         assert r.status == 401
+
+
+def test_tasks_with_a_bad_lmsp_token_names_the_shells_token(
+    live: LiveCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for token in (live.revoked_token(), "lmsp_" + "x" * 43):
+        monkeypatch.setenv("LMSP_TOKEN", token)
+        shown = lmsp("tasks", data_dir=live.data_dir)
+        assert shown.returncode == 2, shown
+        assert "LMSP_TOKEN is not a token of this service (revoked, or another service's)" in (
+            shown.stderr
+        ), shown.stderr
+        assert "`lmsp-desktop token create`" in shown.stderr
+        assert "Pair this client" not in shown.stderr, shown.stderr
