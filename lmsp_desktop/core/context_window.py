@@ -232,7 +232,8 @@ class TokenCounter:
                 info,
                 cap,
                 own,
-                can_truncate=can_truncate,
+                # Only with older turns to drop does `truncation: "auto"` help.
+                can_truncate=can_truncate and drop_oldest_turn(messages) is not None,
                 cap_origin=cap_origin,
                 tools=tools,
             )

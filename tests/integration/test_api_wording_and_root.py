@@ -96,3 +96,28 @@ def test_tasks_with_a_bad_lmsp_token_names_the_shells_token(
         ), shown.stderr
         assert "`lmsp-desktop token create`" in shown.stderr
         assert "Pair this client" not in shown.stderr, shown.stderr
+
+
+async def test_truncation_is_offered_only_with_older_turns_to_drop(
+    http: aiohttp.ClientSession, user: Client
+) -> None:
+    alone = {"model": MODEL, "input": TOO_LONG, "max_output_tokens": 4}
+    async with http.post("/v1/responses", json=alone, headers=user.headers) as r:
+        error = await expect_error(r, 400, "context_length_exceeded")
+    assert "truncation" not in error["message"], error["message"]
+    assert "Shorten it" in error["message"] or "shorten the input" in error["message"]
+
+    turns = [
+        {"role": "user", "content": TOO_LONG},
+        {"role": "assistant", "content": "That is a lot of words."},
+        {"role": "user", "content": "Say hi."},
+    ]
+    older = {"model": MODEL, "input": turns, "max_output_tokens": 4}
+    async with http.post("/v1/responses", json=older, headers=user.headers) as r:
+        error = await expect_error(r, 400, "context_length_exceeded")
+    assert 'send `truncation: "auto"` to drop the oldest turns' in error["message"], error
+    # And the advice holds: the same input with it is answered.
+    async with http.post(
+        "/v1/responses", json={**older, "truncation": "auto"}, headers=user.headers
+    ) as r:
+        assert r.status == 200, await r.text()

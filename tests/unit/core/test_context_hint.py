@@ -28,13 +28,20 @@ class Model:
 
 
 def refusal(
-    trained: int, limit: int, can_truncate: bool = True, truncation: str = "disabled"
+    trained: int,
+    limit: int,
+    can_truncate: bool = True,
+    truncation: str = "disabled",
+    older: bool = False,
 ) -> str:
+    """The 400 of a 300-token input: one message, or (`older`) a last turn after an older one."""
     counter = TokenCounter()
     counter._vocabs[("m.gguf", 1)] = CharVocab()  # type: ignore[assignment]
+    earlier = [{"role": "user", "content": "x" * 100}, {"role": "assistant", "content": "y" * 100}]
+    last = [{"role": "user", "content": "x" * (100 if older else 300)}]
     request = {
         "api": "responses",
-        "messages": [{"role": "user", "content": "x" * 300}],
+        "messages": (earlier if older else []) + last,
         "truncation": truncation,
     }
     with pytest.raises(LmspError) as caught:
@@ -52,7 +59,7 @@ def test_a_model_trained_for_more_names_the_command_that_gives_it_more() -> None
 
 
 def test_a_model_at_its_trained_context_is_not_offered_more() -> None:
-    message = refusal(trained=256, limit=256)
+    message = refusal(trained=256, limit=256, older=True)
     assert "models set" not in message and "truncation" in message
 
 
@@ -62,7 +69,10 @@ def test_truncation_is_suggested_only_where_the_api_takes_it() -> None:
     message = refusal(trained=256, limit=256, can_truncate=False)
     assert "truncation" not in message
     assert message.endswith("but the input is 300 tokens long; shorten the input.")
-    assert "truncation" in refusal(trained=256, limit=256, can_truncate=True)
+    assert "truncation" in refusal(trained=256, limit=256, can_truncate=True, older=True)
+    # With no older turn to drop, truncation cannot help: not offered either.
+    alone = refusal(trained=256, limit=256, can_truncate=True)
+    assert alone.endswith("but the input is 300 tokens long; shorten the input."), alone
 
 
 def test_still_too_long_after_truncation_says_what_is_left_to_shorten() -> None:
