@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from lmsp_desktop.core.errors import LmspError, invalid, not_found
 
@@ -96,15 +97,48 @@ def quant_of(name: str) -> str | None:
     return found[-1].upper() if found else None
 
 
+REPO_FORMS = (
+    "owner/name, for example bartowski/Qwen2.5-7B-Instruct-GGUF (hf.co/owner/name:Q4_K_M "
+    "and https://huggingface.co/owner/name addresses work too)"
+)
+# Hosts whose addresses name a repo: the hub's own two, and HF_ENDPOINT's (a mirror).
+HUB_HOSTS = ("huggingface.co", "hf.co")
+
+
 def check_repo(repo: str) -> str:
     repo = repo.strip()
     if not REPO_ID.match(repo):
-        raise invalid(
-            f"{repo!r} is not a Hugging Face repo id; write it as owner/name, for example "
-            "bartowski/Qwen2.5-7B-Instruct-GGUF.",
-            "repo",
-        )
+        raise invalid(f"{repo!r} is not a Hugging Face repo id; write it as {REPO_FORMS}.", "repo")
     return repo
+
+
+def parse_reference(text: str) -> tuple[str, str | None]:
+    """What a person writes or pastes for a hub model → (repo id, selector: a quant or a file
+    name, or None). The one parser of the CLI's `models pull`, the API's pull and the
+    Download dialog's search box. Takes `owner/name[:QUANT|:FILE]`, the same behind `hf.co/`
+    or `huggingface.co/` (as the Models table's Location shows it and `ollama pull` takes it),
+    and an https address of a repo or of one of its files (`…/blob/main/x.gguf`,
+    `…/resolve/main/x.gguf`: the file becomes the selector). Anything else: invalid, naming
+    the forms."""
+    ref = text.strip()
+    hosts = {*HUB_HOSTS, (urlsplit(endpoint()).hostname or "").lower()}
+    if "://" not in ref and any(ref.lower().startswith(f"{h}/") for h in HUB_HOSTS):
+        ref = f"https://{ref}"
+    if "://" in ref:
+        url = urlsplit(ref)
+        host = (url.hostname or "").lower().removeprefix("www.")
+        parts = [unquote(p) for p in url.path.split("/") if p]
+        if url.scheme.lower() not in ("http", "https") or host not in hosts or len(parts) < 2:
+            raise invalid(
+                f"{text.strip()!r} is not the address of a Hugging Face repo; write it as "
+                f"{REPO_FORMS}.",
+                "repo",
+            )
+        if len(parts) > 2 and parts[2] in ("blob", "resolve") and len(parts) > 4:
+            return check_repo("/".join(parts[:2])), "/".join(parts[4:])
+        ref = "/".join(parts[:2])  # the repo's page, or one of its tabs (tree/main, …)
+    repo, _, selector = ref.partition(":")
+    return check_repo(repo), selector.strip() or None
 
 
 def gguf_choices(files: list[HubFile]) -> list[GgufChoice]:
@@ -248,7 +282,8 @@ def _hub_call(call: Callable[[], T], what: str, revision: str | None = None) -> 
     except RepositoryNotFoundError as exc:
         raise not_found(
             f"The hub has no repo {what} (or it is private and no token was given). Check the "
-            "name; for a private repo, add your Hugging Face token in Settings or HF_TOKEN.",
+            "name; for a private repo, give LMSP your Hugging Face token (Keep token in the "
+            "Download dialog, or HF_TOKEN) and pull again.",
             "repo_not_found",
             "repo",
         ) from exc
@@ -313,7 +348,7 @@ def _reason(exc: BaseException) -> str:
 def gated_error(repo: str) -> LmspError:
     return LmspError(
         f"{repo} is gated: accept its terms on huggingface.co, then give LMSP a Hugging Face "
-        "token (Settings, the Download dialog, or HF_TOKEN) and pull again.",
+        "token (Keep token in the Download dialog, or HF_TOKEN) and pull again.",
         code="repo_gated",
         param="repo",
         status=403,

@@ -13,14 +13,14 @@ from typing import Any
 
 from lmsp_desktop.core.downloads.hub import (
     GgufChoice,
-    check_repo,
     gguf_choices,
     list_files,
+    parse_reference,
     pick,
     search,
 )
 from lmsp_desktop.core.downloads.token import hub_token
-from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.states import RestartPolicy
 from lmsp_desktop.core.storage.downloads import NewDownload, create_download
 from lmsp_desktop.core.storage.idempotency import IdempotencyClaim
@@ -28,9 +28,14 @@ from lmsp_desktop.core.storage.tasks import TaskStore
 
 
 def split_reference(reference: str) -> tuple[str, str | None]:
-    """`owner/name[:QUANT|:FILE]` → (repo, selector)."""
-    repo, _, selector = reference.partition(":")
-    return repo, selector or None
+    """`owner/name[:QUANT|:FILE]`, `hf.co/owner/name:QUANT`, a hub address → (repo,
+    selector) (hub.parse_reference). One it cannot read is split as written, so that `pull`
+    (here, or the service's) refuses it in its own words."""
+    try:
+        return parse_reference(reference)
+    except LmspError:
+        repo, _, selector = reference.partition(":")
+        return repo, selector or None
 
 
 async def pull(
@@ -48,14 +53,22 @@ async def pull(
     """Create the download task of `repo`'s model named by `selector` (a file or a quant);
     returns the task object once committed. `claim`: an Idempotency-Key already claimed
     for `task_id`, whose answer is stored with the task. `token`: the caller's own hub
-    token for this pull (else this process's: HF_TOKEN, the keyring); never stored."""
-    repo = check_repo(repo)
+    token for this pull (else this process's: HF_TOKEN, the keyring); never stored.
+    `repo` may be written any way parse_reference reads (hf.co/owner/name, an address of
+    the repo or of its file, owner/name:QUANT): what it names is the selector, unless one
+    is given, which must then agree."""
+    repo, named = parse_reference(repo)
     try:
         policy = RestartPolicy(on_restart or RestartPolicy.RESUME)
     except ValueError:
         raise invalid("on_restart must be fail, retry or resume.", "on_restart") from None
     commit, files = await asyncio.to_thread(list_files, repo, revision, token or hub_token())
-    choice = pick(repo, files, selector)
+    choice = pick(repo, files, named or selector)
+    if named and selector and pick(repo, files, selector) != choice:
+        raise invalid(
+            f"The repo's reference names {named}, the request {selector}: give one of them.",
+            "repo",
+        )
     spec = NewDownload(
         repo=repo,
         revision=revision,
@@ -88,5 +101,6 @@ async def search_hub(query: str) -> list[dict[str, Any]]:
 
 async def repo_models(repo: str) -> list[GgufChoice]:
     """The models a repo offers (the Download dialog's file list)."""
-    _commit, files = await asyncio.to_thread(list_files, check_repo(repo), "main", hub_token())
+    repo = parse_reference(repo)[0]
+    _commit, files = await asyncio.to_thread(list_files, repo, "main", hub_token())
     return gguf_choices(files)

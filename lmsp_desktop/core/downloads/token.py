@@ -1,5 +1,5 @@
 """The Hugging Face token for gated and private repos: `HF_TOKEN` when set, else the one
-kept in the OS keyring (entered in Settings or the Download dialog), else none (the library
+kept in the OS keyring (entered in the Download dialog: Keep token), else none (the library
 then uses its own login, if any). Never logged, never answered, never in the database.
 """
 
