@@ -31,12 +31,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from lmsp_desktop.core.downloads.hub import GgufChoice
+from lmsp_desktop.core.downloads.hub import GgufChoice, parse_reference
 from lmsp_desktop.core.downloads.pull import download_name
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models.info import CHANGED, INVALID, MISSING, ModelEvent, ModelInfo
 from lmsp_desktop.core.models.memory import gib
-from lmsp_desktop.core.states import TERMINAL, TaskKind, TaskState
+from lmsp_desktop.core.states import TERMINAL, EventType, TaskKind, TaskState
 from lmsp_desktop.core.views import TaskChange
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
@@ -60,6 +60,8 @@ SOURCE_WORDS = {
 # is no model, or is no longer the file its digest was taken of.
 NOT_A_COPY = (MISSING, INVALID, CHANGED)
 DOWNLOADING = "↓ downloading…"  # ↓ is in every UI font (⇣ is not)
+# A download that cannot reach the hub and waits to try again (its progress has retry_at).
+WAITING = "↻ waiting for the hub"
 
 
 class DownloadDialog(QDialog):
@@ -92,6 +94,11 @@ class DownloadDialog(QDialog):
         # and has Retry, which pulls it again (continuing from the bytes a failure kept).
         self.ended: dict[tuple[str, str], tuple[str, str]] = {}
         self.on_disk: set[str] = set()  # the shown repo's files already in the cache
+        # The followed downloads waiting to try the hub again (their progress has retry_at).
+        self.waiting: set[tuple[str, str]] = set()
+        # A hub address typed in the search box that names a file: (repo, file or quant),
+        # its row selected once the repo is listed.
+        self.wanted: tuple[str, str | None] | None = None
         # The shown repo's files whose every part's sha256 (the hub's LFS digest) is a local
         # model's (LM Studio's, Ollama's, a folder's): name → that model.
         self.local_copies: dict[str, ModelInfo] = {}
@@ -148,7 +155,7 @@ class DownloadDialog(QDialog):
         token_row = QHBoxLayout()
         token_row.addWidget(self.token, 1)
         token_row.addWidget(self.token_button)
-        split = QSplitter(Qt.Orientation.Horizontal)
+        split = self.split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.repos)
         split.addWidget(self.files)
         split.setStretchFactor(0, 2)
@@ -184,11 +191,16 @@ class DownloadDialog(QDialog):
             return
         if change.state not in TERMINAL:
             self._heard_of(change)
+            if EventType.DOWNLOAD_PROGRESS in change.event_types:
+                for key, task_id in self.downloading.items():
+                    if task_id == change.task_id:
+                        aio.spawn(self._progress(key, task_id), self)
             return
         for key, task_id in list(self.downloading.items()):
             if task_id != change.task_id:
                 continue
             del self.downloading[key]
+            self.waiting.discard(key)
             if change.state == TaskState.COMPLETED and key[0] == self.repo:
                 self.on_disk.add(key[1])
             if change.state == TaskState.FAILED:
@@ -210,6 +222,23 @@ class DownloadDialog(QDialog):
         self.ended.pop(key, None)
         self._show_ended(key)
         self._update()
+
+    async def _progress(self, key: tuple[str, str], task_id: str) -> None:
+        """A followed download's latest progress: whether it waits for the hub (its cell
+        said "downloading…" while the task waited to try again)."""
+        try:
+            row = await self.core.task(task_id)
+        except LmspError:  # deleted meanwhile
+            return
+        progress = json.loads(row["snapshot"] or "null") if row["snapshot"] else None
+        waits = isinstance(progress, dict) and bool(progress.get("retry_at"))
+        if self.downloading.get(key) != task_id or waits == (key in self.waiting):
+            return
+        if waits:
+            self.waiting.add(key)
+        else:
+            self.waiting.discard(key)
+        self._show_ended(key)
 
     async def _failure(self, key: tuple[str, str], task_id: str) -> None:
         """The failed download's error, for the status line of its file."""
@@ -238,10 +267,19 @@ class DownloadDialog(QDialog):
         text = self.query.text().strip()
         if not text:
             return
+        # A repo named as the hub's addresses name it (hf.co/owner/name:Q4_K_M, a pasted
+        # https://huggingface.co/… of the repo or a file): searched and opened as its id.
+        ref: tuple[str, str | None] | None = None
+        if "/" in text and " " not in text:
+            try:
+                ref = parse_reference(text)
+            except LmspError:
+                ref = None
+        query = ref[0] if ref is not None else text
         self.search_button.setEnabled(False)
         self.status.setText("Searching…")
         try:
-            found = await self.core.hub_search(text)
+            found = await self.core.hub_search(query)
         except LmspError as exc:
             self.status.setText(exc.message)
             return
@@ -255,9 +293,9 @@ class DownloadDialog(QDialog):
             item.setToolTip(item.text())
             item.setData(Qt.ItemDataRole.UserRole, repo["id"])
             self.repos.addItem(item)
-        if "/" in text and text not in {r["id"] for r in found}:
-            item = QListWidgetItem(f"{text}\n(open this repo)")  # a repo id typed whole
-            item.setData(Qt.ItemDataRole.UserRole, text)
+        if ref is not None and ref[0] not in {r["id"] for r in found}:
+            item = QListWidgetItem(f"{ref[0]}\n(open this repo)")  # a repo id typed whole
+            item.setData(Qt.ItemDataRole.UserRole, ref[0])
             self.repos.insertItem(0, item)
         count = self.repos.count()
         self.status.setText(
@@ -265,6 +303,12 @@ class DownloadDialog(QDialog):
             if count
             else f"No repo with GGUF files matches {text!r}."
         )
+        if ref is not None and ref[0] != text:  # an address, or a file named: opened at once
+            self.wanted = ref
+            for row in range(self.repos.count()):
+                if self.repos.item(row).data(Qt.ItemDataRole.UserRole) == ref[0]:
+                    self.repos.setCurrentRow(row)
+                    break
 
     def _repo_picked(self, item: QListWidgetItem | None) -> None:
         if item is not None:
@@ -307,6 +351,12 @@ class DownloadDialog(QDialog):
         for choice in choices:
             self._paint_estimate((repo, choice.name))
             self._show_ended((repo, choice.name))
+        wanted, self.wanted = self.wanted, None
+        if wanted is not None and wanted[0] == repo and wanted[1]:
+            named = _row_named(choices, wanted[1])
+            if named is not None:
+                self.files.selectRow(named)  # the status line speaks of it
+                return
         self.status.setText(
             f"{repo}: {len(choices)} GGUF model{'' if len(choices) == 1 else 's'}. Pick one "
             "and Download; it lands in the "
@@ -413,6 +463,48 @@ class DownloadDialog(QDialog):
                 self.files.removeCellWidget(row, COL_RETRY)
         shown = any((self.repo, c.name) in self.ended for c in self.choices)
         self.files.setColumnHidden(COL_RETRY, not shown)
+        if shown:
+            self._room_for_names()
+
+    def _room_for_names(self) -> None:
+        """With the Retry column shown, the file names keep their room: the Retry column as
+        wide as its button, and the repo list gives the file table what its names lack, down
+        to what its own ids need (a name then wraps at its "-", whole). The name was cut to
+        "Smo…5M-Inst…gguf" at the dialog's size."""
+        header = self.files.horizontalHeader()
+        button = next(
+            (
+                w
+                for r in range(self.files.rowCount())
+                if isinstance(w := self.files.cellWidget(r, COL_RETRY), QPushButton)
+            ),
+            None,
+        )
+        # The button's width, and the grid line the cell gives up to it.
+        retry = button.sizeHint().width() + 1 if button is not None else 0
+        header.setSectionResizeMode(COL_RETRY, QHeaderView.ResizeMode.Fixed)
+        header.resizeSection(COL_RETRY, retry)
+        fonts = self.files.fontMetrics()
+        names = max((fonts.horizontalAdvance(c.label()) for c in self.choices), default=0)
+        others = retry + sum(
+            max(self.files.sizeHintForColumn(col), header.sectionSizeHint(col))
+            for col in range(1, COL_RETRY)
+        )
+        frame = self.files.width() - self.files.viewport().width()
+        needed = names + 2 * fonts.averageCharWidth() + others + frame
+        # The repo list keeps what its ids need (a cut id is no better than a cut name).
+        ids = max(
+            (
+                fonts.horizontalAdvance(self.repos.item(r).text().split("\n")[0])
+                for r in range(self.repos.count())
+            ),
+            default=0,
+        )
+        keep = max(self.repos.minimumWidth(), ids + 4 * fonts.averageCharWidth())
+        sizes = self.split.sizes()
+        give = min(needed - sizes[1], sizes[0] - keep)
+        if give > 0:
+            self.split.setSizes([sizes[0] - give, sizes[1] + give])
 
     def keep_token(self) -> None:
         token = self.token.text().strip()
@@ -482,16 +574,19 @@ class DownloadDialog(QDialog):
 
     def _on_disk_mark(self, choice: GgufChoice) -> str:
         # Its own line: beside the estimate it made the column squeeze the file's name.
-        if (self.repo, choice.name) in self.downloading:
-            return f"{DOWNLOADING}\n"
+        key = (self.repo, choice.name)
+        if key in self.downloading:
+            return f"{WAITING if key in self.waiting else DOWNLOADING}\n"
         if choice.name in self.on_disk:
             return "✓ downloaded\n"
-        ended = self.ended.get((self.repo, choice.name))
-        if ended is not None:
-            return f"✗ download {ended[0]}\n"
+        # A copy here wins over how a download of it ended: the file is on this machine
+        # (the status line says so), a cancel or a failure changed nothing of that.
         local = self.local_copies.get(choice.name)
         if local is not None:  # under the column's title, "On this machine"
             return f"✓ {_source_words(local)} copy\n"
+        ended = self.ended.get(key)
+        if ended is not None:
+            return f"✗ download {ended[0]}\n"
         return ""
 
     async def estimate(self, repo: str, choice: GgufChoice) -> None:
@@ -537,3 +632,14 @@ def _forget(core: CoreApi, dialog: DownloadDialog, *_: object) -> None:
 
 def _source_words(model: ModelInfo) -> str:
     return SOURCE_WORDS.get(model.source, model.source)
+
+
+def _row_named(choices: list[GgufChoice], selector: str) -> int | None:
+    """The row of the choice a file name or a quant names (as a pull picks it), if one."""
+    wanted = selector.lower()
+    for row, choice in enumerate(choices):
+        names = {f.name.lower() for f in choice.files} | {choice.name.rsplit("/", 1)[-1].lower()}
+        if wanted in names or f"{wanted}.gguf" in names:
+            return row
+    quants = [row for row, c in enumerate(choices) if (c.quant or "").lower() == wanted]
+    return quants[0] if len(quants) == 1 else None
