@@ -60,7 +60,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     pull_cmd.add_argument(
         "reference",
         metavar="REPO[:QUANT|:FILE]",
-        help="e.g. bartowski/Qwen2.5-7B-Instruct-GGUF:Q4_K_M",
+        help="e.g. bartowski/Qwen2.5-7B-Instruct-GGUF:Q4_K_M; hf.co/… and huggingface.co "
+        "addresses of a repo or a file work too",
     )
     pull_cmd.add_argument("--revision", default="main", help="branch, tag or commit (main)")
     pull_cmd.add_argument(
