@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase
+from PySide6.QtGui import QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -234,6 +234,14 @@ class ClientsPage(QWidget):
             self._clock.start()
         else:
             self._clock.stop()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Shown (its page chosen, or the window back from the tray): the clients read again.
+        A token made from the CLI (`lmsp-desktop token create`) writes the store from another
+        process and tells this one nothing: the page kept the list of its last read. One
+        query per showing, no timer."""
+        super().showEvent(event)
+        aio.spawn(self.load(), self)
 
     async def load(self) -> None:
         await self.reload_pending()
