@@ -1,7 +1,7 @@
 """An embedding in the window's task table (the eighteenth walk): it generates no output, so
-its Output cell says the input tokens it read ("2 input"), as `lmsp-desktop tasks` does,
-not "0". A real core running the real demo model under the real MainWindow; the embedding
-asked through the real HTTP API."""
+its Output cell says the input tokens it read, not "0"; in the Output tab's words ("3 input
+tokens": "3 input" read as three inputs when two were sent). A real core running the real
+demo model under the real MainWindow; the embedding asked through the real HTTP API."""
 
 from __future__ import annotations
 
@@ -23,16 +23,15 @@ async def test_an_embeddings_output_cell_shows_its_input_tokens(qtbot: Any, tmp_
         token = await client_token(core, "indexer")
         headers = {"Authorization": f"Bearer {token}"}
         async with aiohttp.ClientSession(core.url) as http:
-            async with http.post(
-                "/v1/embeddings", json={"model": MODEL, "input": "bread"}, headers=headers
-            ) as answer:
+            two = {"model": MODEL, "input": ["bread", "butter"]}  # 2 inputs, 3 tokens
+            async with http.post("/v1/embeddings", json=two, headers=headers) as answer:
                 made = await answer.json()
                 assert answer.status == 200, made
             async with http.get("/v1/tasks?limit=1", headers=headers) as listed:
                 task = (await listed.json())["data"][0]
         assert task["kind"] == "embedding", task
         read = made["usage"]["prompt_tokens"]
-        assert read > 0 and task["input_tokens"] == read
+        assert read > 2 and task["input_tokens"] == read
         rows = window.tasks.model
 
         def cell() -> Any:
@@ -40,4 +39,4 @@ async def test_an_embeddings_output_cell_shows_its_input_tokens(qtbot: Any, tmp_
             return None if row is None else rows.index(row, COL_TOKENS).data()
 
         # As `lmsp-desktop tasks` says it ("0" before): once the row shows the ended task.
-        await until(lambda: cell() == f"{read} input", what=cell)
+        await until(lambda: cell() == f"{read} input tokens", what=cell)

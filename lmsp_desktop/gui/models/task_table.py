@@ -181,7 +181,9 @@ class TaskTableModel(RowTableModel):
             if row.started_at is None:
                 return "—"
             if row.kind == "embedding":  # it reads its input and generates nothing
-                return f"{row.input_tokens:,} input"
+                # In the Output tab's words ("3 input" read as three inputs, not tokens).
+                n = row.input_tokens
+                return f"{n:,} input token{'' if n == 1 else 's'}"
             return str(row.output_tokens)
         tps = speed(row, self._first_token(row))  # COL_TPS: the unit says which speed it is
         return f"{tps:.1f} tok/s" if tps is not None else "—"
