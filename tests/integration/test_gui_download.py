@@ -141,7 +141,7 @@ async def test_search_pick_download_watch_and_cancel_in_the_window(
             return [
                 str(events.index(r, COL_DATA).data())
                 for r in range(events.rowCount())
-                if events.index(r, 2).data() == "download.progress"
+                if events.index(r, 2).data() == "progress"  # labelled, as lifecycle rows are
             ]
 
         await until(lambda: any("KiB/s" in d for d in progress_data()), what=progress_data)

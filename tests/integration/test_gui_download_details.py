@@ -48,10 +48,15 @@ async def test_a_cancelled_download_speaks_of_downloads_and_has_retry_in_its_det
         tasks.show_task(first)
         await until(lambda: details.state == "running", what=lambda: details.state)
         assert not details.retry_button.isVisible()  # running: nothing to retry
+        # Progress rows are labelled in words too (they showed `download.progress` between
+        # "download started" and "download cancelled"); the stored type is in the tooltip.
         await until(
-            lambda: any(t == "download.progress" for t, _, _ in event_cells(details)),
+            lambda: any(t == "progress" for t, _, _ in event_cells(details)),
             what=lambda: event_cells(details),
         )
+        progress = next(c for c in event_cells(details) if c[0] == "progress")
+        assert progress[1] == "Stored (and exported) as download.progress", progress
+        assert " of 3.0 MiB (" in progress[2], progress
         await core.cancel(first)
         await until(lambda: details.state == "cancelled", what=lambda: details.state)
         await until(
@@ -60,7 +65,7 @@ async def test_a_cancelled_download_speaks_of_downloads_and_has_retry_in_its_det
         )
         cells = event_cells(details)
         types = [t for t, _, _ in cells]
-        assert not any(t.startswith("response.") for t in types), types
+        assert not any(t.startswith(("response.", "download.")) for t in types), types
         cancelling = next(c for c in cells if c[0] == "cancelling…")
         assert cancelling[1] == "Stored (and exported) as response.cancelling"
         assert cancelling[2].startswith("stopping the transfer at "), cancelling

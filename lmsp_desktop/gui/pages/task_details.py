@@ -100,6 +100,11 @@ class TaskEvents(EventTableModel):
         if not self.download or index.column() not in (COL_TYPE, COL_DATA):
             return shown
         etype = str(super().data(self.index(index.row(), COL_TYPE)))
+        if etype == EventType.DOWNLOAD_PROGRESS and index.column() == COL_TYPE:
+            # Labelled like the lifecycle rows around it; its Data already reads as bytes.
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return f"Stored (and exported) as {etype}"
+            return "progress" if role == Qt.ItemDataRole.DisplayRole else shown
         words = DOWNLOAD_EVENTS.get(etype)  # type: ignore[call-overload]
         if words is None:
             return shown
@@ -117,7 +122,8 @@ class TaskEvents(EventTableModel):
     def _bytes_before(self, row: int) -> str:
         """The bytes of the progress event just before a lifecycle event (a few rows up)."""
         for above in range(row - 1, max(-1, row - 4), -1):
-            if self.index(above, COL_TYPE).data() == EventType.DOWNLOAD_PROGRESS:
+            stored = super().data(self.index(above, COL_TYPE))  # the type, not its label
+            if stored == EventType.DOWNLOAD_PROGRESS:
                 event = self.index(above, 0).data(EventRole.JSON) or {}
                 return download_progress({**event, "bytes_per_s": None, "retry_at": None})
         return ""
