@@ -97,6 +97,10 @@ class TaskTableModel(RowTableModel):
         COL_TPS: "Output tokens per second; for a download, bytes per second",
     }
 
+    # On restart's title while every listed task has ended (its cells all "—"): the column
+    # kept 94 px for a title over dashes; the whole title is in the header's tooltip.
+    ENDED_RESTART_TITLE = "↻"
+
     def __init__(self, core: CoreApi, page_size: int = 200, parent: Any = None) -> None:
         super().__init__(parent)
         self.core = core
@@ -112,6 +116,22 @@ class TaskTableModel(RowTableModel):
         self._counts_asked = 0  # counts reads started, and the latest of them shown
         self._counts_shown = 0
         self.first_starts = FirstStarts(core)  # restarted tasks' first starts (Duration)
+        self._restartable = False  # a listed task a restart would act on (On restart's title)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
+        if section == COL_ON_RESTART and orientation == Qt.Orientation.Horizontal:
+            if role == Qt.ItemDataRole.DisplayRole and not self._restartable:
+                return self.ENDED_RESTART_TITLE
+            if role == Qt.ItemDataRole.ToolTipRole and not self._restartable:
+                return f"On restart: {self.header_tips[COL_ON_RESTART]}"
+        return super().headerData(section, orientation, role)
+
+    def _check_restartable(self) -> None:
+        """On restart's title follows the rows: whole while a row has a policy to show."""
+        restartable = any(r.state not in TERMINAL for r in self._rows)
+        if restartable != self._restartable:
+            self._restartable = restartable
+            self.headerDataChanged.emit(Qt.Orientation.Horizontal, COL_ON_RESTART, COL_ON_RESTART)
 
     # -- Qt model API ------------------------------------------------------------------------
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -321,6 +341,7 @@ class TaskTableModel(RowTableModel):
         self._loading = False
         self.endResetModel()
         self.loaded = True
+        self._check_restartable()
 
     async def _fetch_page(self, generation: int) -> None:
         try:
@@ -346,6 +367,7 @@ class TaskTableModel(RowTableModel):
             self._rows.extend(fresh)
             self._reindex(first)
             self.endInsertRows()
+            self._check_restartable()
 
     def _reindex(self, start: int) -> None:
         if start == 0:
@@ -380,6 +402,8 @@ class TaskTableModel(RowTableModel):
             self._patch(updated)
             self._drop_unlisted(updated)
             self._insert(added)
+            if updated or added:
+                self._check_restartable()
         if counts is not None:
             self._show_counts(*counts)
 

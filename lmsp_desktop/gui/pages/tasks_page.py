@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.states import CANCELLABLE
+from lmsp_desktop.core.states import CANCELLABLE, TERMINAL
 from lmsp_desktop.core.views import TaskChange, TaskFilter
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
@@ -45,7 +45,7 @@ from lmsp_desktop.gui.models.task_table import (
     TaskTableModel,
 )
 from lmsp_desktop.gui.models.task_table import Role as TaskRole
-from lmsp_desktop.gui.pages.column_fit import ColumnFitter, column_menu
+from lmsp_desktop.gui.pages.column_fit import ColumnFitter, ElideMiddle, Index, column_menu
 from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
 from lmsp_desktop.gui.pages.task_details import TaskDetails
 
@@ -68,6 +68,25 @@ class KeepEnd(QStyledItemDelegate):
     def initStyleOption(self, option: QStyleOptionViewItem, index: Any) -> None:
         super().initStyleOption(option, index)
         option.textElideMode = Qt.TextElideMode.ElideLeft
+
+
+class SteadyFitter(ColumnFitter):
+    """The task table's fitter: a column only grows while a row's text moves within its run.
+    A running download rewrites its Duration ("15.0 s left" → "9.5 s left") and Output
+    ("768.0 KiB / 1.5 MiB" → "1.0 MiB / 1.5 MiB") every second: refitting on each narrower
+    text made the columns, and the Model column that takes what is left, jump (268 → 281 →
+    226 px in one download). A column narrows again once the row ends, or when rows come or
+    go (the fitter measures those as it does for any table)."""
+
+    def _data_changed(self, top: Index, bottom: Index, roles: Any = ()) -> None:
+        before = set(self._shrunk)
+        super()._data_changed(top, bottom, roles)
+        if self._shrunk == before:
+            return
+        model = self.table.model()
+        rows = range(top.row(), bottom.row() + 1)
+        if any(model.index(r, 0).data(TaskRole.STATE) not in TERMINAL for r in rows):
+            self._shrunk = before  # narrower within a run: the width it had stays
 
 
 class TasksPage(QWidget):
@@ -138,18 +157,21 @@ class TasksPage(QWidget):
         # (▼: newest first; Qt calls that arrow AscendingOrder, see TaskTableModel.sort).
         header.setSortIndicator(COL_ID, DOWN_ARROW)
         # Columns fit their content and Model takes what is left. Long cells give way first,
-        # cut at their end (whole on hover): a long model, a client named "lmsp-desktop
-        # models pull", a download's "1.0 MiB / 3.0 MiB, waiting for the hub until 18:58:57"
-        # (at 1200 px these pushed On restart and Created out and cut the Id to
+        # cut (whole on hover): a long model (in its middle, its tag kept), a client named
+        # "lmsp-desktop models pull", a download's "1.0 MiB / 3.0 MiB, waiting for the hub
+        # until 18:58:57" (at 1200 px these pushed On restart and Created out and cut the Id to
         # "dl_......4cb8"). Then the least useful go: On restart and Created (both in the
         # details header), the long cells further, and only then Duration (a download's time
         # left) and the speed. The Id is never cut below its short form (`dl_…8f2a91c0`).
         header.setMinimumSectionSize(40)
         letters = self.fontMetrics().averageCharWidth()
         self.table.setItemDelegateForColumn(COL_ID, KeepEnd(self.table))
+        # A model cut in its middle keeps its tag: "lmsp-test/SmolLM2-135…Instruct-GGUF:Q8_0",
+        # not three rows alike of "lmsp-test/SmolLM2-135M-Instru…".
+        self.table.setItemDelegateForColumn(COL_MODEL, ElideMiddle(self.table))
         # The narrowest Id: its distinguishing end, "…8f2a91c0" (margins and grid included).
         id_end = self.fontMetrics().horizontalAdvance("…00000000") + 10
-        self.fitter = ColumnFitter(
+        self.fitter = SteadyFitter(
             self.table,
             stretch={COL_MODEL: (letters * 12, letters * 32)},
             drop_order=[
@@ -166,6 +188,8 @@ class TasksPage(QWidget):
         )
         # Right-click on the header: show or hide columns, as on the Models page (the same
         # menu, column_fit.column_menu), kept in the window's settings.
+        # On restart's title shortens to "↻" when every row holds "—" (see TaskTableModel).
+        self.model.headerDataChanged.connect(self.fitter.fit_soon)
         header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         header.customContextMenuRequested.connect(self.open_column_menu)
         self.column_menu: QMenu | None = None
