@@ -527,6 +527,11 @@ class Core(ClientCalls):
         pid = self.runner.engine_pid(model_id)
         return None if pid is None else resident_memory(pid)
 
+    def model_loaded_context(self, model_id: str) -> int | None:
+        loaded = self.fitter.loaded.get(model_id)
+        unloaded = self.runner.loaded_state(model_id) == "unloaded"
+        return None if loaded is None or unloaded else loaded.context_length
+
     def model_crash(self, model_id: str) -> CrashRecord | None:
         return self.runner.last_crash(model_id)
 

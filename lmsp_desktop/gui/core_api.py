@@ -127,6 +127,11 @@ class CoreApi(Protocol):
         buffers); None when no worker process holds it or the system does not say."""
         ...
 
+    def model_loaded_context(self, model_id: str) -> int | None:
+        """The context a loaded (or loading) model was loaded with (what /api/ps says);
+        None while it is not loaded."""
+        ...
+
     def model_crash(self, model_id: str) -> CrashRecord | None:
         """The model's last engine crash since the service started (docs/engine.md)."""
         ...

@@ -30,7 +30,14 @@ from lmsp_desktop.gui.models.client_table import COL_SEEN as CLIENT_SEEN
 from lmsp_desktop.gui.models.client_table import COL_TOKEN as CLIENT_TOKEN
 from lmsp_desktop.gui.models.event_table import COL_DATA as COL_EVENT_DATA
 from lmsp_desktop.gui.models.event_table import COL_TYPE as COL_EVENT_TYPE
-from lmsp_desktop.gui.models.model_table import COL_FOLDER, COL_LOADED, COL_NAME, COL_STATUS
+from lmsp_desktop.gui.models.model_table import (
+    COL_CONTEXT,
+    COL_FOLDER,
+    COL_LOADED,
+    COL_NAME,
+    COL_QUANT,
+    COL_STATUS,
+)
 from lmsp_desktop.gui.models.task_table import (
     COL_CLIENT,
     COL_ID,
@@ -122,7 +129,9 @@ async def test_every_page_fits_900x600_and_keeps_its_useful_columns_whole(
         assert fits_sideways(models.table)
         for col in (COL_NAME, COL_STATUS, COL_LOADED):
             assert text_fits(models.table, 0, col), col
-        assert not models.table.horizontalHeader().isSectionHidden(COL_FOLDER)
+        # What a GGUF user compares stays; the Digest and Location go first for it.
+        for col in (COL_QUANT, COL_CONTEXT):
+            assert not models.table.horizontalHeader().isSectionHidden(col), col
         assert not buttons_uncut(models)
 
         # Clients: one line per client, Name, Last seen and the token prefix whole.
@@ -263,6 +272,8 @@ async def test_two_model_folders_with_the_same_end_read_differently_at_900_px(
         window.nav.setCurrentRow(1)
         models = window.models
         await until(lambda: models.model.rowCount() == 3, what="the demo model and both copies")
+        # Location goes early for room at 900 px: asked for, it is kept, others giving way.
+        models.set_column_wanted(COL_FOLDER, True)
         await settle(window)
         assert fits_sideways(models.table)
         width = models.table.horizontalHeader().sectionSize(COL_FOLDER)

@@ -151,16 +151,17 @@ async def test_the_header_menu_shows_and_hides_columns_and_the_choice_is_kept(
         await settle()
         header = window.models.table.horizontalHeader()
         fitter = window.models.fitter
-        assert COL_QUANT in fitter.dropped_for_room(), fitter.hidden_columns()
+        # Digest goes first for room (Quantization and Context last).
+        assert COL_DIGEST in fitter.dropped_for_room(), fitter.hidden_columns()
 
         await right_click_header(window, qtbot)
-        quant = menu_action(window, "Quantization")
-        assert not quant.isChecked() and "left out for room" in quant.text()
+        digest = menu_action(window, "Digest")
+        assert not digest.isChecked() and "left out for room" in digest.text()
         assert menu_action(window, "Status").isChecked()
         assert all(a.text() != "Name" for a in window.models.column_menu.actions())
-        quant.trigger()  # ticked: another column gives way
+        digest.trigger()  # ticked: another column gives way
         await settle()
-        assert not header.isSectionHidden(COL_QUANT)
+        assert not header.isSectionHidden(COL_DIGEST)
         assert window.models.table.horizontalScrollBar().maximum() == 0  # still fits
 
         await right_click_header(window, qtbot)
@@ -178,7 +179,7 @@ async def test_the_header_menu_shows_and_hides_columns_and_the_choice_is_kept(
         await until(lambda: window.models.model.row_of("smol-4k") is not None, what="smol-4k")
         await settle()
         header = window.models.table.horizontalHeader()
-        assert header.isSectionHidden(COL_STATUS) and not header.isSectionHidden(COL_QUANT)
+        assert header.isSectionHidden(COL_STATUS) and not header.isSectionHidden(COL_DIGEST)
         await right_click_header(window, qtbot)
         assert not menu_action(window, "Status").isChecked()
         reset = menu_action(window, "Reset columns")

@@ -79,6 +79,7 @@ class FakeCore(ClientCalls):
     loaded: dict[str, str] = field(default_factory=dict)
     idle_left: dict[str, float] = field(default_factory=dict)
     engine_memory: dict[str, int] = field(default_factory=dict)  # model_memory
+    loaded_contexts: dict[str, int] = field(default_factory=dict)  # model_loaded_context
     crashes: dict[str, CrashRecord] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
     stored_settings: Settings = field(default_factory=Settings)
@@ -210,6 +211,9 @@ class FakeCore(ClientCalls):
 
     def model_memory(self, model_id: str) -> int | None:
         return self.engine_memory.get(model_id)
+
+    def model_loaded_context(self, model_id: str) -> int | None:
+        return self.loaded_contexts.get(model_id)
 
     def model_crash(self, model_id: str) -> CrashRecord | None:
         return self.crashes.get(model_id)

@@ -103,6 +103,10 @@ class ModelTableModel(RowTableModel):
         # The context each local model runs with (or would, loaded now), from the Models
         # page's plans: `models list`'s CONTEXT beside its TRAINED.
         self.contexts: dict[str, int] = {}
+        # The context each loaded model was loaded with (the runner's, as /api/ps says it):
+        # while it is loaded the cell says that, and a saved setting that differs only as
+        # what the next load takes.
+        self.loaded_contexts: dict[str, int] = {}
         # What the last scan could not list (an unreadable folder, a manifest naming a
         # missing blob, a broken link), one sentence each with what to do.
         self.problems: list[str] = []
@@ -143,7 +147,11 @@ class ModelTableModel(RowTableModel):
                 until = "" if left is None else f"It unloads in {minutes(left)} unless used. "
                 return f"{until}Loaded models are unloaded after the idle time set in Settings."
             if col == COL_CONTEXT:
-                return context_tooltip(self.contexts.get(info.id), info.context_length)
+                return context_tooltip(
+                    self.contexts.get(info.id),
+                    info.context_length,
+                    self.loaded_contexts.get(info.id),
+                )
             if col == COL_DIGEST:
                 return digest_tooltip(info)
             if col == COL_SOURCE:
@@ -194,7 +202,9 @@ class ModelTableModel(RowTableModel):
         if col == COL_PARAMS:
             return human_count(info.parameters)
         if col == COL_CONTEXT:
-            return context_text(self.contexts.get(info.id), info.context_length)
+            return context_text(
+                self.contexts.get(info.id), info.context_length, self.loaded_contexts.get(info.id)
+            )
         if col == COL_DIGEST:
             return digest_text(info)
         if col == COL_STATUS:
@@ -282,9 +292,13 @@ class ModelTableModel(RowTableModel):
         self._rows = rows
         self.endResetModel()
 
-    def set_contexts(self, contexts: dict[str, int]) -> None:
-        if contexts != self.contexts and self._rows:
+    def set_contexts(self, contexts: dict[str, int], loaded: dict[str, int] | None = None) -> None:
+        """What each model would run with at its next load (`contexts`), and what the loaded
+        ones run with now (`loaded`)."""
+        loaded = {} if loaded is None else loaded
+        if (contexts, loaded) != (self.contexts, self.loaded_contexts) and self._rows:
             self.contexts = contexts
+            self.loaded_contexts = loaded
             last = len(self._rows) - 1
             self.dataChanged.emit(self.index(0, COL_CONTEXT), self.index(last, COL_CONTEXT))
 
@@ -321,17 +335,30 @@ class ModelTableModel(RowTableModel):
                 self.dataChanged.emit(self.index(row, col), self.index(row, col))
 
 
-def context_text(runs: int | None, trained: int | None) -> str:
+def context_text(runs: int | None, trained: int | None, loaded: int | None = None) -> str:
     """The Context cell: what the model runs with, and what it was trained for where that is
-    more (`4,096 of 8,192`, as `models list` says CONTEXT 4096, TRAINED 8192)."""
+    more (`4,096 of 8,192`, as `models list` says CONTEXT 4096, TRAINED 8192). A loaded
+    model runs with what it was loaded with (`loaded`), as LM Studio and `ollama ps` say; a
+    saved setting that differs is what the next load takes: `8,192 (4,096 at next load)`."""
+    if loaded and runs and loaded != runs:
+        return f"{loaded:,} ({runs:,} at next load)"
+    runs = loaded or runs
     if runs and trained and runs < trained:
         return f"{runs:,} of {trained:,}"
     shown = runs or trained
     return f"{shown:,}" if shown else "—"
 
 
-def context_tooltip(runs: int | None, trained: int | None) -> str | None:
-    """As the Load settings panel says it."""
+def context_tooltip(runs: int | None, trained: int | None, loaded: int | None = None) -> str | None:
+    """As the Load settings panel says it; for a loaded model, what it was loaded with."""
+    if loaded:
+        of = f" (trained {trained:,})" if trained else ""
+        if runs and runs != loaded:
+            return (
+                f"Loaded with {loaded:,} tokens per request{of}. Its saved Load settings "
+                f"give {runs:,} at its next load: Unload, then Load to use them now."
+            )
+        return f"Loaded with {loaded:,} tokens per request{of}."
     if not runs:
         return f"Trained for {trained:,} tokens." if trained else None
     return f"Runs with {runs:,} tokens per request" + (

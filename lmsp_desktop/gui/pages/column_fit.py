@@ -248,8 +248,11 @@ class ColumnFitter(QObject):
         needed = {col: self.content_width(col) for col in range(header.count())}
         for col, (least, most) in self.stretch.items():
             needed[col] = min(max(needed[col], least), most)
+        # A dragged width wins over the content's, the stretch's bounds and the narrowing
+        # steps (a Name dragged to 262 px came back cut to its least after a restart): other
+        # columns give way instead.
         for col, width in self.dragged.items():
-            if col in needed and col not in self.stretch:
+            if col in needed:
                 needed[col] = width
         hidden: set[int] = set(self.unwanted)
         whole = dict(needed)
@@ -285,8 +288,13 @@ class ColumnFitter(QObject):
             self._fitting = False
 
     def steps(self) -> list[int | tuple[int, int]]:
-        """The drop order with the columns the user asked for moved to its end."""
-        order = [s for s in self.drop_order if isinstance(s, tuple) or s not in self.pinned]
+        """The drop order with the columns the user asked for moved to its end, and without
+        the narrowing of a column whose width the user dragged."""
+        order = [
+            s
+            for s in self.drop_order
+            if (s[0] not in self.dragged if isinstance(s, tuple) else s not in self.pinned)
+        ]
         return [*order, *(c for c in self.pinned if c in self.drop_order)]
 
     def set_wanted(self, col: int, wanted: bool) -> None:

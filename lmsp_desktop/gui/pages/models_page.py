@@ -289,13 +289,19 @@ class ModelsPage(QWidget):
                 # put only until a model loaded or a download was listed.
                 (COL_LOADED, loaded_least),
                 (COL_NAME, name_least),
-                COL_ARCH,
-                COL_QUANT,  # mostly in the name already (…:q4_1) and in the file name
                 (COL_DIGEST, letters * 16),  # both ends of a digest kept; whole on hover
-                COL_CONTEXT,  # the Load settings panel says it for the selected model
-                COL_PARAMS,
-                COL_SOURCE,
+                # Then whole columns, the least needed by someone choosing a GGUF to run
+                # first: the digest and the folder (Verify and Open folder act on them; the
+                # tooltips say them), then where it came from and its size in parameters.
+                # Quantization and Context, what a GGUF user compares, go last: at 1200×780
+                # they went while Digest and Location stayed.
                 COL_DIGEST,
+                COL_FOLDER,
+                COL_ARCH,
+                COL_SOURCE,
+                COL_PARAMS,
+                COL_QUANT,
+                COL_CONTEXT,
                 COL_SIZE,
             ],
             draggable=True,
@@ -419,6 +425,7 @@ class ModelsPage(QWidget):
         while True:
             self._contexts_again = False
             contexts: dict[str, int] = {}
+            loaded: dict[str, int] = {}
             for model_id in [self.model.model_id(r) for r in range(self.model.rowCount())]:
                 row = self.model.row_of(model_id)
                 info = self.model.info(row) if row is not None else None
@@ -431,7 +438,11 @@ class ModelsPage(QWidget):
                     continue
                 if plan is not None:
                     contexts[model_id] = plan.context_length
-            self.model.set_contexts(contexts)
+                # What it runs with now, as the runner loaded it (never planned again here).
+                now = self.core.model_loaded_context(model_id)
+                if now is not None:
+                    loaded[model_id] = now
+            self.model.set_contexts(contexts, loaded)
             if not self._contexts_again:
                 return
 
@@ -790,10 +801,18 @@ class ModelsPage(QWidget):
         box.open()
 
     def open_download(self) -> None:
-        """The Download dialog (one at a time; never exec() on the service's loop)."""
+        """The Download dialog: one at a time, and not modal, so the Tasks table it points to
+        ("follow it in the Tasks table (Cancel works there)") can be used while it is open
+        (never exec() on the service's loop). A second click brings it to the front."""
         if self.download_dialog is None:
             self.download_dialog = DownloadDialog(self.core, self)
-        self.download_dialog.open()
+            self.download_dialog.setModal(False)
+            self.download_dialog.setWindowModality(Qt.WindowModality.NonModal)
+        if self.download_dialog.isVisible():  # behind the window: brought to the front
+            self.download_dialog.raise_()
+            self.download_dialog.activateWindow()
+        else:
+            self.download_dialog.show()
 
     def open_folder(self) -> bool:
         """Open the selected model's folder in the file manager; where none exists, say
