@@ -16,6 +16,10 @@ PROMPT = "Write a haiku about tea"
 # it is about 1,500.
 CLAUDE_CODE_PROMPT = 20_052
 ROOMY_CONTEXT = 32_768  # what the Claude Code tab advises a model trained for more
+# What the Claude Code tab gives a small model in place of Claude Code's own system prompt,
+# on which the demo model loops (docs/clients-anthropic.md), and the prompt it sends it.
+BRIEF = "You are a helpful assistant. Answer briefly."
+CLAUDE_PROMPT = "say hi"
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,8 @@ def claude_code(root: str, token: str, needs_write: str, model: Named = DEMO) ->
     Claude Code adds /v1, and with a base URL ending in /v1 it prints only its own words
     for the 404 (the service's sentence about the doubled /v1 never shows). The live line
     is one the model can answer: with Claude Code's tools where its context holds their
-    ~20k tokens (or would, run with more), else without tools."""
+    ~20k tokens (or would, run with more), else without tools and with a short system
+    prompt (the demo model loops on Claude Code's own and prints nothing for minutes)."""
     head = (
         needs_write + "# The service root, without /v1: Claude Code adds /v1 itself.\n"
         f"export ANTHROPIC_BASE_URL={root}\n"
@@ -116,7 +121,6 @@ def claude_code(root: str, token: str, needs_write: str, model: Named = DEMO) ->
     )
     m, runs, trained = model.id, model.context, model.trained
     with_tools = f"claude --model {m}\n"
-    without = f'claude -p "{PROMPT}" --model {m} --tools ""\n'
     if runs is not None and runs > CLAUDE_CODE_PROMPT:
         return head + f"# {m} runs with {runs:,} tokens: enough.\n" + with_tools
     if trained is not None and trained > CLAUDE_CODE_PROMPT:
@@ -127,25 +131,37 @@ def claude_code(root: str, token: str, needs_write: str, model: Named = DEMO) ->
             f"#   lmsp-desktop models set {m} --context {min(trained, ROOMY_CONTEXT)}\n"
             + with_tools
         )
+    # Without tools, and with a short system prompt: a small model (the demo model) loops on
+    # Claude Code's own (~1,500 tokens) until its context is full, minutes with no output.
+    small = f'SYSTEM="{BRIEF}"\n'
+    session = f'claude --model {m} --system-prompt "$SYSTEM" --tools ""\n'
     if runs is None and trained is None:  # an upstream's model that does not say
         return head + (
-            "# The model's context must hold that (else a 400 says so). Without tools\n"
-            "# (about 1,500 tokens):\n"
-            f"#   {without}" + with_tools
+            "# The model's context must hold that (else a 400 says so). A small model\n"
+            "# answers without tools, and with a short system prompt in place of Claude\n"
+            "# Code's own (a small model loops on that):\n"
+            + small
+            + f"#   {session}"
+            + "# With tools:\n"
+            + with_tools
         )
     if runs and trained and runs < trained:  # set to less (`models set … --context 4096`)
         holds = (
-            f"# {m} runs with {runs:,} tokens (it could run with {trained:,},\n"
-            "# as trained): Claude Code's tools need a model with a longer context.\n"
-            "# Without tools its prompt is about 1,500 tokens. One prompt:\n"
+            f"# {m} runs with {runs:,} tokens and was trained for {trained:,}:\n"
+            "# Claude Code's tools need a model trained for more.\n"
         )
     else:  # it runs with all it was trained for, or says only one of them
         holds = (
             f"# {m} holds {runs or trained or 0:,} tokens: Claude Code's tools need a "
             "model with a\n"
-            "# longer context. Without tools its prompt is about 1,500 tokens. One prompt:\n"
+            "# longer context.\n"
         )
-    return head + holds + f"#   {without}# A session:\n" + f'claude --model {m} --tools ""\n'
+    holds += (
+        "# Without tools, and with a short system prompt in place of Claude Code's own\n"
+        "# (a small model loops on that, minutes with no output), it answers in seconds.\n"
+    )
+    one = f'# A session (for one prompt, add -p "{CLAUDE_PROMPT}" after claude):\n'
+    return head + holds + small + one + session
 
 
 def anthropic_python(root: str, token: str, scopes: Collection[str], model: str = MODEL) -> str:

@@ -1,6 +1,7 @@
 """The Claude Code tab for a model set to run with less than it was trained for (`models set
-smollm2-135m-instruct --context 4096`): it says what the model runs with and what it could
-run with, not the trained context as what it holds."""
+smollm2-135m-instruct --context 4096`): it says what the model runs with and what it was
+trained for, not the trained context as what it holds, and, since even that is below Claude
+Code's tools, that they need a model trained for more, with the line without them."""
 
 from __future__ import annotations
 
@@ -41,8 +42,12 @@ async def test_the_claude_tab_says_the_context_a_set_model_runs_with(
         await core.save_model_settings(MODEL, ModelSettings(context_length=4096))
         claude = await claude_tab(qtbot, window)
         assert "8,192 tokens:" not in claude, claude  # not what it holds: what it could
-        assert f"# {MODEL} runs with 4,096 tokens (it could run with 8,192,\n" in claude
-        assert "# as trained): Claude Code's tools need a model with a longer context.\n" in claude
-        assert f'claude --model {MODEL} --tools ""' in claude
-        width = max(len(line) for line in claude.splitlines() if line.startswith("# "))
-        assert width <= 80, claude  # as the tab's other comments: the box's width
+        assert f"# {MODEL} runs with 4,096 tokens and was trained for 8,192:\n" in claude
+        assert "# Claude Code's tools need a model trained for more.\n" in claude
+        assert "could run with" not in claude and "models set" not in claude  # cannot help
+        assert f'claude --model {MODEL} --system-prompt "$SYSTEM" --tools ""' in claude
+        # Its prose as wide as the tab's other comments (its commands, as "#   claude -p …",
+        # fit the box: test_gui_connect.py's test_no_snippet_line_runs_past_the_box).
+        prose = [line for line in claude.splitlines() if line.startswith("# ")]
+        width = max(len(line) for line in prose if not line.startswith("#   "))
+        assert width <= 80, claude

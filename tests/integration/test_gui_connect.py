@@ -21,7 +21,7 @@ from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.memory import ModelSettings
 from lmsp_desktop.core.scopes import DEFAULT_SCOPES, MODELS_READ
 from lmsp_desktop.gui.dialogs.connect_dialog import ConnectDialog
-from lmsp_desktop.gui.snippets import PROMPT
+from lmsp_desktop.gui.snippets import BRIEF
 from tests.integration.gui_windows import MODEL, open_app
 from tests.support.long_context_model import copy_long_context_demo_model
 from tests.support.polling import until
@@ -155,15 +155,17 @@ def claude_home(tmp_path: Path, work: Path) -> Path:
 
 @pytest.mark.skipif(shutil.which("claude") is None, reason="needs Claude Code (npm)")
 async def test_claude_code_answers_through_the_tabs_lines(qtbot: Any, tmp_path: Path) -> None:
-    """Claude Code itself, with the tab's lines and its one-prompt line (no tools: its prompt
-    fits the demo model's 8,192 tokens) in place of the session the tab starts."""
+    """Claude Code itself, with the tab's lines and its session line run for one prompt (no
+    tools and a short system prompt: it fits the demo model's 8,192 tokens)."""
     async with open_app(qtbot, tmp_path, engine=FakeEngine(WORDS, context_length=8192)) as (
         _,
         window,
     ):
         dialog = await connect_dialog(qtbot, window, frozenset(DEFAULT_SCOPES))
         lines = dialog.views["Claude Code"].toPlainText().splitlines()
-        check = [line.removeprefix("#   ") for line in lines if "claude -p" in line]
+        # The session line with -p "say hi", as its comment says: one prompt, then exit.
+        session = live("\n".join(lines))[-1]
+        check = [session.replace("claude ", 'claude -p "say hi" ', 1)]
         script = "\n".join([line for line in lines if not line.startswith("claude ")] + check)
         home = claude_home(tmp_path, tmp_path)
         code, out, err = await run("sh", "-c", script, env={**os.environ, "HOME": str(home)})
@@ -176,13 +178,16 @@ async def test_the_claude_code_tab_gives_the_demo_model_a_line_it_can_answer(
 ) -> None:
     """Claude Code's tools take 12-20k tokens; the demo model was trained for 8,192, so no
     setting gives it room (`models set --context 32768` leaves it at 8,192): the live line is
-    the one without tools, and the tab says why, with no advice that cannot help."""
+    the one without tools and with a short system prompt (the demo model loops on Claude Code's
+    own), and the tab says why, with no advice that cannot help."""
     async with open_app(qtbot, tmp_path, engine=FakeEngine(WORDS)) as (_, window):
         dialog = await connect_dialog(qtbot, window, frozenset(DEFAULT_SCOPES))
         claude = dialog.views["Claude Code"].toPlainText()
-        assert live(claude)[-1] == f'claude --model {MODEL} --tools ""'
+        session = f'claude --model {MODEL} --system-prompt "$SYSTEM" --tools ""'
+        assert live(claude)[-1] == session
         assert [line for line in live(claude) if line.startswith("claude")] == live(claude)[-1:]
-        assert f'#   claude -p "{PROMPT}" --model {MODEL} --tools ""\n' in claude
+        assert f'SYSTEM="{BRIEF}"\n' in claude
+        assert '# A session (for one prompt, add -p "say hi" after claude):\n' in claude
         assert f"# {MODEL} holds 8,192 tokens: Claude Code's tools need a model with a\n" in claude
         assert "models set" not in claude
 
