@@ -20,6 +20,7 @@ ROOMY_CONTEXT = 32_768  # what the Claude Code tab advises a model trained for m
 # on which the demo model loops (docs/clients-anthropic.md), and the prompt it sends it.
 BRIEF = "You are a helpful assistant. Answer briefly."
 CLAUDE_PROMPT = "say hi"
+OUTPUT_CAP = 256  # CLAUDE_CODE_MAX_OUTPUT_TOKENS for a small model: a loop ends in seconds
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,9 @@ def claude_code(root: str, token: str, needs_write: str, model: Named = DEMO) ->
     Claude Code adds /v1, and with a base URL ending in /v1 it prints only its own words
     for the 404 (the service's sentence about the doubled /v1 never shows). The live line
     is one the model can answer: with Claude Code's tools where its context holds their
-    ~20k tokens (or would, run with more), else without tools and with a short system
-    prompt (the demo model loops on Claude Code's own and prints nothing for minutes)."""
+    ~20k tokens (or would, run with more), else without tools, with a short system prompt
+    and a cap on the answer (the demo model can loop on Claude Code's own and print nothing
+    for minutes)."""
     head = (
         needs_write + "# The service root, without /v1: Claude Code adds /v1 itself.\n"
         f"export ANTHROPIC_BASE_URL={root}\n"
@@ -131,17 +133,17 @@ def claude_code(root: str, token: str, needs_write: str, model: Named = DEMO) ->
             f"#   lmsp-desktop models set {m} --context {min(trained, ROOMY_CONTEXT)}\n"
             + with_tools
         )
-    # Without tools, and with a short system prompt: a small model (the demo model) loops on
-    # Claude Code's own (~1,500 tokens) until its context is full, minutes with no output.
-    small = f'SYSTEM="{BRIEF}"\n'
+    # Without tools, with a short system prompt and a cap on the answer: a small model (the
+    # demo model) can loop on Claude Code's own (~1,500 tokens) until its context is full
+    # (Claude Code asks max_tokens 32000), minutes with no output; the cap bounds that.
+    small = f'SYSTEM="{BRIEF}"\nexport CLAUDE_CODE_MAX_OUTPUT_TOKENS={OUTPUT_CAP}\n'
     session = f'claude --model {m} --system-prompt "$SYSTEM" --tools ""\n'
     if runs is None and trained is None:  # an upstream's model that does not say
         return head + (
             "# The model's context must hold that (else a 400 says so). A small model\n"
-            "# answers without tools, and with a short system prompt in place of Claude\n"
-            "# Code's own (a small model loops on that):\n"
-            + small
-            + f"#   {session}"
+            "# answers without tools, with a short system prompt in place of Claude Code's\n"
+            "# own and a cap on its answers (it can loop on Claude Code's own prompt):\n"
+            + "".join(f"#   {line}\n" for line in (small + session).splitlines())
             + "# With tools:\n"
             + with_tools
         )
@@ -157,8 +159,9 @@ def claude_code(root: str, token: str, needs_write: str, model: Named = DEMO) ->
             "# longer context.\n"
         )
     holds += (
-        "# Without tools, and with a short system prompt in place of Claude Code's own\n"
-        "# (a small model loops on that, minutes with no output), it answers in seconds.\n"
+        "# Without tools, with a short system prompt in place of Claude Code's own and a\n"
+        "# cap on its answers (a small model can loop on Claude Code's own prompt,\n"
+        "# minutes with no output), it answers in seconds.\n"
     )
     one = f'# A session (for one prompt, add -p "{CLAUDE_PROMPT}" after claude):\n'
     return head + holds + small + one + session

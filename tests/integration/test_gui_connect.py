@@ -186,7 +186,7 @@ async def test_the_claude_code_tab_gives_the_demo_model_a_line_it_can_answer(
         session = f'claude --model {MODEL} --system-prompt "$SYSTEM" --tools ""'
         assert live(claude)[-1] == session
         assert [line for line in live(claude) if line.startswith("claude")] == live(claude)[-1:]
-        assert f'SYSTEM="{BRIEF}"\n' in claude
+        assert f'SYSTEM="{BRIEF}"\nexport CLAUDE_CODE_MAX_OUTPUT_TOKENS=256\n' in claude
         assert '# A session (for one prompt, add -p "say hi" after claude):\n' in claude
         assert f"# {MODEL} holds 8,192 tokens: Claude Code's tools need a model with a\n" in claude
         assert "models set" not in claude
