@@ -403,6 +403,18 @@ def openapi_document(server_url: str) -> dict[str, Any]:
             },
         },
         "paths": {
+            "/": {
+                "get": _op(
+                    "Ollama's root: `Ollama is running`, for clients checking the server is up",
+                    None,
+                    {
+                        "200": {
+                            "description": "Ollama is running",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                )
+            },
             "/v1/health": {"get": _op("Health", None, {"200": _json(OBJ, "health")})},
             "/v1/models": {
                 "get": _op(
