@@ -18,7 +18,14 @@ from PySide6.QtCore import (
     QTimer,
     QUrl,
 )
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QHelpEvent, QPainter
+from PySide6.QtGui import (
+    QDesktopServices,
+    QGuiApplication,
+    QHelpEvent,
+    QHideEvent,
+    QPainter,
+    QShowEvent,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -412,8 +419,22 @@ class ModelsPage(QWidget):
         await self.read_contexts()
         self.fit_columns()
 
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.read_contexts_soon()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        """A page not shown (another page, the window closing) reads no contexts: the one
+        reading stops, or it would go on querying a core that stops after the window."""
+        if self._contexts_task is not None:
+            self._contexts_task.cancel()
+        super().hideEvent(event)
+
     def read_contexts_soon(self, *_: object) -> None:
-        """Read the contexts again, once at a time (a read asked for meanwhile follows it)."""
+        """Read the contexts again, once at a time (a read asked for meanwhile follows it);
+        none while the page is not shown (load() reads them when it is)."""
+        if not self.isVisible():
+            return
         if self._contexts_task is not None and not self._contexts_task.done():
             self._contexts_again = True
             return
