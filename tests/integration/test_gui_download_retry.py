@@ -143,3 +143,41 @@ async def test_a_cancelled_download_has_retry_in_its_row_too(
         await until(completed, 30, "the download started again")
         await until(lambda: fit().startswith("✓ downloaded\n"), what=fit)
         dialog.close()
+
+
+async def test_download_again_on_a_cancelled_file_keeps_that_file_selected(
+    qtbot: Any, tmp_path: Path, hub: Hub
+) -> None:
+    """walkH19: Download (not Retry) on a cancelled file moved the selection to the next file
+    as the Retry column went, so a second click would fetch a file nobody chose."""
+    async with open_app(qtbot, tmp_path / "data", engine=FakeEngine()) as (core, window):
+        window.nav.setCurrentRow(1)  # Models
+        window.models.download_button.click()
+        dialog = window.models.download_dialog
+        assert dialog is not None
+        dialog.query.setText("tiny")
+        dialog.search_button.click()
+        await until(lambda: dialog.repos.count() == 1, what=dialog.status.text)
+        dialog.repos.setCurrentRow(0)
+        await until(lambda: dialog.files.rowCount() == 3, what=dialog.status.text)
+        row = next(r for r in range(3) if dialog.files.item(r, 0).text() == "tiny-Q8_0.gguf")
+        qtbot.mouseClick(
+            dialog.files.viewport(),
+            Qt.MouseButton.LeftButton,
+            pos=dialog.files.visualRect(dialog.files.model().index(row, 0)).center(),
+        )
+        started: list[str] = []
+        dialog.started.connect(started.append)
+        hub.server.bytes_per_s = 256 * 1024  # still running when cancelled
+        dialog.download_button.click()
+        await until(lambda: started, what=dialog.status.text)
+        await core.cancel(started[0])
+        await until(lambda: dialog.files.cellWidget(row, COL_RETRY) is not None, 30)
+        hub.server.bytes_per_s = None
+        await until(lambda: dialog.download_button.isEnabled(), what=dialog.status.text)
+        qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+        await until(lambda: len(started) == 2, what=dialog.status.text)
+        await until(lambda: dialog.files.cellWidget(row, COL_RETRY) is None)
+        choice = dialog.selected_choice()
+        assert choice is not None and choice.name == "tiny-Q8_0.gguf", choice
+        dialog.close()

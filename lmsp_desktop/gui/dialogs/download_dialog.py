@@ -395,23 +395,26 @@ class DownloadDialog(QDialog):
 
     async def retry(self, repo: str, choice: GgufChoice) -> str | None:
         """The row's Retry: the same download as Download would start (continuing from the
-        bytes a failure kept on disk; a cancelled one deleted them). Its row becomes the
-        selected one (the status line speaks of it), and the current one: the button goes
-        once the download starts, its focus to the table, which took a table without a
-        current cell as leave to select its first row."""
-        row = self._row_of((repo, choice.name))
-        if row is not None:
-            self.files.setCurrentCell(row, 0)
+        bytes a failure kept on disk; a cancelled one deleted them)."""
         return await self.pull(repo, choice)
 
     async def pull(self, repo: str, choice: GgufChoice) -> str | None:
         """Start the download of `repo`'s `choice` (or join the one under way): Download's
-        and Retry's one path."""
+        and Retry's one path. Its row becomes the selected one (the status line speaks of
+        it) and the current one: the clicked button (Download, or the row's Retry) is
+        disabled, or goes once the download starts, and its focus moves to the table, which
+        took a table without a current cell as leave to select another row (walkH19: a
+        second click on Download would then have fetched a file not chosen)."""
         key = (repo, choice.name)
+        row = self._row_of(key)
+        if row is not None:
+            self.files.setCurrentCell(row, 0)
+            self.files.setFocus()  # before the buttons it leaves are disabled
         self.download_button.setEnabled(False)
         button = self._retry_button(key)
         if button is not None:
             button.setEnabled(False)
+        self._keep_selected(row, choice)
         try:
             task_id = await self.core.pull_model(repo, choice.name)
         except LmspError as exc:
@@ -423,9 +426,15 @@ class DownloadDialog(QDialog):
         self.downloading[key] = task_id
         self.ended.pop(key, None)
         self._show_ended(key)
+        self._keep_selected(self._row_of(key), choice)
         self._update()  # Download stays off while it runs: a second click would do nothing
         self.started.emit(task_id)
         return task_id
+
+    def _keep_selected(self, row: int | None, choice: GgufChoice) -> None:
+        """`choice`'s row selected again if a button's going moved the selection."""
+        if row is not None and self.selected_choice() != choice:
+            self.files.selectRow(row)
 
     def _retry_button(self, key: tuple[str, str]) -> QPushButton | None:
         row = self._row_of(key)
