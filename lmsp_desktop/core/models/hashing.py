@@ -169,25 +169,29 @@ class ModelHashing:
         self._hashing.update(names)
         start = progress.event(job.model_id, 0, total)
         self._emit(dataclasses.replace(start, kind="state"))
+        # "hashing" until its result is recorded: between the two the model read
+        # `unverified`, and a client waiting for the hash to end (a test under load, the
+        # fresh-clone CI of ffde5c5) went on with a model a rescan then hashed again.
         try:
-            digest = await asyncio.to_thread(
-                sha256_file,
-                path,
-                chunk_size=self.chunk_size,
-                progress=on_chunk,
-                should_stop=self._stop.is_set,
+            try:
+                digest = await asyncio.to_thread(
+                    sha256_file,
+                    path,
+                    chunk_size=self.chunk_size,
+                    progress=on_chunk,
+                    should_stop=self._stop.is_set,
+                )
+                after = await asyncio.to_thread(stat_file, path)
+            except HashCancelled:
+                return
+            except OSError as exc:
+                log.warning("cannot read model file %s: %s", path, exc)
+                digest, after = None, None
+            await self._patiently(
+                job.model_id, lambda: self._record_hash(job, row, digest, before, after)
             )
-            after = await asyncio.to_thread(stat_file, path)
-        except HashCancelled:
-            return
-        except OSError as exc:
-            log.warning("cannot read model file %s: %s", path, exc)
-            digest, after = None, None
         finally:
             self._hashing.difference_update(names)
-        await self._patiently(
-            job.model_id, lambda: self._record_hash(job, row, digest, before, after)
-        )
 
     async def _patiently(self, model_id: str, write: Callable[[], Awaitable[None]]) -> None:
         """A hash's result, written once another program lets go of the database. Lost, the
