@@ -29,7 +29,6 @@ async def test_a_changed_or_missing_model_is_refused_before_its_file_is_read(
         tmp_path / "data", port=0, engine=FakeEngine(), model_dirs=[models], include_demo=False
     )
     async with started(core), session(core, await token(core)) as http:
-
         # Its digest recorded (`verified_at`). The model's `state` is its load state, never
         # "hashing": waiting for that went on at once, and under the fresh-clone CI's load
         # the rescan below found a file never verified yet, which is hashed again, not refused.
