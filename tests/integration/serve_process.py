@@ -131,6 +131,7 @@ def call(
     method: str = "GET",
     body: Any = None,
     headers: dict[str, str] | None = None,
+    timeout: float = 60,
 ) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
@@ -144,7 +145,7 @@ def call(
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
         with exc:  # the error holds the open response: close it, or its socket leaks

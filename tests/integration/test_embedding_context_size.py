@@ -22,7 +22,10 @@ SHORT_OF_MEMORY = "500M"
 
 
 def embed(live: LiveCore, token: str, text: str) -> tuple[int, Any]:
-    return call(f"{live.url}/v1/embeddings", token, "POST", {"model": MODEL, "input": text})
+    # A 1,500-word input read on one thread took over a minute under a loaded CI (load 10
+    # on 2 cores): the test's own 300 s timeout bounds it, not the default 60 s per call.
+    body = {"model": MODEL, "input": text}
+    return call(f"{live.url}/v1/embeddings", token, "POST", body, timeout=240)
 
 
 def test_short_of_memory_a_short_input_is_embedded_and_a_long_one_refused_with_507(

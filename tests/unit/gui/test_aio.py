@@ -34,9 +34,19 @@ async def test_an_error_a_user_can_act_on_is_shown_as_its_sentence(qtbot):
     shown[0].close()
 
 
-async def test_a_view_closed_while_its_update_awaited_shows_nothing(qtbot):
+@pytest.mark.parametrize(
+    "words",
+    [
+        "libshiboken: Internal C++ object (QLabel) already deleted.",
+        # The Tasks table's counts signal emitted after its model was deleted (CI, load 10).
+        "Signal source has been deleted",
+        # A Models page read resumed by Qt's event processing after its loop stopped (CI).
+        "no running event loop",
+    ],
+)
+async def test_a_view_closed_while_its_update_awaited_shows_nothing(qtbot, words):
     before = len(boxes())
-    gone = RuntimeError("libshiboken: Internal C++ object (QLabel) already deleted.")
+    gone = RuntimeError(words)
     task = aio.spawn(fail(gone))
     await asyncio.gather(task, return_exceptions=True)
     await asyncio.sleep(0.1)
