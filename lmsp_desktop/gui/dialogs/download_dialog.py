@@ -161,6 +161,7 @@ class DownloadDialog(QDialog):
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 3)
         split.setSizes([340, 480])
+        self.lent = 0  # px the repo list gave the file table for its Retry column
         layout = QVBoxLayout(self)
         layout.addLayout(search_row)
         layout.addWidget(split, 1)
@@ -474,12 +475,14 @@ class DownloadDialog(QDialog):
         self.files.setColumnHidden(COL_RETRY, not shown)
         if shown:
             self._room_for_names()
+        else:
+            self._room_for_repos()
 
     def _room_for_names(self) -> None:
         """With the Retry column shown, the file names keep their room: the Retry column as
         wide as its button, and the repo list gives the file table what its names lack, down
         to what its own ids need (a name then wraps at its "-", whole). The name was cut to
-        "Smo…5M-Inst…gguf" at the dialog's size."""
+        "Smo…5M-Inst…gguf" at the dialog's size. What the list gives is noted (`lent`)."""
         header = self.files.horizontalHeader()
         button = next(
             (
@@ -514,6 +517,16 @@ class DownloadDialog(QDialog):
         give = min(needed - sizes[1], sizes[0] - keep)
         if give > 0:
             self.split.setSizes([sizes[0] - give, sizes[1] + give])
+            self.lent += give
+
+    def _room_for_repos(self) -> None:
+        """No Retry column any more: the repo list has back what it gave for one, and the
+        panes are as they were before it (walkH19: the list stayed narrow for good, the file
+        table keeping the room its buttons no longer needed)."""
+        lent, self.lent = self.lent, 0
+        sizes = self.split.sizes()
+        if lent > 0 and sum(sizes) > 0:
+            self.split.setSizes([sizes[0] + lent, sizes[1] - lent])
 
     def keep_token(self) -> None:
         token = self.token.text().strip()
