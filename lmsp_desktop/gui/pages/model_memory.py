@@ -65,6 +65,9 @@ class ModelMemoryPanel(QGroupBox):
         self.model_id: str | None = None
         self.context = QSpinBox(minimum=0, maximum=1 << 22, singleStep=1024)
         self.context.setSuffix(" tokens")
+        # "4,096 tokens" as the table beside it writes the context (it said "4096 tokens");
+        # typed digits without the separator are still read.
+        self.context.setGroupSeparatorShown(True)
         self.context.setToolTip(
             f"Tokens per request. Auto (0) runs with {AUTO_CONTEXT_RULE}. "
             "Runs with shows what this model gets."
