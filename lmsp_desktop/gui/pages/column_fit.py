@@ -276,6 +276,7 @@ class ColumnFitter(QObject):
                 if isinstance(step, tuple):
                     col, least = step
                     needed[col] = max(min(least, needed[col]), needed[col] - excess)
+        self._give_spare_room(needed, hidden, room)
         self._fitting = True
         try:
             for col in range(header.count()):
@@ -286,6 +287,19 @@ class ColumnFitter(QObject):
                     header.resizeSection(col, needed[col])
         finally:
             self._fitting = False
+
+    def _give_spare_room(self, needed: dict[int, int], hidden: set[int], room: int) -> None:
+        """With no stretched column shown (Location dropped for room, Model hidden by the
+        user), the room the shown columns leave goes to the last of them that the user has
+        not dragged: the table ended in a blank strip (~60 px on the Models page)."""
+        if any(c not in hidden for c in self.stretch):
+            return
+        header = self.table.horizontalHeader()
+        shown = [c for c in range(header.count()) if c not in hidden]
+        spare = room - sum(needed[c] for c in shown)
+        takers = [c for c in shown if c not in self.dragged]
+        if spare > 0 and takers:
+            needed[max(takers, key=header.visualIndex)] += spare
 
     def steps(self) -> list[int | tuple[int, int]]:
         """The drop order with the columns the user asked for moved to its end, and without
