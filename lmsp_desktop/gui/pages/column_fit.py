@@ -101,7 +101,7 @@ class ColumnFitter(QObject):
         self._shrunk: set[int] = set()  # columns to measure again before the next fit
         self._shapes: dict[tuple[int, bool, str], int] = {}  # (column, icon, text shape) → px
         self._timer = QTimer(self, singleShot=True, interval=0)
-        self._timer.timeout.connect(self.fit)
+        self._timer.timeout.connect(self._fit_due)
         table.viewport().installEventFilter(self)
         table.installEventFilter(self)  # shown again (another page was current meanwhile)
         model = table.model()
@@ -159,6 +159,10 @@ class ColumnFitter(QObject):
     def fit_soon(self, *_: object) -> None:
         if not self._timer.isActive():
             self._timer.start()
+
+    def _fit_due(self) -> None:
+        """The fit `fit_soon` asked for (a subclass may fit otherwise for some causes)."""
+        self.fit()
 
     # -- measuring ---------------------------------------------------------------------------
     def _remeasure(self, *_: object) -> None:

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QMenu,
@@ -71,22 +72,103 @@ class KeepEnd(QStyledItemDelegate):
 
 
 class SteadyFitter(ColumnFitter):
-    """The task table's fitter: a column only grows while a row's text moves within its run.
+    """The task table's fitter: widths hold while a row's text moves within its run.
+
     A running download rewrites its Duration ("15.0 s left" → "9.5 s left") and Output
     ("768.0 KiB / 1.5 MiB" → "1.0 MiB / 1.5 MiB") every second: refitting on each narrower
     text made the columns, and the Model column that takes what is left, jump (268 → 281 →
-    226 px in one download). A column narrows again once the row ends, or when rows come or
-    go (the fitter measures those as it does for any table)."""
+    226 px in one download). So a column only grows within a run, and narrows again once
+    the row ends, or when rows come or go (measured as the fitter does for any table).
+
+    A cell that grows within a run (a download's time left going from "9.5 s left" to
+    "30 min 29 s left" as the hub slows) does not take its room from the Model column
+    either, where it cut the model's name shorter and shorter (walkH19): the Model column
+    keeps its width (less only what its name does not need), the growth is taken from the
+    columns whose cells are cut whole-on-hover (Output first, then Client and Id: the
+    narrowing steps of the drop order), and when none has any left, the table scrolls. No
+    column is dropped or brought back within a run either. Any other cause of a fit (the
+    window resized, rows coming or going, a row ending, the user's menu) fits freely."""
+
+    _changing: range | None = None  # the rows of the data change being measured
+    _hold = False  # the fit due follows only changes of rows that have not ended
+    _held = False  # the Model column fixed at its width while the table scrolls
 
     def _data_changed(self, top: Index, bottom: Index, roles: Any = ()) -> None:
         before = set(self._shrunk)
-        super()._data_changed(top, bottom, roles)
-        if self._shrunk == before:
-            return
-        model = self.table.model()
-        rows = range(top.row(), bottom.row() + 1)
-        if any(model.index(r, 0).data(TaskRole.STATE) not in TERMINAL for r in rows):
+        rows = self._changing = range(top.row(), bottom.row() + 1)
+        try:
+            super()._data_changed(top, bottom, roles)
+        finally:
+            self._changing = None
+        if self._shrunk != before and any(self._running(r) for r in rows):
             self._shrunk = before  # narrower within a run: the width it had stays
+
+    def _running(self, row: int) -> bool:
+        return self.table.model().index(row, 0).data(TaskRole.STATE) not in TERMINAL
+
+    def fit_soon(self, *_: object) -> None:
+        # Asked at most once per change that grew a column (rare): the rows are read then.
+        rows = self._changing
+        in_run = rows is not None and all(self._running(r) for r in rows)
+        if not self._timer.isActive():
+            self._hold = in_run
+        elif not in_run:
+            self._hold = False  # another cause came too: a free fit
+        super().fit_soon()
+
+    def _fit_due(self) -> None:
+        hold, self._hold = self._hold, False
+        if hold:
+            self.fit_within_run()
+        else:
+            self.fit()
+
+    def fit(self) -> None:
+        if self._held:  # stretched again, as the free fit expects
+            self._held = False
+            self.table.horizontalHeader().setSectionResizeMode(
+                COL_MODEL, QHeaderView.ResizeMode.Stretch
+            )
+        super().fit()
+
+    def fit_within_run(self) -> None:
+        """Fit a running row's grown cells without narrowing the Model column's name."""
+        header = self.table.horizontalHeader()
+        if list(self.stretch) != [COL_MODEL] or header.isSectionHidden(COL_MODEL):
+            self.fit()
+            return
+        if self._shrunk:
+            self._measure_again()
+        hidden = set(self.hidden_columns())
+        fixed = [c for c in range(header.count()) if c not in hidden and c != COL_MODEL]
+        needed = {c: self.dragged.get(c, self.content_width(c)) for c in fixed}
+        # Less than it has only where its widest name is whole in less.
+        keep = min(header.sectionSize(COL_MODEL), self.content_width(COL_MODEL))
+        excess = sum(needed.values()) + keep - self.table.viewport().width()
+        for step in self.steps():
+            if excess <= 0:
+                break
+            if isinstance(step, tuple) and step[0] in needed:
+                col, least = step
+                cut = max(min(least, needed[col]), needed[col] - excess)
+                excess -= needed[col] - cut
+                needed[col] = cut
+        self._fitting = True
+        try:
+            # The narrowed first: the Model column is never squeezed on the way.
+            for col in sorted(needed, key=lambda c: needed[c] - header.sectionSize(c)):
+                if header.sectionSize(col) != needed[col]:
+                    header.resizeSection(col, needed[col])
+            if excess > 0:  # nothing left to cut: the table scrolls, Model as it was
+                if not self._held:
+                    self._held = True
+                    header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Fixed)
+                header.resizeSection(COL_MODEL, keep)
+            elif self._held:  # it fits again: Model takes what is left (no less than keep)
+                self._held = False
+                header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Stretch)
+        finally:
+            self._fitting = False
 
 
 class TasksPage(QWidget):
