@@ -218,6 +218,7 @@ class Core(ClientCalls):
             default_parallel=lambda: self.settings.parallel_per_model,
             context_cap=lambda: self.settings.max_context,
             cap_origin=self.cap_origin,
+            file_gone=self.registry.file_gone,
         )
         self.runner.load_listeners.append(self._forget_unloaded)
         self.context = ServiceContext(

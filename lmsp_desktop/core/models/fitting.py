@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,12 @@ class ModelFitter:
         cap_origin: CapOrigin = CapOrigin.SETTINGS,
         memory: Callable[[], machine.HostMemory] = machine.host_memory,
         gpus: Callable[[], list[machine.GpuDevice]] = machine.gpu_devices,
+        file_gone: Callable[[str, Path], Awaitable[None]] | None = None,
     ) -> None:
         self.db = db
+        # Told when a model's header read finds no file (the registry's file_gone records it
+        # missing): the estimate is often the first to notice a file deleted behind our back.
+        self.file_gone = file_gone
         self.shapes_of = shapes_of
         self.default_parallel = default_parallel
         self.context_cap = context_cap
@@ -79,10 +84,13 @@ class ModelFitter:
         self.loaded: dict[str, Plan] = {}
 
     # -- reading the model and the machine ------------------------------------------------
-    def shape(self, info: ModelInfo) -> ModelShape:
-        """The model's shape from its header (blocking: milliseconds; cached per file)."""
+    def shape(self, info: ModelInfo, *, look: bool = False) -> ModelShape:
+        """The model's shape from its header (blocking: milliseconds; cached per file).
+        `look`: a kept shape only while the file is there (FileNotFoundError otherwise)."""
         key = (str(info.path), info.mtime_ns)
         found = self._shapes.get(key)
+        if found is not None and look:
+            os.stat(info.path)  # gone since its shape was read: file_gone hears of it
         if found is None:
             found = ModelShape.from_gguf(read_gguf_meta(Path(info.path)), info.size_bytes)
             self._shapes[key] = found
@@ -100,9 +108,11 @@ class ModelFitter:
         return free
 
     # -- planning -------------------------------------------------------------------------
-    def plan_sync(self, info: ModelInfo, wanted: ModelSettings, reclaimable: int = 0) -> Plan:
+    def plan_sync(
+        self, info: ModelInfo, wanted: ModelSettings, reclaimable: int = 0, look: bool = False
+    ) -> Plan:
         return plan(
-            self.shape(info),
+            self.shape(info, look=look),
             wanted,
             self.budget(reclaimable),
             self.shapes_of,
@@ -113,12 +123,27 @@ class ModelFitter:
         )
 
     async def plan(
-        self, info: ModelInfo, wanted: ModelSettings | None = None, reclaimable: int = 0
+        self,
+        info: ModelInfo,
+        wanted: ModelSettings | None = None,
+        reclaimable: int = 0,
+        *,
+        look: bool = True,
     ) -> Plan:
-        """The plan for loading `info` now with `wanted` (None: its stored settings)."""
+        """The plan for loading `info` now with `wanted` (None: its stored settings). `look`:
+        check the file is still there (a stat; not on the create path, admit), so the Models
+        page's estimates, GET /v1/models and `models list` notice a file deleted since."""
         if wanted is None:
             wanted = await stored.get_settings(self.db, info.id)
-        return await asyncio.to_thread(self.plan_sync, info, wanted, reclaimable)
+        try:
+            return await asyncio.to_thread(self.plan_sync, info, wanted, reclaimable, look)
+        except FileNotFoundError:
+            if self.file_gone is not None:
+                try:
+                    await self.file_gone(info.id, Path(info.path))
+                except Exception:  # noticing is a courtesy: the plan's answer stands
+                    log.warning("could not record %s missing", info.id, exc_info=True)
+            raise
 
     async def current(self, info: ModelInfo) -> Plan | None:
         """What the model runs with when loaded, else would run with now; None for an
@@ -156,7 +181,7 @@ class ModelFitter:
         if loaded is not None and loaded_state != "unloaded":
             return loaded
         try:
-            decided = await self.plan(info, reclaimable=reclaimable)
+            decided = await self.plan(info, reclaimable=reclaimable, look=False)
         except (OSError, ValueError):
             return None  # an unreadable header: the load reports it
         if decided.fit == "wont_fit" and loaded_state == "unloaded":

@@ -34,7 +34,7 @@ from lmsp_desktop.core.models.info import (
     source_of,
 )
 from lmsp_desktop.core.models.scan_gate import HashProgress, ScanGate
-from lmsp_desktop.core.models.scan_rows import WHERE_FOUND, read_meta
+from lmsp_desktop.core.models.scan_rows import WHERE_FOUND, read_gone_or_meta
 from lmsp_desktop.core.models.sources import publisher_of
 from lmsp_desktop.core.storage.db import Database
 
@@ -236,7 +236,10 @@ class ModelHashing:
         if recorded is None or recorded == digest or new_file:
             header = None
             if new_file:
-                header = await asyncio.to_thread(read_meta, Path(row["path"]))
+                header = await asyncio.to_thread(read_gone_or_meta, Path(row["path"]))
+                if header is None:  # deleted since it was hashed: missing, not "not a model"
+                    await self._set_state(model_id, MISSING)
+                    return
                 kept: dict[str, Any] = {k: meta[k] for k in WHERE_FOUND if k in meta}
                 meta = {**header[1], **kept}
             for observed in OBSERVED:
@@ -280,7 +283,11 @@ class ModelHashing:
         meta["observed_size_bytes"] = after.st_size
         # A file that is not a whole model (a cut copy, an unfinished download) is no
         # candidate to accept as the model's new file: its reason is said instead.
-        observed_error = (await asyncio.to_thread(read_meta, Path(row["path"])))[1].get("error")
+        now_there = await asyncio.to_thread(read_gone_or_meta, Path(row["path"]))
+        if now_there is None:  # deleted since it was hashed
+            await self._set_state(model_id, MISSING)
+            return
+        observed_error = now_there[1].get("error")
         if observed_error:
             meta["observed_error"] = observed_error
         else:

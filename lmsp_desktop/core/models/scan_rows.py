@@ -103,7 +103,10 @@ def split_parts(path: Path) -> list[Path]:
 
 def read_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(architecture, parameters, quantization, context_length) and the meta JSON dict; a
-    split model's meta has the bytes of all its parts (PARTS_SIZE: its size in every view)."""
+    split model's meta has the bytes of all its parts (PARTS_SIZE: its size in every view).
+    FileNotFoundError when the file is gone: a file deleted since it was listed or hashed is
+    missing, not "not a model" (its reason read "cannot read the GGUF header: [Errno 2] No
+    such file or directory"), and each caller records it so."""
     columns, meta = _read_header(path)
     parts = split_parts(path)
     if len(parts) > 1:
@@ -112,11 +115,21 @@ def read_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return columns, meta
 
 
+def read_gone_or_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """read_meta, or None when the file is gone."""
+    try:
+        return read_meta(path)
+    except FileNotFoundError:
+        return None
+
+
 def _read_header(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
     try:
         header: GGUFMeta = read_gguf_meta(path)
     except GGUFTruncated as exc:  # its header is fine: say what is wrong instead
         return (None, None, None, None), {"error": str(exc)}
+    except FileNotFoundError:
+        raise  # gone, not unreadable (read_meta)
     except (GGUFError, OSError) as exc:
         return (None, None, None, None), {"error": f"cannot read the GGUF header: {exc}"}
     meta: dict[str, Any] = {"gguf_version": header.version, "tensor_count": header.tensor_count}

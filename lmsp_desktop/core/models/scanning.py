@@ -22,6 +22,7 @@ from lmsp_desktop.core.models.discovery import (
     SourceProblem,
     find_model_files,
     incomplete_split,
+    stat_file,
 )
 from lmsp_desktop.core.models.hashing import HashJob
 from lmsp_desktop.core.models.ids import slug_from_filename, unique_model_id
@@ -38,7 +39,7 @@ from lmsp_desktop.core.models.scan_rows import (
     insert_values,
     match_rows,
     names_of,
-    read_meta,
+    read_gone_or_meta,
     replaced_files,
 )
 from lmsp_desktop.core.models.sources import find_in_sources
@@ -74,6 +75,21 @@ class ModelScanning:
 
         def _emit(self, event: ModelEvent) -> None: ...
 
+        async def _set_state(self, model_id: str, state: str) -> None: ...
+
+    async def file_gone(self, model_id: str, path: Path) -> None:
+        """A read of the model's file at `path` found none (FileNotFoundError: the memory
+        estimate's header read, say): the model is recorded missing now, as the next scan
+        would, if its row still names that file and the file is still gone. Left to the next
+        scan, a file deleted behind the service's back kept its last word ("✓ verified", "✗ not
+        a model") in the window, which does not rescan on its own, until Rescan or Verify."""
+        row = await self.db.fetchone("SELECT path, state FROM models WHERE id = ?", (model_id,))
+        if row is None or row["path"] != str(path) or row["state"] == MISSING:
+            return
+        if await asyncio.to_thread(stat_file, path) is None:
+            log.info("%s: its file %s is gone", model_id, path)
+            await self._set_state(model_id, MISSING)
+
     def _find_files(self, demo: Path | None) -> list[FoundFile]:
         """Every model file, each once: the demo, the model folders, then the stores."""
         problems: list[SourceProblem] = []
@@ -106,10 +122,12 @@ class ModelScanning:
         jobs: list[HashJob] = []
         for file, row in matched.pairs:
             if row is None:
+                meta = await asyncio.to_thread(read_gone_or_meta, file.path)
+                if meta is None:
+                    continue  # deleted since it was listed: the next scan finds it if back
                 base = (names_of(file, demo) or [slug_from_filename(file.path.name)])[0]
                 model_id = unique_model_id(base, taken)
                 taken.add(model_id)
-                meta = await asyncio.to_thread(read_meta, file.path)
                 inserts.append(insert_values(model_id, file, meta))
                 jobs.append(HashJob(model_id, from_scan=True))
                 continue
@@ -117,7 +135,9 @@ class ModelScanning:
                 # Its name now leads to another file: the demo package moved (a new venv), an
                 # Ollama tag or a Hugging Face repo was updated to a new blob or revision. The
                 # id follows the name, the file verified afresh (a new file, not a changed one).
-                meta = await asyncio.to_thread(read_meta, file.path)
+                meta = await asyncio.to_thread(read_gone_or_meta, file.path)
+                if meta is None:
+                    continue  # the new file was deleted since it was listed: left as it was
                 values = insert_values(row["id"], file, meta)
                 repoints.append((*values[1:-1], row["id"]))
                 jobs.append(HashJob(row["id"], from_scan=True))
@@ -147,7 +167,11 @@ class ModelScanning:
                 # Replaced (a finished download, a fixed copy), or back after it was deleted
                 # (downloaded again): a new file, read and verified afresh (a re-download
                 # showed "changed"). A published digest still has to match.
-                meta = await asyncio.to_thread(read_meta, file.path)
+                meta = await asyncio.to_thread(read_gone_or_meta, file.path)
+                if meta is None:  # deleted since it was listed: missing, not "not a model"
+                    if state != MISSING:
+                        updates.append((MISSING, row["size_bytes"], row["mtime_ns"], row["id"]))
+                    continue
                 values = insert_values(row["id"], file, meta)
                 repoints.append((*values[1:-1], row["id"]))
                 jobs.append(HashJob(row["id"], from_scan=True))
@@ -210,7 +234,9 @@ class ModelScanning:
             rows = await self.db.fetchall("SELECT * FROM models")
             repoints: list[tuple[Any, ...]] = []
             for row, file in await asyncio.to_thread(replaced_files, rows, paths):
-                meta = await asyncio.to_thread(read_meta, file.path)
+                meta = await asyncio.to_thread(read_gone_or_meta, file.path)
+                if meta is None:
+                    continue  # deleted since it was written: the next scan records it missing
                 values = insert_values(row["id"], file, meta)
                 repoints.append((*values[1:-1], row["id"]))
                 log.info("%s: pulled again, a new file to verify", file.path)
