@@ -29,13 +29,13 @@ from lmsp_desktop.cli_model_check import add_check_commands, why_not_run
 from lmsp_desktop.cli_model_settings import add_settings_commands
 from lmsp_desktop.cli_service import admin_token, call, refusal, service_url
 from lmsp_desktop.core.downloads.manager import DownloadManager
-from lmsp_desktop.core.downloads.pull import pull, split_reference
+from lmsp_desktop.core.downloads.pull import pull
 from lmsp_desktop.core.downloads.token import HUB_TOKEN_HEADER
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.lock import DataDirLock
 from lmsp_desktop.core.models.gguf_meta import quant_from_filename
 from lmsp_desktop.core.models.ids import source_model_id
-from lmsp_desktop.core.models.info import INVALID, UNVERIFIED
+from lmsp_desktop.core.models.info import INVALID, MISSING, UNVERIFIED
 from lmsp_desktop.core.models.registry import ModelRegistry
 from lmsp_desktop.core.sizes import human_size
 from lmsp_desktop.core.storage.store import Store
@@ -63,7 +63,11 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         help="e.g. bartowski/Qwen2.5-7B-Instruct-GGUF:Q4_K_M; hf.co/… and huggingface.co "
         "addresses of a repo or a file work too",
     )
-    pull_cmd.add_argument("--revision", default="main", help="branch, tag or commit (main)")
+    pull_cmd.add_argument(
+        "--revision",
+        default="main",
+        help="branch, tag or commit (main); a pasted …/blob/REV/FILE address names its own",
+    )
     pull_cmd.add_argument(
         "--detach", action="store_true", help="print the task id and return (service only)"
     )
@@ -92,10 +96,9 @@ async def _through_service(args: argparse.Namespace, data_dir: Path) -> int:
 
 
 def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
-    repo, selector = split_reference(args.reference)
-    body: dict[str, Any] = {"repo": repo, "revision": args.revision}
-    if selector:
-        body["file" if selector.lower().endswith(".gguf") else "quant"] = selector
+    # As written: the service reads it as this process would (parse_reference), the
+    # revision a pasted file address names included (…/blob/v2/x.gguf pulls v2).
+    body: dict[str, Any] = {"repo": args.reference.strip(), "revision": args.revision}
     # The token this user set works as it does for `hf download`: lent to the service for
     # this pull only (a header, over loopback; the service keeps it in memory, never stored).
     hub = os.environ.get("HF_TOKEN", "").strip()
@@ -155,8 +158,7 @@ async def _here(args: argparse.Namespace, data_dir: Path) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
     try:
-        repo, selector = split_reference(args.reference)
-        task = await pull(store.tasks, repo, selector, revision=args.revision)
+        task = await pull(store.tasks, args.reference.strip(), revision=args.revision)
         print(f"Downloading {task['model']} (task {task['id']}; no service is running).")
         shown = Progress(task["model"])
         running = asyncio.create_task(manager.run(task["id"]))
@@ -223,12 +225,15 @@ def _read_here(name: str, written: list[Path]) -> Pulled | None:
     """Without a service, what its next start will find in the pulled file: the header the
     scan reads (scan_rows.read_meta), whose error becomes the model's invalid reason. Its
     sha256 is the hub's already (the download checked it); the service verifies it again."""
-    from lmsp_desktop.core.models.scan_rows import read_meta
+    from lmsp_desktop.core.models.scan_rows import read_gone_or_meta
 
     model_id = pulled_model_id(name)
     if not written or model_id is None:
         return None
-    error = read_meta(written[0])[1].get("error")
+    header = read_gone_or_meta(written[0])
+    if header is None:  # deleted since it was written: missing, not "not a model"
+        return Pulled(model_id, MISSING)
+    error = header[1].get("error")
     return Pulled(model_id, INVALID, str(error)) if error else Pulled(model_id, UNVERIFIED)
 
 

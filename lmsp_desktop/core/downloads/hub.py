@@ -103,6 +103,8 @@ REPO_FORMS = (
 )
 # Hosts whose addresses name a repo: the hub's own two, and HF_ENDPOINT's (a mirror).
 HUB_HOSTS = ("huggingface.co", "hf.co")
+# The address parts after owner/name that a revision follows (…/blob/v2/x.gguf, …/tree/v2).
+REVISION_PAGES = ("blob", "resolve", "tree")
 
 
 def check_repo(repo: str) -> str:
@@ -119,7 +121,20 @@ def parse_reference(text: str) -> tuple[str, str | None]:
     or `huggingface.co/` (as the Models table's Location shows it and `ollama pull` takes it),
     and an https address of a repo or of one of its files (`…/blob/main/x.gguf`,
     `…/resolve/main/x.gguf`: the file becomes the selector). Anything else: invalid, naming
-    the forms."""
+    the forms. The revision an address names is reference_revision's."""
+    repo, selector, _revision = read_reference(text)
+    return repo, selector
+
+
+def reference_revision(text: str) -> str | None:
+    """The revision (branch, tag or commit) a pasted hub address names: `v2` in
+    `…/blob/v2/x.gguf`, `…/resolve/v2/x.gguf` or `…/tree/v2`; None for any other form, which
+    names none (the pull's `revision`, main by default, applies)."""
+    return read_reference(text)[2]
+
+
+def read_reference(text: str) -> tuple[str, str | None, str | None]:
+    """parse_reference's (repo, selector) and reference_revision's revision, in one read."""
     ref = text.strip()
     hosts = {*HUB_HOSTS, (urlsplit(endpoint()).hostname or "").lower()}
     if "://" not in ref and any(ref.lower().startswith(f"{h}/") for h in HUB_HOSTS):
@@ -127,6 +142,7 @@ def parse_reference(text: str) -> tuple[str, str | None]:
     if "://" in ref:
         url = urlsplit(ref)
         host = (url.hostname or "").lower().removeprefix("www.")
+        # Split before unquoting: a revision such as refs/pr/1 is one part, `refs%2Fpr%2F1`.
         parts = [unquote(p) for p in url.path.split("/") if p]
         if url.scheme.lower() not in ("http", "https") or host not in hosts or len(parts) < 2:
             raise invalid(
@@ -134,11 +150,15 @@ def parse_reference(text: str) -> tuple[str, str | None]:
                 f"{REPO_FORMS}.",
                 "repo",
             )
-        if len(parts) > 2 and parts[2] in ("blob", "resolve") and len(parts) > 4:
-            return check_repo("/".join(parts[:2])), "/".join(parts[4:])
-        ref = "/".join(parts[:2])  # the repo's page, or one of its tabs (tree/main, …)
+        revision = parts[3] if len(parts) > 3 and parts[2] in REVISION_PAGES else None
+        if len(parts) > 4 and parts[2] in ("blob", "resolve"):
+            return check_repo("/".join(parts[:2])), "/".join(parts[4:]), revision
+        # The repo's page, one of its tabs (tree/v2, …), or hf.co/owner/name:QUANT.
+        ref = "/".join(parts[:2])
+    else:
+        revision = None
     repo, _, selector = ref.partition(":")
-    return check_repo(repo), selector.strip() or None
+    return check_repo(repo), selector.strip() or None, revision
 
 
 def gguf_choices(files: list[HubFile]) -> list[GgufChoice]:

@@ -17,6 +17,7 @@ from lmsp_desktop.core.downloads.hub import (
     list_files,
     parse_reference,
     pick,
+    read_reference,
     search,
 )
 from lmsp_desktop.core.downloads.token import hub_token
@@ -56,8 +57,16 @@ async def pull(
     token for this pull (else this process's: HF_TOKEN, the keyring); never stored.
     `repo` may be written any way parse_reference reads (hf.co/owner/name, an address of
     the repo or of its file, owner/name:QUANT): what it names is the selector, unless one
-    is given, which must then agree."""
-    repo, named = parse_reference(repo)
+    is given, which must then agree. So must `revision` with the one a pasted address names
+    (`…/blob/v2/x.gguf` pulls v2; `revision` main, the default, gives way to it)."""
+    repo, named, addressed = read_reference(repo)
+    if addressed is not None and revision not in ("main", addressed):
+        raise invalid(
+            f"The repo's address names revision {addressed}, the request {revision}: give one "
+            "of them.",
+            "revision",
+        )
+    revision = addressed or revision
     try:
         policy = RestartPolicy(on_restart or RestartPolicy.RESUME)
     except ValueError:
