@@ -170,6 +170,8 @@ class MainWindow(QMainWindow):
         self.bridge.pairing_changed.connect(self.clients.on_pairing_changed)
         self.clients.pending_changed.connect(self._set_pending)
         self.clients.model.modelReset.connect(self._update_nav)
+        self.clients.model.rowsInserted.connect(self._update_nav)  # a client made or revoked
+        self.clients.model.rowsRemoved.connect(self._update_nav)  # elsewhere, read while shown
         self.tasks.try_prompt_requested.connect(lambda: aio.spawn(self.open_prompt(), self))
         self.tasks.pair_requested.connect(self.open_pair)
         self.tasks.connect_requested.connect(self.open_connect)

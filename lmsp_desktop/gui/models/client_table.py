@@ -9,7 +9,7 @@ from PySide6.QtGui import QFontDatabase
 
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.format import date_time
-from lmsp_desktop.gui.models.base import Index, RowTableModel
+from lmsp_desktop.gui.models.base import ROOT, Index, RowTableModel
 
 COL_NAME, COL_SCOPES, COL_CREATED, COL_SEEN, COL_TOKEN = range(5)
 HEADERS = ["Name", "Scopes", "Paired on", "Last seen", "Token"]
@@ -55,12 +55,30 @@ class ClientTableModel(RowTableModel):
         return self._rows[row]
 
     async def reload(self) -> None:
-        rows = await self.core.clients()
-        if [r["id"] for r in rows] == [r["id"] for r in self._rows]:
+        """Read the clients again and apply what changed: rows removed and inserted where they
+        are (a selection and the scroll stay on the rows they were on; the Clients page reads
+        every two seconds while shown), a changed row's cells redrawn, nothing else."""
+        self.apply(await self.core.clients())
+
+    def apply(self, rows: list[dict[str, Any]]) -> None:
+        wanted = {r["id"] for r in rows}
+        for at in reversed(range(len(self._rows))):
+            if self._rows[at]["id"] not in wanted:
+                self.beginRemoveRows(ROOT, at, at)
+                del self._rows[at]
+                self.endRemoveRows()
+        kept = {r["id"] for r in self._rows}
+        if [r["id"] for r in self._rows] != [r["id"] for r in rows if r["id"] in kept]:
+            self.beginResetModel()  # another order than newest first: not from this store
             self._rows = rows
-            if rows:
-                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, COL_TOKEN))
+            self.endResetModel()
             return
-        self.beginResetModel()  # pairing and revoking are rare, one-row events
-        self._rows = rows
-        self.endResetModel()
+        for at, row in enumerate(rows):
+            if at < len(self._rows) and self._rows[at]["id"] == row["id"]:
+                if self._rows[at] != row:  # last seen, scopes: its cells, not the table
+                    self._rows[at] = row
+                    self.dataChanged.emit(self.index(at, 0), self.index(at, COL_TOKEN))
+                continue
+            self.beginInsertRows(ROOT, at, at)
+            self._rows.insert(at, row)
+            self.endInsertRows()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -31,6 +32,10 @@ from lmsp_desktop.gui.models.client_table import COL_CREATED, COL_SCOPES, Client
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter
 
 ARM_DELAY_MS = 1200  # a card that moved under the cursor cannot be answered this soon
+# The paired clients are read again every this many ticks of the page's 1 s clock while it is
+# shown: a token made from the CLI (another process, nothing told to this one) shows within
+# two seconds; a query of a few rows, nothing while the page or the window is not shown.
+READ_EVERY_TICKS = 2
 ADMIN_WARNING = (
     "admin lets the client manage every client's tasks, other clients and tokens, and the "
     "service's settings. Grant it only to a tool you fully trust."
@@ -225,10 +230,15 @@ class ClientsPage(QWidget):
         self._clock = QTimer(self, interval=1000)
         self._clock.timeout.connect(self._tick)
         self._clock.start()
+        self._ticks = 0
+        self._reading: asyncio.Task[None] | None = None
+        self.model.rowsInserted.connect(self._update)
+        self.model.rowsRemoved.connect(self._update)
         self._update()
 
     def set_active(self, active: bool) -> None:
-        """The cards' countdowns move only while the window is shown."""
+        """The cards' countdowns move, and the clients are read again every two seconds
+        while the page is shown, only while the window is shown."""
         if active:
             self._tick()
             self._clock.start()
@@ -238,8 +248,9 @@ class ClientsPage(QWidget):
     def showEvent(self, event: QShowEvent) -> None:
         """Shown (its page chosen, or the window back from the tray): the clients read again.
         A token made from the CLI (`lmsp-desktop token create`) writes the store from another
-        process and tells this one nothing: the page kept the list of its last read. One
-        query per showing, no timer."""
+        process and tells this one nothing: the page kept the list of its last read. Read
+        again every READ_EVERY_TICKS seconds while shown (_tick), as the Models page follows
+        the stored load settings."""
         super().showEvent(event)
         aio.spawn(self.load(), self)
 
@@ -313,6 +324,18 @@ class ClientsPage(QWidget):
         if any(at <= time.time() for at in self._expiries):
             self._expiries = []
             aio.spawn(self.reload_pending(), self)
+        self._ticks += 1
+        reading = self._reading is not None and not self._reading.done()
+        if self._ticks % READ_EVERY_TICKS == 0 and self.isVisible() and not reading:
+            self._reading = aio.spawn(self._read_clients(), self)
+
+    async def _read_clients(self) -> None:
+        """The paired clients as stored now (a token made or revoked from a shell with
+        `lmsp-desktop token …` meanwhile): one small query, the rows that changed applied."""
+        try:
+            await self.model.reload()
+        except LmspError:
+            return  # the store closing, or busy: the next look tries again
 
     # -- paired clients ----------------------------------------------------------------------
     def selected(self) -> dict[str, Any] | None:
