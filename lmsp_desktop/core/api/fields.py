@@ -141,10 +141,25 @@ def on_restart(body: dict[str, Any], default: str) -> str:
     return value
 
 
+def kind(value: Any) -> str:
+    """A JSON value's type as the client wrote it (a number, an array…), for an error."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "null" if value is None else "a string"
+
+
 def model(body: dict[str, Any]) -> str:
     value = body.get("model")
     if not isinstance(value, str) or not value:
-        raise invalid("`model` is required: the id of a model from GET /v1/models.", "model")
+        # Sent, but not a string: "required" sent the user looking for a missing field.
+        what = "is required" if value in (None, "") else f"must be a string, not {kind(value)}"
+        raise invalid(f"`model` {what}: the id of a model from GET /v1/models.", "model")
     return value
 
 

@@ -30,11 +30,14 @@ async def read_json(request: web.Request) -> Any:
             return value
         return orjson.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise invalid(
-            f"The body is not valid UTF-8 JSON ({type(exc).__name__}). Send a JSON object.",
-            None,
-            "invalid_json",
-        ) from None
+        # orjson's "depth limit exceeded" is a JSONDecodeError: name it, the JSON was valid.
+        deep = isinstance(exc, RecursionError) or "depth limit" in str(exc)
+        message = (
+            "The body's JSON is nested deeper than 1,024 levels. Send a flatter JSON object."
+            if deep
+            else f"The body is not valid UTF-8 JSON ({type(exc).__name__}). Send a JSON object."
+        )
+        raise invalid(message, None, "invalid_json") from None
 
 
 def _not_json(name: str) -> Any:

@@ -24,6 +24,7 @@ routes = web.RouteTableDef()
 async def list_tasks(
     request: web.Request, ctx: ServiceContext, principal: Principal
 ) -> web.Response:
+    only_known_query(request, "state", "model", "after", "limit")
     states = [s for value in request.query.getall("state", []) for s in value.split(",")]
     unknown = [s for s in states if s not in STATE_NAMES]
     if unknown:
@@ -50,6 +51,16 @@ async def get_task(request: web.Request, ctx: ServiceContext, principal: Princip
     return web.json_response(live_task_object(ctx, row, await ctx.store.tasks.queue_position(row)))
 
 
+def only_known_query(request: web.Request, *known: str) -> None:
+    """A query parameter these pages do not read is refused, not ignored: a client paging the
+    events with `starting_after` (the Responses stream's name) got page one again and again
+    with `has_more: true`, and looped forever."""
+    for name in request.query:
+        if name not in known:
+            names = ", ".join(f"`{k}`" for k in known)
+            raise invalid(f"Unknown query parameter `{name}`: this list reads {names}.", name)
+
+
 def live_task_object(ctx: ServiceContext, row: Any, queue_position: int | None) -> dict[str, Any]:
     """The task object with what only the runner knows while the task runs: how far its
     prompt has been read (or that it waits behind another's read), and its prompt's length
@@ -73,6 +84,7 @@ async def task_events(
     """Every event, LMSP's own included: JSON pages, or SSE that replays then follows."""
     task_id = request.match_info["id"]
     await ctx.store.tasks.get(task_id, principal.owner_filter())
+    only_known_query(request, "after", "limit")
     after = query_int(request, "after", 0, 0, 2**62)
     if "text/event-stream" in request.headers.get("Accept", ""):
         last_event_id = request.headers.get("Last-Event-ID", "").strip()
