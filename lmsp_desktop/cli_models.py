@@ -126,6 +126,19 @@ def _follow_remote(url: str, token: str, args: argparse.Namespace) -> int:
             if current["state"] in TERMINAL and not page.get("has_more"):
                 return shown.end(current, _listed(url, token, current, task["model"]))
             time.sleep(POLL_S)
+    except LmspError as exc:
+        if exc.code != "service_unavailable":
+            raise
+        # The service stopped (killed, quit): the download is a durable task of its store,
+        # picked up where it stopped at the next start (walkA20: "try again in a moment"
+        # said nothing of the 64 MiB already fetched).
+        print(
+            f"\nThe service at {url} stopped answering during the download (task "
+            f"{task['id']}). What was fetched is kept: the download goes on when the service "
+            "or the window starts again (`lmsp-desktop tasks` shows it).",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
         print(
             f"\nThe download goes on in the service (task {task['id']}). Cancel it in the "

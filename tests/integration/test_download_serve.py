@@ -352,3 +352,42 @@ async def test_models_pull_says_a_cancel_and_a_token_without_the_admin_scope(
         await asyncio.to_thread(serve.terminate)
     log = (data_dir / "logs" / "lmsp-desktop.log").read_text()
     assert f"download {task['id']} ({TINY_REPO}:Q8_0) cancelled by client tests (" in log
+
+
+async def test_models_pull_says_the_download_is_kept_when_the_service_dies(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """walkA20: the service killed under a following `models pull` said only "does not
+    answer … try again in a moment", as if the fetched bytes were lost."""
+    data_dir = tmp_path / "data"
+    admin = await asyncio.to_thread(create_token, data_dir, "admin")
+    serve = ServeProcess(data_dir)
+    url = await asyncio.to_thread(serve.start)
+    hub.server.bytes_per_s = 4 * 1024 * 1024
+    args = ["--data-dir", str(data_dir), "models", "pull", DEMO_REPO]
+    cli = await asyncio.to_thread(
+        subprocess.Popen,
+        [sys.executable, "-m", "lmsp_desktop", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        async def fetching() -> bool:
+            _, tasks = await api(f"{url}/v1/tasks", admin)
+            return any(t["kind"] == "download" for t in tasks["data"])
+
+        await until(fetching, 60, "the pull's task")
+        await asyncio.to_thread(serve.kill)
+        out, err = await asyncio.to_thread(cli.communicate, timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+        if serve.proc and serve.proc.poll() is None:
+            await asyncio.to_thread(serve.kill)
+    assert cli.returncode == 1, out + err
+    assert "stopped answering during the download" in err, err
+    assert "the download goes on when the service or the window starts again" in err, err
+    assert "Traceback" not in err
