@@ -200,7 +200,7 @@ def _array_rule(schema: dict[str, Any], item: str) -> str:
 
 
 def _check_bounds(schema: dict[str, Any], path: str, unsupported: Any) -> None:
-    """Numeric bounds the range grammar cannot write (e.g. [0.2, 0.8]) are unsupported."""
+    """Numeric bounds the range grammar cannot write (e.g. (0, 1e-9)) are unsupported."""
     present = [key for key in BOUNDS if key in schema]
     if not present:
         return

@@ -10,7 +10,8 @@ from lmsp_desktop.core.tools.schema import UnsupportedSchema, check, enforceable
 @pytest.mark.parametrize(
     ("schema", "param"),
     [
-        ({"type": "number", "minimum": 0.2, "maximum": 0.8}, "s.minimum"),
+        # Bounds that hold no decimal of up to 8 fraction digits (ranges.FRACTION_DIGITS).
+        ({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1e-9}, "s.exclusiveMinimum"),
         ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "s.uniqueItems"),
         ({"properties": {"a": {"type": "number", "multipleOf": 2}}}, "s.properties.a.multipleOf"),
         ({"type": "string", "format": "email"}, "s.format"),
