@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmsp_desktop.core.tools.schema import unenforced_note
+
 # Sampling defaults when a request leaves them out (llama.cpp's own defaults); the answer
 # reports the values actually used.
 DEFAULT_TEMPERATURE = 0.8
@@ -85,7 +87,10 @@ def task_request(own: dict[str, Any] | None = None, **fields: Any) -> dict[str, 
     shadowing = [k for k in own or {} if k in DEFAULTS]
     if unknown or shadowing:
         raise KeyError(f"not task request fields: {unknown}; own keys shadowing them: {shadowing}")
-    return {**DEFAULTS, **fields, **(own or {})}
+    request = {**DEFAULTS, **fields, **(own or {})}
+    if request["schema_notes"]:  # told on the task, as what else was not done as asked
+        request["notes"] = [*request["notes"], unenforced_note(request["schema_notes"])]
+    return request
 
 
 def chat_messages(request: dict[str, Any]) -> list[dict[str, Any]]:

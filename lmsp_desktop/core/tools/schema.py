@@ -73,6 +73,15 @@ class UnsupportedSchema(LmspError):
         )
 
 
+def unenforced_note(paths: list[str]) -> str:
+    """The task's note naming the keywords left out of non-strict schemas' grammars."""
+    return (
+        "Not enforced by the output grammar (left out of a non-strict schema): "
+        + ", ".join(paths)
+        + "."
+    )
+
+
 def check(schema: Any, path: str) -> None:
     """Raise UnsupportedSchema for the first keyword the grammar would not enforce (a strict
     schema, or any structured-output schema sent with `strict`)."""
