@@ -54,6 +54,21 @@ def whole_bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
     return (max(lows) if lows else None), (min(highs) if highs else None)
 
 
+def in_range(schema: dict[str, Any], value: Any) -> bool:
+    """Whether `value` meets the schema's bounds (a value that is not a number: yes, the
+    bounds say nothing about it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    minimum, maximum = _bound(schema, "minimum"), _bound(schema, "maximum")
+    above, below = _bound(schema, "exclusiveMinimum"), _bound(schema, "exclusiveMaximum")
+    return (
+        (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+        and (above is None or value > above)
+        and (below is None or value < below)
+    )
+
+
 def int_range(low: int | None, high: int | None) -> str:
     """GBNF (no trailing space rule) for the decimal integers in [low, high]."""
     if low is not None and high is not None and low > high:

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.tools.ranges import BOUNDS, int_range, number_range, whole_bounds
+from lmsp_desktop.core.tools.ranges import BOUNDS, in_range, int_range, number_range, whole_bounds
 
 # Keywords llama-cpp-python's SchemaConverter turns into grammar rules.
 STRUCTURAL = frozenset(
@@ -228,6 +228,38 @@ def _check_bounds(schema: dict[str, Any], path: str, unsupported: Any) -> None:
             schema.pop(key, None)
 
 
+def _listed(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` as its listed values only: `enum` without the values its `type` or bounds
+    exclude, and neither `type` nor bounds left to override the list."""
+    listed = {k: v for k, v in schema.items() if k not in BOUNDS and k != "type"}
+    if isinstance(schema.get("enum"), list):
+        kinds = schema.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds] if kinds else None
+        fitting = [
+            value
+            for value in schema["enum"]
+            if in_range(schema, value) and (kinds is None or any(_is(value, k) for k in kinds))
+        ]
+        # None fits: the schema accepts nothing, and an empty list is no grammar at all.
+        listed["enum"] = fitting or schema["enum"]
+    return listed
+
+
+def _is(value: Any, kind: str) -> bool:
+    """Whether `value` is of the JSON Schema type `kind`."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "integer":
+        return number and float(value).is_integer()
+    return {
+        "number": number,
+        "string": isinstance(value, str),
+        "boolean": isinstance(value, bool),
+        "null": value is None,
+        "object": isinstance(value, dict),
+        "array": isinstance(value, list),
+    }.get(kind, False)
+
+
 @functools.cache
 def _converter_class() -> Any:
     """llama-cpp-python's SchemaConverter, taught numeric bounds and the empty schema."""
@@ -238,6 +270,11 @@ def _converter_class() -> Any:
             kinds = schema.get("type")
             rule_name = name + "-" if name in module.RESERVED_NAMES else name or "root"
             bounded = any(key in schema for key in BOUNDS)
+            listed = "enum" in schema or "const" in schema
+            if listed and (bounded or isinstance(kinds, list)):
+                # The listed values are what may be written: the range branches below, and
+                # the base class for a list of types, would write any value of the type.
+                return str(super().visit(_listed(schema), name))
             if isinstance(kinds, list) and bounded:
                 # The base class would visit {"type": t} and lose the bounds.
                 alternatives = [{**schema, "type": kind} for kind in kinds]

@@ -184,3 +184,26 @@ def test_bounds_without_a_short_decimal_are_named() -> None:
     assert "8 fraction digits" in str(info.value)
     with pytest.raises(UnsupportedSchema):
         check({"type": "number", "minimum": 2, "maximum": 1}, "s")
+
+
+@pytest.mark.parametrize(
+    ("schema", "written", "refused"),
+    [
+        # Bounds beside a list: the list's values in range, not any number of the range.
+        ({"type": "number", "enum": [0.5, 2, 0.75], "maximum": 1}, ["0.5", "0.75"], ["2", "0.6"]),
+        ({"type": "integer", "const": 3, "minimum": 1}, ["3"], ["1", "4"]),
+        # A list of types beside an enum: the base converter wrote any string or null.
+        ({"type": ["string", "null"], "enum": ["a", "b", None]}, ['"a"', "null"], ['"c"']),
+        ({"type": ["integer", "null"], "enum": [1, 5, None], "maximum": 3}, ["1", "null"], ["5"]),
+    ],
+)
+def test_listed_values_win_over_type_and_bounds(
+    grammar_accepts: Callable[[str], Matcher],
+    schema: dict[str, Any],
+    written: list[str],
+    refused: list[str],
+) -> None:
+    check(schema, "s")
+    accepts = grammar_accepts(schema_grammar(schema))
+    assert all(accepts(text) for text in written), written
+    assert not any(accepts(text) for text in refused), refused
