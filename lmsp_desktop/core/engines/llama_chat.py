@@ -23,6 +23,13 @@ FALLBACK_TEMPLATE = (
 )
 
 
+# A final assistant message with this key set is a prefill (Anthropic's, Ollama's /api/chat):
+# the answer continues its text instead of starting a new turn. Set by those APIs' parsers
+# (core/api/anthropic/request.py, core/api/ollama/request.py); Chat Completions and Responses
+# have no prefill, and their final assistant message stays a finished turn.
+PREFILL = "prefill"
+
+
 def normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Chat templates know system/user/assistant; an OpenAI `developer` message is the newer
     name for a system message, so it is rendered as one."""
@@ -31,8 +38,35 @@ def normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         role = message.get("role", "user")
         if role == "developer":
             role = "system"
-        out.append({**message, "role": role, "content": message.get("content") or ""})
+        shown = {k: v for k, v in message.items() if k != PREFILL}
+        out.append({**shown, "role": role, "content": message.get("content") or ""})
     return out
+
+
+def prefill_of(messages: list[dict[str, Any]]) -> str | None:
+    """The text a final assistant prefill holds (None: no prefill; "" an empty one)."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "assistant" or not last.get(PREFILL):
+        return None
+    content = last.get("content")
+    return content if isinstance(content, str) else ""
+
+
+def open_last_turn(rendered: str, text: str) -> str | None:
+    """The rendered conversation cut just after the final assistant message's text: what
+    follows it (the end-of-turn, a newline, another turn's opening) removed, so that the
+    model goes on writing it. None when the template did not print the text as it is.
+
+    As Transformers' `continue_final_message`: the text is looked for from the end, and a
+    template that trims the message (Llama 3's `| trim`) leaves its trailing space out."""
+    stripped = text.strip()
+    at = rendered.rfind(stripped)
+    if not stripped or at < 0:
+        return None
+    kept = text.lstrip()
+    if rendered[at : at + len(kept)] == kept:
+        return rendered[: at + len(kept)]
+    return rendered[: at + len(stripped)]
 
 
 class _IgnoreGenerationTags(jinja2.ext.Extension):
@@ -99,19 +133,42 @@ class ChatRenderer:
     def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> str:
+        """The prompt: the conversation, then the opening of the assistant's turn; with a
+        final assistant prefill (PREFILL), that turn as the template prints it, left open
+        after its text (no generation prompt, its end-of-turn cut off), so the model
+        continues it; an empty prefill opens the turn as usual."""
         if not messages:
             raise EngineError("invalid_input", "The request has no messages to answer.")
         shown, template_tools = render_inputs(messages, tools, native=self.native_tools)
+        prefill = prefill_of(shown)
+        if prefill is None:
+            return self._render(shown, template_tools, True)
+        if not prefill.strip():
+            return self._render(shown[:-1], template_tools, True)
+        whole = self._render(shown, template_tools, False)
+        opened = open_last_turn(whole, prefill)
+        if opened is not None:
+            return opened
+        # A template that does not print the text as it is (it rewrites assistant turns):
+        # the turn's usual opening, then the text.
+        return self._render(shown[:-1], template_tools, True) + prefill
+
+    def _render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        generation_prompt: bool,
+    ) -> str:
         try:
             return self._compiled.render(
-                messages=normalise_messages(shown),
+                messages=normalise_messages(messages),
                 eos_token=self.eos_token,
                 bos_token=self.bos_token,
                 raise_exception=_raise_exception,
-                add_generation_prompt=True,
+                add_generation_prompt=generation_prompt,
                 functions=None,
                 function_call=None,
-                tools=template_tools,
+                tools=tools,
                 tool_choice=None,
                 strftime_now=_strftime_now,
             )

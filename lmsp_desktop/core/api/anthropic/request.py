@@ -2,8 +2,9 @@
 
 `system` (a string or text blocks) becomes the first system message; user turns' text blocks
 their text, `tool_result` blocks tool messages; assistant turns' `tool_use` blocks their tool
-calls. Tools (`input_schema`) and `tool_choice` are mapped onto the shared tool fields, so a
-forced call (`any`, `tool`) goes through the same plan as OpenAI's `required` / named.
+calls; a final assistant turn of text is a prefill the answer continues. Tools (`input_schema`)
+and `tool_choice` are mapped onto the shared tool fields, so a forced call (`any`, `tool`)
+goes through the same plan as OpenAI's `required` / named.
 Fields the service does not use, and `thinking`, are accepted and named in the task's notes.
 """
 
@@ -58,7 +59,8 @@ def parse_common(body: Any, default_on_restart: str) -> dict[str, Any]:
     model = fields.model(body)
     if "messages" not in body:
         raise invalid("`messages` is required: a list of user and assistant turns.", "messages")
-    messages = _system(body.get("system")) + parse_turns(body["messages"])
+    turns = body["messages"]
+    messages = _system(body.get("system")) + _prefilled(parse_turns(turns), len(turns) - 1)
     notes = [f"`{name}` is not used by this service." for name in sorted(set(body) - KNOWN)]
     if body.get("thinking") not in (None, {"type": "disabled"}):
         notes.append("Extended thinking was asked for; the model answered without it.")
@@ -147,6 +149,24 @@ def parse_turns(value: Any) -> list[dict[str, Any]]:
         else:
             raise invalid(f"{where}.content must be a string or a list of blocks.", where)
     return messages
+
+
+def _prefilled(messages: list[dict[str, Any]], last_turn: int) -> list[dict[str, Any]]:
+    """A final assistant turn of text is a prefill, as Anthropic reads it: the answer goes on
+    from its text (and does not repeat it) instead of starting a new turn. Its text cannot
+    end with white space (Anthropic's 400: the model would write the space itself)."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "assistant" or last.get("tool_calls"):
+        return messages
+    text = last.get("content") or ""
+    if text != text.rstrip():
+        raise invalid(
+            "The final assistant content cannot end with trailing whitespace: it is a "
+            "prefill the answer continues. Remove the trailing spaces or newlines.",
+            f"messages[{last_turn}].content",
+        )
+    # llama_chat.PREFILL: the engine renders this turn left open.
+    return [*messages[:-1], {**last, "prefill": True}]
 
 
 def _blocks(role: str, blocks: list[Any], where: str) -> list[dict[str, Any]]:

@@ -5,7 +5,8 @@ As Ollama documents them: `model`, `messages` (chat; roles system, user, assista
 unless false), `format` ("json" or a JSON Schema, generated under the grammar), `tools`
 (chat, with the LMSP extension `tool_choice` as on Chat Completions), `keep_alive`, and
 `options` num_predict, temperature, top_p, top_k, seed, stop,
-num_ctx, presence_penalty, frequency_penalty. Other options (repeat_penalty, num_thread,
+num_ctx, presence_penalty, frequency_penalty. A chat's final assistant message is continued
+(a prefill), as Ollama does. Other options (repeat_penalty, num_thread,
 mirostat, …) tune Ollama's own runner and are accepted and noted. Images, `raw`, custom
 `template`s and `suffix` answer 400 naming the field, and so does `think` (true or a level),
 in Ollama's words for a model that cannot think (no model here gives its thinking apart),
@@ -243,6 +244,10 @@ def _messages(value: Any) -> list[dict[str, Any]]:
             out.append({"role": "tool", "call_id": call_id, "content": content})
         else:
             out.append({"role": role, "content": content})
+    if out and out[-1]["role"] == "assistant" and not out[-1].get("tool_calls"):
+        # A final assistant message is continued, as Ollama does (its templates leave the last
+        # assistant turn open): llama_chat.PREFILL.
+        out[-1]["prefill"] = True
     return out
 
 
