@@ -3,13 +3,16 @@ objects of `/api/tags`, `/api/ps` and `/api/show`.
 
 Durations are nanoseconds, as Ollama's are, measured by the route while it follows the task:
 `load_duration` until the task runs (queue and model load), `prompt_eval_duration` until the
-first token, `eval_duration` from there to the end.
+first token, `eval_duration` from there to the end. The first token's time is the runner's
+(when it was sampled), read at the first output the task commits: a text delta, or a tool
+call's opening (whose text is held until the call is parsed).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -67,10 +70,18 @@ class AnswerRenderer:
 
     keepalive = b""  # NDJSON has no comment line: Ollama's stream stays silent
 
-    def __init__(self, model: str, endpoint: str, clock: Clock) -> None:
+    def __init__(
+        self,
+        model: str,
+        endpoint: str,
+        clock: Clock,
+        first_token_at: Callable[[], float | None] = lambda: None,
+    ) -> None:
         self.model = model
         self.chat = endpoint == "chat"
         self.clock = clock
+        # The runner's time (epoch seconds) of the task's first output token; None: unknown.
+        self._first_token_at = first_token_at
         self.finished = False
         self.failure: str | None = None
         self.text: list[str] = []
@@ -85,13 +96,13 @@ class AnswerRenderer:
         if kind == "response.in_progress" and self.clock.running is None:
             self.clock.running = time.perf_counter()
         elif kind == "response.output_text.delta":
-            if self.clock.first_token is None:
-                self.clock.first_token = time.perf_counter()
+            self._output_began()
             self.text.append(event["delta"])
             return line(self._chunk(event["delta"], []))
+        elif kind == "response.output_item.added" and event["item"].get("type") == "function_call":
+            self._output_began()
         elif kind == "response.output_item.done" and event["item"].get("type") == "function_call":
-            if self.clock.first_token is None:
-                self.clock.first_token = time.perf_counter()
+            self._output_began()
             call = _tool_call(event["item"])
             self.calls.append(call)
             return line(self._chunk("", [call]))
@@ -112,6 +123,17 @@ class AnswerRenderer:
             self.failure = str(event["error"]["message"])
             return line({"error": self.failure})
         return b""
+
+    def _output_began(self) -> None:
+        """The first output: the prompt's time ends at the first token, the runner's time of
+        it when known (a call's first event comes once its name is parsed, tokens later)."""
+        if self.clock.first_token is not None:
+            return
+        now = time.perf_counter()
+        at = self._first_token_at()
+        self.clock.first_token = now if at is None else now - max(0.0, time.time() - at)
+        if self.clock.running is not None and self.clock.running > self.clock.first_token:
+            self.clock.running = self.clock.first_token  # both came in one commit
 
     def done(self, response: dict[str, Any]) -> dict[str, Any]:
         """The last line: `done`, why, and the counts and durations."""

@@ -207,7 +207,14 @@ async def _generate(
         return web.json_response(
             result.body, status=result.status, headers={"Idempotent-Replayed": "true"}
         )
-    renderer = AnswerRenderer(created.request["model"], endpoint, clock)
+    task_id = created.task_id
+    runner = ctx.runner
+    renderer = AnswerRenderer(
+        created.request["model"],
+        endpoint,
+        clock,
+        (lambda: runner.first_token_at(task_id)) if runner is not None else lambda: None,
+    )
     async with holding_key(ctx, created.claim):
         if created.mode == "stream":
             # One JSON object per line as the events commit; the last has `done: true`.
