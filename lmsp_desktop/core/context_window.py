@@ -442,4 +442,6 @@ async def admit(
         limit, own, origin = plan.context_length, plan.own_context or 0, plan.cap_origin
     else:
         limit, own = effective_context(info.context_length, cap), 0
-    await counter.fit(info, request, limit, param, cap, own, can_truncate, origin)
+    counted = await counter.fit(info, request, limit, param, cap, own, can_truncate, origin)
+    if counted is not None:  # known before the task exists (Anthropic's message_start says it)
+        request["input_tokens"] = counted

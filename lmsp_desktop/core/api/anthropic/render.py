@@ -138,6 +138,11 @@ class MessageStream:
         self._open: str | None = None  # "text" or the item id of an open tool_use block
         self._calls: set[str] = set()
         self._text_prefix = b""
+        # The prompt's tokens as counted when the request was admitted (context_window.admit;
+        # none for an upstream's model): Anthropic sends them in message_start, where clients
+        # (LangChain) read them; message_delta has the split with the cache read.
+        counted = request.get("input_tokens")
+        self._input_tokens = counted if isinstance(counted, int) else 0
 
     def opening(self) -> bytes:
         message: dict[str, Any] = {
@@ -148,7 +153,7 @@ class MessageStream:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": usage(0, 0, 0),
+            "usage": usage(self._input_tokens, 0, 0),
         }
         return _event("message_start", {"message": message}) + _event("ping", {})
 
