@@ -227,7 +227,9 @@ class TokenCounter:
             raise context_exceeded(
                 count,
                 limit,
-                truncate,
+                # Ollama's chat truncates by itself (its clients send no `truncation`): said
+                # only when turns were dropped.
+                truncate and (can_truncate or len(messages) < len(request["messages"])),
                 param,
                 info,
                 cap,

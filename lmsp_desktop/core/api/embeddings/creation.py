@@ -1,6 +1,7 @@
 """An embedding task, created through the same steps as every task (core/api/creation.py:
 refuse new work while paused, parse, model lookup, memory, fit the context, create) and
-answered once finished. Its inputs are fitted one by one: each must hold in the context."""
+answered once finished. Its inputs are fitted one by one: each must hold in the context, or
+with `truncate` (Ollama's /api/embed) is cut to its beginning that does."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from lmsp_desktop.core.api.creation import (
 )
 from lmsp_desktop.core.api.failures import task_failure
 from lmsp_desktop.core.api.resource import build_response
-from lmsp_desktop.core.context_window import effective_context
+from lmsp_desktop.core.context_window import TokenCounter, effective_context
 from lmsp_desktop.core.engines.base import EMBEDDING_CONTEXT
 from lmsp_desktop.core.errors import LmspError, ShuttingDownError
 from lmsp_desktop.core.ids import new_id
@@ -58,6 +59,8 @@ async def create_embedding(
         counts = await asyncio.to_thread(ctx.tokens.count_inputs, info, request["input"])
         chat = limit or effective_context(info.context_length, ctx.settings.max_context)
         context = min(chat, EMBEDDING_CONTEXT)  # the embedding context's cap (engines/base.py)
+        if request.get("truncate") and counts:
+            counts = await asyncio.to_thread(_cut_to, ctx.tokens, info, request, counts, context)
         for n, count in enumerate(counts or []):
             if count > context:
                 raise LmspError(
@@ -80,6 +83,50 @@ async def create_embedding(
         )
     )
     return result.task_id, request
+
+
+def _cut_to(
+    tokens: TokenCounter,
+    info: Any,
+    request: dict[str, Any],
+    counts: list[int],
+    context: int,
+) -> list[int]:
+    """Ollama's `truncate` (its /api/embed's default): each input longer than the context cut
+    to its beginning that fits, instead of refused, and said in the task's notes. A text keeps
+    its longest beginning whose tokens fit (counted as the engine will tokenize it), token ids
+    their first `context`. Returns the inputs' counts after the cut."""
+    inputs = list(request["input"])
+    notes = list(request.get("notes") or [])
+    out = list(counts)
+    for n, count in enumerate(counts):
+        if count <= context:
+            continue
+        item = inputs[n]
+        if isinstance(item, str):
+            inputs[n], out[n] = _fitting_beginning(tokens, info, item, context)
+        else:
+            inputs[n], out[n] = item[:context], context
+        notes.append(
+            f"Input {n} ({count} tokens) was cut to its first {out[n]} tokens to fit the "
+            f"{context}-token context (`truncate` true)."
+        )
+    request["input"], request["notes"] = inputs, notes
+    return out
+
+
+def _fitting_beginning(tokens: TokenCounter, info: Any, text: str, context: int) -> tuple[str, int]:
+    """The longest beginning of `text` (in characters) whose token count fits `context`, and
+    that count: a binary search, each step counted with the model's tokenizer."""
+    lo, hi, best = 0, len(text), ("", 0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        [count] = tokens.count_inputs(info, [text[:mid]]) or [0]
+        if count <= context:
+            lo, best = mid, (text[:mid], count)
+        else:
+            hi = mid - 1
+    return best
 
 
 async def finished_embedding(

@@ -1,6 +1,7 @@
 """Ollama's `/api/embed` (`input`: a string or a list) and the older `/api/embeddings`
 (`prompt`): bodies into the embedding request that `/v1/embeddings` stores too, so each call
-is the same task of kind `embedding` (core/api/embeddings/)."""
+is the same task of kind `embedding` (core/api/embeddings/). `/api/embed` cuts an input too
+long for the context to fit (`truncate`, true by default), as Ollama does."""
 
 from __future__ import annotations
 
@@ -35,8 +36,11 @@ def _request(body: Any, default_on_restart: str, key: str) -> dict[str, Any]:
 
 
 def parse_embed(body: Any, default_on_restart: str) -> dict[str, Any]:
-    """`/api/embed`: `model`, `input` (a string or a list of strings)."""
-    return _request(body, default_on_restart, "input")
+    """`/api/embed`: `model`, `input` (a string or a list of strings), `truncate` (true unless
+    false, as Ollama's: an input longer than the context is cut to fit, not refused)."""
+    request = _request(body, default_on_restart, "input")
+    request["truncate"] = fields.flag(body, "truncate", True)
+    return request
 
 
 def parse_embeddings(body: Any, default_on_restart: str) -> dict[str, Any]:

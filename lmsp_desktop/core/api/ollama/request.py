@@ -5,7 +5,8 @@ As Ollama documents them: `model`, `messages` (chat; roles system, user, assista
 unless false), `format` ("json" or a JSON Schema, generated under the grammar), `tools`
 (chat, with the LMSP extension `tool_choice` as on Chat Completions), `keep_alive`, and
 `options` num_predict, temperature, top_p, top_k, seed, stop,
-num_ctx, presence_penalty, frequency_penalty. A chat's final assistant message is continued
+num_ctx, presence_penalty, frequency_penalty, and on chat `truncate` (true unless false: the
+oldest turns are dropped to fit the context). A chat's final assistant message is continued
 (a prefill), as Ollama does. Other options (repeat_penalty, num_thread,
 mirostat, …) tune Ollama's own runner and are accepted and noted. Images, `raw`, custom
 `template`s and `suffix` answer 400 naming the field, and so does `think` (true or a level),
@@ -184,6 +185,9 @@ def _task(
         notes.append(
             f"`options.num_ctx` {num_ctx} is not applied: the model runs with its own context."
         )
+    # A chat longer than the context loses its oldest turns (never a system message), as
+    # Ollama's does unless `truncate` is false (then: 400 context_length_exceeded).
+    truncates = endpoint == CHAT_ENDPOINT and fields.flag(body, "truncate", True)
     return task_request(
         {"ollama": {"endpoint": endpoint, "num_ctx": num_ctx}},
         api=OLLAMA_API,
@@ -203,6 +207,7 @@ def _task(
         on_restart=fields.on_restart(body, default_on_restart),
         keep_alive_s=keep_alive,
         notes=notes,
+        truncation="auto" if truncates else "disabled",
         **tool_fields,
     )
 
