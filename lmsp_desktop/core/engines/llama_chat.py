@@ -52,15 +52,16 @@ def prefill_of(messages: list[dict[str, Any]]) -> str | None:
     return content if isinstance(content, str) else ""
 
 
-def open_last_turn(rendered: str, text: str) -> str | None:
+def open_last_turn(rendered: str, text: str, start: int = 0) -> str | None:
     """The rendered conversation cut just after the final assistant message's text: what
     follows it (the end-of-turn, a newline, another turn's opening) removed, so that the
-    model goes on writing it. None when the template did not print the text as it is.
+    model goes on writing it. None when the template did not print the text as it is (after
+    `start`, where the earlier turns end).
 
     As Transformers' `continue_final_message`: the text is looked for from the end, and a
     template that trims the message (Llama 3's `| trim`) leaves its trailing space out."""
     stripped = text.strip()
-    at = rendered.rfind(stripped)
+    at = rendered.rfind(stripped, start)
     if not stripped or at < 0:
         return None
     kept = text.lstrip()
@@ -146,7 +147,10 @@ class ChatRenderer:
         if not prefill.strip():
             return self._render(shown[:-1], template_tools, True)
         whole = self._render(shown, template_tools, False)
-        opened = open_last_turn(whole, prefill)
+        # The text is looked for in the last turn only: an earlier turn may hold the same
+        # words when the template rewrites the last one.
+        earlier = self._render(shown[:-1], template_tools, False)
+        opened = open_last_turn(whole, prefill, len(earlier) if whole.startswith(earlier) else 0)
         if opened is not None:
             return opened
         # A template that does not print the text as it is (it rewrites assistant turns):

@@ -81,11 +81,15 @@ def test_a_final_assistant_message_without_the_mark_ends_its_turn() -> None:
 
 def test_a_template_that_rewrites_the_turn_gets_the_text_after_its_opening() -> None:
     rewriting = (
-        "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] | upper }}[end]{% endfor %}"
-        "{% if add_generation_prompt %}[assistant]{% endif %}"
+        "{% for m in messages %}[{{ m['role'] }}]"
+        "{% if m['role'] == 'assistant' %}{{ m['content'] | upper }}{% else %}{{ m['content'] }}"
+        "{% endif %}[end]{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
     )
     renderer = ChatRenderer(rewriting, "", "")
-    assert renderer.render(prefilled("Fur")) == "[user]DESCRIBE A CAT.[end][assistant]Fur"
+    assert renderer.render(prefilled("Fur")) == "[user]Describe a cat.[end][assistant]Fur"
+    # The same words in an earlier turn are not taken for the last turn's.
+    asked = [{"role": "user", "content": "Fur or scales?"}, prefilled("Fur")[-1]]
+    assert renderer.render(asked) == "[user]Fur or scales?[end][assistant]Fur"
 
 
 def test_the_anthropic_and_ollama_parsers_mark_a_final_assistant_turn() -> None:
