@@ -29,6 +29,10 @@ STATUS_OF_CODE = {
 # the task, and repeating the same request would mostly fail the same way. Every 401 says it
 # too (service/middleware.py auth): Claude Code retries a 401 without it, for minutes.
 NO_RETRY = {"x-should-retry": "false"}
+# Statuses whose answers carry it whatever route gave them (service/request_ids.py): a 507
+# (the model's load cannot fit the memory, the disk is full) is the same a second later; the
+# anthropic SDK retried insufficient_memory twice.
+NOT_RETRIED = frozenset({507})
 
 
 def task_failure(response: dict[str, Any], *, when_output: bool) -> LmspError | None:

@@ -28,6 +28,7 @@ from lmsp_desktop.core.service.context import (
     UnmatchedErrorBody,
 )
 from lmsp_desktop.core.service.middleware import auth, cross_origin_headers, errors, guards
+from lmsp_desktop.core.service.request_ids import request_id_headers
 
 
 def build_app(ctx: ServiceContext) -> web.Application:
@@ -36,6 +37,7 @@ def build_app(ctx: ServiceContext) -> web.Application:
     )
     app[CONTEXT] = ctx
     app.on_response_prepare.append(cross_origin_headers)
+    app.on_response_prepare.append(request_id_headers)  # request-id, x-request-id
     documented: dict[str, Any] = {}
     unmatched: dict[str, UnmatchedErrorBody] = {}
     for module in (
