@@ -5,6 +5,7 @@ shape."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,12 +40,38 @@ _ERROR_TYPES = {
 _STREAMED_ERROR_TYPES = {"shutting_down": _ERROR_TYPES[503]}
 
 
+# Our context error's numbers (context_window.context_exceeded at admission, the engine's
+# own at a run): the limit, then the prompt's length.
+_TOO_LONG = re.compile(r"maximum context length is (\d+) tokens.*?is (\d+) tokens long", re.S)
+
+
 def anthropic_error(exc: LmspError) -> dict[str, Any]:
     """`{"type": "error", "error": {"type", "message"}}`; our code kept beside them."""
     kind = _ERROR_TYPES.get(
         exc.status, "api_error" if exc.status >= 500 else "invalid_request_error"
     )
-    return {"type": "error", "error": {"type": kind, "message": exc.message, "code": exc.code}}
+    message = exc.message
+    if exc.code == "context_length_exceeded":
+        message = _too_long(message)
+    return {"type": "error", "error": {"type": kind, "message": message, "code": exc.code}}
+
+
+def _too_long(message: str) -> str:
+    """Anthropic's words first, `prompt is too long: N tokens > M maximum` (Claude Code's
+    "Prompt is too long" handling and litellm's Anthropic mapping look for them; OpenAI's
+    "maximum context length" stays on the other APIs, where litellm's OpenAI mapping looks
+    for it), then our advice as it was."""
+    found = _TOO_LONG.search(message)
+    if found is None:
+        return f"prompt is too long. {message}"
+    limit, count = found.groups()
+    return f"prompt is too long: {count} tokens > {limit} maximum. {message}"
+
+
+def tool_use_id(call_id: str) -> str:
+    """A tool call's id as Anthropic's clients expect it (`toolu_…`, where our calls have
+    `call_…`); an id the client gave (a tool_use it sent back) is kept as it is."""
+    return "toolu_" + call_id[5:] if call_id.startswith("call_") else call_id
 
 
 def stop_reason(response: Mapping[str, Any]) -> str:
@@ -97,7 +124,7 @@ def message_object(row: RowLike) -> dict[str, Any]:
             content.append(
                 {
                     "type": "tool_use",
-                    "id": item["call_id"],
+                    "id": tool_use_id(item["call_id"]),
                     "name": item["name"],
                     "input": _input(item["arguments"]),
                 }
@@ -185,7 +212,12 @@ class MessageStream:
         if kind == "response.output_item.added" and event["item"]["type"] == "function_call":
             item = event["item"]
             self._calls.add(item["id"])
-            block = {"type": "tool_use", "id": item["call_id"], "name": item["name"], "input": {}}
+            block = {
+                "type": "tool_use",
+                "id": tool_use_id(item["call_id"]),
+                "name": item["name"],
+                "input": {},
+            }
             return self._start(block, item["id"])
         if kind == "response.function_call_arguments.delta" and event["item_id"] in self._calls:
             delta = {"type": "input_json_delta", "partial_json": event["delta"]}

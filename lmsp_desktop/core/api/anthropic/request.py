@@ -11,12 +11,13 @@ Fields the service does not use, and `thinking`, are accepted and named in the t
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from lmsp_desktop.core.api import fields
 from lmsp_desktop.core.api.fields import unsupported
 from lmsp_desktop.core.api.task_request import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, task_request
-from lmsp_desktop.core.errors import invalid
+from lmsp_desktop.core.errors import LmspError, invalid
 from lmsp_desktop.core.tools.fields import RESPONSES, parse_tool_fields
 
 ANTHROPIC_API = "anthropic.messages"
@@ -83,8 +84,38 @@ def parse_common(body: Any, default_on_restart: str) -> dict[str, Any]:
         on_restart=fields.on_restart(body, default_on_restart),
         user=user[:512] if isinstance(user, str) else None,
         notes=notes,
-        **parse_tool_fields(_as_responses_tools(body), RESPONSES),
+        **_tool_fields(body),
     )
+
+
+# What the shared tool parser calls OpenAI's fields → Anthropic's names for them.
+_FIELD = re.compile(r"(tools\[\d+\])\.parameters")
+_WORDS = {
+    "`tool_choice` is required but no function tools were sent.": (
+        '`tool_choice` {"type": "any"} needs tools, and no `tools` were sent.'
+    ),
+}
+
+
+def _anthropic_words(text: str) -> str:
+    text = _WORDS.get(text, text)
+    if text.startswith("`tool_choice` names the function "):  # {"type": "tool", "name"}
+        text = text.replace("the function ", "the tool ", 1)
+    return _FIELD.sub(r"\1.input_schema", text)
+
+
+def _tool_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The shared tool fields; its errors and schema notes naming Anthropic's fields
+    (`tools[0].input_schema…`, `tool_choice` `any`), not the OpenAI ones it parsed."""
+    try:
+        parsed = parse_tool_fields(_as_responses_tools(body), RESPONSES)
+    except LmspError as exc:
+        exc.message = _anthropic_words(exc.message)
+        exc.args = (exc.message,)
+        exc.param = _anthropic_words(exc.param) if exc.param else exc.param
+        raise
+    parsed["schema_notes"] = [_anthropic_words(note) for note in parsed["schema_notes"]]
+    return parsed
 
 
 def _stop_sequences(value: Any) -> list[str]:

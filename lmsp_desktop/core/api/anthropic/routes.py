@@ -13,9 +13,11 @@ from lmsp_desktop.core.api.anthropic.request import parse_common
 from lmsp_desktop.core.api.creation import refuse_new_work
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.models.info import CHANGED, INVALID, MISSING
+from lmsp_desktop.core.models.messages import not_runnable
 from lmsp_desktop.core.scopes import MODELS_READ, RESPONSES_WRITE
 from lmsp_desktop.core.service.bodies import read_json
-from lmsp_desktop.core.service.context import ServiceContext, errors_shaped, requires
+from lmsp_desktop.core.service.context import ErrorBody, ServiceContext, errors_shaped, requires
 from lmsp_desktop.core.service.openapi import api_operation
 
 routes = web.RouteTableDef()
@@ -42,6 +44,11 @@ async def count_tokens(request: web.Request, ctx: ServiceContext, _: Principal) 
     body = await read_json(request)
     parsed = parse_common(body, ctx.settings.default_on_restart)
     info = await ctx.registry.get(parsed["model"])
+    if info.state in (CHANGED, MISSING):  # as a message's create: the launch scan's word
+        await ctx.registry.gate.wait_recorded()
+        info = await ctx.registry.get(info.id)
+    if info.state in (INVALID, CHANGED, MISSING):  # what a message on it answers, not 'count'
+        raise not_runnable(info)
     counted = None
     if ctx.tokens is not None and getattr(info, "source", "upstream") != "upstream":
         counted = await ctx.tokens.count(info, parsed)
@@ -82,3 +89,12 @@ OPENAPI_PATHS = {
         )
     },
 }
+
+
+def _unmatched(request: web.Request) -> ErrorBody:
+    return anthropic_error
+
+
+# Under /v1/messages a method or path no route has (`GET /v1/messages`, the Message Batches
+# API's `/v1/messages/batches`) answers in Anthropic's shape too: its clients parse that one.
+UNMATCHED_ERRORS = {"/v1/messages": _unmatched}
