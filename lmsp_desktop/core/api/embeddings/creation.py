@@ -11,9 +11,12 @@ from typing import Any
 
 from aiohttp import web
 
-from lmsp_desktop.core.api.answering import cancel_on_disconnect
+from lmsp_desktop.core.api.answering import cancel_on_disconnect, holding_key, settle_key
 from lmsp_desktop.core.api.creation import (
+    OWNER_KEYSPACE,
     BodyReader,
+    Created,
+    IdempotencyInput,
     ModelFinder,
     refuse_new_work,
     requested_model,
@@ -26,12 +29,50 @@ from lmsp_desktop.core.errors import LmspError, ShuttingDownError
 from lmsp_desktop.core.ids import new_id
 from lmsp_desktop.core.models.info import INVALID
 from lmsp_desktop.core.models.messages import not_runnable
+from lmsp_desktop.core.service.bodies import read_json
 from lmsp_desktop.core.service.context import ServiceContext
 from lmsp_desktop.core.states import TERMINAL, TaskKind, TaskState
 from lmsp_desktop.core.storage.embeddings import stored_vectors, vectors_of
+from lmsp_desktop.core.storage.idempotency import IdempotencyClaim, request_digest, validate_key
 from lmsp_desktop.core.storage.tasks import NewTask
 
 Parser = Callable[[Any, str], dict[str, Any]]
+# The finished task's row, its vectors and stored request → the API's answer body.
+Render = Callable[[Any, Any, dict[str, Any]], dict[str, Any]]
+
+
+async def answer_embedding(
+    request: web.Request,
+    ctx: ServiceContext,
+    client_id: str | None,
+    parse: Parser,
+    render: Render,
+    find_model: ModelFinder | None = None,
+) -> web.Response:
+    """Create the embedding task of an HTTP request and answer it once finished, rendered by
+    `render`. Under an Idempotency-Key (LMSP_API.md: any POST) the answer is stored with the
+    key and a retry with the same body gets it again, `Idempotent-Replayed: true`, with no
+    new task; another body under the key, 422. A failed task's key is released (a retry
+    runs again), as is one whose client went away."""
+    key = request.headers.get("Idempotency-Key")
+    created = await create_embedding(
+        ctx,
+        lambda: read_json(request),
+        client_id=client_id,
+        parse=parse,
+        find_model=find_model,
+        idempotency=None if key is None else IdempotencyInput(key, request.method, request.path),
+    )
+    if created.replayed:
+        result = created.result
+        return web.json_response(
+            result.body, status=result.status, headers={"Idempotent-Replayed": "true"}
+        )
+    async with holding_key(ctx, created.claim):
+        row, vectors = await finished_embedding(request, ctx, created.task_id)
+        body = render(row, vectors, created.request)
+    await settle_key(ctx, created.claim, body)
+    return web.json_response(body)
 
 
 async def create_embedding(
@@ -41,12 +82,16 @@ async def create_embedding(
     client_id: str | None,
     parse: Parser,
     find_model: ModelFinder | None = None,
-) -> tuple[str, dict[str, Any]]:
-    """Create the embedding task of a request body; its id and stored request. 400 for an
-    input longer than the model's context, before anything is stored. `find_model`: the
-    API's own way from a model name to a model (creation.Intake.find_model)."""
+    idempotency: IdempotencyInput | None = None,
+) -> Created:
+    """Create the embedding task of a request body (or, under an Idempotency-Key used
+    before, replay its answer). 400 for an input longer than the model's context, before
+    anything is stored. `find_model`: the API's own way from a model name to a model
+    (creation.Intake.find_model). The key is claimed in the task's transaction, as every
+    create's (creation.create_task); the caller settles it (answering.settle_key)."""
     refuse_new_work(ctx)
-    request = parse(await body(), ctx.settings.default_on_restart)
+    raw = await body()
+    request = parse(raw, ctx.settings.default_on_restart)
     info, model_id = await requested_model(ctx, request["model"], find_model)
     if info.state == INVALID:
         raise not_runnable(info)
@@ -71,6 +116,14 @@ async def create_embedding(
                     param="input",
                     status=400,
                 )
+    claim = None
+    if idempotency is not None:
+        claim = IdempotencyClaim(
+            client_id or OWNER_KEYSPACE,
+            validate_key(idempotency.key),
+            request_digest(idempotency.method, idempotency.path, raw),
+            ctx.settings.idempotency_ttl_s,
+        )
     result = await ctx.store.tasks.create(
         NewTask(
             model=model_id,
@@ -80,9 +133,10 @@ async def create_embedding(
             client_id=client_id,
             id=new_id("emb"),
             kind=TaskKind.EMBEDDING,
-        )
+        ),
+        claim,
     )
-    return result.task_id, request
+    return Created(result.task_id, "sync", request, result, claim)
 
 
 def _cut_to(

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from lmsp_desktop.core.api.embeddings.creation import create_embedding, finished_embedding
+from lmsp_desktop.core.api.embeddings.creation import answer_embedding
 from lmsp_desktop.core.api.embeddings.render import embedding_list
 from lmsp_desktop.core.api.embeddings.request import parse_embeddings
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.scopes import RESPONSES_WRITE
-from lmsp_desktop.core.service.bodies import read_json
 from lmsp_desktop.core.service.context import ServiceContext, requires
 from lmsp_desktop.core.service.openapi import api_operation
 
@@ -22,12 +21,9 @@ routes = web.RouteTableDef()
 async def create_embeddings(
     request: web.Request, ctx: ServiceContext, caller: Principal
 ) -> web.Response:
-    """`{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], ...}`."""
-    task_id, stored = await create_embedding(
-        ctx, lambda: read_json(request), client_id=caller.client_id, parse=parse_embeddings
-    )
-    row, vectors = await finished_embedding(request, ctx, task_id)
-    return web.json_response(embedding_list(row, vectors, stored))
+    """`{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], ...}`;
+    idempotent under an Idempotency-Key, as every POST."""
+    return await answer_embedding(request, ctx, caller.client_id, parse_embeddings, embedding_list)
 
 
 OPENAPI_PATHS = {
@@ -36,7 +32,6 @@ OPENAPI_PATHS = {
             "Create embeddings (a task of kind embedding)",
             RESPONSES_WRITE,
             "list of embedding objects",
-            idempotent=False,
         )
     }
 }

@@ -23,7 +23,7 @@ from lmsp_desktop.core.api.answering import (
     stream_rendered,
 )
 from lmsp_desktop.core.api.creation import Intake, requested_model
-from lmsp_desktop.core.api.embeddings.creation import create_embedding, finished_embedding
+from lmsp_desktop.core.api.embeddings.creation import answer_embedding
 from lmsp_desktop.core.api.ollama import CHAT_INTAKE, GENERATE_INTAKE
 from lmsp_desktop.core.api.ollama import embed as embed_request
 from lmsp_desktop.core.api.ollama.errors import PREFIX, ollama_error, unmatched_error
@@ -154,15 +154,16 @@ async def _load_or_unload(ctx: ServiceContext, asked: LoadRequest) -> web.Respon
 async def embed(request: web.Request, ctx: ServiceContext, caller: Principal) -> web.Response:
     """`{"model", "embeddings": [[…]], "total_duration", "load_duration", "prompt_eval_count"}`."""
     clock = Clock()
-    asked, row, vectors = await _embedding(request, ctx, caller, embed_request.parse_embed)
-    timing = clock.fields(int(row["input_tokens"]), 0)
-    return web.json_response(
-        {
+
+    def render(row: Any, vectors: Any, asked: dict[str, Any]) -> dict[str, Any]:
+        timing = clock.fields(int(row["input_tokens"]), 0)
+        return {
             "model": asked["model"],  # the name as sent, as Ollama echoes it
             "embeddings": vectors.tolist(),
             **{k: timing[k] for k in ("total_duration", "load_duration", "prompt_eval_count")},
         }
-    )
+
+    return await _embedding(request, ctx, caller, embed_request.parse_embed, render)
 
 
 @routes.post("/api/embeddings")
@@ -170,23 +171,19 @@ async def embed(request: web.Request, ctx: ServiceContext, caller: Principal) ->
 @requires(RESPONSES_WRITE)
 async def embeddings(request: web.Request, ctx: ServiceContext, caller: Principal) -> web.Response:
     """The older form: `{"embedding": […]}`."""
-    _asked, _row, vectors = await _embedding(request, ctx, caller, embed_request.parse_embeddings)
-    return web.json_response({"embedding": vectors[0].tolist()})
+
+    def render(row: Any, vectors: Any, asked: dict[str, Any]) -> dict[str, Any]:
+        return {"embedding": vectors[0].tolist()}
+
+    return await _embedding(request, ctx, caller, embed_request.parse_embeddings, render)
 
 
 async def _embedding(
-    request: web.Request, ctx: ServiceContext, caller: Principal, parse: Any
-) -> tuple[dict[str, Any], Any, Any]:
-    """The embedding task's stored request, its finished row and its vectors."""
-    task_id, asked = await create_embedding(
-        ctx,
-        lambda: read_json(request),
-        client_id=caller.client_id,
-        parse=parse,
-        find_model=find_model,
-    )
-    row, vectors = await finished_embedding(request, ctx, task_id)
-    return asked, row, vectors
+    request: web.Request, ctx: ServiceContext, caller: Principal, parse: Any, render: Any
+) -> web.Response:
+    """The embedding task's answer once finished (idempotent under an Idempotency-Key, as
+    `/v1/embeddings`)."""
+    return await answer_embedding(request, ctx, caller.client_id, parse, render, find_model)
 
 
 async def _generate(
