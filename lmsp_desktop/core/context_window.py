@@ -105,7 +105,7 @@ class _Vocab:
             raw = prompt.encode("utf-8", "replace")
             return len(self._tokenize(raw, add_bos, True))
 
-    def count_raw(self, prompt: str, suffix: str | None) -> int:
+    def count_raw(self, prompt: str | list[int], suffix: str | None) -> int:
         """A legacy completion's prompt tokens, as the llama engine builds them (400 for a
         suffix on a model without FIM tokens)."""
 
@@ -115,7 +115,9 @@ class _Vocab:
         with self._lock:
             if self._closed:
                 raise ShuttingDownError()
-            return len(raw_prompt_tokens(tokenize, prompt, suffix, self._fim, self._add_bos))
+            n_vocab = int(self._lc.llama_vocab_n_tokens(self._vocab))
+            tokens = raw_prompt_tokens(tokenize, prompt, suffix, self._fim, self._add_bos, n_vocab)
+            return len(tokens)
 
     def count_text(self, text: str) -> int:
         """A plain text's tokens as the engine embeds it (BOS as the model wants, special

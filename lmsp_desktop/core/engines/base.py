@@ -131,9 +131,9 @@ class GenerationRequest:
     # (the engine checks `cancel` itself before every token).
     sink_interval: float = 0.0
     # Legacy completions: the text to continue as it is (no chat template; `messages` is
-    # then unused), and with `suffix` the middle to fill between them (the model's FIM
-    # tokens; core/engines/raw_prompt.py).
-    prompt: str | None = None
+    # then unused), or its token ids, and with `suffix` the middle to fill between them (the
+    # model's FIM tokens; core/engines/raw_prompt.py).
+    prompt: str | list[int] | None = None
     suffix: str | None = None
     # Told (on the loop) how far the prompt has been read: once its length is known, then
     # after prompt chunks, at most a few times a second (pump.PROMPT_REPORT_INTERVAL_S);

@@ -152,10 +152,10 @@ class FakeModel:
         engine = self.engine
         tokens = list(engine.tokens)
         ids = token_ids(tokens)
-        shown = (
-            request.prompt if request.prompt is not None else self.render_prompt(request.messages)
-        )
-        prompt_tokens = len(shown.split())
+        prompt = request.prompt
+        if prompt is None:
+            prompt = self.render_prompt(request.messages)
+        prompt_tokens = len(prompt.split() if isinstance(prompt, str) else prompt)
         resume = list(request.resume_tokens)
         if resume != ids[: len(resume)]:
             raise EngineError(

@@ -381,7 +381,7 @@ class LlamaModel:
         )
         return native.tokenize(self._vocab, prompt, add_bos=add_bos)
 
-    def _raw_tokens(self, prompt: str, suffix: str | None) -> list[int]:
+    def _raw_tokens(self, prompt: str | list[int], suffix: str | None) -> list[int]:
         try:
             tokens = raw_prompt_tokens(
                 lambda text, bos: native.tokenize(self._vocab, text, add_bos=bos),
@@ -389,6 +389,7 @@ class LlamaModel:
                 suffix,
                 fim_tokens(self._lc, self._vocab),
                 bool(self._lc.llama_vocab_get_add_bos(self._vocab)),
+                self._n_vocab,
             )
         except LmspError as exc:  # no FIM tokens: the same refusal as at admission
             raise EngineError("invalid_input", exc.message) from None

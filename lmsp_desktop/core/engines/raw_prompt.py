@@ -41,12 +41,25 @@ def no_fim(model: str = "This model") -> LmspError:
 
 def raw_prompt_tokens(
     tokenize: Tokenize,
-    prompt: str,
+    prompt: str | list[int],
     suffix: str | None,
     fim: tuple[int, int, int] | None,
     add_bos: bool,
+    n_vocab: int = 0,
 ) -> list[int]:
-    """The prompt's tokens: as text after BOS, or with a suffix in FIM order."""
+    """The prompt's tokens: as text after BOS, or with a suffix in FIM order; a prompt sent
+    as token ids is those tokens as they are (as OpenAI and llama-server take them), each
+    within the model's `n_vocab` (0: not checked)."""
+    if not isinstance(prompt, str):
+        if n_vocab and any(not 0 <= token < n_vocab for token in prompt):
+            raise LmspError(
+                f"`prompt` holds a token id outside this model's vocabulary (0 to "
+                f"{n_vocab - 1}); send token ids of this model's tokenizer, or text.",
+                code="invalid_value",
+                param="prompt",
+                status=400,
+            )
+        return list(prompt)
     if suffix is None:
         return tokenize(prompt, add_bos)
     if fim is None:

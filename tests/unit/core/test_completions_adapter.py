@@ -24,11 +24,33 @@ def test_a_prompt_is_kept_as_text_without_chat_messages() -> None:
     assert parse(prompt=["One"])["prompt"] == "One"
 
 
+def test_a_prompt_of_token_ids_is_kept_as_ids() -> None:
+    """As OpenAI takes them: an array of token ids, or a list holding one."""
+    assert parse(prompt=[1, 2, 3])["prompt"] == [1, 2, 3]
+    assert parse(prompt=[[7, 8]])["prompt"] == [7, 8]
+
+
+@pytest.mark.parametrize("prompt", [["a", "b"], [[1, 2], [3]], ["a", [1]]])
+def test_several_prompts_are_refused_saying_one_per_request(prompt: list[Any]) -> None:
+    with pytest.raises(LmspError) as refused:
+        parse(prompt=prompt)
+    assert refused.value.status == 400 and refused.value.param == "prompt"
+    assert "one prompt per request" in refused.value.message
+
+
+@pytest.mark.parametrize("fields", [{"echo": True}, {"suffix": "end"}])
+def test_echo_and_suffix_need_a_text_prompt(fields: dict[str, Any]) -> None:
+    with pytest.raises(LmspError) as refused:
+        parse(prompt=[1, 2], **fields)
+    assert refused.value.param == next(iter(fields)) and "as text" in refused.value.message
+
+
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
         ({"prompt": ["a", "b"]}, "prompt"),
-        ({"prompt": [1, 2, 3]}, "prompt"),
+        ({"prompt": [[]]}, "prompt"),
+        ({"prompt": []}, "prompt"),
         ({"prompt": None}, "prompt"),
         ({"logprobs": 1}, "logprobs"),
         ({"n": 2}, "n"),

@@ -1,7 +1,8 @@
 """The legacy completions parser: `POST /v1/completions` bodies into the task request.
 
 The prompt is continued as it is (no chat template); a `suffix` asks for the middle between
-them (fill-in-the-middle, for models whose GGUF has FIM tokens). One prompt per request.
+them (fill-in-the-middle, for models whose GGUF has FIM tokens). One prompt per request,
+as text or as token ids.
 """
 
 from __future__ import annotations
@@ -33,12 +34,20 @@ def parse_completion(body: Any, default_on_restart: str) -> dict[str, Any]:
     suffix = body.get("suffix")
     if suffix is not None and not isinstance(suffix, str):
         raise invalid("`suffix` must be a string.", "suffix")
+    echo = fields.flag(body, "echo", False)
+    if not isinstance(prompt, str) and (suffix or echo):
+        # Both need the prompt's text: the middle is put between texts, and the echo is one.
+        raise invalid(
+            f"`{'suffix' if suffix else 'echo'}` needs the prompt as text; send `prompt` as "
+            "a string, or leave it out.",
+            "suffix" if suffix else "echo",
+        )
     fields.refuse(body, _REFUSED)
     stream, include_usage = fields.streaming(body)
     max_tokens = fields.optional_int(body, "max_tokens", 1, 1_000_000)
     return task_request(
         {
-            "echo": fields.flag(body, "echo", False),
+            "echo": echo,
             "stream_options": {"include_usage": include_usage},
         },
         api=COMPLETIONS_API,
@@ -59,14 +68,32 @@ def parse_completion(body: Any, default_on_restart: str) -> dict[str, Any]:
     )
 
 
-def _prompt(value: Any) -> str:
-    """A string, or a list holding one string; batches and token arrays are refused."""
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+PROMPT_HELP = "a string or an array of token ids (or a list holding one of those)"
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _prompt(value: Any) -> str | list[int]:
+    """One prompt, as OpenAI takes it: a string, an array of token ids (continued as they
+    are), or a list holding one of those. Several prompts are refused: one per request."""
+    if isinstance(value, list) and value and all(_is_token(t) for t in value):
+        return [int(t) for t in value]
+    if isinstance(value, list) and len(value) == 1:
         value = value[0]
+        if isinstance(value, list) and value and all(_is_token(t) for t in value):
+            return [int(t) for t in value]
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and len(value) > 1 and all(isinstance(p, str) for p in value):
+    if (
+        isinstance(value, list)
+        and len(value) > 1
+        and all(isinstance(p, str) or (isinstance(p, list) and p) for p in value)
+    ):
         raise unsupported(
-            "One prompt per request: send each prompt of the list as its own request.", "prompt"
+            f"`prompt` holds {len(value)} prompts; this service answers one prompt per "
+            "request: send each prompt as its own request (they run side by side).",
+            "prompt",
         )
-    raise invalid("`prompt` is required: a string (or a list holding one string).", "prompt")
+    raise invalid(f"`prompt` is required: {PROMPT_HELP}.", "prompt")
