@@ -89,7 +89,7 @@ RAN_UNTIL = f"""CASE WHEN {ENDED_BY_RESTART} AND t.started_at IS NOT NULL THEN
 
 # A task as lists show it (the task object of the API, a row of the window's table): the
 # client's name and the queue position; of the request only what the task object shows
-# (its dropped tools), not the whole prompt, nor the output text.
+# (its dropped tools, its notes), not the whole prompt, nor the output text.
 LISTED = f"""
 SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_restart, t.mode,
        t.kind, t.created_at, t.started_at, t.finished_at, t.first_token_at, t.last_seq,
@@ -99,6 +99,7 @@ SELECT t.n, t.id, t.client_id, c.name AS client_name, t.model, t.state, t.on_res
        r.incomplete_reason, json_extract(r.request, '$.max_output_tokens') AS output_limit,
        {DOWNLOAD_PROGRESS} AS progress,
        json_object('dropped_tools', json(json_extract(r.request, '$.dropped_tools')),
+                   'notes', json(json_extract(r.request, '$.notes')),
                    'api', json_extract(r.request, '$.api'),
                    'store', json_extract(r.request, '$.store'))
          AS request
