@@ -13,11 +13,11 @@ from lmsp_desktop.core.api.failures import STATUS_OF_CODE
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.context_window import effective_context
 from lmsp_desktop.core.engines.base import EngineError
-from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid
+from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid, not_found
 from lmsp_desktop.core.models.info import CHANGED, OBSERVED, ModelInfo
 from lmsp_desktop.core.models.memory import Plan
 from lmsp_desktop.core.scopes import ADMIN, MODELS_READ
-from lmsp_desktop.core.service.bodies import list_body, read_json
+from lmsp_desktop.core.service.bodies import list_body, query_int, read_json
 from lmsp_desktop.core.service.context import ServiceContext, requires
 
 routes = web.RouteTableDef()
@@ -71,12 +71,42 @@ async def run_fields(ctx: ServiceContext, info: ModelInfo) -> tuple[dict[str, An
 @requires(MODELS_READ)
 async def list_models(request: web.Request, ctx: ServiceContext, _: Principal) -> web.Response:
     await ctx.registry.rescan_if_stale()  # a model added to a store since the last scan
-    return await _listed(ctx)
+    return await _listed(ctx, request)
 
 
-async def _listed(ctx: ServiceContext) -> web.Response:
-    models = [await _model_api(ctx, info) for info in await ctx.registry.list_models()]
-    body = list_body(models, False)
+def _page(request: web.Request, listed: list[ModelInfo]) -> tuple[list[ModelInfo], bool]:
+    """The page a query asks for: all models unless `limit` is given (OpenAI's list has no
+    pages, and its SDK reads one); after the model `after` (Anthropic's `after_id`), or before
+    `before_id` (Anthropic's other way back). 404 for a cursor that names no listed model."""
+    query = request.query
+    if not {"limit", "after", "after_id", "before_id"} & query.keys():
+        return listed, False
+    limit = query_int(request, "limit", len(listed) or 1, 1, 1000)
+    ids = [info.id for info in listed]
+    for name in ("after", "after_id", "before_id"):
+        if name in query and query[name] not in ids:
+            raise not_found(
+                f"No model {query[name]!r} to page from: pass the id of a listed model.",
+                "model_not_found",
+                param=name,
+            )
+    after = query.get("after") or query.get("after_id")
+    before = query.get("before_id")
+    start, end = 0, len(listed)
+    if before is not None:  # the `limit` models just before it
+        end = ids.index(before)
+        start = max(0, end - limit)
+        return listed[start:end], start > 0
+    if after is not None:
+        start = ids.index(after) + 1
+    return listed[start : start + limit], start + limit < end
+
+
+async def _listed(ctx: ServiceContext, request: web.Request | None = None) -> web.Response:
+    listed = await ctx.registry.list_models()
+    page, has_more = _page(request, listed) if request is not None else (listed, False)
+    models = [await _model_api(ctx, info) for info in page]
+    body = list_body(models, has_more)
     # Anthropic's list page names its first and last ids (null when empty).
     body["first_id"] = models[0]["id"] if models else None
     body["last_id"] = models[-1]["id"] if models else None
