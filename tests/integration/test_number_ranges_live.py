@@ -179,5 +179,5 @@ def test_a_dropped_keyword_is_named_in_the_task_notes(
     )
     assert status == 200, message
     [note] = message["task"]["notes"]
-    assert "tools[0].parameters.properties.n.multipleOf" in note
+    assert "tools[0].input_schema.properties.n.multipleOf" in note  # Anthropic's field name
     assert task_object_of(live, token, message["id"])["notes"] == [note]
