@@ -281,8 +281,8 @@ def why_not_run(
         if observed_error:
             why += f"; the file now at its path is not a whole model ({observed_error})"
         return why
-    if state == MISSING:
-        return "its file is gone"
+    if state == MISSING:  # `reason`: a split model's parts gone (ModelInfo.missing_reason)
+        return reason or "its file is gone"
     if state == INVALID:
         return reason or "it is not a GGUF model file"
     return None

@@ -289,7 +289,7 @@ async def _row(
     why = why_not_run(
         info.id,
         state,
-        info.invalid_reason,
+        info.invalid_reason or info.missing_reason,
         observed if isinstance(observed, str) else None,
     )
     if why is not None:

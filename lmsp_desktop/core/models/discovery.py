@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -33,6 +34,9 @@ class FoundFile:
     # The model folder it was found in (resolved), for a folder's file: kept with its row, as
     # the path cannot tell it (a file linked into the folder is recorded by its real path).
     folder: Path | None = None
+    # A split model's other parts (2..n) as found beside it: (size, mtime_ns) each, which a
+    # scan compares with the ones recorded as it does the first part's (with_parts).
+    parts: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,7 @@ def is_model_filename(name: str) -> bool:
 def missing_parts(path: Path) -> list[str]:
     """The other parts of a split model (`…-00001-of-00003.gguf`) that are not beside it:
     llama.cpp loads them by name from the first part's folder."""
-    split = _SPLIT_PART.search(path.name)
-    if split is None:
-        return []
-    count = int(split.group(2))
-    stem = path.name[: split.start()]
-    names = [f"{stem}-{i:05d}-of-{count:05d}.gguf" for i in range(2, count + 1)]
-    return [name for name in names if stat_file(path.with_name(name)) is None]
+    return [p.name for p in part_paths(path)[1:] if stat_file(p) is None]
 
 
 def stat_file(path: Path) -> os.stat_result | None:
@@ -121,18 +119,37 @@ def find_model_files(
     return [found[p] for p in sorted(found)]
 
 
-def incomplete_split(file: FoundFile, problems: list[SourceProblem]) -> bool:
-    """Whether `file` is the first part of a split model missing other parts (a problem
-    noted in `problems`: such a model is not listed)."""
+def with_parts(file: FoundFile, problems: list[SourceProblem]) -> FoundFile | None:
+    """`file` with its other parts' sizes and mtimes (a split model's first part), or None if
+    some are not beside it (a problem noted in `problems`: such a model is not listed)."""
+    if _SPLIT_PART.search(file.path.name) is None:
+        return file
     missing = missing_parts(file.path)
     if missing:
         problems.append(
             SourceProblem(
                 file.source,
                 str(file.path),
-                f"{file.path.name} is the first part of a split model whose other parts are "
-                f"not all beside it (missing: {', '.join(missing)}); it is not listed. Put "
-                "every part in the same folder (an unfinished download? get it again).",
+                f"the split model {file.path.name} is not listed: its other parts are not all "
+                f"beside its first part (missing: {', '.join(missing)}). Put every part in the "
+                "same folder (an unfinished download? get it again).",
             )
         )
-    return bool(missing)
+        return None
+    stats = [stat_file(p) for p in part_paths(file.path)[1:]]
+    if any(st is None for st in stats):  # deleted since missing_parts looked
+        return None
+    return dataclasses.replace(
+        file, parts=tuple((st.st_size, st.st_mtime_ns) for st in stats if st is not None)
+    )
+
+
+def part_paths(path: Path) -> list[Path]:
+    """Every part of the split model whose part `path` is (`…-00001-of-00003.gguf`), in order,
+    beside it as llama.cpp loads them; `[path]` for a file that is not split."""
+    split = _SPLIT_PART.search(path.name)
+    if split is None:
+        return [path]
+    count = int(split.group(2))
+    stem = path.name[: split.start()]
+    return [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]

@@ -107,6 +107,9 @@ class GGUFMeta:
     # vocabulary size (rows of token_embd.weight) and the tensor bytes of each layer (blk.N).
     vocab_size: int | None = None
     layer_bytes: dict[int, int] = field(default_factory=dict)
+    # The elements of its tensors, counted (`parameters` is the header's own count if it has
+    # one): a split model's parts each count their own (scan_rows.read_meta adds them up).
+    tensor_elements: int = 0
 
 
 class _Cursor:
@@ -304,6 +307,7 @@ def read_gguf_meta(path: Path) -> GGUFMeta:
     meta = _summarise(path, version, tensor_count, values, parameters, weight_types)
     meta.vocab_size = vocab_size
     meta.layer_bytes = layer_bytes
+    meta.tensor_elements = parameters
     return meta
 
 

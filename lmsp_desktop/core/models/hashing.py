@@ -8,10 +8,11 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,6 +28,8 @@ from lmsp_desktop.core.models.info import (
     INVALID,
     MISSING,
     OBSERVED,
+    PARTS,
+    PARTS_SIZE,
     UNVERIFIED,
     VERIFIED,
     ModelEvent,
@@ -34,7 +37,7 @@ from lmsp_desktop.core.models.info import (
     source_of,
 )
 from lmsp_desktop.core.models.scan_gate import HashProgress, ScanGate
-from lmsp_desktop.core.models.scan_rows import WHERE_FOUND, read_gone_or_meta
+from lmsp_desktop.core.models.scan_rows import WHERE_FOUND, read_gone_or_meta, split_parts
 from lmsp_desktop.core.models.sources import publisher_of
 from lmsp_desktop.core.storage.db import Database
 
@@ -128,29 +131,38 @@ class ModelHashing:
             return {}
         marks = ",".join("?" * len(ids))
         rows = await self.db.fetchall(f"SELECT id, path FROM models WHERE id IN ({marks})", ids)
-        stats = await asyncio.to_thread(lambda: {r["id"]: stat_file(Path(r["path"])) for r in rows})
-        return {k: st.st_size for k, st in stats.items() if st is not None}
+        return await asyncio.to_thread(
+            lambda: {r["id"]: _total(_stats(split_parts(Path(r["path"])))) for r in rows}
+        )
 
     async def _hash_one(self, job: HashJob, progress: HashProgress) -> None:
         row = await self.db.fetchone("SELECT * FROM models WHERE id = ?", (job.model_id,))
         if row is None or (job.from_scan and row["state"] != UNVERIFIED):
             return  # deleted, or settled by a verify that ran meanwhile
         path = Path(row["path"])
-        before = await asyncio.to_thread(stat_file, path)
-        if before is None:
+        # A split model is every one of its parts: each is hashed (part 1 alone was, so a
+        # corrupted or deleted part 3 read "✓ verified").
+        parts = split_parts(path)
+        stats = await asyncio.to_thread(_stats, parts)
+        before = [st for st in stats if st is not None]
+        if len(before) < len(parts):
             await self._set_state(job.model_id, MISSING)
             return
-        if job.from_scan and self.digests is not None:
-            kept = await asyncio.to_thread(self.digests.get, path, before)
-            if kept is not None:
-                log.info("%s: digest of the unchanged file from %s", path, self.digests.path)
+        digests = self.digests
+        if job.from_scan and digests is not None:
+            kept = await asyncio.to_thread(
+                lambda: [digests.get(p, st) for p, st in zip(parts, before, strict=True)]
+            )
+            if None not in kept:
+                log.info("%s: digest of the unchanged file from %s", path, digests.path)
+                cached = [d for d in kept if d is not None]
                 await self._patiently(
-                    job.model_id, lambda: self._record_hash(job, row, kept, before, before)
+                    job.model_id, lambda: self._record_hash(job, row, cached, before, before)
                 )
                 return
-        log.info("hashing %s (%d bytes)", path, before.st_size)
+        total = _total(before)
+        log.info("hashing %s (%d bytes)", path, total)
         loop = asyncio.get_running_loop()
-        total = before.st_size
         done = 0
         next_report = 0
         step = max(self.chunk_size, total // 100)
@@ -164,6 +176,18 @@ class ModelHashing:
                 event = progress.event(job.model_id, done, total)
                 loop.call_soon_threadsafe(self._emit, event)
 
+        def hash_parts() -> tuple[list[str], list[os.stat_result | None]]:
+            hashed = [
+                sha256_file(
+                    part,
+                    chunk_size=self.chunk_size,
+                    progress=on_chunk,
+                    should_stop=self._stop.is_set,
+                )
+                for part in parts
+            ]
+            return hashed, _stats(parts)
+
         # By every name the model goes by: a lookup by an alias says "hashing" too.
         names = [job.model_id, *ModelInfo.from_row(row).aliases]
         self._hashing.update(names)
@@ -173,22 +197,17 @@ class ModelHashing:
         # `unverified`, and a client waiting for the hash to end (a test under load, the
         # fresh-clone CI of ffde5c5) went on with a model a rescan then hashed again.
         try:
+            found: list[str] | None
+            after: list[os.stat_result | None] | None
             try:
-                digest = await asyncio.to_thread(
-                    sha256_file,
-                    path,
-                    chunk_size=self.chunk_size,
-                    progress=on_chunk,
-                    should_stop=self._stop.is_set,
-                )
-                after = await asyncio.to_thread(stat_file, path)
+                found, after = await asyncio.to_thread(hash_parts)
             except HashCancelled:
                 return
-            except OSError as exc:
+            except OSError as exc:  # a part deleted as it was read, say
                 log.warning("cannot read model file %s: %s", path, exc)
-                digest, after = None, None
+                found, after = None, None
             await self._patiently(
-                job.model_id, lambda: self._record_hash(job, row, digest, before, after)
+                job.model_id, lambda: self._record_hash(job, row, found, before, after)
             )
         finally:
             self._hashing.difference_update(names)
@@ -207,35 +226,53 @@ class ModelHashing:
                 await asyncio.sleep(LOCKED_RETRY_S)
 
     async def _record_hash(
-        self, job: HashJob, row: Any, digest: str | None, before: Any, after: Any
+        self,
+        job: HashJob,
+        row: Any,
+        found: list[str] | None,
+        before: list[Any],
+        after: list[Any] | None,
     ) -> None:
+        """Records the digests `found` of the model's file (a split model: of each part, in
+        order; its `digest` is the first's, the others are kept in meta PARTS)."""
         model_id = job.model_id
-        if after is None or digest is None:
-            await self._set_state(model_id, MISSING if after is None else UNVERIFIED)
+        if after is None or None in after or found is None:
+            await self._set_state(
+                model_id, MISSING if after is None or None in after else UNVERIFIED
+            )
             return
-        if (after.st_size, after.st_mtime_ns, after.st_dev, after.st_ino) != (
-            before.st_size,
-            before.st_mtime_ns,
-            before.st_dev,
-            before.st_ino,
-        ):
+        if [_identity(st) for st in after] != [_identity(st) for st in before]:
             # Written to while we read it (a download still in progress): no digest to trust
             # yet; the next scan tries again.
             await self._set_state(model_id, UNVERIFIED)
             return
+        paths = split_parts(Path(row["path"]))
         if self.digests is not None:
             # The file as it was both before and after the read (inode too: not replaced).
-            await asyncio.to_thread(self.digests.put, Path(row["path"]), after, digest)
+            for part, st, part_digest in zip(paths, after, found, strict=True):
+                await asyncio.to_thread(self.digests.put, part, st, part_digest)
+        digest, others = found[0], found[1:]
         meta: dict[str, Any] = json.loads(row["meta"]) if row["meta"] else {}
         recorded = row["digest"]
+        kept_parts = meta.get(PARTS)
+        recorded_others = (
+            [p.get("digest") for p in kept_parts if isinstance(p, dict)]
+            if isinstance(kept_parts, list)
+            else []
+        )
+        # A split model recorded before its parts were hashed has no digests of them yet:
+        # they are taken as they are now (its first part still has to match).
+        same = recorded == digest and (
+            recorded_others == others or all(d is None for d in recorded_others)
+        )
         now = int(time.time())
         # A file never verified has no digest to be held to (a file that was not a model,
         # replaced by another): verify reads it as a new file, as a rescan does, instead of
         # asking to accept it as a verified model's replacement.
-        new_file = recorded not in (None, digest) and (job.accept_new or not row["verified_at"])
-        if recorded is None or recorded == digest or new_file:
+        new_file = recorded is not None and not same and (job.accept_new or not row["verified_at"])
+        if recorded is None or same or new_file:
             header = None
-            if new_file:
+            if new_file or (len(paths) > 1 and not same):
                 header = await asyncio.to_thread(read_gone_or_meta, Path(row["path"]))
                 if header is None:  # deleted since it was hashed: missing, not "not a model"
                     await self._set_state(model_id, MISSING)
@@ -244,6 +281,17 @@ class ModelHashing:
                 meta = {**header[1], **kept}
             for observed in OBSERVED:
                 meta.pop(observed, None)
+            if len(paths) > 1:
+                meta[PARTS_SIZE] = sum(st.st_size for st in after)
+                meta[PARTS] = [
+                    {
+                        "name": part.name,
+                        "size_bytes": st.st_size,
+                        "mtime_ns": st.st_mtime_ns,
+                        "digest": part_digest,
+                    }
+                    for part, st, part_digest in zip(paths[1:], after[1:], others, strict=True)
+                ]
             published = meta.get("published_digest")
             if published and published != digest and not meta.get("error"):
                 meta["error"] = (
@@ -254,6 +302,7 @@ class ModelHashing:
             # Hashed is not checked: a file whose header says it cannot load (or whose content
             # is not what its publisher announced) is never verified.
             state, when = (INVALID, None) if meta.get("error") else (VERIFIED, now)
+            first = after[0]
 
             def verified(conn: sqlite3.Connection) -> None:
                 conn.execute(
@@ -263,8 +312,8 @@ class ModelHashing:
                         digest,
                         state,
                         when,
-                        after.st_size,
-                        after.st_mtime_ns,
+                        first.st_size,
+                        first.st_mtime_ns,
                         json.dumps(meta),
                         model_id,
                     ),
@@ -280,7 +329,7 @@ class ModelHashing:
             self._emit(ModelEvent("state", model_id, state))
             return
         meta["observed_digest"] = digest
-        meta["observed_size_bytes"] = after.st_size
+        meta["observed_size_bytes"] = sum(st.st_size for st in after)
         # A file that is not a whole model (a cut copy, an unfinished download) is no
         # candidate to accept as the model's new file: its reason is said instead.
         now_there = await asyncio.to_thread(read_gone_or_meta, Path(row["path"]))
@@ -299,3 +348,15 @@ class ModelHashing:
             ).close()
         )
         self._emit(ModelEvent("state", model_id, CHANGED))
+
+
+def _stats(paths: list[Path]) -> list[os.stat_result | None]:
+    return [stat_file(p) for p in paths]
+
+
+def _total(stats: Sequence[os.stat_result | None]) -> int:
+    return sum(st.st_size for st in stats if st is not None)
+
+
+def _identity(st: Any) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino)

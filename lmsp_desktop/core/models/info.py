@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
+from lmsp_desktop.core.models.discovery import missing_parts, part_paths, stat_file
 
 # Registry states. "hashing" is never stored: a process that dies mid-hash leaves the row
 # "unverified", which is the truth, and the next scan hashes it again.
@@ -23,6 +24,12 @@ OBSERVED = ("observed_digest", "observed_size_bytes", "observed_error")
 # its size wherever it is shown. The `size_bytes` column is its first part's (the file a
 # scan and a run compare with the disk).
 PARTS_SIZE = "parts_size_bytes"
+# The meta key of a split model's other parts (2..n), in order: each one's `name`,
+# `size_bytes` and `mtime_ns` as recorded (compared with the disk by a scan and a run, as the
+# first part's columns are) and, once hashed, its `digest`. The model's `digest` column is
+# its first part's own sha256 (which a store's published digest names); every part is
+# hashed at each verify, and any part's other digest makes the model `changed`.
+PARTS = "parts"
 MISSING = "missing"
 # Not a GGUF file the engine can load (not GGUF at all, truncated, unreadable header): listed
 # with the reason (meta["error"]), never verified, never offered to run.
@@ -133,6 +140,22 @@ class ModelInfo:
         return self.digest == self.published_digest
 
     @property
+    def missing_reason(self) -> str | None:
+        """Why a missing split model is missing when its first part is still there (the one
+        its path names): which of its other parts are gone. None otherwise. It stats them."""
+        if self.state != MISSING or stat_file(self.path) is None:
+            return None
+        gone = missing_parts(self.path)
+        if not gone:
+            return None
+        count = len(part_paths(self.path))
+        which = "part" if len(gone) == 1 else "parts"
+        return (
+            f"its {which} {', '.join(gone)} ({len(gone)} of its {count} parts) "
+            f"{'is' if len(gone) == 1 else 'are'} gone from beside its first part"
+        )
+
+    @property
     def invalid_reason(self) -> str | None:
         if self.state != INVALID:
             return None
@@ -203,6 +226,10 @@ class ModelInfo:
             item["digest_matches"] = self.digest_matches
         if self.state == INVALID:
             item["reason"] = self.invalid_reason
+        elif self.state == MISSING:
+            missing = self.missing_reason
+            if missing is not None:
+                item["reason"] = missing
         return item
 
 

@@ -13,6 +13,15 @@ def _conflict(message: str, code: str) -> LmspError:
 def not_runnable(info: ModelInfo) -> LmspError:
     """Why `info` may not be loaded: its file is gone, changed, or not verified yet."""
     if info.state == MISSING:
+        parts = info.missing_reason
+        if parts is not None:  # its first part is there: naming it said "no longer at" it
+            return _conflict(
+                f"Model {info.id} is a split model and {parts} ({info.path.parent}), so "
+                "llama.cpp cannot load it. Put every part back beside the first and rescan "
+                "the model folders (Models page › Rescan, or `lmsp-desktop models rescan`), "
+                "or choose another model.",
+                "model_missing",
+            )
         return _conflict(
             f"The file of model {info.id} is no longer at {info.path}. Put it back and rescan "
             "the model folders (Models page › Rescan, or `lmsp-desktop models rescan`), or "

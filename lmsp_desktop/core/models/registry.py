@@ -33,6 +33,7 @@ from lmsp_desktop.core.models.info import (
     source_of,
 )
 from lmsp_desktop.core.models.scan_gate import ScanGate
+from lmsp_desktop.core.models.scan_rows import parts_now, same_parts
 from lmsp_desktop.core.models.scanning import ModelScanning
 from lmsp_desktop.core.storage.db import Database
 
@@ -217,13 +218,19 @@ class ModelRegistry(ModelScanning, ModelHashing):
             info = await self.get(model_id)
         if info.state != VERIFIED:
             raise messages.not_runnable(info)
-        st = await asyncio.to_thread(stat_file, info.path)
-        if st is None:
+        # A split model's other parts too: one deleted or cut since it was verified read
+        # "verified" until llama.cpp failed to load it, naming the first part.
+        st, parts = await asyncio.to_thread(lambda: (stat_file(info.path), parts_now(info.path)))
+        if st is None or parts is None:
             await self._set_state(info.id, MISSING)  # the model's, not the name asked
             info.state = MISSING
             raise messages.not_runnable(info)
         recorded = info.size_bytes if info.file_bytes is None else info.file_bytes
-        if st.st_size != recorded or st.st_mtime_ns != info.mtime_ns:
+        if (
+            st.st_size != recorded
+            or st.st_mtime_ns != info.mtime_ns
+            or not same_parts(info.meta, parts)
+        ):
             await self._set_state(info.id, CHANGED)
             info.state = CHANGED
             raise messages.not_runnable(info)

@@ -3,6 +3,7 @@ which recorded model a new file continues, and which files a pull wrote anew."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -13,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.models.demo import DEMO_MODEL_ID
-from lmsp_desktop.core.models.discovery import FoundFile, stat_file
+from lmsp_desktop.core.models.discovery import FoundFile, part_paths, stat_file
 from lmsp_desktop.core.models.gguf_meta import GGUFError, GGUFMeta, GGUFTruncated, read_gguf_meta
-from lmsp_desktop.core.models.info import PARTS_SIZE, UNVERIFIED, source_of
+from lmsp_desktop.core.models.info import PARTS, PARTS_SIZE, UNVERIFIED, source_of
 
 # What a row's meta says of where its file was found, not of the file: kept when the file's
 # own values (its header) are read again.
@@ -93,26 +94,78 @@ def match_rows(rows: list[Any], found: list[FoundFile], demo: Path | None) -> Ma
 def split_parts(path: Path) -> list[Path]:
     """Every part of the split model whose first part is `path` (`…-00001-of-00003.gguf`),
     beside it as llama.cpp loads them; `[path]` for a file that is not split."""
-    split = SPLIT_FIRST.search(path.name)
-    if split is None:
-        return [path]
-    count = int(split.group(1))
-    stem = path.name[: split.start()]
-    return [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    return part_paths(path) if SPLIT_FIRST.search(path.name) else [path]
 
 
 def read_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """(architecture, parameters, quantization, context_length) and the meta JSON dict; a
-    split model's meta has the bytes of all its parts (PARTS_SIZE: its size in every view).
-    FileNotFoundError when the file is gone: a file deleted since it was listed or hashed is
-    missing, not "not a model" (its reason read "cannot read the GGUF header: [Errno 2] No
-    such file or directory"), and each caller records it so."""
-    columns, meta = _read_header(path)
+    """(architecture, parameters, quantization, context_length) and the meta JSON dict.
+    A split model's every part is read: its meta has the bytes of all its parts (PARTS_SIZE:
+    its size in every view) and each other part's size and mtime (PARTS: what a scan and a
+    run compare with the disk); its parameters count every part's tensors; a part cut short
+    or unreadable is its error, named (a cut part 2 was listed verified, and llama.cpp's
+    refusal named part 1).
+    FileNotFoundError when the file, or one of its parts, is gone: a file deleted since it
+    was listed or hashed is missing, not "not a model" (its reason read "cannot read the GGUF
+    header: [Errno 2] No such file or directory"), and each caller records it so."""
+    columns, meta, header = _read_header(path)
     parts = split_parts(path)
-    if len(parts) > 1:
-        sizes = [stat_file(p) for p in parts]
-        meta[PARTS_SIZE] = sum(st.st_size for st in sizes if st is not None)
+    if len(parts) == 1:
+        return columns, meta
+    total = 0
+    counted = 0  # the tensors' elements of parts 2..n
+    recorded: list[dict[str, Any]] = []
+    for number, part in enumerate(parts, start=1):
+        st = stat_file(part)
+        if st is None:
+            raise FileNotFoundError(errno.ENOENT, "a part of the split model is gone", str(part))
+        total += st.st_size
+        if number == 1:
+            continue
+        recorded.append({"name": part.name, "size_bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
+        if meta.get("error"):
+            continue  # the first part's error, or an earlier part's, is the model's
+        try:
+            counted += read_gguf_meta(part).tensor_elements
+        except FileNotFoundError:
+            raise
+        except GGUFTruncated as exc:
+            meta["error"] = f"its part {number} of {len(parts)}, {part.name}: {exc}"
+        except (GGUFError, OSError) as exc:
+            meta["error"] = (
+                f"cannot read the GGUF header of its part {number} of {len(parts)}, "
+                f"{part.name}: {exc}"
+            )
+    meta[PARTS_SIZE] = total
+    meta[PARTS] = recorded
+    declared = header.values.get("general.parameter_count") if header else None
+    if header is not None and not (isinstance(declared, int) and declared > 0):
+        # The first part's count was its own tensors'; the others hold the rest.
+        columns = (columns[0], header.tensor_elements + counted, *columns[2:])
     return columns, meta
+
+
+def parts_now(path: Path) -> tuple[tuple[int, int], ...] | None:
+    """A split model's other parts (2..n) as the disk has them now, (size, mtime_ns) each, as
+    FoundFile.parts has them; None if one of them is gone; () for a file that is not split.
+    Blocking: it stats them."""
+    found = []
+    for part in split_parts(path)[1:]:
+        st = stat_file(part)
+        if st is None:
+            return None
+        found.append((st.st_size, st.st_mtime_ns))
+    return tuple(found)
+
+
+def same_parts(meta: dict[str, Any], found: tuple[tuple[int, int], ...]) -> bool:
+    """Whether a split model's other parts found (parts_now, FoundFile.parts) are the ones
+    its meta records (PARTS), by size and mtime. A row recorded before parts were kept (no
+    PARTS) is taken as the same: there is nothing to compare."""
+    recorded = meta.get(PARTS)
+    if not isinstance(recorded, list):
+        return True
+    kept = [(p.get("size_bytes"), p.get("mtime_ns")) for p in recorded if isinstance(p, dict)]
+    return kept == list(found)
 
 
 def read_gone_or_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
@@ -123,15 +176,15 @@ def read_gone_or_meta(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]] | No
         return None
 
 
-def _read_header(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _read_header(path: Path) -> tuple[tuple[Any, ...], dict[str, Any], GGUFMeta | None]:
     try:
         header: GGUFMeta = read_gguf_meta(path)
     except GGUFTruncated as exc:  # its header is fine: say what is wrong instead
-        return (None, None, None, None), {"error": str(exc)}
+        return (None, None, None, None), {"error": str(exc)}, None
     except FileNotFoundError:
         raise  # gone, not unreadable (read_meta)
     except (GGUFError, OSError) as exc:
-        return (None, None, None, None), {"error": f"cannot read the GGUF header: {exc}"}
+        return (None, None, None, None), {"error": f"cannot read the GGUF header: {exc}"}, None
     meta: dict[str, Any] = {"gguf_version": header.version, "tensor_count": header.tensor_count}
     if header.name:
         meta["name"] = header.name
@@ -141,7 +194,7 @@ def _read_header(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if isinstance(header.values.get(key), str):
             meta[key.removeprefix("general.")] = header.values[key]
     columns = (header.architecture, header.parameters, header.quantization, header.context_length)
-    return columns, meta
+    return columns, meta, header
 
 
 def aliases_of(model_id: str, file: FoundFile) -> list[str]:

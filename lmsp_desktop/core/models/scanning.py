@@ -21,8 +21,8 @@ from lmsp_desktop.core.models.discovery import (
     FoundFile,
     SourceProblem,
     find_model_files,
-    incomplete_split,
     stat_file,
+    with_parts,
 )
 from lmsp_desktop.core.models.hashing import HashJob
 from lmsp_desktop.core.models.ids import slug_from_filename, unique_model_id
@@ -41,6 +41,7 @@ from lmsp_desktop.core.models.scan_rows import (
     names_of,
     read_gone_or_meta,
     replaced_files,
+    same_parts,
 )
 from lmsp_desktop.core.models.sources import find_in_sources
 from lmsp_desktop.core.storage.db import Database
@@ -96,7 +97,9 @@ class ModelScanning:
         found = find_model_files(list(self.folders), [demo] if demo else [], problems)
         found = [dataclasses.replace(f, source=DEMO) if f.path == demo else f for f in found]
         found += find_in_sources(self.sources, problems)
-        found = [f for f in found if not incomplete_split(f, problems)]
+        # A split model's other parts are stat'ed too (a scan compares them as it does the
+        # first); one with a part gone is not listed, its row missing.
+        found = [f for f in (with_parts(f, problems) for f in found) if f is not None]
         for problem in problems:
             log.warning("%s", problem.message)
         self.problems = problems
@@ -152,7 +155,11 @@ class ModelScanning:
                     meta_found["aliases"] = aliases
                 if meta_found != meta_now:  # a repoint below keeps it
                     refound.append((json.dumps(meta_found), row["id"]))
-            same = row["size_bytes"] == file.size_bytes and row["mtime_ns"] == file.mtime_ns
+            same = (
+                row["size_bytes"] == file.size_bytes
+                and row["mtime_ns"] == file.mtime_ns
+                and same_parts(json.loads(row["meta"]) if row["meta"] else {}, file.parts)
+            )
             state, hashed_before = row["state"], row["digest"] is not None
             if state == VERIFIED and not same:
                 updates.append((CHANGED, row["size_bytes"], row["mtime_ns"], row["id"]))

@@ -161,6 +161,10 @@ class ModelTableModel(RowTableModel):
                     return f"Digest verified {date_time(info.verified_at)}"
                 if state == "invalid":
                     return f"Not run: {info.invalid_reason}"
+                if state == "missing" and not isinstance(info, UpstreamModelInfo):
+                    parts = info.missing_reason  # a split model's part gone, not its file
+                    if parts is not None:
+                        return f"Not run: {parts}. Put every part back beside it, then Rescan."
                 return EXPLAIN.get(state)
         if role == Qt.ItemDataRole.DecorationRole and col == COL_LOADED:
             if isinstance(info, UpstreamModelInfo):
