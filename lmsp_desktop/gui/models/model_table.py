@@ -99,6 +99,9 @@ class ModelTableModel(RowTableModel):
         self._loaded: dict[str, str] = {}
         # The engine's message of the last failed load per model, until it loads.
         self._load_errors: dict[str, str] = {}
+        # The time of the crash shown per model when the user unloaded it by hand: not shown
+        # from then on (crash_shown).
+        self._crashes_seen: dict[str, float] = {}
         self._tails: dict[str, str] = {}  # folder text → its distinguishing end
         # The context each local model runs with (or would, loaded now), from the Models
         # page's plans: `models list`'s CONTEXT beside its TRAINED.
@@ -137,9 +140,11 @@ class ModelTableModel(RowTableModel):
                 return name_tooltip(info)
             if col == COL_FOLDER:
                 return location_tooltip(info)
-            crash = self.core.model_crash(info.id) if col == COL_LOADED else None
+            crash = self.crash_shown(info.id) if col == COL_LOADED else None
             if crash is not None and self._loaded.get(info.id, "unloaded") == "unloaded":
                 return crash_text(crash)
+            if crash is not None and self._loaded.get(info.id) == "loaded":
+                return crash_text(crash, loaded=True)
             if col == COL_LOADED and info.id in self._load_errors:
                 return self._load_errors[info.id]
             if col == COL_LOADED and self._loaded.get(info.id) == "loaded":
@@ -221,8 +226,14 @@ class ModelTableModel(RowTableModel):
                 word += f" {date_time(info.verified_at)[:10]}"  # the time is in the tooltip
             return word
         loaded = self._loaded.get(info.id, "unloaded")
-        crash = self.core.model_crash(info.id) if loaded == "unloaded" else None
-        if crash is not None:
+        crash = self.crash_shown(info.id)
+        if crash is not None and loaded == "loaded":
+            # Loaded again for its tasks (resume, retry): the crash still shows (it was gone
+            # from the window the moment they loaded it again), until the user loads or
+            # unloads it by hand. The tooltip says it in full.
+            at = time.strftime("%H:%M", time.localtime(crash.at))
+            return f"loaded · ⚠ crashed {at} ({crash.cause}), {crash.tasks_text()}"
+        if crash is not None and loaded == "unloaded":
             # Short: at 900 px the Name, Status and Loaded columns are never cut, so a longer
             # cell pushed the table into scrolling sideways. The tooltip says "engine" and
             # gives the date and seconds.
@@ -237,6 +248,21 @@ class ModelTableModel(RowTableModel):
         # Short: a longer cell ("loaded · unloads in 10 min") pushed Source out of a 1200 px
         # window. The tooltip says what the minutes are.
         return "loaded" if left is None else f"loaded · {minutes(left)}"
+
+    def crash_shown(self, model_id: str) -> CrashRecord | None:
+        """The model's last engine crash, unless the user unloaded it by hand since (a load by
+        hand forgets it in the core: CrashLog.release)."""
+        crash = self.core.model_crash(model_id)
+        if crash is None or self._crashes_seen.get(model_id) == crash.at:
+            return None
+        return crash
+
+    def unloaded_by_hand(self, model_id: str) -> None:
+        """The user unloads the model (Unload): its last crash is no longer shown."""
+        crash = self.core.model_crash(model_id)
+        if crash is not None:
+            self._crashes_seen[model_id] = crash.at
+            self._changed(model_id, COL_LOADED)
 
     def in_memory(self) -> list[tuple[str, int | None, str]]:
         """Models loaded or loading, as the sidebar lists them: (name, bytes, state); the bytes
@@ -433,11 +459,13 @@ def source_tooltip(info: ModelInfo) -> str:
     return f"Found in {label}'s store, read in place (never copied): {info.path}"
 
 
-def crash_text(crash: CrashRecord) -> str:
+def crash_text(crash: CrashRecord, *, loaded: bool = False) -> str:
     """The Loaded cell's tooltip after an engine crash: what died, when, what became of its
-    tasks, and what the user can do."""
+    tasks, and what the user can do; `loaded`: loaded again since (for its tasks)."""
     then = (
-        "It is not loaded again by itself: Load again."
+        "It was loaded again for its tasks. Unloading or loading it by hand clears this."
+        if loaded
+        else "It is not loaded again by itself: Load again."
         if crash.held
         else ("The next request loads it again; so does Load again.")
     )

@@ -587,7 +587,7 @@ class ModelsPage(QWidget):
         now = self.core.model_loaded_state(about)
         if now == said:
             return
-        crash = self.core.model_crash(about) if now == "unloaded" else None
+        crash = self.model.crash_shown(about) if now == "unloaded" else None
         if crash is not None:
             self._say(crash_text(crash).replace("this model", about, 1), about, loads=True)
         elif now == "loaded":
@@ -721,7 +721,7 @@ class ModelsPage(QWidget):
                 "changed": "its file changed since it was verified",
             }.get(state, "it is not verified yet")
             return "Load", False, f"It cannot be loaded: {why}."
-        if self.core.model_crash(info.id) is not None:
+        if self.model.crash_shown(info.id) is not None:
             return "Load again", True, "Load the model whose engine crashed."
         return (
             "Load",
@@ -761,6 +761,7 @@ class ModelsPage(QWidget):
         """Unload a model: now, or once the tasks running on it end."""
         try:
             now = await self.core.unload_model(model_id)
+            self.model.unloaded_by_hand(model_id)  # its last crash is not shown any more
         except LmspError as exc:
             self._say(f"{model_id} could not be unloaded: {exc.message}", model_id, loads=True)
         else:
