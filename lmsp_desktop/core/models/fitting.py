@@ -8,6 +8,7 @@ page; so they all agree."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -19,7 +20,7 @@ from lmsp_desktop.core.engines.base import EngineError, LoadSettings
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models import machine
 from lmsp_desktop.core.models.gguf_meta import read_gguf_meta
-from lmsp_desktop.core.models.info import ModelInfo
+from lmsp_desktop.core.models.info import CHANGED, ModelInfo
 from lmsp_desktop.core.models.memory import (
     Budget,
     CapOrigin,
@@ -136,7 +137,7 @@ class ModelFitter:
         if wanted is None:
             wanted = await stored.get_settings(self.db, info.id)
         try:
-            return await asyncio.to_thread(self.plan_sync, info, wanted, reclaimable, look)
+            decided = await asyncio.to_thread(self.plan_sync, info, wanted, reclaimable, look)
         except FileNotFoundError:
             if self.file_gone is not None:
                 try:
@@ -144,6 +145,17 @@ class ModelFitter:
                 except Exception:  # noticing is a courtesy: the plan's answer stands
                     log.warning("could not record %s missing", info.id, exc_info=True)
             raise
+        if info.state == CHANGED:
+            # Its header was read from the verified file: a file copied over it showed the
+            # old file's "fits" as its own.
+            verified = (
+                "This estimate is of the file verified before; the file now at its path is "
+                "not verified (it changed), so it is not loaded until you verify it again or "
+                "accept it."
+            )
+            reason = f"{decided.reason} {verified}" if decided.reason else verified
+            decided = dataclasses.replace(decided, reason=reason)
+        return decided
 
     async def current(self, info: ModelInfo) -> Plan | None:
         """What the model runs with when loaded, else would run with now; None for an

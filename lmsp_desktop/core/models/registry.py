@@ -231,7 +231,7 @@ class ModelRegistry(ModelScanning, ModelHashing):
             or st.st_mtime_ns != info.mtime_ns
             or not same_parts(info.meta, parts)
         ):
-            await self._set_state(info.id, CHANGED)
+            await self.changed_under(info.id, st.st_size + sum(size for size, _ in parts))
             info.state = CHANGED
             raise messages.not_runnable(info)
         return info.path

@@ -56,6 +56,18 @@ REPOINT = (
     " context_length = ?, meta = ? WHERE id = ?"
 )
 
+# What is at a changed model's path now: its size, the digest and error a verify read of an
+# earlier file dropped (they were of another file).
+OBSERVE_SIZE = (
+    "UPDATE models SET meta = json_set(json_remove(coalesce(meta, '{}'), '$.observed_digest',"
+    " '$.observed_error'), '$.observed_size_bytes', ?) WHERE id = ?"
+)
+
+UNOBSERVE = (
+    "UPDATE models SET meta = json_remove(meta, '$.observed_digest', '$.observed_error',"
+    " '$.observed_size_bytes') WHERE id = ?"
+)
+
 
 class ModelScanning:
     """The recording half of a scan of ModelRegistry (registry.py), which holds the state
@@ -91,6 +103,16 @@ class ModelScanning:
             log.info("%s: its file %s is gone", model_id, path)
             await self._set_state(model_id, MISSING)
 
+    async def changed_under(self, model_id: str, size_now: int) -> None:
+        """A run found the verified file of `model_id` changed (`size_now`: the bytes at its
+        path now, every part of a split model): `changed`, with what is there now."""
+        row = await self.db.fetchone("SELECT meta FROM models WHERE id = ?", (model_id,))
+        if row is not None and json.loads(row["meta"] or "{}").get("observed_size_bytes") != (
+            size_now
+        ):
+            await self._write(lambda conn: conn.execute(OBSERVE_SIZE, (size_now, model_id)).close())
+        await self._set_state(model_id, CHANGED)
+
     def _find_files(self, demo: Path | None) -> list[FoundFile]:
         """Every model file, each once: the demo, the model folders, then the stores."""
         problems: list[SourceProblem] = []
@@ -122,6 +144,8 @@ class ModelScanning:
         updates: list[tuple[str, int, int, str]] = []  # state, size, mtime, id
         repoints: list[tuple[Any, ...]] = []
         refound: list[tuple[str, str]] = []  # meta, id: where or by what it was found changed
+        observed: list[tuple[int, str]] = []  # size now, id: a verified file changed under it
+        unobserved: list[tuple[str]] = []
         jobs: list[HashJob] = []
         for file, row in matched.pairs:
             if row is None:
@@ -161,6 +185,14 @@ class ModelScanning:
                 and same_parts(json.loads(row["meta"]) if row["meta"] else {}, file.parts)
             )
             state, hashed_before = row["state"], row["digest"] is not None
+            if state in (VERIFIED, CHANGED) and not same:
+                # What is at its path now, beside the verified file's facts it keeps: the
+                # Models page showed the old size (and its memory estimate) as the file's.
+                size_now = file.size_bytes + sum(size for size, _ in file.parts)
+                if json.loads(row["meta"] or "{}").get("observed_size_bytes") != size_now:
+                    observed.append((size_now, row["id"]))
+            elif state == CHANGED and "observed_size_bytes" in (row["meta"] or ""):
+                unobserved.append((row["id"],))  # the verified file is back: none other seen
             if state == VERIFIED and not same:
                 updates.append((CHANGED, row["size_bytes"], row["mtime_ns"], row["id"]))
             elif state in (UNVERIFIED, MISSING) and not hashed_before:
@@ -191,7 +223,7 @@ class ModelScanning:
         dropped = [(r["id"],) for r in matched.dropped]
         for (model_id,) in dropped:
             log.info("%s: its name or file is another model's now; forgotten", model_id)
-        if inserts or updates or repoints or refound or dropped:
+        if inserts or updates or repoints or refound or dropped or observed or unobserved:
 
             def work(conn: sqlite3.Connection) -> None:
                 conn.executemany("DELETE FROM models WHERE id = ?", dropped)
@@ -213,6 +245,8 @@ class ModelScanning:
                     "UPDATE models SET state = ?, size_bytes = ?, mtime_ns = ? WHERE id = ?",
                     updates,
                 )
+                conn.executemany(OBSERVE_SIZE, observed)
+                conn.executemany(UNOBSERVE, unobserved)
 
             await self._write(work)
         for (model_id,) in dropped:

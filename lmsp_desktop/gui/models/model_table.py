@@ -151,6 +151,8 @@ class ModelTableModel(RowTableModel):
                 left = self.core.model_idle_seconds_left(info.id)
                 until = "" if left is None else f"It unloads in {minutes(left)} unless used. "
                 return f"{until}Loaded models are unloaded after the idle time set in Settings."
+            if state == "changed" and col in FACTS:
+                return changed_tooltip(info)
             if col == COL_CONTEXT:
                 return context_tooltip(
                     self.contexts.get(info.id),
@@ -203,6 +205,11 @@ class ModelTableModel(RowTableModel):
         if col == COL_FOLDER:
             return folder_text(Path(info.path))
         if col == COL_SIZE:
+            now = observed_size(info)
+            if now is not None and state == "changed":
+                # What is at its path now (a file copied over it): the verified file's size
+                # read as the file's. The tooltip says both.
+                return f"⚠ {human_size(now)}"
             return human_size(info.size_bytes)
         if col == COL_ARCH:
             return info.architecture or "—"
@@ -472,6 +479,32 @@ def crash_text(crash: CrashRecord, *, loaded: bool = False) -> str:
     return (
         f"The engine process of this model ended with {crash.cause} at {date_time(crash.at)}"
         f" (tasks: {crash.tasks_text()}). {then}"
+    )
+
+
+# The cells that tell of the verified file's header: a changed model's are not its new file's.
+FACTS = (COL_SIZE, COL_ARCH, COL_QUANT, COL_PARAMS, COL_CONTEXT)
+
+
+def observed_size(info: ModelInfo) -> int | None:
+    """The bytes at a changed model's path now (meta `observed_size_bytes`, from the scan or
+    run that found it changed, or a verify), or None."""
+    value = info.meta.get("observed_size_bytes")
+    return value if isinstance(value, int) else None
+
+
+def changed_tooltip(info: ModelInfo) -> str:
+    """The facts cells' tooltip for a changed model: they are the verified file's."""
+    now = observed_size(info)
+    there = (
+        f"The file at its path now is {human_size(now)} ({now:,} bytes) and is not verified. "
+        if now is not None
+        else "The file at its path now is not verified. "
+    )
+    return (
+        f"{there}Size, architecture, quantization, parameters, context and the memory "
+        f"estimate are of the file verified (its size: {human_size(info.size_bytes)}), until "
+        "you verify it again or accept the new file."
     )
 
 
