@@ -267,6 +267,87 @@ def build_response(
     }
 
 
+def created_response(
+    task_id: str,
+    created_at: int,
+    model: str,
+    client_id: str | None,
+    on_restart: str,
+    mode: str,
+    kind: str,
+    request: dict[str, Any],
+) -> dict[str, Any]:
+    """`build_response` of a task just created (queued, nothing run, its `response.created`
+    counted: the row `creates.created_row` describes), with its queue position None, built
+    straight from what the create knows instead of read back from a row (B1: a third of a
+    create's own Python was this object, built by the generic path). The same keys, order
+    and values as build_response's (tests/unit/core/test_created_response.py compares them);
+    a download's task object has more (its progress): build_response it."""
+    assert kind != "download"
+    task = {
+        "id": task_id,
+        "object": "task",
+        "state": TaskState.QUEUED,
+        "on_restart": on_restart,
+        "model": model,
+        "client_id": client_id,
+        "mode": mode,
+        "queue_position": None,
+        "created_at": created_at,
+        "started_at": None,
+        "finished_at": None,
+        "restarts": 0,
+        "last_sequence_number": 1,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "error": None,
+        "dropped_tools": request.get("dropped_tools") or [],
+        "notes": request.get("notes") or [],
+        "api": request.get("api") or "responses",
+        "kind": kind,
+        "stored": request.get("store") in (None, True, 1),
+        "stop_sequence": None,
+    }
+    get = request.get
+    return {
+        "id": task_id,
+        "object": "response",
+        "created_at": created_at,
+        "completed_at": None,
+        "status": "queued",
+        "incomplete_details": None,
+        "model": model,
+        "previous_response_id": get("previous_response_id"),
+        "instructions": get("instructions"),
+        "output": [],
+        "error": None,
+        "tools": [{"type": "function", **tool} for tool in get("tools") or ()],
+        "tool_choice": _tool_choice(request),
+        "truncation": get("truncation", "disabled"),
+        "parallel_tool_calls": bool(get("parallel_tool_calls", False)),
+        "text": {"format": _text_format(request)},
+        "top_p": get("top_p", 1.0),
+        "presence_penalty": get("presence_penalty", 0.0),
+        "frequency_penalty": get("frequency_penalty", 0.0),
+        "top_logprobs": 0,
+        "temperature": get("temperature", 1.0),
+        "reasoning": _reasoning(get("reasoning")),
+        "usage": None,
+        "max_output_tokens": get("max_output_tokens"),
+        "max_tool_calls": get("max_tool_calls"),
+        "store": bool(get("store", True)),
+        "background": bool(get("background", False)),
+        "service_tier": "default",
+        "metadata": get("metadata") or {},
+        "safety_identifier": get("safety_identifier"),
+        "prompt_cache_key": get("prompt_cache_key"),
+        "include": get("include") or [],
+        "user": get("user"),
+        "output_text": "",
+        "task": task,
+    }
+
+
 def _reasoning(value: Any) -> dict[str, Any] | None:
     """The reasoning settings as sent, in the shape the schema requires (effort, summary)."""
     if not isinstance(value, dict):

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lmsp_desktop.core.api.resource import build_response
+from lmsp_desktop.core.api.resource import build_response, created_response
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import TaskState
 from lmsp_desktop.core.storage.db import settle_waiters
@@ -114,7 +114,20 @@ def prepared(spec: NewTask, claim: IdempotencyClaim | None) -> Create:
     build while the loop waits for it, or fights it for the GIL (B1)."""
     now = int(time.time())
     request_json = to_json(spec.request)
-    body = build_response(created_row(spec, now, request_json), None, spec.request)
+    kind = str(spec.kind)
+    if kind == "download":  # its task object shows its progress: the generic path
+        body = build_response(created_row(spec, now, request_json), None, spec.request)
+    else:
+        body = created_response(
+            spec.id,
+            now,
+            spec.model,
+            spec.client_id,
+            str(spec.on_restart),
+            spec.mode,
+            kind,
+            spec.request,
+        )
     return Create(spec, claim, now, request_json, body)
 
 
