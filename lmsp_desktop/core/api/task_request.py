@@ -83,11 +83,12 @@ def task_request(own: dict[str, Any] | None = None, **fields: Any) -> dict[str, 
     """A task request: the defaults above, then `fields`, then `own`: the keys one API keeps
     for rendering its own answers (nothing else reads them). A field not listed above is a
     bug in the caller: a misspelt key would silently leave its default in force."""
-    unknown = [k for k in fields if k not in DEFAULTS]
-    shadowing = [k for k in own or {} if k in DEFAULTS]
-    if unknown or shadowing:
+    # Set operations in C first (B1: the key-by-key check was a tenth of parsing a create).
+    if fields.keys() - DEFAULTS.keys() or (own and own.keys() & DEFAULTS.keys()):
+        unknown = [k for k in fields if k not in DEFAULTS]
+        shadowing = [k for k in own or {} if k in DEFAULTS]
         raise KeyError(f"not task request fields: {unknown}; own keys shadowing them: {shadowing}")
-    request = {**DEFAULTS, **fields, **(own or {})}
+    request = {**DEFAULTS, **fields, **own} if own else {**DEFAULTS, **fields}
     if request["schema_notes"]:  # told on the task, as what else was not done as asked
         request["notes"] = [*request["notes"], unenforced_note(request["schema_notes"])]
     return request
