@@ -67,21 +67,33 @@ def task_of(row: Any) -> str:
 
 async def resolve(tasks: TaskStore, request: dict[str, Any], client_id: str | None) -> None:
     """Fill `messages` (what the model sees) from the previous response, the resolved input
-    items and the new input; give input items without an id their own id."""
+    items and the new input; give input items without an id their own id. `request` is
+    parse_create's, whose `messages` are those of its own input items already."""
     if request.get("input_items") is None:
         return
-    items = [
-        await _referenced(tasks, item["id"], client_id, f"input[{i}]")
-        if item["type"] == "item_reference"
-        else item
-        for i, item in enumerate(request["input_items"])
-    ]
+    items = request["input_items"]
+    previous_id = request.get("previous_response_id")
+    referencing = False
+    for item in items:
+        if item["type"] == "item_reference":
+            referencing = True
+            break
+    if referencing:
+        items = [
+            await _referenced(tasks, item["id"], client_id, f"input[{i}]")
+            if item["type"] == "item_reference"
+            else item
+            for i, item in enumerate(items)
+        ]
     request["input_items"] = [
         item if item.get("id") else {**item, "id": new_id(ITEM_PREFIX[item["type"]])}
         for item in items
     ]
+    if not referencing and not previous_id:
+        # Nothing from the store: the messages parse_create made of these same items stand
+        # (ids do not change what the model sees), not made again (B1).
+        return
     history: list[dict[str, Any]] = []
-    previous_id = request.get("previous_response_id")
     if previous_id:
         history = await previous_messages(tasks, previous_id, client_id)
     request["messages"] = history + items_to_messages(request["input_items"])
