@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -174,6 +174,12 @@ def _lane(model: str, index: int) -> str:
     return model if index == 0 else f"{model}\x00{index}"
 
 
+@lru_cache(maxsize=1024)
+def _lanes(model: str, count: int) -> tuple[str, ...]:
+    """The names of a model's `count` lanes (each create wakes them: made once, B1)."""
+    return tuple(_lane(model, index) for index in range(count))
+
+
 def _model_of(lane: str) -> str:
     return lane.split("\x00", 1)[0]
 
@@ -213,6 +219,7 @@ class Runner:
         self._unloaded_prefix_stats = PrefixStats()  # of models unloaded since the start
         self._claimed: set[str] = set()  # task ids a lane is running right now
         self._wakeups: dict[str, asyncio.Event] = {}
+        self._woken: set[str] = set()  # models a commit woke in this loop turn (_on_change)
         self._workers: dict[str, asyncio.Task[None]] = {}
         # task id → its running generation or embedding (the runner only sets its cancel)
         self._active: dict[str, GenerationRequest | EmbeddingRequest] = {}
@@ -328,6 +335,14 @@ class Runner:
         if change.kind not in RUNNER_KINDS:
             return  # a download: core/downloads/manager.py runs it
         if change.state == TaskState.QUEUED:
+            # The creates of one commit are heard in one loop turn: the first wakes the
+            # model's lanes, which then read the queue after those commits, so the others
+            # need not wake them again (B1: a wake per create). Forgotten at the next turn.
+            if change.model in self._woken:
+                return
+            if not self._woken:
+                asyncio.get_running_loop().call_soon(self._woken.clear)
+            self._woken.add(change.model)
             self._wake(change.model)
         elif change.state == TaskState.CANCELLING and change.task_id in self._active:
             self._active[change.task_id].cancel.set()  # the engine stops before the next token
@@ -339,9 +354,11 @@ class Runner:
             return
         remote = self.remote.engine_for(model) if self.remote else None
         lanes = self.remote.parallel_for(model) if self.remote and remote else None
-        for index in range(lanes or self.lanes_of(model)):
-            lane = _lane(model, index)
-            self._wakeups.setdefault(lane, asyncio.Event()).set()
+        for lane in _lanes(model, lanes or self.lanes_of(model)):
+            wakeup = self._wakeups.get(lane)  # not setdefault: an Event made per create (B1)
+            if wakeup is None:
+                wakeup = self._wakeups[lane] = asyncio.Event()
+            wakeup.set()
             worker = self._workers.get(lane)
             if worker is None or worker.done():
                 self._workers[lane] = asyncio.create_task(
