@@ -309,10 +309,15 @@ class Runner:
 
     def loaded_state(self, model_id: str) -> str:
         """unloaded, loading or loaded: for the models list and the GUI."""
-        slots = self._lanes_of(model_id)
-        if not slots:
-            return "unloaded"
-        return "loaded" if any(s.model is not None for s in slots) else "loading"
+        # The lanes of _lanes_of, looked at in one loop (each create asks, B1).
+        state = "unloaded"
+        lane_prefix = model_id + "\x00"
+        for lane, slot in self._slots.items():
+            if lane == model_id or lane.startswith(lane_prefix):
+                if slot.model is not None:
+                    return "loaded"
+                state = "loading"
+        return state
 
     def idle_seconds_left(self, model_id: str) -> float | None:
         """Seconds until an idle loaded model is unloaded; None while busy or not loaded."""

@@ -78,13 +78,16 @@ DEFAULTS: dict[str, Any] = {
     "notes": [],
 }
 
+_FIELDS = frozenset(DEFAULTS)
+
 
 def task_request(own: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
     """A task request: the defaults above, then `fields`, then `own`: the keys one API keeps
     for rendering its own answers (nothing else reads them). A field not listed above is a
     bug in the caller: a misspelt key would silently leave its default in force."""
-    # Set operations in C first (B1: the key-by-key check was a tenth of parsing a create).
-    if fields.keys() - DEFAULTS.keys() or (own and own.keys() & DEFAULTS.keys()):
+    # One C call over a frozenset first (B1: the key-by-key check in Python was a tenth of
+    # parsing a create; dict_keys' set difference cost more still, a set built per call).
+    if not _FIELDS.issuperset(fields) or (own and not _FIELDS.isdisjoint(own)):
         unknown = [k for k in fields if k not in DEFAULTS]
         shadowing = [k for k in own or {} if k in DEFAULTS]
         raise KeyError(f"not task request fields: {unknown}; own keys shadowing them: {shadowing}")

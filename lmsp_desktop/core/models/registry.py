@@ -164,7 +164,7 @@ class ModelRegistry(ModelScanning, ModelHashing):
             and kept[2] is self.folders
             and kept[3] == hashing
         ):
-            return copy.copy(kept[4])  # a caller may set its state (path_for_run)
+            return kept[4].__copy__()  # a caller may set its state (path_for_run)
         if (row is None or not self._listed(row)) and await self.rescan_if_stale(asked_at):
             row = await self._read_row(model_id)  # pulled into a store since the last scan?
             hashing = model_id in self._hashing

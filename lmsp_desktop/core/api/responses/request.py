@@ -99,7 +99,11 @@ def items_to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in items:
         kind = item["type"]
         if kind == "message":
-            text = "".join(p.get("text", "") for p in item["content"])
+            parts = item["content"]
+            if len(parts) == 1:  # as parse_input_items makes every message (B1)
+                text = parts[0].get("text", "")
+            else:
+                text = "".join(p.get("text", "") for p in parts)
             messages.append({"role": item["role"], "content": text})
         elif kind == "function_call":
             call = {k: item[k] for k in ("call_id", "name", "arguments")}
