@@ -117,21 +117,9 @@ async def authenticate(
     """The Principal of an `Authorization: Bearer lmsp_…` header, or a 401 LmspError.
     `header` is where the token came (`x-api-key` as Anthropic's clients send it, given here
     as `Bearer …`): a malformed one is refused naming that header, never echoing the token."""
-    if not authorization or not authorization.strip():
-        raise _unauthorized("missing_token", "This request needs a bearer token. " + _HOW_TO_PAIR)
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not _TOKEN_SHAPE.fullmatch(token):
-        shape = (
-            "`Bearer lmsp_…` with a token"
-            if header.lower() == "authorization"
-            else "an `lmsp_…` token"
-        )
-        raise _unauthorized(
-            "invalid_token",
-            f"The {header} header is not {shape} from this service. " + _HOW_TO_PAIR,
-        )
-    digest = token_hash(token)
+    digest = _digests.get(authorization) if authorization else None
+    if digest is None:
+        digest = _digest_of(authorization, header)
     row = await client_by_token_hash(db, digest)
     # The lookup is by a hash of 256 random bits; the constant-time comparison guards the
     # last step anyway, so no timing difference depends on how much of a guess was right.
@@ -147,6 +135,40 @@ async def authenticate(
     principal = _principal_of(row)
     await _note_seen(db, principal.client_id or "", row["last_seen_at"], peer)
     return principal
+
+
+# The hash of the token in each well-formed Authorization value seen lately, by the value as
+# sent: a client sends the same one on every request, and its shape check and SHA-256 were
+# a fiftieth of a create (B1). The hash is a function of the value, so a hit answers as the
+# check and hash would; the row it names is still looked up (revoked, unknown) per request.
+# Only well-formed values are kept, at most MAX_DIGESTS (then forgotten all at once): the
+# process holds each token while it reads its request anyway.
+_digests: dict[str, str] = {}
+MAX_DIGESTS = 256
+
+
+def _digest_of(authorization: str | None, header: str) -> str:
+    """The token hash of a well-formed `Bearer lmsp_…` value, kept in _digests; else a 401
+    naming the header it came in, never echoing the token."""
+    if not authorization or not authorization.strip():
+        raise _unauthorized("missing_token", "This request needs a bearer token. " + _HOW_TO_PAIR)
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not _TOKEN_SHAPE.fullmatch(token):
+        shape = (
+            "`Bearer lmsp_…` with a token"
+            if header.lower() == "authorization"
+            else "an `lmsp_…` token"
+        )
+        raise _unauthorized(
+            "invalid_token",
+            f"The {header} header is not {shape} from this service. " + _HOW_TO_PAIR,
+        )
+    digest = token_hash(token)
+    if len(_digests) >= MAX_DIGESTS:
+        _digests.clear()
+    _digests[authorization] = digest
+    return digest
 
 
 # The Principal made from each verified row, by the row object itself: clients.py keeps a
