@@ -85,6 +85,13 @@ def task_request(own: dict[str, Any] | None = None, **fields: Any) -> dict[str, 
     """A task request: the defaults above, then `fields`, then `own`: the keys one API keeps
     for rendering its own answers (nothing else reads them). A field not listed above is a
     bug in the caller: a misspelt key would silently leave its default in force."""
+    return request_of(fields, own)
+
+
+def request_of(fields: dict[str, Any], own: dict[str, Any] | None = None) -> dict[str, Any]:
+    """task_request with its fields given as one dict: what a parser on the hot create path
+    calls (B1: ~40 keyword arguments were a dict built, unpacked into a call and built again
+    by the callee, per create). `fields` is not changed."""
     # One C call over a frozenset first (B1: the key-by-key check in Python was a tenth of
     # parsing a create; dict_keys' set difference cost more still, a set built per call).
     if not _FIELDS.issuperset(fields) or (own and not _FIELDS.isdisjoint(own)):
