@@ -73,9 +73,11 @@ class IdempotencyInput:
     path: str = "/v1/responses"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Created:
-    """A created task (or a replayed idempotent answer) and what answering it needs."""
+    """A created task (or a replayed idempotent answer) and what answering it needs. Not
+    frozen: a frozen dataclass sets each field through object.__setattr__, and one is made
+    per create (B1); nothing changes it once made."""
 
     task_id: str
     mode: str  # "background", "stream" or "sync"
@@ -139,7 +141,12 @@ async def create_task(
     # responses; then the model (404 before anything is stored) and the context it runs
     # with (400 context_length_exceeded, or the oldest turns dropped with truncation auto).
     await intake.prepare(ctx.store.tasks, request, client_id)
-    info, model_id = await requested_model(ctx, request["model"], intake.find_model)
+    name = request["model"]
+    known = ctx.registry.known(name) if intake.find_model is None else None
+    if known is not None:  # what requested_model gives, without awaiting it (B1)
+        info, model_id = known, name
+    else:
+        info, model_id = await requested_model(ctx, name, intake.find_model)
     if info.state in (CHANGED, MISSING):
         # A launch's scan may still be recording the file put back: its word, not the last
         # run's. Then a file gone or changed is refused here, before its tokenizer is read

@@ -132,6 +132,28 @@ class ModelRegistry(ModelScanning, ModelHashing):
         ]
         return local + (self.upstreams.infos() if self.upstreams is not None else [])
 
+    def known(self, model_id: str) -> ModelInfo | None:
+        """What `get` answers when memory has it, without awaiting (B1: `get` and its caller
+        were two coroutines per create): a local model whose row and info are kept and no
+        scan is recording it. None: ask `get` (it answers, or raises its 404)."""
+        if self.upstreams is not None and self.upstreams.owns(model_id):
+            return None
+        if isinstance(model_id, str):
+            model_id = model_id.lower()
+        row = self._rows.get(model_id)
+        if row is None or (self.gate.recording and not self._listed(row)):
+            return None
+        kept = self._infos.get(model_id)
+        if (
+            kept is not None
+            and kept[0] is row
+            and kept[1] is self.sources
+            and kept[2] is self.folders
+            and kept[3] == (model_id in self._hashing)
+        ):
+            return kept[4].__copy__()  # a caller may set its state (path_for_run)
+        return None
+
     async def get(self, model_id: str) -> ModelInfo:
         # An upstream's name before the slash wins, as in the runner (`gpu/llama-3-70b`);
         # other ids with slashes are local (`bartowski/qwen2.5-7b-instruct-gguf:q4_k_m`).

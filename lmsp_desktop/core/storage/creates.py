@@ -97,10 +97,11 @@ def created_row(spec: NewTask, now: int, request_json: str) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Create:
     """One create as the loop prepared it: the task, its key, its time, its request JSON and
-    its response object, all but the queue position, which the writer counts."""
+    its response object, all but the queue position, which the writer counts. Not frozen
+    (object.__setattr__ per field, per create: B1); nothing changes it once made."""
 
     spec: NewTask
     claim: IdempotencyClaim | None
