@@ -27,14 +27,12 @@ from lmsp_desktop.core.service.context import (
     ServiceContext,
     UnmatchedErrorBody,
 )
-from lmsp_desktop.core.service.middleware import auth, cross_origin_headers, errors, guards
+from lmsp_desktop.core.service.middleware import cross_origin_headers, service
 from lmsp_desktop.core.service.request_ids import request_id_headers
 
 
 def build_app(ctx: ServiceContext) -> web.Application:
-    app = web.Application(
-        middlewares=[errors, guards, auth], client_max_size=ctx.settings.max_body_bytes
-    )
+    app = web.Application(middlewares=[service], client_max_size=ctx.settings.max_body_bytes)
     app[CONTEXT] = ctx
     app.on_response_prepare.append(cross_origin_headers)
     app.on_response_prepare.append(request_id_headers)  # request-id, x-request-id

@@ -54,30 +54,42 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        kind, code = HTTP_ERRORS.get(exc.status, ("invalid_request_error", "http_error"))
-        message = {
-            405: f"{request.method} is not allowed on {request.path}.",
-            413: "The request body is too large. Send a smaller body (limit: "
-            f"{request.app[CONTEXT].settings.max_body_bytes} bytes).",
-        }.get(exc.status, exc.reason)
-        if exc.status == 404:
-            message, shape = await unknown_route(request, shape)
-        answer = error_response(LmspError(message, code=code, status=exc.status, type=kind), shape)
-        if isinstance(exc, web.HTTPMethodNotAllowed):
-            answer.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
-        return answer
+        return await _http_error(request, exc, shape)
     except Exception:
-        reference = secrets.token_hex(4)
-        log.exception("internal error %s on %s %s", reference, request.method, request.path)
-        return error_response(
-            LmspError(
-                f"Internal error (reference {reference}). It has been logged; please report it.",
-                code="internal_error",
-                status=500,
-                type="server_error",
-            ),
-            shape,
-        )
+        return _internal_error(request, shape)
+
+
+async def _http_error(
+    request: web.Request, exc: web.HTTPException, shape: ErrorBody
+) -> web.StreamResponse:
+    """aiohttp's own error (404, 405, 413, …) in the LMSP shape of the route's API."""
+    kind, code = HTTP_ERRORS.get(exc.status, ("invalid_request_error", "http_error"))
+    message = {
+        405: f"{request.method} is not allowed on {request.path}.",
+        413: "The request body is too large. Send a smaller body (limit: "
+        f"{request.app[CONTEXT].settings.max_body_bytes} bytes).",
+    }.get(exc.status, exc.reason)
+    if exc.status == 404:
+        message, shape = await unknown_route(request, shape)
+    answer = error_response(LmspError(message, code=code, status=exc.status, type=kind), shape)
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        answer.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+    return answer
+
+
+def _internal_error(request: web.Request, shape: ErrorBody) -> web.StreamResponse:
+    """A bug's 500, while its exception is being handled: logged with its traceback."""
+    reference = secrets.token_hex(4)
+    log.exception("internal error %s on %s %s", reference, request.method, request.path)
+    return error_response(
+        LmspError(
+            f"Internal error (reference {reference}). It has been logged; please report it.",
+            code="internal_error",
+            status=500,
+            type="server_error",
+        ),
+        shape,
+    )
 
 
 # Routes whose clients take the service root as their base URL and add /v1 themselves
@@ -153,6 +165,12 @@ def _is_wildcard(host: str) -> bool:
 @web.middleware
 async def guards(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse foreign Host headers (DNS rebinding) and browser Origins not allow-listed."""
+    answer = _guard(request)
+    return answer if answer is not None else await handler(request)
+
+
+def _guard(request: web.Request) -> web.StreamResponse | None:
+    """guards' checks: an LmspError (421, 403), a CORS preflight's answer, or None to go on."""
     ctx = request.app[CONTEXT]
     bound_host = ctx.settings.host
     port = ctx.port if ctx.port is not None else ctx.settings.port
@@ -186,7 +204,7 @@ async def guards(request: web.Request, handler: Handler) -> web.StreamResponse:
                 "Access-Control-Max-Age": "600",
             },
         )
-    return await handler(request)
+    return None
 
 
 async def cross_origin_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -213,6 +231,13 @@ def _credentials(request: web.Request) -> tuple[str | None, str]:
 @web.middleware
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authenticate every route except health, the OpenAPI document and pairing."""
+    answer = await _authorize(request)
+    return answer if answer is not None else await handler(request)
+
+
+async def _authorize(request: web.Request) -> web.StreamResponse | None:
+    """auth's work: the caller set on the request (None: go on), or its 401 answer; a POST
+    while shutting down raises ShuttingDownError."""
     ctx = request.app[CONTEXT]
     if ctx.shutting_down and request.method == "POST":
         raise ShuttingDownError()
@@ -238,4 +263,28 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             answer = error_response(exc, error_body_of(request))
             answer.headers.update(NO_RETRY)
             return answer
-    return await handler(request)
+    return None
+
+
+@web.middleware
+async def service(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """errors(guards(auth(handler))) as one layer, what the app runs: the same checks in the
+    same order, each error answered as `errors` answers it. Three layers were three
+    coroutines every request went through, and every create that waited for its commit
+    was suspended and resumed through (B1)."""
+    shape = error_body_of(request)
+    try:
+        answer = _guard(request)
+        if answer is None:
+            answer = await _authorize(request)
+        if answer is None:
+            answer = await handler(request)
+        return answer
+    except LmspError as exc:
+        return error_response(exc, shape)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return await _http_error(request, exc, shape)
+    except Exception:
+        return _internal_error(request, shape)
