@@ -418,9 +418,20 @@ def openapi_document(server_url: str) -> dict[str, Any]:
             "/v1/health": {"get": _op("Health", None, {"200": _json(OBJ, "health")})},
             "/v1/models": {
                 "get": _op(
-                    "List models",
+                    "List models: all of them, or paged by limit and after (after_id, "
+                    "before_id: Anthropic's names)",
                     "models:read",
-                    {"200": _json(LIST, "models"), **_errors(401, 403)},
+                    {"200": _json(LIST, "models"), **_errors(400, 401, 403, 404)},
+                    parameters=[
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                        },
+                        {"name": "after", "in": "query", "schema": {"type": "string"}},
+                        {"name": "after_id", "in": "query", "schema": {"type": "string"}},
+                        {"name": "before_id", "in": "query", "schema": {"type": "string"}},
+                    ],
                 )
             },
             "/v1/models/{id}": {
