@@ -69,6 +69,9 @@ class PromptDialog(QDialog):
         if chosen in models:
             self.model.setCurrentText(chosen)
         self.prompt = QPlainTextEdit("Write a haiku about a lighthouse keeper.")
+        # Tab moves on, as in any form: it typed a tab over the selected example, and every
+        # further Tab another, so the keyboard never reached Model or Send.
+        self.prompt.setTabChangesFocus(True)
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #e04848")
@@ -91,7 +94,10 @@ class PromptDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.prompt)
-        layout.addWidget(QLabel("It runs as a background task; watch it in the Tasks table."))
+        self.hint = QLabel(
+            "Ctrl+Enter sends. It runs as a background task; watch it in the Tasks table."
+        )
+        layout.addWidget(self.hint)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)
         if not models:
@@ -103,6 +109,11 @@ class PromptDialog(QDialog):
         self.prompt.selectAll()
         self.prompt.setFocus()
         self.send.setToolTip("Send (Ctrl+Enter)")
+        # Tab from the prompt goes on to Send (then Cancel, Model, Answer up to), as read.
+        QWidget.setTabOrder(self.model, self.max_output)
+        QWidget.setTabOrder(self.max_output, self.prompt)
+        QWidget.setTabOrder(self.prompt, self.send)
+        QWidget.setTabOrder(self.send, self.buttons.button(QDialogButtonBox.StandardButton.Cancel))
         for keys in ("Ctrl+Return", "Ctrl+Enter"):  # the main Enter key and the keypad's
             QShortcut(QKeySequence(keys), self).activated.connect(self.send.click)
         self.resize(520, 320)
