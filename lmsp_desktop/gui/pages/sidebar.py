@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
@@ -34,6 +34,7 @@ from lmsp_desktop.gui.status import ORDER  # the status bar lists the counts in 
 
 WIDTH = 150  # narrow: at 900 px the Tasks page needs the rest
 RECENT = 4  # finished tasks listed under "Recent"
+HEADING_SHARE = 0.7  # a heading's colour: this much of the text's, the rest the window's
 TASK_ID = Qt.ItemDataRole.UserRole + 1
 
 
@@ -64,14 +65,48 @@ def ended_line(state: str, seconds: float) -> str:
     return f"{state} {ago(seconds)} ago"
 
 
+def muted(text: QColor, background: QColor, share: float = HEADING_SHARE) -> QColor:
+    """`text` toned down towards `background`: quieter than the text, as readable in a dark
+    palette as in a light one."""
+
+    def mix(t: float, b: float) -> float:
+        return t * share + b * (1 - share)
+
+    return QColor.fromRgbF(
+        mix(text.redF(), background.redF()),
+        mix(text.greenF(), background.greenF()),
+        mix(text.blueF(), background.blueF()),
+    )
+
+
+class Heading(QLabel):
+    """A section heading (SERVICE, TASKS…): small bold capitals in a muted text colour, worked
+    out from the palette at each paint. It was `palette(mid)`, a frame shade: in a dark
+    palette (Adwaita dark) about the window's own colour, so the headings all but vanished."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text.upper())
+        font = self.font()
+        font.setPointSizeF(font.pointSizeF() * 0.85)
+        font.setBold(True)
+        self.setFont(font)
+        self.setContentsMargins(0, 8, 0, 0)
+
+    def colour(self) -> QColor:
+        palette = self.palette()
+        return muted(
+            palette.color(QPalette.ColorRole.WindowText), palette.color(QPalette.ColorRole.Window)
+        )
+
+    def paintEvent(self, _event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.colour())
+        painter.setFont(self.font())
+        painter.drawText(self.contentsRect(), int(self.alignment()), self.text())
+
+
 def _heading(text: str) -> QLabel:
-    label = QLabel(text.upper())
-    font = label.font()
-    font.setPointSizeF(font.pointSizeF() * 0.85)
-    font.setBold(True)
-    label.setFont(font)
-    label.setStyleSheet("color: palette(mid); margin-top: 8px")
-    return label
+    return Heading(text)
 
 
 def _wrapping(label: QLabel) -> QLabel:
