@@ -79,7 +79,7 @@ def _read_manifest(
             SourceProblem(
                 SOURCE,
                 str(manifest),
-                f"Ollama's manifest of {shown} is not valid JSON; it is not listed. "
+                f"Ollama's manifest of {shown} is not valid JSON, so {shown} cannot run. "
                 f"Run `ollama pull {shown}` again.",
             )
         )
@@ -98,8 +98,8 @@ def _read_manifest(
             SourceProblem(
                 SOURCE,
                 str(manifest),
-                f"Ollama's manifest of {shown} names its model by a malformed digest; it is "
-                f"not listed. Run `ollama pull {shown}` again.",
+                f"Ollama's manifest of {shown} names its model by a malformed digest, so "
+                f"{shown} cannot run. Run `ollama pull {shown}` again.",
             )
         )
         return None
@@ -111,8 +111,8 @@ def _read_manifest(
                 SOURCE,
                 str(manifest),
                 f"Ollama's manifest of {shown} names the blob {blob.name[:19]}…, which is not "
-                f"in {blob.parent} (an interrupted pull, or a pruned store); it is not listed. "
-                f"Run `ollama pull {shown}` again.",
+                f"in {blob.parent} (an interrupted pull, or a pruned store), so {shown} cannot "
+                f"run. Run `ollama pull {shown}` again.",
             )
         )
         return None
