@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
 import time
 from functools import partial
@@ -53,18 +54,61 @@ async def hand_over_soon(data_dir: Path, within_s: float = 3.0) -> bool:
         await asyncio.sleep(0.2)
 
 
-def failure_box(text: str) -> QMessageBox:
-    """Why the app could not start, with OK armed only after ARM_DELAY_MS."""
+def failure_box(text: str, retry: str | None = None) -> QMessageBox:
+    """Why the app could not start, with OK armed only after ARM_DELAY_MS; with `retry`, a
+    button of that title first (the default) and OK titled Quit."""
     box = QMessageBox(
         QMessageBox.Icon.Critical,
         "LMSP Desktop could not start",
         text,
         QMessageBox.StandardButton.Ok,
     )
-    ok = box.button(QMessageBox.StandardButton.Ok)
-    ok.setEnabled(False)
-    QTimer.singleShot(ARM_DELAY_MS, box, lambda: ok.setEnabled(True))
+    buttons = [box.button(QMessageBox.StandardButton.Ok)]
+    if retry is not None:
+        buttons[0].setText("Quit")
+        again = box.addButton(retry, QMessageBox.ButtonRole.AcceptRole)
+        buttons.append(again)
+        box.setDefaultButton(again)
+        box.setEscapeButton(buttons[0])
+
+    def arm() -> None:
+        for button in buttons:
+            button.setEnabled(True)
+
+    for button in buttons:
+        button.setEnabled(False)
+    QTimer.singleShot(ARM_DELAY_MS, box, arm)
     return box
+
+
+def free_port_near(host: str, port: int, tries: int = 50) -> int | None:
+    """The first port after `port` that `host` can listen on now (one a user can remember and
+    type into a client), or None."""
+    for candidate in range(port + 1, min(port + 1 + tries, 65536)):
+        try:
+            infos = socket.getaddrinfo(host or None, candidate, type=socket.SOCK_STREAM)
+            with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
+                probe.bind(infos[0][4])
+        except OSError:
+            continue
+        return candidate
+    return None
+
+
+def port_in_use_text(host: str, port: int, other: int | None) -> str:
+    """The window's words for a port in use: what to click, never only a command-line flag
+    (`serve`'s sentence says --port; a desktop user started no command)."""
+    first = f"Port {port} on {host} is in use by another program."
+    if other is None:
+        return (
+            f"{first} Stop the other program and start LMSP Desktop again; once it runs, "
+            "Settings › Port chooses another port for later starts."
+        )
+    return (
+        f"{first} Start on port {other} instead (for this run), or stop the other program and "
+        "start LMSP Desktop again. To keep another port, set it in Settings › Port once the "
+        "window is open."
+    )
 
 
 async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> int:
@@ -75,34 +119,48 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
     from lmsp_desktop.app import Core
     from lmsp_desktop.gui.main_window import MainWindow, wait_closed
 
-    core = Core(
-        args.data_dir,
-        model_dirs=args.models_dir,
-        host=args.host,
-        port=args.port,
-        no_sources=args.no_source,
-        allowed_origins=args.allow_origin,
-        max_context=args.max_context,
-    )
-    try:
-        report = await core.open()
-        await core.start_service()  # the model scan runs in the background, as for `serve`
-    except Exception as exc:  # port in use, a locked or damaged database, a bug
-        # Say why in a dialog (never a window that just vanishes), after a quiet cleanup.
+    port = args.port
+    while True:
+        core = Core(
+            args.data_dir,
+            model_dirs=args.models_dir,
+            host=args.host,
+            port=port,
+            no_sources=args.no_source,
+            allowed_origins=args.allow_origin,
+            max_context=args.max_context,
+        )
         try:
-            await core.stop()
-        except Exception:
-            log.exception("cleanup after a failed start failed")
-        if is_lock_refusal(exc) and await hand_over_soon(args.data_dir):
-            return 0  # a window of this data directory is starting: it came to the front
-        text = aio.error_text(exc)
-        # The same sentence on stdout and in the log: a box alone leaves no trace for
-        # whoever started it from a terminal or reads the log later. An ERROR, as `serve`
-        # logs the same failure (a start that did not happen is not a warning).
-        print(f"LMSP Desktop could not start: {text}", flush=True)
-        log.error("could not start: %s", text)
-        await ask(failure_box(text))
-        return 1
+            report = await core.open()
+            await core.start_service()  # the model scan runs in the background, as for `serve`
+            break
+        except Exception as exc:  # port in use, a locked or damaged database, a bug
+            # Say why in a dialog (never a window that just vanishes), after a quiet cleanup.
+            try:
+                await core.stop()
+            except Exception:
+                log.exception("cleanup after a failed start failed")
+            if is_lock_refusal(exc) and await hand_over_soon(args.data_dir):
+                return 0  # a window of this data directory is starting: it came to the front
+            text = aio.error_text(exc)
+            # The same sentence on stdout and in the log: a box alone leaves no trace for
+            # whoever started it from a terminal or reads the log later. An ERROR, as `serve`
+            # logs the same failure (a start that did not happen is not a warning).
+            print(f"LMSP Desktop could not start: {text}", flush=True)
+            log.error("could not start: %s", text)
+            other = None
+            if isinstance(exc, LmspError) and exc.code == "port_in_use":
+                # Nothing runs yet, Settings included: the box offers a free port for this
+                # run (one-off, as --port is) and says where a port is kept for later.
+                host, taken = core.settings.host, core.settings.port
+                other = free_port_near(host, taken)
+                text = port_in_use_text(host, taken, other)
+            retry = None if other is None else f"Start on port {other}"
+            box = failure_box(text, retry)
+            await ask(box)
+            if retry is None or box.clickedButton() is box.button(QMessageBox.StandardButton.Ok):
+                return 1
+            port = other
     window = MainWindow(core, qsettings)
     later_launches = WindowServer(args.data_dir, window.bring_to_front, window)
     loop = asyncio.get_running_loop()

@@ -18,13 +18,15 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from lmsp_desktop.gui import launch
-from tests.integration.gui_windows import launch_args
+from lmsp_desktop.gui.main_window import MainWindow
+from tests.integration.gui_windows import launch_args, running_window
 from tests.integration.test_gui_recovery import leave_leftovers
 from tests.support.polling import until
 
@@ -45,8 +47,8 @@ def keys_in_flight(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     still_open: list[bool] = []
     failure_box = launch.failure_box
 
-    def box_that_keys_reach_as_it_opens(text: str) -> QMessageBox:
-        box = failure_box(text)
+    def box_that_keys_reach_as_it_opens(text: str, retry: str | None = None) -> QMessageBox:
+        box = failure_box(text, retry)
         opened = box.open
 
         def open_with_keys_in_flight() -> None:
@@ -93,9 +95,12 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
         assert box.isVisible()
         text = box.text()
         assert f"Port {port} on 127.0.0.1 is in use by another program" in text
-        assert "Stop the other program" in text and "--port N" in text
-        assert "Settings" not in text  # the window cannot open it: nothing runs
+        assert "stop the other program" in text
+        # What to click, and where a port is kept: not a command-line flag to start with.
+        assert "--port" not in text and "Start on port " in text, text
+        assert "Settings › Port" in text, text
         ok = box.button(QMessageBox.StandardButton.Ok)
+        assert ok.text() == "Quit"
         await until(ok.isEnabled, what="OK armed")
         ok.click()
         assert await asyncio.wait_for(run, 10) == 1
@@ -114,6 +119,49 @@ async def test_port_in_use_says_so_even_with_a_key_in_flight_and_exits_quietly(
     logged = [(r.name, r.levelname) for r in caplog.records if said in r.getMessage()]
     assert logged == [("lmsp_desktop.gui.launch", "ERROR")], caplog.records
     assert said in capsys.readouterr().out
+
+
+def retry_button(box: QMessageBox) -> Any:
+    return next((b for b in box.buttons() if b.text().startswith("Start on port ")), None)
+
+
+async def test_port_in_use_offers_a_free_port_and_the_window_serves_there(
+    qtbot: Any, tmp_path: Path, keys_in_flight: list[bool]
+) -> None:
+    """A desktop user gets a button, not a flag to type: "Start on port N" starts the app on
+    that free port for this run (the Settings' port is not changed behind their back)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        data = tmp_path / "data"
+        ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
+        run = asyncio.ensure_future(launch.main(launch_args(data, port), ini))
+        await until(lambda: shown_box() is not None or run.done(), what="a message box")
+        box = shown_box()
+        assert box is not None, "the launch ended without showing why"
+        assert keys_in_flight == [True], "a key pressed as the box appeared closed it unread"
+        start = retry_button(box)
+        if start is None:
+            box.done(0)  # the launch ends: no window left waiting for an answer
+            pytest.fail(f"no port offered: {box.text()}")
+        other = int(start.text().removeprefix("Start on port "))
+        assert other != port and f"Start on port {other} instead" in box.text()
+        await until(start.isEnabled, what="the button armed")
+        start.click()
+        window = await until(lambda: running_window() or run.done(), 60, "the window")
+        assert isinstance(window, MainWindow), f"the app did not start: {run.result()}"
+        try:
+            assert window.core.url == f"http://127.0.0.1:{other}"
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{other}/v1/health") as answer,
+            ):
+                assert answer.status == 200
+            assert window.core.stored_settings.port != other  # for this run only
+        finally:
+            window.quit()
+        assert await asyncio.wait_for(run, 60) == 0
 
 
 async def test_a_launch_on_a_port_in_use_leaves_the_store_as_it_was(
