@@ -210,7 +210,9 @@ def elide_path(text: str, keep_tail: str, width: int, metrics: QFontMetrics) -> 
         return metrics.elidedText(head, Qt.TextElideMode.ElideRight, head_room) + keep_tail
     if metrics.horizontalAdvance("…" + keep_tail) <= width:
         return "…" + keep_tail
-    return metrics.elidedText(keep_tail, Qt.TextElideMode.ElideLeft, width)
+    # The whole text elided at its start: the tail alone fitting whole came out with no "…",
+    # reading as a relative path ("ana/llm/models").
+    return metrics.elidedText(text, Qt.TextElideMode.ElideLeft, width)
 
 
 # The window manager's icon and buttons beside a dialog's title (measured: openbox, ~110 px).

@@ -21,7 +21,7 @@ from lmsp_desktop.core.engines.base import EngineCrashed
 from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.gui.models.model_table import (
     COL_ARCH,
-    COL_DIGEST,
+    COL_FOLDER,
     COL_LOADED,
     COL_NAME,
     COL_PARAMS,
@@ -112,11 +112,12 @@ async def test_columns_stay_as_models_load_and_crash(
         tip = tooltip_of(page, hf, COL_LOADED)
         assert tip.startswith(cell + "\n") and "ended with SIGKILL" in tip, tip
 
-        # Parameters asked back: the Digest gives way for it (Digest and Location go first,
-        # Quantization and Context last), and once that is dropped the cut Name gets back the
-        # room it leaves (not the Location, stretched wider).
+        # Parameters asked back: it is shown, Location having gone first (then Architecture,
+        # the digest verdict after them, Quantization and Context last), and the cut Name
+        # keeps more than its least (the Location is not stretched wider instead).
         page.set_column_wanted(COL_PARAMS, True)
         await settle()
-        assert header.isSectionHidden(COL_DIGEST) and not header.isSectionHidden(COL_PARAMS)
+        assert header.isSectionHidden(COL_FOLDER) and not header.isSectionHidden(COL_PARAMS)
+        assert page.table.horizontalScrollBar().maximum() == 0
         assert not header.isSectionHidden(COL_QUANT)
         assert header.sectionSize(COL_NAME) > page.name_least

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 from PySide6.QtCore import (
@@ -80,8 +81,11 @@ from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
 SAID_FOR_MS = 8000
 # What a Name and a Loaded cell keep when cut for room: a name's first 20 letters or so (at
 # 1200×780 with a hub download's name, Architecture stays), and a loaded model's countdown
-# whole (a crash's longer cell is cut: its tooltip says it all).
+# whole (a crash's longer cell is cut: its tooltip says it all). A long name is first cut to
+# NAME_LETTERS_FIRST, which a short one ("smollm2-135m-instruct") fits whole: such a name is
+# cut only after the Digest column went.
 NAME_LETTERS = 20
+NAME_LETTERS_FIRST = 24
 LOADED_KEPT = "loaded · 10 min"
 
 
@@ -124,6 +128,47 @@ class DigestDelegate(QStyledItemDelegate):
         option.textElideMode = (
             Qt.TextElideMode.ElideRight if verdict else Qt.TextElideMode.ElideMiddle
         )
+
+
+def short_context(text: str) -> str:
+    """A Context cell's shorter form for a narrow column: `8,192 / 131k` for "8,192 of
+    131,072", `8,192 (4,096 next)` for "8,192 (4,096 at next load)"; others as they are."""
+    of = re.fullmatch(r"([\d,]+) of ([\d,]+)", text)
+    if of:
+        trained = int(of[2].replace(",", ""))
+        shown = f"{round(trained / 1000):,}k" if trained >= 10_000 else of[2]
+        return f"{of[1]} / {shown}"
+    later = re.fullmatch(r"([\d,]+) \(([\d,]+) at next load\)", text)
+    if later:
+        return f"{later[1]} ({later[2]} next)"
+    return text
+
+
+class ContextDelegate(QStyledItemDelegate):
+    """A Context cell in a column narrowed for room says its shorter form (`8,192 / 131k`)
+    rather than being cut or dropping another column; the tooltip says it in words."""
+
+    def shown_text(self, option: QStyleOptionViewItem) -> str:
+        """The text painted for a cell initialised into `option`."""
+        widget = option.widget
+        style = widget.style() if widget is not None else QApplication.style()
+        margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin) + 1
+        room = option.rect.width() - 2 * margin
+        if option.fontMetrics.horizontalAdvance(option.text) <= room:
+            return option.text
+        return short_context(option.text)
+
+    def paint(
+        self,
+        painter: QPainter,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> None:
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.text = self.shown_text(opt)
+        style = opt.widget.style() if opt.widget is not None else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
 
 
 class ElidedDelegate(QStyledItemDelegate):
@@ -265,6 +310,8 @@ class ModelsPage(QWidget):
         self.table.setItemDelegateForColumn(COL_NAME, self.name_delegate)
         self.loaded_delegate = ElidedDelegate(Qt.TextElideMode.ElideRight, self.table)
         self.table.setItemDelegateForColumn(COL_LOADED, self.loaded_delegate)
+        self.context_delegate = ContextDelegate(self.table)
+        self.table.setItemDelegateForColumn(COL_CONTEXT, self.context_delegate)
         header = self.table.horizontalHeader()
         self.table.setWordWrap(False)
         header.setMinimumSectionSize(40)
@@ -280,11 +327,13 @@ class ModelsPage(QWidget):
         # A cell's margins (and a Loaded cell's dot) beside its text.
         pad = letters * 2
         self.name_least = name_least = letters * NAME_LETTERS + pad
+        name_first = letters * NAME_LETTERS_FIRST + pad
         loaded_least = (
             self.table.fontMetrics().horizontalAdvance(LOADED_KEPT)
             + self.style().pixelMetric(QStyle.PixelMetric.PM_SmallIconSize)
             + pad
         )
+        context_least = self.table.fontMetrics().horizontalAdvance("88,888 / 888k") + pad
         self.fitter = ColumnFitter(
             self.table,
             stretch={COL_FOLDER: (letters * 16, letters * 22)},
@@ -295,18 +344,25 @@ class ModelsPage(QWidget):
                 # 18:48)") are cut, whole on hover, before a column goes: the columns stayed
                 # put only until a model loaded or a download was listed.
                 (COL_LOADED, loaded_least),
-                (COL_NAME, name_least),
+                (COL_NAME, name_first),
                 (COL_DIGEST, letters * 16),  # both ends of a digest kept; whole on hover
+                # "8,192 of 131,072" says "8,192 / 131k": the long form alone dropped Digest
+                # at 1200×780.
+                (COL_CONTEXT, context_least),
                 # Then whole columns, the least needed by someone choosing a GGUF to run
-                # first: the digest and the folder (Verify and Open folder act on them; the
-                # tooltips say them), then where it came from and its size in parameters.
-                # Quantization and Context, what a GGUF user compares, go last: at 1200×780
-                # they went while Digest and Location stayed.
-                COL_DIGEST,
+                # first: the folder (Open folder acts on it; the Name's tooltip has the path),
+                # the header facts that copies of one model share (Architecture, Parameters),
+                # then the publisher's verdict (GUI.md's third edition; Verify acts on it) and
+                # where it came from, the one column telling four copies of a model apart
+                # (their names cut alike). Quantization and Context, what a GGUF user
+                # compares, go last: at 1200×780 they went while Digest and Location stayed.
                 COL_FOLDER,
                 COL_ARCH,
-                COL_SOURCE,
                 COL_PARAMS,
+                COL_DIGEST,
+                # At 900 px a short name stays whole while Digest goes; then names are cut.
+                (COL_NAME, name_least),
+                COL_SOURCE,
                 COL_QUANT,
                 COL_CONTEXT,
                 COL_SIZE,
