@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMessageBox,
     QPushButton,
+    QScrollArea,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -36,6 +37,17 @@ ARM_DELAY_MS = 1200  # a card that moved under the cursor cannot be answered thi
 # shown: a token made from the CLI (another process, nothing told to this one) shows within
 # two seconds; a query of a few rows, nothing while the page or the window is not shown.
 READ_EVERY_TICKS = 2
+# How long an answer's line ("Approved laptop-aider…") stays: it was still there minutes later.
+NOTICE_MS = 8000
+# A request as a card shows it, to size the area kept for the cards (filled in, never sent):
+# one asking for admin, the tallest (its warning under the scopes), is seen whole.
+SAMPLE_REQUEST: dict[str, Any] = {
+    "client_name": "laptop-aider",
+    "address": "192.168.1.23",
+    "user_code": "WDJB-MJHT",
+    "scopes": ["responses:read", "responses:write", "models:read", ADMIN],
+    "expires_at": 0.0,
+}
 ADMIN_WARNING = (
     "admin lets the client manage every client's tasks, other clients and tokens, and the "
     "service's settings. Grant it only to a tool you fully trust."
@@ -219,11 +231,40 @@ class ClientsPage(QWidget):
         self.notice = QLabel()
         self.notice.setWordWrap(True)
         self.notice.hide()
+        self._notice_timer = QTimer(self, singleShot=True)
+        self._notice_timer.timeout.connect(self.notice.hide)
+        self.no_requests = QLabel(
+            "No pairing requests waiting. A client asking to pair shows here, with a code to "
+            "compare."
+        )
+        self.no_requests.setWordWrap(True)
+        # The requests, their notes and the answer's line live in an area of one card's height,
+        # scrolling when more is there: a card coming or going moved the table and its buttons
+        # ~160 px, and a click meant for Revoke… landed elsewhere (or on a card).
+        requests = QWidget()
+        requests_layout = QVBoxLayout(requests)
+        requests_layout.setContentsMargins(0, 0, 0, 0)
+        requests_layout.addWidget(self.pending_title)
+        requests_layout.addWidget(self.ignored_note)
+        requests_layout.addLayout(self.cards_box)
+        requests_layout.addWidget(self.no_requests)
+        requests_layout.addWidget(self.notice)
+        requests_layout.addStretch()
+        self.requests_area = QScrollArea()
+        self.requests_area.setWidget(requests)
+        self.requests_area.setWidgetResizable(True)
+        self.requests_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.requests_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        sample = PairingCard({**SAMPLE_REQUEST, "expires_at": time.time() + 600})
+        self.requests_area.setFixedHeight(
+            self.pending_title.sizeHint().height()
+            + requests_layout.spacing()
+            + sample.sizeHint().height()
+            + self.fontMetrics().lineSpacing()  # the warning wrapped once more when narrow
+        )
+        sample.deleteLater()
         layout = QVBoxLayout(self)
-        layout.addWidget(self.notice)
-        layout.addWidget(self.pending_title)
-        layout.addWidget(self.ignored_note)
-        layout.addLayout(self.cards_box)
+        layout.addWidget(self.requests_area)
         layout.addLayout(bar)
         layout.addWidget(self.table)
         layout.addWidget(self.empty)
@@ -286,34 +327,39 @@ class ClientsPage(QWidget):
             self.cards.append(card)
             self.cards_box.addWidget(card)
         self.pending_title.setVisible(bool(self.cards))
+        self.no_requests.setVisible(not self.cards)
         self.pending_changed.emit(len(self.cards))
+
+    def say(self, text: str) -> None:
+        """The line under the requests: what the last answer did, for NOTICE_MS (the next
+        answer replaces it)."""
+        self.notice.setText(text)
+        self.notice.show()
+        self._notice_timer.start(NOTICE_MS)
 
     async def answer(self, action: str, request: dict[str, Any], scopes: list[str]) -> None:
         self._answered_at = time.monotonic()
         try:
             if action == "approve":
                 await self.core.approve_pairing(request["pairing_id"], frozenset(scopes))
-                self.notice.setText(
+                self.say(
                     f"Approved {request['client_name']} ({', '.join(scopes)}). It receives "
                     "its token the next time it asks, within a few seconds, and then appears "
                     "under Paired clients."
                 )
-                self.notice.show()
             elif action == "deny":
                 await self.core.deny_pairing(request["pairing_id"])
                 # The line tells the last answer (it kept "Approved …" after a later Deny).
-                self.notice.setText(
+                self.say(
                     f"Denied {request['client_name']}: it is refused (access_denied) the next "
                     "time it asks."
                 )
-                self.notice.show()
             else:
                 await self.core.ignore_pairing(request["pairing_id"])
-                self.notice.setText(
+                self.say(
                     f"Ignored {request['client_name']}: it keeps asking until its request "
                     "expires, then it is refused."
                 )
-                self.notice.show()
         except LmspError as exc:
             aio.show_error(self, exc)
         await self.load()
