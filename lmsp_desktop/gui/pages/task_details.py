@@ -333,6 +333,7 @@ class TaskDetails(QWidget):
         self.events = TaskEvents(core, parent=self)
         self.events_view = QTableView()
         self.events_view.setModel(self.events)
+        self.events_view.setTabKeyNavigation(False)  # Tab leaves it; the arrows move within
         self.events_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.events_view.verticalHeader().hide()
         self.events_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)

@@ -4,8 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QItemSelectionModel, QPoint, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtCore import (
+    QItemSelectionModel,
+    QPoint,
+    QRect,
+    QSettings,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import (
+    QFocusEvent,
+    QGuiApplication,
+    QKeySequence,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QShortcut,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
@@ -49,6 +66,8 @@ from lmsp_desktop.gui.models.task_table import Role as TaskRole
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter, ElideMiddle, Index, column_menu
 from lmsp_desktop.gui.pages.progress_delegate import ProgressBarDelegate
 from lmsp_desktop.gui.pages.task_details import TaskDetails
+
+FOCUS_PEN = 2  # px: the outline of the focused table's current row
 
 
 def curl_example(url: str, model: str = "smollm2-135m-instruct") -> str:
@@ -171,6 +190,62 @@ class SteadyFitter(ColumnFitter):
             self._fitting = False
 
 
+class TaskTableView(QTableView):
+    """The tasks table as a keyboard user meets it: Tab leaves it for the next control (Qt's
+    default walked cell by cell and, at a row's end, moved the selection to the next task, so
+    the details pane switched and nothing after the table was reachable); the arrows move
+    within it; and while it has the focus its current row is outlined (selected or not), so
+    one sees where the keys act (no mark showed at all)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setTabKeyNavigation(False)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        super().paintEvent(event)
+        current = self.currentIndex()
+        if not self.hasFocus() or not current.isValid():
+            return
+        rect = self.row_rect(current.row())
+        if rect.isEmpty():
+            return
+        painter = QPainter(self.viewport())
+        pen = QPen(self.palette().color(QPalette.ColorRole.Highlight).darker(140))
+        pen.setWidth(FOCUS_PEN)
+        pen.setStyle(Qt.PenStyle.DashLine)
+        painter.setPen(pen)
+        painter.drawRect(rect.adjusted(1, 1, -FOCUS_PEN, -FOCUS_PEN))
+        painter.end()
+
+    def row_rect(self, row: int) -> QRect:
+        """The row's visible cells, from its first shown column to its last."""
+        header = self.horizontalHeader()
+        shown = [c for c in range(header.count()) if not header.isSectionHidden(c)]
+        if not shown:
+            return QRect()
+        first = min(shown, key=header.visualIndex)
+        last = max(shown, key=header.visualIndex)
+        model = self.model()
+        return self.visualRect(model.index(row, first)).united(
+            self.visualRect(model.index(row, last))
+        )
+
+    def currentChanged(self, current: Index, previous: Index) -> None:
+        super().currentChanged(current, previous)
+        # The outline spans the row: repaint the rows it leaves and reaches whole.
+        for index in (previous, current):
+            if index.isValid():
+                self.viewport().update(self.row_rect(index.row()))
+
+    def focusInEvent(self, event: QFocusEvent) -> None:
+        super().focusInEvent(event)
+        self.viewport().update()
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:
+        super().focusOutEvent(event)
+        self.viewport().update()
+
+
 class TasksPage(QWidget):
     """Lists tasks live, filters them in the store, and cancels the selection."""
 
@@ -223,7 +298,7 @@ class TasksPage(QWidget):
         chip_row.addWidget(self.cancel_button)
         chip_row.addWidget(self.try_button)
 
-        self.table = QTableView()
+        self.table = TaskTableView()
         self.table.setModel(self.model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
