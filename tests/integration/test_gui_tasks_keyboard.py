@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
+from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QWidget
 
@@ -98,5 +98,35 @@ async def test_tab_walks_past_the_table_to_the_details_and_sidebar_and_keeps_the
         assert tasks.selected_ids() == [following]
         await until(lambda: details.task_id == following)
         assert outline_pixels(window, row + 1) > 10
+        for task_id in ids:
+            await core.cancel(task_id)
+
+
+async def test_ctrl_c_says_the_id_was_copied_and_escape_clears_the_filter(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    async with open_app(qtbot, tmp_path / "data", engine=slow_engine()) as (core, window):
+        window.resize(1200, 780)
+        tasks = window.tasks
+        ids = [await core.submit(MODEL, f"story {i}") for i in range(2)]
+        await until(lambda: all(tasks.model.row_of(i) is not None for i in ids))
+        tasks.show_task(ids[0])
+        await focused(window, tasks.table)
+        QGuiApplication.clipboard().clear()
+        QTest.keyClick(tasks.table, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+        assert QGuiApplication.clipboard().text() == ids[0]
+        assert window.status.message.text() == "Id copied ✓"  # as "URL copied ✓" is said
+        # The details' Copy id says so on the button.
+        tasks.details.copy_button.click()
+        assert tasks.details.copy_button.text() == "Copied ✓"
+        await until(lambda: tasks.details.copy_button.text() == "Copy id", what="its word back")
+
+        # Escape in the filter box clears the filter: every task listed again.
+        await focused(window, tasks.search)
+        QTest.keyClicks(tasks.search, ids[1][-8:])
+        await until(lambda: tasks.model.rowCount() == 1, what=tasks.model.rowCount)
+        QTest.keyClick(tasks.search, Qt.Key.Key_Escape)
+        assert tasks.search.text() == ""
+        await until(lambda: tasks.model.rowCount() == 2, what=tasks.model.rowCount)
         for task_id in ids:
             await core.cancel(task_id)

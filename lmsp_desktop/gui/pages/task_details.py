@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -310,6 +310,9 @@ class TaskDetails(QWidget):
         self.header = DetailsHeader("Select a task to see its output and events.")
         self.copy_button = QPushButton("Copy id")
         self.copy_button.clicked.connect(self.copy_id)
+        metrics = self.copy_button.fontMetrics()  # as wide as "Copied ✓": the header stays put
+        grow = metrics.horizontalAdvance("Copied ✓") - metrics.horizontalAdvance("Copy id")
+        self.copy_button.setMinimumWidth(self.copy_button.sizeHint().width() + max(0, grow))
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop this task; its output so far is kept")
         self.cancel_button.clicked.connect(
@@ -594,6 +597,10 @@ class TaskDetails(QWidget):
     def copy_id(self) -> None:
         if self.task_id:
             QGuiApplication.clipboard().setText(self.task_id)
+            # Said where the eye is, as the Copy URL button does; the timer dies with it.
+            button = self.copy_button
+            button.setText("Copied ✓")
+            QTimer.singleShot(1500, button, lambda: button.setText("Copy id"))
 
     def _ask_export_path(self) -> None:
         dialog = QFileDialog(self, "Export events as JSON Lines")

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMainWindow,
     QMenu,
     QMessageBox,
     QPushButton,
@@ -376,6 +377,9 @@ class TasksPage(QWidget):
         delete.setContext(Qt.ShortcutContext.WidgetShortcut)
         copy = QShortcut(QKeySequence.StandardKey.Copy, self.table, self._copy_ids)
         copy.setContext(Qt.ShortcutContext.WidgetShortcut)
+        # Escape in the filter box clears it (and lists every task again at once).
+        clear = QShortcut(QKeySequence(Qt.Key.Key_Escape), self.search, self._clear_search)
+        clear.setContext(Qt.ShortcutContext.WidgetShortcut)
         self.model.modelAboutToBeReset.connect(self._remember_selection)
         self.model.modelReset.connect(self._restore_selection)
         self.model.modelReset.connect(self._show_empty_state)
@@ -459,6 +463,12 @@ class TasksPage(QWidget):
         name = list(STATE_FILTERS)[max(0, self.chips.checkedId())]
         flt = TaskFilter(states=STATE_FILTERS[name], text=self.search.text().strip())
         aio.spawn(self.model.set_filter(flt), self)
+
+    def _clear_search(self) -> None:
+        if self.search.text():
+            self.search.clear()
+            self._filter_timer.stop()
+            self._apply_filter()
 
     def _focus_search(self) -> None:
         self.search.setFocus()
@@ -598,7 +608,15 @@ class TasksPage(QWidget):
         ]
 
     def _copy_ids(self) -> None:
-        QGuiApplication.clipboard().setText("\n".join(self.selected_ids()))
+        """Ctrl+C: the selected ids, one a line, said in the status bar as the URL's copy is."""
+        ids = self.selected_ids()
+        if not ids:
+            return
+        QGuiApplication.clipboard().setText("\n".join(ids))
+        window = self.window()
+        if isinstance(window, QMainWindow):
+            said = "Id copied ✓" if len(ids) == 1 else f"{len(ids)} ids copied ✓"
+            window.statusBar().showMessage(said, 2500)
 
     def copy_curl(self) -> None:
         QGuiApplication.clipboard().setText(curl_example(self.url))
