@@ -14,6 +14,14 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 SEP = " · "
 
 
+def id_cut_short(task_id: str, first: int = 4, last: int = 8) -> str:
+    """How short the id is cut before the model's name is: "resp_01a2…b987db1d", its
+    prefix, its first digits and the end that tells it apart."""
+    cut = min((i for i in (task_id.find("_"), task_id.find("-")) if i >= 0), default=-1)
+    head = task_id[: cut + 1 + first]
+    return task_id if len(head) + last >= len(task_id) else f"{head}…{task_id[-last:]}"
+
+
 @dataclass(frozen=True)
 class Fact:
     text: str  # plain text
@@ -67,20 +75,19 @@ class DetailsHeader(QLabel):
         rest = list(self._optional)
         while rest and self._width([*line, rest[0]]) <= room:
             line.append(rest.pop(0))
-        if self._width(line) > room and len(facts) > 1:  # the model's name gives way
-            model = facts[1]
-            over = self._width(line) - room
-            kept = self.fontMetrics().horizontalAdvance(model.text) - over
-            short = self.fontMetrics().elidedText(
-                model.text, Qt.TextElideMode.ElideMiddle, max(kept, 40)
-            )
-            line[1] = Fact(short, model.colour, model.bold)
-        if self._width(line) > room:  # then the id, in its middle: its state stays whole
+        if self._width(line) > room and len(facts) > 1:
+            # The id gives way first, in its middle, down to its prefix, a few of its first
+            # digits and its end ("resp_01a2…b987db1d"): whole in the tooltip and in Copy id.
+            # (The model's name went first and was cut to "s…t" at 1000 px while the whole
+            # id held the line.)
             task = line[0]
             metrics = QFontMetrics(self._bold()) if task.bold else self.fontMetrics()
-            kept = metrics.horizontalAdvance(task.text) - (self._width(line) - room)
-            short = metrics.elidedText(task.text, Qt.TextElideMode.ElideMiddle, max(kept, 80))
-            line[0] = Fact(short, task.colour, task.bold)
+            floor = metrics.horizontalAdvance(id_cut_short(task.text))
+            line[0] = self._cut(task, self._width(line) - room, floor)
+        if self._width(line) > room and len(facts) > 1:  # then the model's name
+            line[1] = self._cut(line[1], self._width(line) - room, 40)
+        if self._width(line) > room:  # then the id further: its state stays whole
+            line[0] = self._cut(line[0], self._width(line) - room, 80)
         text = SEP.join(self._html(f) for f in line)
         if self._second:
             elided = self.fontMetrics().elidedText(self._second, Qt.TextElideMode.ElideRight, room)
@@ -88,6 +95,16 @@ class DetailsHeader(QLabel):
         elif rest:  # short facts: whatever is left of them fits the line
             text += "<br>" + SEP.join(self._html(f) for f in rest)
         self.setText(text)
+
+    def _cut(self, fact: Fact, over: int, least: int) -> Fact:
+        """`fact` cut in its middle by `over` px, to no less than `least` px."""
+        metrics = QFontMetrics(self._bold()) if fact.bold else self.fontMetrics()
+        whole = metrics.horizontalAdvance(fact.text)
+        if over <= 0 or whole <= least:
+            return fact
+        kept = max(whole - over, least)
+        short = metrics.elidedText(fact.text, Qt.TextElideMode.ElideMiddle, kept)
+        return Fact(short, fact.colour, fact.bold)
 
     def _width(self, facts: list[Fact]) -> int:
         metrics, bold = self.fontMetrics(), QFontMetrics(self._bold())
