@@ -28,6 +28,7 @@ from lmsp_desktop.gui.models.task_table import (
     COL_TOKENS,
     HEADERS,
 )
+from lmsp_desktop.gui.pages.tasks_page import cut_id
 from tests.integration.gui_windows import open_app
 from tests.support.hub_repos import TINY_REPO, Hub
 from tests.support.polling import until
@@ -69,8 +70,11 @@ async def test_long_cells_are_cut_and_the_id_created_and_on_restart_stay_at_1200
         hidden = [HEADERS[c] for c in tasks.fitter.hidden_columns()]
         assert hidden == [], hidden
         metrics = table.fontMetrics()
-        # The Id whole in its short form (it was "dl_......4cb8").
-        assert cell(COL_ID) == short_id(task_id)
+        # The Id at least whole in its short form (it was "dl_......4cb8"): the cell holds the
+        # whole id, painted cut to its prefix and as much of its end as the column has room for.
+        assert cell(COL_ID) == task_id
+        shown = cut_id(task_id, header.sectionSize(COL_ID) - 6, metrics)
+        assert shown.startswith("dl_") and shown.endswith(short_id(task_id)[-8:]), shown
         for col in (COL_ID, COL_ON_RESTART, COL_CREATED):  # as wide as their content asks
             assert header.sectionSize(col) >= tasks.fitter.content_width(col), HEADERS[col]
         # The long Output cell is cut at its end, and whole in its tooltip.

@@ -54,7 +54,8 @@ class Painted(QObject):
         return False
 
 
-# Widths at which the name is cut (at 1000 px a column was also dropped mid-run).
+# Widths at which the name is cut (at 1000 px a column was also dropped mid-run); at 1100 it
+# is whole since titles no longer keep room for a sort arrow they do not show.
 @pytest.mark.parametrize("width", [900, 1000, 1100])
 async def test_the_model_cell_holds_while_a_downloads_time_left_grows(
     qtbot: Any, tmp_path: Path, hub: Hub, monkeypatch: pytest.MonkeyPatch, width: int
@@ -83,7 +84,8 @@ async def test_the_model_cell_holds_while_a_downloads_time_left_grows(
         assert row is not None
         model_index = rows.index(row, COL_MODEL)
         seen = [shown_text(table, model_index)]
-        assert "…" in seen[0], seen  # the name is cut at this width (what the walk saw)
+        if width < 1100:  # cut at this width (what the walk saw); at 1100 whole: it stays so
+            assert "…" in seen[0], seen
 
         def painted() -> None:
             if cell(COL_STATE) == "running":

@@ -1,7 +1,8 @@
 """The Tasks table while a download runs and after (the nineteenth walk): the columns keep
 their widths while a running row's text moves (Model went 268 → 281 → 226 px in one
 download, as its Duration and Output texts narrowed and widened), the Model cell is cut in
-its middle so its quant tag stays, and On restart is narrow when every row holds "—". The
+its middle so its quant tag stays, and On restart keeps its title and width when the run
+ends (its title is "↻" only where the room is short). The
 real MainWindow over a real core, a real download from a (fake) hub on loopback."""
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ async def test_widths_hold_while_a_download_runs_and_the_model_keeps_its_tag(
             return str(rows.headerData(COL_ON_RESTART, Qt.Orientation.Horizontal))
 
         await until(lambda: state() == "running", what=state)
-        assert title() == "On restart"  # a running download has a policy to show
+        assert title() == "On restart"  # room for the whole title at 1200 px
+        restart_width = header.sectionSize(COL_ON_RESTART)
         narrowed: list[tuple[int, int, int]] = []
 
         def resized(col: int, old: int, new: int) -> None:
@@ -60,13 +62,25 @@ async def test_widths_hold_while_a_download_runs_and_the_model_keeps_its_tag(
         header.sectionResized.disconnect(resized)
         assert narrowed == []  # no column narrowed (and Model widened back) within the run
 
-        # Every row ended: On restart's cells are all "—", and its title no longer holds the
-        # column at the width of "On restart" (the whole title on hover).
-        await until(lambda: title() == "↻", what=title)
+        # Every row ended (On restart's cells all "—"): its title and width stay as they were
+        # (they followed the rows: "On restart" while one ran, "↻" after, and the columns
+        # jumped at each run's start and end); the title is "↻" only where room is short.
+        await until(lambda: rows.index(0, COL_ON_RESTART).data() == "—")
+        await until(lambda: not tasks.fitter._timer.isActive())
+        assert title() == "On restart"
+        assert header.sectionSize(COL_ON_RESTART) == restart_width
+        for width in range(1180, 880, -20):  # narrower until its title gives way
+            window.resize(width, 780)
+            await until(lambda: not tasks.fitter._timer.isActive())
+            if title() == "↻":
+                break
+        assert title() == "↻" and not header.isSectionHidden(COL_ON_RESTART), width
         whole = tasks.fontMetrics().horizontalAdvance("On restart")
-        await until(lambda: header.sectionSize(COL_ON_RESTART) < whole, what=header.sectionSize)
+        assert header.sectionSize(COL_ON_RESTART) < whole
         tip = rows.headerData(COL_ON_RESTART, Qt.Orientation.Horizontal, Qt.ToolTipRole)
         assert str(tip).startswith("On restart: What happens to the task"), tip
+        window.resize(1200, 780)
+        await until(lambda: title() == "On restart", what=title)
 
         # The Model cell cut for room keeps its end, the quant tag (three downloads of one
         # repo read alike when cut at their end).

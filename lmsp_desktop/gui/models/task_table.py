@@ -16,7 +16,6 @@ from lmsp_desktop.core.views import (
     TaskFilter,
     TaskRow,
     download_status,
-    prompt_status,
 )
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
@@ -25,7 +24,6 @@ from lmsp_desktop.gui.format import (
     human_duration,
     human_size,
     incomplete_tip,
-    short_id,
     state_icon,
     state_word,
 )
@@ -97,9 +95,10 @@ class TaskTableModel(RowTableModel):
         COL_TPS: "Output tokens per second; for a download, bytes per second",
     }
 
-    # On restart's title while every listed task has ended (its cells all "—"): the column
-    # kept 94 px for a title over dashes; the whole title is in the header's tooltip.
-    ENDED_RESTART_TITLE = "↻"
+    # On restart's title when its column is narrower than the title (the page's fitter
+    # says: the room went to the Model and the Id first); the whole title is in the tooltip.
+    # It follows the room, not the rows: it changed with every run that began or ended.
+    SHORT_RESTART_TITLE = "↻"
 
     def __init__(self, core: CoreApi, page_size: int = 200, parent: Any = None) -> None:
         super().__init__(parent)
@@ -116,21 +115,19 @@ class TaskTableModel(RowTableModel):
         self._counts_asked = 0  # counts reads started, and the latest of them shown
         self._counts_shown = 0
         self.first_starts = FirstStarts(core)  # restarted tasks' first starts (Duration)
-        self._restartable = False  # a listed task a restart would act on (On restart's title)
+        self.short_restart_title = False  # On restart's title as "↻" (set_short_restart_title)
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
         if section == COL_ON_RESTART and orientation == Qt.Orientation.Horizontal:
-            if role == Qt.ItemDataRole.DisplayRole and not self._restartable:
-                return self.ENDED_RESTART_TITLE
-            if role == Qt.ItemDataRole.ToolTipRole and not self._restartable:
+            if role == Qt.ItemDataRole.DisplayRole and self.short_restart_title:
+                return self.SHORT_RESTART_TITLE
+            if role == Qt.ItemDataRole.ToolTipRole and self.short_restart_title:
                 return f"On restart: {self.header_tips[COL_ON_RESTART]}"
         return super().headerData(section, orientation, role)
 
-    def _check_restartable(self) -> None:
-        """On restart's title follows the rows: whole while a row has a policy to show."""
-        restartable = any(r.state not in TERMINAL for r in self._rows)
-        if restartable != self._restartable:
-            self._restartable = restartable
+    def set_short_restart_title(self, short: bool) -> None:
+        if short != self.short_restart_title:
+            self.short_restart_title = short
             self.headerDataChanged.emit(Qt.Orientation.Horizontal, COL_ON_RESTART, COL_ON_RESTART)
 
     # -- Qt model API ------------------------------------------------------------------------
@@ -178,8 +175,8 @@ class TaskTableModel(RowTableModel):
         return self.core.first_token_at(row.id)
 
     def _display(self, row: TaskRow, col: int) -> str:
-        if col == COL_ID:
-            return short_id(row.id)
+        if col == COL_ID:  # whole: the view cuts it for room, keeping its prefix and end
+            return row.id
         if col == COL_CLIENT:
             return row.client
         if col == COL_MODEL:
@@ -196,8 +193,8 @@ class TaskTableModel(RowTableModel):
             return human_duration(self.ran(row))
         if col == COL_TOKENS:
             reading = self._prompt_read(row)
-            if reading is not None:
-                return prompt_status(reading)
+            if reading is not None:  # short, on the cell's bar: its tooltip says the rest
+                return prompt_cell(reading)
             if row.started_at is None:
                 return "—"
             if row.kind == "embedding":  # it reads its input and generates nothing
@@ -259,9 +256,9 @@ class TaskTableModel(RowTableModel):
                     "once its own prompt is read."
                 )
             return (
-                f"The model is reading the prompt: {reading.total:,} tokens, "
-                f"{reading.cached:,} of them reused from the prompt cache. Output begins "
-                "once it is read."
+                f"The model is reading the prompt: {reading.total:,} tokens "
+                f"({reading.processed:,} read so far), {reading.cached:,} of them reused from "
+                "the prompt cache. Output begins once it is read."
             )
         reason = (row.progress or {}).get("retry_reason")  # a download waiting for the hub
         if col == COL_TOKENS and row.state == TaskState.RUNNING and reason:
@@ -341,7 +338,6 @@ class TaskTableModel(RowTableModel):
         self._loading = False
         self.endResetModel()
         self.loaded = True
-        self._check_restartable()
 
     async def _fetch_page(self, generation: int) -> None:
         try:
@@ -367,7 +363,6 @@ class TaskTableModel(RowTableModel):
             self._rows.extend(fresh)
             self._reindex(first)
             self.endInsertRows()
-            self._check_restartable()
 
     def _reindex(self, start: int) -> None:
         if start == 0:
@@ -402,8 +397,6 @@ class TaskTableModel(RowTableModel):
             self._patch(updated)
             self._drop_unlisted(updated)
             self._insert(added)
-            if updated or added:
-                self._check_restartable()
         if counts is not None:
             self._show_counts(*counts)
 
@@ -518,6 +511,17 @@ class FirstStarts:
             self._known.clear()
         self._known[task_id] = first
         return first
+
+
+def prompt_cell(reading: PromptProgress) -> str:
+    """A running task's Output cell while its prompt is read: "37%" on the cell's bar, or
+    "waiting" behind another task's read. As short as the output's count that follows: the
+    long form ("reading prompt 3,072/8,192 (37%)", the CLI's) widened the column to 190 px,
+    which it kept for the whole run and which the Model column paid for."""
+    if reading.waiting:
+        return "waiting"
+    percent = reading.processed * 100 // reading.total if reading.total > 0 else 0
+    return f"{percent}%"
 
 
 def ran_from(started_at: float, first_start: float | None) -> float:

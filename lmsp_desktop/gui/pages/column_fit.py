@@ -240,8 +240,11 @@ class ColumnFitter(QObject):
 
     def content_width(self, col: int) -> int:
         """What a column needs to show its title and every loaded cell uncut."""
-        header = self.table.horizontalHeader()
-        return max(self._content.get(col, 0), header.sectionSizeFromContents(col).width())
+        return max(self._content.get(col, 0), self.title_width(col))
+
+    def title_width(self, col: int) -> int:
+        """What the column's title needs in the header."""
+        return self.table.horizontalHeader().sectionSizeFromContents(col).width()
 
     # -- fitting -----------------------------------------------------------------------------
     def fit(self) -> None:
@@ -281,6 +284,7 @@ class ColumnFitter(QObject):
                     col, least = step
                     needed[col] = max(min(least, needed[col]), needed[col] - excess)
         self._give_spare_room(needed, hidden, room)
+        self._widen(needed, hidden, room)
         self._fitting = True
         try:
             for col in range(header.count()):
@@ -304,6 +308,9 @@ class ColumnFitter(QObject):
         takers = [c for c in shown if c not in self.dragged]
         if spare > 0 and takers:
             needed[max(takers, key=header.visualIndex)] += spare
+
+    def _widen(self, needed: dict[int, int], hidden: set[int], room: int) -> None:
+        """A subclass's last word on the widths `fit` is about to set (none here)."""
 
     def steps(self) -> list[int | tuple[int, int]]:
         """The drop order with the columns the user asked for moved to its end, and without

@@ -6,6 +6,7 @@ from typing import Any
 
 from PySide6.QtCore import (
     QItemSelectionModel,
+    QModelIndex,
     QPoint,
     QRect,
     QSettings,
@@ -15,6 +16,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import (
     QFocusEvent,
+    QFontMetrics,
     QGuiApplication,
     QKeySequence,
     QPainter,
@@ -25,6 +27,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QButtonGroup,
     QHBoxLayout,
     QHeaderView,
@@ -36,6 +39,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSplitter,
     QStackedWidget,
+    QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTableView,
@@ -45,11 +49,12 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from lmsp_desktop.core.errors import LmspError
-from lmsp_desktop.core.states import CANCELLABLE, TERMINAL
+from lmsp_desktop.core.states import CANCELLABLE, TERMINAL, RestartPolicy
 from lmsp_desktop.core.views import TaskChange, TaskFilter
 from lmsp_desktop.gui import aio
 from lmsp_desktop.gui.core_api import CoreApi
 from lmsp_desktop.gui.data import STATE_FILTERS
+from lmsp_desktop.gui.format import short_id
 from lmsp_desktop.gui.models.task_table import (
     COL_CLIENT,
     COL_CREATED,
@@ -82,13 +87,43 @@ def curl_example(url: str, model: str = "smollm2-135m-instruct") -> str:
     )
 
 
-class KeepEnd(QStyledItemDelegate):
-    """The Id cut at its start when narrowed: `…8f2a91c0`, its random end that tells it
-    apart, never `dl_......4cb8` (cut in the middle of its short form)."""
+def cut_id(task_id: str, room: int, metrics: QFontMetrics) -> str:
+    """The id whole when it fits `room` px, else its prefix and as much of its end as fits
+    ("resp_…6ced68f35f77"): the random end tells tasks apart, the start (their creation
+    time) is alike for tasks made together; with no room even for that, its end alone."""
+    if metrics.horizontalAdvance(task_id) <= room:
+        return task_id
+    cut = min((i for i in (task_id.find("_"), task_id.find("-")) if i >= 0), default=-1)
+    prefix, rest = task_id[: cut + 1], task_id[cut + 1 :]
+    left = room - metrics.horizontalAdvance(prefix)
+    tail = metrics.elidedText(rest, Qt.TextElideMode.ElideLeft, left) if left > 0 else ""
+    if len(tail) >= 5:  # "…" and at least four of its last characters
+        return prefix + tail
+    return metrics.elidedText(task_id, Qt.TextElideMode.ElideLeft, room)
+
+
+class IdCut(QStyledItemDelegate):
+    """The Id cell: the whole id when its column has room (the fitter gives it room once the
+    Model's name is whole), else cut to its prefix and its end (`cut_id`), never cut in the
+    middle of its short form as Qt's own elision did ("dl_......4cb8"). Whole on hover."""
+
+    _room = 0  # the width of the cell being painted (0: measuring, never cut)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
+        self._room = option.rect.width()
+        try:
+            super().paint(painter, option, index)
+        finally:
+            self._room = 0
 
     def initStyleOption(self, option: QStyleOptionViewItem, index: Any) -> None:
         super().initStyleOption(option, index)
         option.textElideMode = Qt.TextElideMode.ElideLeft
+        if self._room > 0:
+            widget = option.widget
+            style = widget.style() if widget is not None else QApplication.style()
+            margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget)
+            option.text = cut_id(option.text, self._room - 2 * (margin + 1), option.fontMetrics)
 
 
 class SteadyFitter(ColumnFitter):
@@ -112,6 +147,107 @@ class SteadyFitter(ColumnFitter):
     _changing: range | None = None  # the rows of the data change being measured
     _hold = False  # the fit due follows only changes of rows that have not ended
     _held = False  # the Model column fixed at its width while the table scrolls
+    _id_short = 0  # the widest Id cell in its short form ("resp_…8f2a91c0"), px
+
+    # Room the Id and On restart's title get only once the Model's name is whole (walk20: at
+    # 1600 px the Id read "resp_…b987db1d" beside 670 px of blank Model): the Id is fitted
+    # at its short form and widened to whole with what is left; On restart fitted at its
+    # cells ("—", or a policy: as wide as the widest policy, so a run that begins or ends
+    # never moves it) and its title "↻", and given its whole title when there is room. Titles
+    # are measured without room for the sort arrow, but on the sorted column (the arrow sits
+    # on one column only; every title kept 20 px for it).
+    RESTART_WORDS = tuple(p.value for p in RestartPolicy)
+
+    def __init__(self, table: QTableView, *args: Any, **kwargs: Any) -> None:
+        super().__init__(table, *args, **kwargs)
+        table.horizontalHeader().sortIndicatorChanged.connect(self.fit_soon)
+
+    def _remeasure(self, *_: object) -> None:
+        self._id_short = 0
+        super()._remeasure()
+
+    def _cell_width(self, index: QModelIndex) -> int:
+        width = super()._cell_width(index)
+        if index.column() == COL_ID:  # its short form: prefix, "…" and eight of its end
+            # Measured as "resp_…00000000" (digits are the widest of hex here): one width
+            # for every id with that prefix, so a new task's id never moves the column.
+            prefix = short_id(str(index.data() or "")).partition("…")[0]
+            short = self.table.fontMetrics().horizontalAdvance(f"{prefix}…00000000")
+            self._id_short = max(self._id_short, short + self._margins())
+        return width
+
+    def _margins(self) -> int:
+        """A plain cell's width beyond its text's (its margins and the grid), with a pixel or
+        two to spare for the rounding of the text's width: a fixed figure."""
+        style = self.table.style()
+        frame = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self.table)
+        return 2 * (frame + 1) + int(self.table.showGrid()) + 2
+
+    def title_width(self, col: int) -> int:
+        header = self.table.horizontalHeader()
+        size = header.sectionSizeFromContents(col)
+        width = size.width()
+        if header.isSortIndicatorShown() and col != header.sortIndicatorSection():
+            style = header.style()
+            width -= size.height() + style.pixelMetric(QStyle.PixelMetric.PM_HeaderMargin)
+        if col == COL_ON_RESTART:  # measured as "↻", whichever title it shows now
+            metrics = header.fontMetrics()
+            shown = str(self.table.model().headerData(col, Qt.Orientation.Horizontal))
+            short = TaskTableModel.SHORT_RESTART_TITLE
+            width += metrics.horizontalAdvance(short) - metrics.horizontalAdvance(shown)
+        return width
+
+    def whole_restart_title(self) -> int:
+        """What On restart's whole title needs."""
+        metrics = self.table.horizontalHeader().fontMetrics()
+        grow = metrics.horizontalAdvance(HEADERS[COL_ON_RESTART])
+        grow -= metrics.horizontalAdvance(TaskTableModel.SHORT_RESTART_TITLE)
+        return self.title_width(COL_ON_RESTART) + grow
+
+    def whole_id(self) -> int:
+        """What the longest whole id needs."""
+        return max(self._content.get(COL_ID, 0), self.title_width(COL_ID))
+
+    def content_width(self, col: int) -> int:
+        if col == COL_ID and self._id_short:
+            return max(min(self._content.get(COL_ID, 0), self._id_short), self.title_width(col))
+        width = super().content_width(col)
+        if col == COL_ON_RESTART:  # as wide as the widest policy: "—" to "resume" moves nothing
+            metrics = self.table.fontMetrics()
+            words = max(metrics.horizontalAdvance(w) for w in self.RESTART_WORDS)
+            width = max(width, words + self._margins())
+        return width
+
+    def _widen(self, needed: dict[int, int], hidden: set[int], room: int) -> None:
+        """The room left once the Model's name is whole: On restart's whole title, then the
+        whole Id (not for a width the user dragged)."""
+        header = self.table.horizontalHeader()
+        shown = [c for c in range(header.count()) if c not in hidden]
+        spare = room - sum(needed[c] for c in shown if c not in self.stretch)
+        spare -= sum(self.content_width(c) for c in shown if c in self.stretch)
+        title = self.whole_restart_title()
+        restart = COL_ON_RESTART in shown and COL_ON_RESTART not in self.dragged
+        if restart and 0 < title - needed[COL_ON_RESTART] <= spare:
+            spare -= title - needed[COL_ON_RESTART]
+            needed[COL_ON_RESTART] = title
+        if COL_ID in shown and COL_ID not in self.dragged and spare > 0:
+            more = min(spare, max(0, self.whole_id() - needed[COL_ID]))
+            needed[COL_ID] += more
+
+    def steps(self) -> list[int | tuple[int, int]]:
+        """Within a run (`fit_within_run`), the whole title and the whole Id give way first."""
+        first: list[int | tuple[int, int]] = [
+            (c, self.content_width(c)) for c in (COL_ON_RESTART, COL_ID) if c not in self.dragged
+        ]
+        return [*first, *super().steps()]
+
+    def _title_follows(self) -> None:
+        """On restart's title: whole where its column has room for it, else "↻"."""
+        header = self.table.horizontalHeader()
+        short = header.sectionSize(COL_ON_RESTART) < self.whole_restart_title()
+        model = self.table.model()
+        if isinstance(model, TaskTableModel):
+            model.set_short_restart_title(short)
 
     def _data_changed(self, top: Index, bottom: Index, roles: Any = ()) -> None:
         before = set(self._shrunk)
@@ -150,6 +286,7 @@ class SteadyFitter(ColumnFitter):
                 COL_MODEL, QHeaderView.ResizeMode.Stretch
             )
         super().fit()
+        self._title_follows()
 
     def fit_within_run(self) -> None:
         """Fit a running row's grown cells without narrowing the Model column's name."""
@@ -162,6 +299,9 @@ class SteadyFitter(ColumnFitter):
         hidden = set(self.hidden_columns())
         fixed = [c for c in range(header.count()) if c not in hidden and c != COL_MODEL]
         needed = {c: self.dragged.get(c, self.content_width(c)) for c in fixed}
+        for col in (COL_ID, COL_ON_RESTART):  # widened for room: kept, or cut first
+            if col in needed and col not in self.dragged:
+                needed[col] = max(needed[col], header.sectionSize(col))
         # Less than it has only where its widest name is whole in less.
         keep = min(header.sectionSize(COL_MODEL), self.content_width(COL_MODEL))
         excess = sum(needed.values()) + keep - self.table.viewport().width()
@@ -189,6 +329,7 @@ class SteadyFitter(ColumnFitter):
                 header.setSectionResizeMode(COL_MODEL, QHeaderView.ResizeMode.Stretch)
         finally:
             self._fitting = False
+        self._title_follows()
 
 
 class TaskTableView(QTableView):
@@ -323,7 +464,7 @@ class TasksPage(QWidget):
         # left) and the speed. The Id is never cut below its short form (`dl_…8f2a91c0`).
         header.setMinimumSectionSize(40)
         letters = self.fontMetrics().averageCharWidth()
-        self.table.setItemDelegateForColumn(COL_ID, KeepEnd(self.table))
+        self.table.setItemDelegateForColumn(COL_ID, IdCut(self.table))
         # A model cut in its middle keeps its tag: "lmsp-test/SmolLM2-135…Instruct-GGUF:Q8_0",
         # not three rows alike of "lmsp-test/SmolLM2-135M-Instru…".
         self.table.setItemDelegateForColumn(COL_MODEL, ElideMiddle(self.table))
@@ -343,11 +484,16 @@ class TasksPage(QWidget):
                 COL_DURATION,
                 COL_TPS,
             ],
+            draggable=True,
         )
+        # Widths dragged on the header are kept in the window's settings, as the columns shown
+        # or hidden are (as on the Models page); written to disk once the drag rests (a drag
+        # resizes at every mouse move).
+        self._sync_soon = QTimer(self, singleShot=True, interval=300)
+        self._sync_soon.timeout.connect(self._sync_settings)
+        self.fitter.dragged_changed.connect(self._keep_widths)
         # Right-click on the header: show or hide columns, as on the Models page (the same
         # menu, column_fit.column_menu), kept in the window's settings.
-        # On restart's title shortens to "↻" when every row holds "—" (see TaskTableModel).
-        self.model.headerDataChanged.connect(self.fitter.fit_soon)
         header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         header.customContextMenuRequested.connect(self.open_column_menu)
         self.column_menu: QMenu | None = None
@@ -591,7 +737,21 @@ class TasksPage(QWidget):
         self.qsettings.setValue("tasks/hidden_columns", hidden)
         asked = ",".join(HEADERS[c] for c in self.fitter.pinned)
         self.qsettings.setValue("tasks/asked_columns", asked)
+        self._keep_widths()  # Reset columns forgets the dragged ones
         self.qsettings.sync()  # a user's click, now and then: kept even if the app is killed
+
+    def _keep_widths(self) -> None:
+        if self.qsettings is None:
+            return
+        widths = sorted(self.fitter.dragged.items())
+        self.qsettings.setValue(
+            "tasks/column_widths", ",".join(f"{HEADERS[c]}={px}" for c, px in widths)
+        )
+        self._sync_soon.start()
+
+    def _sync_settings(self) -> None:
+        if self.qsettings is not None:
+            self.qsettings.sync()
 
     def _restore_columns(self) -> None:
         if self.qsettings is None:
@@ -606,6 +766,10 @@ class TasksPage(QWidget):
         self.fitter.pinned = [
             c for c in columns("tasks/asked_columns") if c not in self.fitter.unwanted
         ]
+        for pair in str(settings.value("tasks/column_widths", "") or "").split(","):
+            title, _, px = pair.partition("=")
+            if title in HEADERS and px.isdigit() and int(px) > 0:
+                self.fitter.dragged[HEADERS.index(title)] = int(px)
 
     def _copy_ids(self) -> None:
         """Ctrl+C: the selected ids, one a line, said in the status bar as the URL's copy is."""

@@ -173,7 +173,7 @@ async def test_a_running_tasks_output_cell_shows_its_prompt_read_until_output(st
     # Behind another task's prompt read: it waits, no bar (nothing of it is being read).
     core.prompt_reads[task_id] = PromptProgress(total=8192, cached=0, processed=0, waiting=True)
     model.tick()
-    assert model.data(cell) == "waiting to read its prompt (8,192 tokens)"
+    assert model.data(cell) == "waiting"  # short: the column keeps its width (the tip says)
     assert model.data(cell, Role.PROGRESS) is None
     tip = model.data(cell, Qt.ItemDataRole.ToolTipRole)
     assert "behind another task's prompt read" in tip and "8,192 tokens" in tip
@@ -183,9 +183,10 @@ async def test_a_running_tasks_output_cell_shows_its_prompt_read_until_output(st
     model.dataChanged.connect(lambda top, bottom, *_: repainted.append((top.row(), top.column())))
     model.tick()
     assert (0, COL_DURATION) in repainted  # the tick's range covers Duration..Speed
-    assert model.data(cell) == "reading prompt 3,072/8,192 (37%)"
+    assert model.data(cell) == "37%"  # on the bar, as short as a token count
     assert model.data(cell, Role.PROGRESS) == 3072 / 8192
-    assert "8,192 tokens, 512 of them reused" in model.data(cell, Qt.ItemDataRole.ToolTipRole)
+    tip = model.data(cell, Qt.ItemDataRole.ToolTipRole)
+    assert "8,192 tokens (3,072 read so far), 512 of them reused" in tip
     # Output has begun: the runner forgets the read, the cell counts tokens again.
     del core.prompt_reads[task_id]
     await run_task(store, task_id, ["Once", " upon"], finish=False)
