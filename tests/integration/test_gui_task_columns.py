@@ -28,7 +28,7 @@ from lmsp_desktop.gui.models.task_table import (
     COL_TOKENS,
     HEADERS,
 )
-from lmsp_desktop.gui.pages.tasks_page import cut_id
+from lmsp_desktop.gui.pages.task_table_view import cut_id
 from tests.integration.gui_windows import open_app
 from tests.support.hub_repos import TINY_REPO, Hub
 from tests.support.polling import until

@@ -28,7 +28,7 @@ from lmsp_desktop.gui.models.task_table import (
     COL_TOKENS,
     HEADERS,
 )
-from lmsp_desktop.gui.pages.tasks_page import cut_id
+from lmsp_desktop.gui.pages.task_table_view import cut_id
 from tests.integration.gui_windows import MODEL, open_app, slow_engine
 from tests.integration.test_gui_models_widths import drag_edge, settle
 from tests.integration.test_gui_task_model_steady import shown_text
