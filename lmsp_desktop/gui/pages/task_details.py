@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from lmsp_desktop.core.engines.llama_chat import PREFILL
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.states import CANCELLABLE, TERMINAL, EventType, TaskState
 from lmsp_desktop.core.views import TaskChange, TaskRow
@@ -246,6 +247,8 @@ def request_shown(request: dict[str, Any]) -> str:
     sent = request.get("messages") if chat else request.get("input_items")
     if sent is None:  # a task created before `input_items` was kept
         sent = request.get("input", request.get("messages"))
+    if chat and isinstance(sent, list):  # the engine's mark on a prefill is not the client's
+        sent = [_without_prefill_mark(m) for m in sent]
     lines += ["", "Messages:" if chat else "Input:", json.dumps(sent, indent=2, ensure_ascii=False)]
     tools = [t.get("name", "?") for t in request.get("tools") or []]
     if tools or request.get("dropped_tools"):
@@ -261,12 +264,6 @@ def request_shown(request: dict[str, Any]) -> str:
     lines += ["", ("Response format: " if chat else "Text format: ") + described]
     if fmt.get("schema") is not None:
         lines.append(json.dumps(fmt["schema"], indent=2, ensure_ascii=False))
-    if request.get("schema_notes"):
-        lines += [
-            "",
-            "Not enforced by the output grammar (non-strict schema): "
-            + ", ".join(request["schema_notes"]),
-        ]
     sampling = [
         f"{name} {json.dumps(request[name])}"
         for name in _SAMPLING
@@ -284,6 +281,12 @@ def request_shown(request: dict[str, Any]) -> str:
     for note in request.get("notes") or []:
         lines.append(f"Note: {note}")
     return "\n".join(lines)
+
+
+def _without_prefill_mark(message: Any) -> Any:
+    if isinstance(message, dict) and PREFILL in message:
+        return {k: v for k, v in message.items() if k != PREFILL}
+    return message
 
 
 class TaskDetails(QWidget):

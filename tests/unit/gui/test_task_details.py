@@ -187,3 +187,30 @@ async def test_request_tab_names_the_anthropic_api_and_its_notes(details, store)
     assert shown.startswith("Anthropic Messages (POST /v1/messages)")
     assert '"content": "Hi"' in shown and '"content": "Be brief."' in shown
     assert "Note: Extended thinking was asked for" in shown
+
+
+async def test_request_tab_shows_a_prefill_and_a_dropped_keyword_as_sent(details, store):
+    """An Anthropic prefill shows as the client's last assistant turn, without the engine's
+    mark on it; a keyword the grammar leaves out is told once (the task's note)."""
+    from lmsp_desktop.core.api.anthropic.request import parse_messages_request
+    from lmsp_desktop.core.storage.tasks import NewTask
+
+    schema = {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.5}}}
+    request = parse_messages_request(
+        {
+            "model": "smollm2",
+            "max_tokens": 16,
+            "messages": [
+                {"role": "user", "content": "Describe a cat."},
+                {"role": "assistant", "content": "1. Fur color:"},
+            ],
+            "tools": [{"name": "pick", "input_schema": schema}],
+        },
+        "fail",
+    )
+    task_id = (await store.tasks.create(NewTask(model="smollm2", request=request))).task_id
+    await details.show_task(task_id)
+    shown = details.request.toPlainText()
+    assert '"content": "1. Fur color:"' in shown
+    assert "prefill" not in shown
+    assert shown.count("multipleOf") == 1, shown
