@@ -16,6 +16,8 @@ from lmsp_desktop.core.config import DEFAULT_PORT, default_data_dir
 from lmsp_desktop.core.errors import LmspError
 
 log = logging.getLogger(__name__)
+# The codes of a start refused by its data directory: a full disk, or one it cannot write.
+STORAGE_REFUSALS = ("storage_full", "storage_read_only")
 WORKER_COMMAND = "engine-worker"  # core/engines/worker/client.py starts workers with it
 
 
@@ -206,36 +208,54 @@ def _main(argv: list[str] | None) -> int:
     if args.data_dir is None:
         args.data_dir = default_data_dir()
     args.data_dir = args.data_dir.expanduser()
-    from lmsp_desktop.logs import setup_logging
+    from lmsp_desktop.core.lock import storage_refusal
+    from lmsp_desktop.logs import StartLeftovers
 
+    leftovers = StartLeftovers(args.data_dir)
     try:
-        if args.command in (None, "serve"):
-            setup_logging(args.data_dir, args.log_level)
-        if args.command == "serve":
-            from lmsp_desktop import service_loop
-
-            return service_loop.run(serve(args))
-        if args.command is None:
-            from lmsp_desktop.gui.launch import run_gui
-
-            return int(run_gui(args))
-        if args.command == "tasks":
-            from lmsp_desktop.cli_tasks import run_tasks
-
-            return run_tasks(args)
-        from lmsp_desktop.cli_admin import run_admin
-
-        return run_admin(args)
+        code = _run_command(args)
     except LmspError as exc:
+        if exc.code in STORAGE_REFUSALS:
+            leftovers.remove()
         print(f"lmsp-desktop: {exc.message}", file=sys.stderr)
         return 1
-    except PermissionError as exc:  # the data directory or a file in it (logs, the lock)
-        print(
-            f"lmsp-desktop: cannot write {exc.filename or args.data_dir} (permission "
-            "denied). Give this user write access to the data directory, or choose another "
-            "with --data-dir (or LMSP_DATA_DIR).",
-            file=sys.stderr,
-        )
+    except OSError as exc:  # a write in the data directory (logs, the lock, the database)
+        refusal = storage_refusal(exc, args.data_dir)
+        if refusal is None:
+            raise
+        leftovers.remove()
+        print(f"lmsp-desktop: {refusal.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    finally:
+        if getattr(getattr(args, "start_error", None), "code", None) in STORAGE_REFUSALS:
+            leftovers.remove()  # the window said why in its dialog
+    if code:  # a command that said its own failure (`token create` on a full disk)
+        leftovers.remove(only_empty=True)
+    return code
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    from lmsp_desktop.logs import setup_logging
+
+    if args.command == "serve":
+        setup_logging(args.data_dir, args.log_level)
+        from lmsp_desktop import service_loop
+
+        return service_loop.run(serve(args))
+    if args.command is None:
+        from lmsp_desktop.gui.launch import run_gui
+
+        try:
+            setup_logging(args.data_dir, args.log_level)
+        except LmspError as exc:  # said in the window's "could not start" dialog
+            args.start_error = exc
+        return int(run_gui(args))
+    if args.command == "tasks":
+        from lmsp_desktop.cli_tasks import run_tasks
+
+        return run_tasks(args)
+    from lmsp_desktop.cli_admin import run_admin
+
+    return run_admin(args)

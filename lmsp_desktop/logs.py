@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import logging.handlers
 import os
+import sys
 from pathlib import Path
 from typing import Any
+
+from lmsp_desktop.core.lock import storage_refusal
 
 # `extra=` of a record for the log file only: the terminal was told in its own words.
 LOG_FILE_ONLY = {"log_file_only": True}
@@ -16,6 +20,8 @@ LOG_FILE_ONLY = {"log_file_only": True}
 # logger names (`aiosqlite,huggingface_hub`) that take the level given too.
 OURS = "lmsp_desktop"
 LIBRARIES_ENV = "LMSP_DEBUG_LIBRARIES"
+# A log file write failing for one of these is the disk's state, not a bug (no traceback).
+UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO)
 # Libraries that say every HTTP request at INFO (huggingface_hub's client: each hub call's
 # full URL, three lines a pull): at WARNING, unless LMSP_DEBUG_LIBRARIES names them.
 CHATTY = ("httpx", "httpx2", "httpcore")
@@ -34,6 +40,33 @@ class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.fchmod(fd, 0o600)  # one an earlier version left 0644
         return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+    # The log file on a disk that fills up (or goes read-only): logging's own handleError
+    # printed a "--- Logging error ---" traceback to stderr for every line while it lasted.
+    # One line says it instead, then the file is quiet until a line reaches it again.
+    _cannot_write = False
+    _failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._failed = False
+        super().emit(record)  # its failures come to handleError
+        if self._cannot_write and not self._failed:
+            self._cannot_write = False
+            sys.stderr.write(f"lmsp-desktop: writing the log file {self.baseFilename} again\n")
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError) or exc.errno not in UNWRITABLE:
+            super().handleError(record)
+            return
+        self._failed = True
+        if not self._cannot_write:
+            self._cannot_write = True
+            sys.stderr.write(
+                f"lmsp-desktop: cannot write the log file {self.baseFilename} "
+                f"({os.strerror(exc.errno)}): its lines are lost until it can be written "
+                "again (free some space on that disk)\n"
+            )
 
 
 def setup_logging(
@@ -62,13 +95,61 @@ def setup_logging(
     # The data directory itself 0700 when this makes it (mkdir gives only the last part
     # the mode): it holds every prompt, and a window that fails to open must not leave it
     # readable by others.
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_dir = data_dir / "logs"
-    log_dir.mkdir(exist_ok=True, mode=0o700)
     path = log_dir / "lmsp-desktop.log"
-    file_handler = PrivateRotatingFileHandler(
-        path, maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"
-    )
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log_dir.mkdir(exist_ok=True, mode=0o700)
+        file_handler = PrivateRotatingFileHandler(
+            path, maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"
+        )
+    except OSError as exc:  # a read-only or full disk, no permission: say so, no traceback
+        raise storage_refusal(exc, data_dir) or exc from None
     file_handler.setFormatter(fmt)
     root.addHandler(file_handler)
     return path
+
+
+class StartLeftovers:
+    """What a start makes in a data directory before it knows it can use it: the folder
+    (and any missing parents), `logs/` and its file, `lmsp.lock`. A start refused there (a
+    full or read-only disk, no permission) removes them again (`remove`), so the refusal
+    leaves nothing half-made; a data directory that existed, or that holds a database by
+    then, is left alone."""
+
+    MADE_NAMES = ("logs/lmsp-desktop.log", "logs", "lmsp.lock")
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.absolute()
+        missing = [p for p in (self.data_dir, *self.data_dir.parents) if not p.exists()]
+        self.first_made = missing[-1] if missing else None  # the topmost folder to be made
+
+    def remove(self, *, only_empty: bool = False) -> None:
+        """`only_empty`: the folders only, if nothing is in them (a refused start of any
+        kind, which may have written a log file worth keeping)."""
+        if self.first_made is None or (self.data_dir / "lmsp.db").exists():
+            return
+        root = logging.getLogger()
+        for handler in list(root.handlers):  # the log file is closed before it goes
+            name = getattr(handler, "baseFilename", None)
+            if name is not None and Path(name).is_relative_to(self.data_dir):
+                root.removeHandler(handler)
+                try:
+                    handler.close()
+                except OSError:  # its last lines cannot be flushed to a full disk
+                    pass
+        for name in () if only_empty else self.MADE_NAMES:
+            path = self.data_dir / name
+            try:
+                path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
+            except OSError:
+                return  # something else is in it: not only this start's
+        folder = self.data_dir
+        while True:
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+            if folder == self.first_made:
+                return
+            folder = folder.parent

@@ -131,6 +131,8 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
             max_context=args.max_context,
         )
         try:
+            if getattr(args, "start_error", None) is not None:  # its log file (cli._run_command)
+                raise args.start_error
             report = await core.open()
             await core.start_service()  # the model scan runs in the background, as for `serve`
             break
@@ -142,6 +144,7 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
                 log.exception("cleanup after a failed start failed")
             if is_lock_refusal(exc) and await hand_over_soon(args.data_dir):
                 return 0  # a window of this data directory is starting: it came to the front
+            args.start_error = exc  # cli._main removes what a refused start made
             text = aio.error_text(exc)
             # The same sentence on stdout and in the log: a box alone leaves no trace for
             # whoever started it from a terminal or reads the log later. An ERROR, as `serve`
@@ -160,6 +163,7 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
             await ask(box)
             if retry is None or box.clickedButton() is box.button(QMessageBox.StandardButton.Ok):
                 return 1
+            args.start_error = None  # tried again on the port offered: not a refused start
             port = other
     window = MainWindow(core, qsettings)
     later_launches = WindowServer(args.data_dir, window.bring_to_front, window)

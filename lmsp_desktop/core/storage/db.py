@@ -35,6 +35,7 @@ from lmsp_desktop.core.errors import (
     StorageReadOnlyError,
 )
 from lmsp_desktop.core.listeners import notify
+from lmsp_desktop.core.lock import storage_refusal
 from lmsp_desktop.core.storage.schema import CURRENT_VERSION, MIGRATIONS, WRITER_TEMP_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,9 @@ CHECKPOINT_FRAMES = 1000
 _SHM_U32 = struct.Struct("=I")
 _SHM_MX_FRAME_AT, _SHM_BACKFILL_AT = 16, 96
 T = TypeVar("T")
+# Free space below which an I/O error of SQLite's while opening is the disk being full: the
+# -shm file grows 32 KiB at a time, the WAL a page plus its header.
+NEARLY_FULL_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -123,23 +127,58 @@ def _fsync_directory(folder: Path) -> None:
         os.close(handle)
 
 
-def _secure_create(path: Path) -> None:
-    """Create the data directory 0700 and the database file 0600 before SQLite opens them.
+def _secure_create(path: Path) -> bool:
+    """Create the data directory 0700 and the database file 0600 before SQLite opens them;
+    True when this made the file.
 
     Existing files with looser modes are tightened too: the database holds token hashes and
-    every prompt. SQLite gives the -wal and -shm files the database file's mode.
+    every prompt. SQLite gives the -wal and -shm files the database file's mode. A folder
+    this cannot write in (a read-only or full disk, no permission) is said as such
+    (lock.storage_refusal), not as an OSError's traceback; a folder already 0700 is not
+    chmodded (on a read-only disk even that fails).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    if not path.exists():
-        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-        os.close(fd)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent.stat().st_mode & 0o077:
+            os.chmod(path.parent, 0o700)
+        made = not path.exists()
+        if made:
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+    except OSError as exc:
+        raise storage_refusal(exc, path.parent) or exc from None
     for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
             if file.exists() and file.stat().st_mode & 0o077:
                 os.chmod(file, 0o600)
         except OSError:  # not ours to change (e.g. another user's file): SQLite will say
             log.debug("could not tighten the mode of %s", file, exc_info=True)
+    return made
+
+
+def _open_refusal(exc: sqlite3.Error, path: Path) -> Exception | None:
+    """Why the database could not be opened, when the cause is its disk and not its file: a
+    full disk, or one this user cannot write (SQLite's own code, or, for the I/O error it
+    gives when it cannot grow the -shm file or make the -wal one, the folder's state). A
+    full disk called the file damaged, and the advice to move it aside lost a user's tasks."""
+    said = translate(exc, path)
+    if isinstance(said, (StorageFullError, StorageReadOnlyError)):
+        return said
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    text = str(exc).lower()
+    if code not in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN) and not any(
+        words in text for words in ("disk i/o error", "unable to open")
+    ):
+        return None
+    try:
+        disk = os.statvfs(path.parent)
+    except OSError:
+        return None
+    if disk.f_flag & os.ST_RDONLY or not os.access(path.parent, os.W_OK):
+        return StorageReadOnlyError(str(path))
+    if disk.f_bavail * disk.f_frsize < NEARLY_FULL_BYTES:
+        return StorageFullError(str(path.parent))
+    return None
 
 
 class Database:
@@ -189,7 +228,7 @@ class Database:
         `before_writes` runs once the file is known to be one this version can use, before
         it changes in any way (the switch to WAL, a migration): it may read through the
         writer connection, and what it raises leaves the file as it was."""
-        _secure_create(self.path)
+        made = _secure_create(self.path)
         old_umask = os.umask(0o077)  # the -wal and -shm files SQLite creates stay private
         try:
             # Look before changing anything: switching to WAL rewrites the file header, so a
@@ -210,6 +249,10 @@ class Database:
             self._shm = os.open(f"{self.path}-shm", os.O_RDONLY)
         except sqlite3.DatabaseError as exc:
             await self.close()
+            self._forget(made)
+            refusal = _open_refusal(exc, self.path)
+            if refusal is not None:
+                raise refusal from exc
             raise DatabaseError(
                 f"The database file {self.path} cannot be read ({exc}). It may be damaged. "
                 "Move it aside (keep a copy) and start again to create a new one, or restore "
@@ -217,9 +260,17 @@ class Database:
             ) from exc
         except BaseException:
             await self.close()  # never leave a connection (and its thread) behind
+            self._forget(made)
             raise
         finally:
             os.umask(old_umask)
+
+    def _forget(self, made: bool) -> None:
+        """A file open() made and could not finish (a full disk) holds nothing of anyone's:
+        removed, so a refused start leaves no half-made database behind."""
+        if made:
+            for name in (f"{self.path}-wal", f"{self.path}-shm", str(self.path)):
+                Path(name).unlink(missing_ok=True)
 
     async def _connect(self, readonly: bool = False, *, wal: bool = True) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
@@ -277,7 +328,11 @@ class Database:
                 found = None if row is not None and row[0] == "ok" else str(row[0] if row else "?")
                 outcome.set_result(found)
             except sqlite3.Error as exc:  # not readable at all, or interrupted by close()
-                outcome.set_result(str(exc))
+                refusal = _open_refusal(exc, self.path)  # a full disk is no damage
+                if refusal is not None:
+                    outcome.set_exception(refusal)
+                else:
+                    outcome.set_result(str(exc))
 
         self._check_thread = threading.Thread(target=check, name="lmsp-quick-check", daemon=True)
         self._check_thread.start()
