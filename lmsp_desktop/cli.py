@@ -159,7 +159,8 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         await core.start()
     except BaseException as exc:
-        if isinstance(exc, LmspError):  # the port in use, the data directory locked, …
+        # Not for a full disk: the log file is on it (a line lost, and said lost on stderr).
+        if isinstance(exc, LmspError) and exc.code != "storage_full":
             # main() says it on stderr; the log file must say it too, once: a service
             # manager's user reads the log, not the terminal.
             from lmsp_desktop.logs import LOG_FILE_ONLY
