@@ -318,7 +318,9 @@ class Database:
 
         def check() -> None:
             try:
-                conn = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+                # absolute(): as_uri() refuses a relative path (`--data-dir data`), and the
+                # first commit then waited for this check for ever (a hung start).
+                conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True)
                 self._checker = conn
                 try:
                     row = conn.execute("PRAGMA quick_check").fetchone()
@@ -333,6 +335,8 @@ class Database:
                     outcome.set_exception(refusal)
                 else:
                     outcome.set_result(str(exc))
+            except BaseException as exc:  # a bug: it fails the first commit, never hangs it
+                outcome.set_exception(exc)
 
         self._check_thread = threading.Thread(target=check, name="lmsp-quick-check", daemon=True)
         self._check_thread.start()
