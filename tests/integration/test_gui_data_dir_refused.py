@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QMessageBox
 
+from lmsp_desktop import cli
 from lmsp_desktop.gui import launch
 from lmsp_desktop.logs import setup_logging
 from tests.integration.gui_windows import launch_args
 from tests.integration.test_gui_startup_failure import shown_box
 from tests.support.polling import until
+from tests.unit.test_data_dir_refusals import root_handlers_as_found  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.gui
 
@@ -72,3 +74,39 @@ async def test_a_log_file_it_cannot_write_is_said_in_the_box(
     ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
     text = await said_in_the_box(asyncio.ensure_future(launch.main(args, ini)))
     assert text.startswith(f"cannot write {data} (read-only file system). Mount it"), text
+
+
+def test_the_whole_launch_on_a_full_disk_leaves_no_folder_behind(
+    qapp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lmsp-desktop --data-dir NEW` as run (cli.main, its own qasync loop): the box says
+    the disk is full, exit 1, and the new folder, its logs/ and log file made before the
+    lock was refused are gone once the box is closed."""
+    data = tmp_path / "new" / "data"
+
+    def full(fd: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "ftruncate", full)
+    seen: list[str] = []
+
+    def answer_the_box() -> None:
+        box = shown_box()
+        if box is None:
+            QTimer.singleShot(20, answer_the_box)
+            return
+        seen.append(box.text())
+        ok = box.button(QMessageBox.StandardButton.Ok)
+
+        def click_when_armed() -> None:
+            if ok.isEnabled():
+                ok.click()
+            else:
+                QTimer.singleShot(50, click_when_armed)
+
+        click_when_armed()
+
+    QTimer.singleShot(0, answer_the_box)
+    assert cli.main(["--data-dir", str(data), "--port", "0"]) == 1
+    assert len(seen) == 1 and seen[0].startswith(f"The disk holding {data} is full"), seen
+    assert not (tmp_path / "new").exists(), list(tmp_path.rglob("*"))
