@@ -305,7 +305,7 @@ async def test_claude_codes_tools_make_a_grammar_llama_cpp_takes(model: LlamaMod
     length is now left out of the grammar, and said so; lengths up to 2000 are written as
     GBNF repetitions, which llama.cpp takes."""
     request = parse_messages_request(json.loads(CLAUDE_CODE.read_text())["body"], "fail")
-    assert request["schema_notes"] == ["tools[9].parameters.properties.script.maxLength"]
+    assert request["schema_notes"] == ["tools[9].input_schema.properties.script.maxLength"]
     grammar = output_grammar(request)
     assert grammar is not None
     constraint = GrammarConstraint(model._vocab, model._n_vocab, grammar)

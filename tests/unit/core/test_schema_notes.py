@@ -57,7 +57,7 @@ def _ollama() -> dict[str, Any]:
         (_responses, "tools[0].parameters.properties.n.multipleOf"),
         (_responses_format, "text.format.schema.properties.n.multipleOf"),
         (_chat, "tools[0].function.parameters.properties.n.multipleOf"),
-        (_anthropic, "tools[0].parameters.properties.n.multipleOf"),
+        (_anthropic, "tools[0].input_schema.properties.n.multipleOf"),
         (_ollama, "format.properties.n.multipleOf"),
     ],
 )
