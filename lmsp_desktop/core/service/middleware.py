@@ -41,24 +41,6 @@ def error_response(exc: LmspError, shape: ErrorBody = LmspError.body) -> web.Res
     return web.json_response(shape(exc), status=exc.status)
 
 
-@web.middleware
-async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """LmspError → its status and body; aiohttp's own errors → the same shape; bugs → 500
-    with a reference and the traceback in the log, never in the answer. Each in the shape of
-    the route's API (errors_shaped)."""
-    shape = error_body_of(request)
-    try:
-        return await handler(request)
-    except LmspError as exc:
-        return error_response(exc, shape)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return await _http_error(request, exc, shape)
-    except Exception:
-        return _internal_error(request, shape)
-
-
 async def _http_error(
     request: web.Request, exc: web.HTTPException, shape: ErrorBody
 ) -> web.StreamResponse:
@@ -162,15 +144,9 @@ def _is_wildcard(host: str) -> bool:
         return False
 
 
-@web.middleware
-async def guards(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuse foreign Host headers (DNS rebinding) and browser Origins not allow-listed."""
-    answer = _guard(request)
-    return answer if answer is not None else await handler(request)
-
-
 def _guard(request: web.Request) -> web.StreamResponse | None:
-    """guards' checks: an LmspError (421, 403), a CORS preflight's answer, or None to go on."""
+    """Refuse foreign Host headers (DNS rebinding) and browser Origins not allow-listed: an
+    LmspError (421, 403), a CORS preflight's answer, or None to go on."""
     ctx = request.app[CONTEXT]
     bound_host = ctx.settings.host
     port = ctx.port if ctx.port is not None else ctx.settings.port
@@ -228,16 +204,10 @@ def _credentials(request: web.Request) -> tuple[str | None, str]:
     return header, "Authorization"
 
 
-@web.middleware
-async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Authenticate every route except health, the OpenAPI document and pairing."""
-    answer = await _authorize(request)
-    return answer if answer is not None else await handler(request)
-
-
 async def _authorize(request: web.Request) -> web.StreamResponse | None:
-    """auth's work: the caller set on the request (None: go on), or its 401 answer; a POST
-    while shutting down raises ShuttingDownError."""
+    """Authenticate every route except health, the OpenAPI document and pairing: the caller
+    set on the request (None: go on), or its 401 answer; a POST while shutting down raises
+    ShuttingDownError."""
     ctx = request.app[CONTEXT]
     if ctx.shutting_down and request.method == "POST":
         raise ShuttingDownError()
@@ -268,10 +238,11 @@ async def _authorize(request: web.Request) -> web.StreamResponse | None:
 
 @web.middleware
 async def service(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """errors(guards(auth(handler))) as one layer, what the app runs: the same checks in the
-    same order, each error answered as `errors` answers it. Three layers were three
-    coroutines every request went through, and every create that waited for its commit
-    was suspended and resumed through (B1)."""
+    """The one middleware: the guards (_guard), then authentication (_authorize), then the
+    route; LmspError → its status and body; aiohttp's own errors → the same shape; bugs →
+    500 with a reference and the traceback in the log, never in the answer. Each in the
+    shape of the route's API (errors_shaped). One layer, not three: each was a coroutine
+    every request, and every create waiting for its commit, went through (B1)."""
     shape = error_body_of(request)
     try:
         answer = _guard(request)
