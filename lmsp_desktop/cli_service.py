@@ -9,6 +9,7 @@ revokes when it ends.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import sqlite3
@@ -127,7 +128,9 @@ def call(
     except urllib.error.HTTPError as exc:
         with exc:
             return exc.code, json.loads(exc.read() or b"null")
-    except (urllib.error.URLError, TimeoutError) as exc:
+    # A service killed while answering resets the connection or ends it mid-answer (not a
+    # URLError): the same "does not answer" (a traceback in the CI's kill -9 test).
+    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise LmspError(
             f"The service at {url.split('/v1/')[0]} does not answer ({reason}). If it is "
