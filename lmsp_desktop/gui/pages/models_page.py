@@ -89,7 +89,27 @@ NAME_LETTERS_FIRST = 24
 LOADED_KEPT = "loaded · 10 min"
 
 
-class FolderDelegate(QStyledItemDelegate):
+class RewordingDelegate(QStyledItemDelegate):
+    """Paints a cell with the words `painted` gives it for the room it has (its model's text
+    stays whole for tooltips, sorting and copying)."""
+
+    def painted(self, opt: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> str:
+        return opt.text
+
+    def paint(
+        self,
+        painter: QPainter,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> None:
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.text = self.painted(opt, index)
+        style = opt.widget.style() if opt.widget is not None else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+
+
+class FolderDelegate(RewordingDelegate):
     """Paints a folder elided in its middle, keeping whole the end that tells it from the
     other folders listed (two "…/models" folders never read the same); full path on hover."""
 
@@ -103,17 +123,8 @@ class FolderDelegate(QStyledItemDelegate):
         tail = index.data(ModelRole.FOLDER_TAIL) or ""
         return elide_path(opt.text, tail, width - 2 * margin, opt.fontMetrics)
 
-    def paint(
-        self,
-        painter: QPainter,
-        option: QStyleOptionViewItem,
-        index: QModelIndex | QPersistentModelIndex,
-    ) -> None:
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
-        opt.text = self.shown_text(index, opt.rect.width())
-        style = opt.widget.style() if opt.widget is not None else QApplication.style()
-        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+    def painted(self, opt: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> str:
+        return self.shown_text(index, opt.rect.width())
 
 
 class DigestDelegate(QStyledItemDelegate):
@@ -144,7 +155,7 @@ def short_context(text: str) -> str:
     return text
 
 
-class ContextDelegate(QStyledItemDelegate):
+class ContextDelegate(RewordingDelegate):
     """A Context cell in a column narrowed for room says its shorter form (`8,192 / 131k`)
     rather than being cut or dropping another column; the tooltip says it in words."""
 
@@ -158,17 +169,8 @@ class ContextDelegate(QStyledItemDelegate):
             return option.text
         return short_context(option.text)
 
-    def paint(
-        self,
-        painter: QPainter,
-        option: QStyleOptionViewItem,
-        index: QModelIndex | QPersistentModelIndex,
-    ) -> None:
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
-        opt.text = self.shown_text(opt)
-        style = opt.widget.style() if opt.widget is not None else QApplication.style()
-        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+    def painted(self, opt: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> str:
+        return self.shown_text(opt)
 
 
 class ElidedDelegate(QStyledItemDelegate):
