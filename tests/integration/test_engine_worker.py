@@ -17,7 +17,9 @@ import asyncio
 import os
 import signal
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -166,6 +168,32 @@ async def test_a_worker_exits_when_the_service_goes_away() -> None:
     assert model._process.returncode == 0
     with pytest.raises(ProcessLookupError):
         os.kill(model.pid, 0)
+
+
+async def test_a_load_cut_short_while_its_worker_starts_leaves_no_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The service stopped (or the load was cancelled) while the worker's process was being
+    started in its thread: that process is killed and reaped, not left running for nobody
+    (and its Popen not dropped while running: a ResourceWarning in the fresh-clone CI)."""
+    started: list[subprocess.Popen[bytes]] = []
+    popen = subprocess.Popen
+
+    def slow_popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        time.sleep(0.5)  # the fork of a large process: the load is cancelled meanwhile
+        process = popen(*args, **kwargs)  # type: ignore[call-overload]
+        started.append(process)
+        return process  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", slow_popen)
+    starting = asyncio.create_task(WorkerModel.start(cut_demo_model(), None))
+    await asyncio.sleep(0.1)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    await until(lambda: bool(started) and started[0].returncode is not None, 30, "reaped")
+    with pytest.raises(ProcessLookupError):
+        os.kill(started[0].pid, 0)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

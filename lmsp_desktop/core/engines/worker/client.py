@@ -67,6 +67,20 @@ def worker_command(fd: int, memory_limit: int | None = None) -> list[str]:
     return command
 
 
+def _end(process: subprocess.Popen[Any]) -> None:
+    """Kill a worker nobody will talk to and reap it (quick once it is killed)."""
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    process.wait()
+
+
+def _end_unwanted(theirs: socket.socket, spawning: asyncio.Future[Any]) -> None:
+    """A worker started for a load that was cut short while Popen ran: ended."""
+    theirs.close()
+    if not spawning.cancelled() and spawning.exception() is None:
+        _end(spawning.result())
+
+
 class WorkerEngine:
     """Loads each model in a worker process running `LlamaEngine(**options)`. Load keyword
     arguments (context length, settings objects) are forwarded as they are: they must
@@ -150,8 +164,11 @@ class WorkerModel:
     @classmethod
     async def start(cls, path: Path, memory_limit: int | None) -> WorkerModel:
         ours, theirs = socket.socketpair()
-        try:
-            process = await asyncio.to_thread(
+        # Popen runs in a thread (a fork of a large process is not instant). A load cut short
+        # while it runs (the service stopping during a load) must not leave the process
+        # behind: the thread goes on, so its process is killed and reaped when it is there.
+        spawning = asyncio.ensure_future(
+            asyncio.to_thread(
                 partial(
                     subprocess.Popen,
                     worker_command(theirs.fileno(), memory_limit),
@@ -160,16 +177,29 @@ class WorkerModel:
                     stdout=subprocess.DEVNULL,
                 )
             )
+        )
+        try:
+            process = await asyncio.shield(spawning)
         except OSError as exc:
             ours.close()
+            theirs.close()
             raise EngineError(
                 "engine_start_failed",
                 f"Could not start an engine process ({exc}); check that the installation is "
                 "complete.",
             ) from exc
-        finally:
-            theirs.close()  # the worker's end lives in the worker alone: its death is EOF here
-        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        except asyncio.CancelledError:
+            ours.close()
+            # theirs stays open until Popen has passed it on
+            spawning.add_done_callback(partial(_end_unwanted, theirs))
+            raise
+        theirs.close()  # the worker's end lives in the worker alone: its death is EOF here
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=ours)
+        except BaseException:
+            ours.close()
+            _end(process)
+            raise
         return cls(process, reader, writer, path)
 
     # --- the conversation with the worker ------------------------------------------------
