@@ -15,6 +15,7 @@ import asyncio
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,12 @@ FALLBACK_CONTEXT = 4096
 UNLIMITED = 2**62
 CACHED_VOCABS = 4
 KEPT_ROLES = ("system", "developer")
+Messages = list[dict[str, Any]]
+# An API's own way to shorten an input that does not fit (truncation auto): the messages, a
+# count of any candidate's prompt tokens, the context and the request (its output limit)
+# → the messages the model is given and their count (they may still not fit: then the
+# refusal). Responses drops whole turns (drop_oldest_turns); Ollama single messages.
+Shorten = Callable[[Messages, Callable[[Messages], int], int, dict[str, Any]], tuple[Messages, int]]
 
 
 def effective_context(trained: int | None, cap: int) -> int:
@@ -186,8 +193,10 @@ class TokenCounter:
         own: int = 0,
         can_truncate: bool = False,
         cap_origin: CapOrigin = CapOrigin.SETTINGS,
+        shorten: Shorten | None = None,
     ) -> int | None:
-        """Count the prompt and, if it does not fit, truncate (truncation auto) or refuse
+        """Count the prompt and, if it does not fit, truncate (truncation auto, as the API's
+        `shorten` does it; by default the oldest turns are dropped) or refuse
         (the hint told Max context, `cap`, where it came from, `cap_origin`, and the model's
         own context setting, `own`; 0: none; `truncation: "auto"` suggested where the API
         takes it, `can_truncate`).
@@ -214,12 +223,8 @@ class TokenCounter:
         messages = list(request["messages"])
         count = counted(messages)
         truncate = request.get("truncation") == "auto"
-        while truncate and count >= limit:
-            shorter = drop_oldest_turn(messages)
-            if shorter is None:
-                break
-            messages = shorter
-            count = counted(messages)
+        if truncate and count >= limit:
+            messages, count = (shorten or drop_oldest_turns)(messages, counted, limit, request)
         if count >= limit:
             tools = None
             if request.get("tools"):  # the refusal alone counts again: what the tools take
@@ -255,11 +260,12 @@ class TokenCounter:
         own: int = 0,
         can_truncate: bool = False,
         cap_origin: CapOrigin = CapOrigin.SETTINGS,
+        shorten: Shorten | None = None,
     ) -> int | None:
         if self._unreadable(info):
             return None  # known already: no hop to a thread to learn it again (B1)
         return await asyncio.to_thread(
-            self.fit_sync, info, request, limit, param, cap, own, can_truncate, cap_origin
+            self.fit_sync, info, request, limit, param, cap, own, can_truncate, cap_origin, shorten
         )
 
     def _unreadable(self, info: Any) -> bool:
@@ -305,6 +311,21 @@ def _note_output_room(request: dict[str, Any], count: int, limit: int) -> None:
     )
     # A new list: the request's may be the defaults' own (core/api/task_request.py).
     request["notes"] = [*(request.get("notes") or []), note]
+
+
+def drop_oldest_turns(
+    messages: Messages, count: Callable[[Messages], int], limit: int, request: dict[str, Any]
+) -> tuple[Messages, int]:
+    """Responses' `truncation: "auto"`: the oldest turns dropped, one by one, until the
+    prompt fits (or only the system messages and the last turn are left)."""
+    counted = count(messages)
+    while counted >= limit:
+        shorter = drop_oldest_turn(messages)
+        if shorter is None:
+            break
+        messages = shorter
+        counted = count(messages)
+    return messages, counted
 
 
 def drop_oldest_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -430,6 +451,7 @@ async def admit(
     plan: Any = None,
     param: str = "input",
     can_truncate: bool = False,
+    shorten: Shorten | None = None,
 ) -> None:
     """Before a task is created: the request fits the model's context (maybe truncated), or
     400 context_length_exceeded naming `param`. `plan` is the memory plan the model runs
@@ -446,6 +468,8 @@ async def admit(
         limit, own, origin = plan.context_length, plan.own_context or 0, plan.cap_origin
     else:
         limit, own = effective_context(info.context_length, cap), 0
-    counted = await counter.fit(info, request, limit, param, cap, own, can_truncate, origin)
+    counted = await counter.fit(
+        info, request, limit, param, cap, own, can_truncate, origin, shorten
+    )
     if counted is not None:  # known before the task exists (Anthropic's message_start says it)
         request["input_tokens"] = counted

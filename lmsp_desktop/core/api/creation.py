@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lmsp_desktop.core.context_window import admit
+from lmsp_desktop.core.context_window import Shorten, admit
 from lmsp_desktop.core.errors import PausedError, ShuttingDownError
 from lmsp_desktop.core.models.info import CHANGED, INVALID, MISSING
 from lmsp_desktop.core.models.messages import not_runnable
@@ -59,6 +59,10 @@ class Intake:
     # does not fit (Responses' `truncation: "auto"`): a too-long input's 400 suggests it
     # only where a client can send it.
     can_truncate: bool = False
+    # How the API shortens an input that does not fit when its request asks for truncation
+    # (Ollama drops single messages, then cuts the last one's beginning); None: the oldest
+    # turns are dropped, as Responses' `truncation: "auto"` does.
+    shorten: Shorten | None = None
     # How the API's model names find a model; None: a name is the model's id.
     find_model: ModelFinder | None = None
 
@@ -170,6 +174,7 @@ async def create_task(
         decided,
         param=intake.input_param,
         can_truncate=intake.can_truncate,
+        shorten=intake.shorten,
     )
     mode = mode_of(request)
     claim = None

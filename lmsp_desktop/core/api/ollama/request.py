@@ -5,10 +5,10 @@ As Ollama documents them: `model`, `messages` (chat; roles system, user, assista
 unless false), `format` ("json" or a JSON Schema, generated under the grammar), `tools`
 (chat, with the LMSP extension `tool_choice` as on Chat Completions), `keep_alive`, and
 `options` num_predict, temperature, top_p, top_k, seed, stop,
-num_ctx, presence_penalty, frequency_penalty, and on chat `truncate` (true unless false: the
-oldest turns are dropped to fit the context). A chat's final assistant message is continued
-(a prefill), as Ollama does. Other options (repeat_penalty, num_thread,
-mirostat, …) tune Ollama's own runner and are accepted and noted. Images, `raw`, custom
+num_ctx, presence_penalty, frequency_penalty, and `truncate` (true unless false: an input
+longer than the context is made to fit as Ollama does, truncate.py). A chat's final
+assistant message is continued (a prefill), as Ollama does. Other options (repeat_penalty,
+num_thread, mirostat, …) tune Ollama's own runner and are accepted and noted. Images, `raw`, custom
 `template`s and `suffix` answer 400 naming the field, and so does `think` (true or a level),
 in Ollama's words for a model that cannot think (no model here gives its thinking apart),
 once the model is found: an unknown model answers 404 first, as in Ollama (NoThinking). A
@@ -185,9 +185,10 @@ def _task(
         notes.append(
             f"`options.num_ctx` {num_ctx} is not applied: the model runs with its own context."
         )
-    # A chat longer than the context loses its oldest turns (never a system message), as
-    # Ollama's does unless `truncate` is false (then: 400 context_length_exceeded).
-    truncates = endpoint == CHAT_ENDPOINT and fields.flag(body, "truncate", True)
+    # An input longer than the context is made to fit as Ollama's server does it (the
+    # intakes' truncate.shorten_like_ollama), unless `truncate` is false (then: 400
+    # context_length_exceeded).
+    truncates = fields.flag(body, "truncate", True)
     return task_request(
         {"ollama": {"endpoint": endpoint, "num_ctx": num_ctx}},
         api=OLLAMA_API,
