@@ -42,16 +42,20 @@ TASK_ID = web.RequestKey("lmsp_task_id", str)  # the task a request created: its
 
 
 async def create_from_request(
-    request: web.Request, ctx: ServiceContext, caller: Principal, intake: Intake
+    request: web.Request,
+    ctx: ServiceContext,
+    caller: Principal,
+    intake: Intake,
+    body: Any = None,
 ) -> Created:
     """Create the task an HTTP create route is asked for, through the one creation path: the
-    body is read only once the service takes work, and an Idempotency-Key header (when sent)
-    is claimed against this method, path and body."""
+    body is read only once the service takes work (unless the route read it, `body`), and
+    an Idempotency-Key header (when sent) is claimed against this method, path and body."""
     key = request.headers.get("Idempotency-Key")
     idempotency = IdempotencyInput(key, request.method, request.path) if key is not None else None
     created = await create_task(
         ctx,
-        lambda: read_json(request),
+        (lambda: read_json(request)) if body is None else body,
         client_id=caller.client_id,
         intake=intake,
         idempotency=idempotency,
@@ -269,12 +273,17 @@ class Answering:
 
 
 async def answer_created(
-    request: web.Request, ctx: ServiceContext, caller: Principal, intake: Intake, how: Answering
+    request: web.Request,
+    ctx: ServiceContext,
+    caller: Principal,
+    intake: Intake,
+    how: Answering,
+    body: Any = None,
 ) -> web.StreamResponse:
     """Create the task of a sync-or-stream API's request and answer it: the stream as it
     is generated, or the finished body (a failed task as an HTTP error); an idempotent
-    retry gets the stored answer again."""
-    created = await create_from_request(request, ctx, caller, intake)
+    retry gets the stored answer again. `body`: the body, when the route has read it."""
+    created = await create_from_request(request, ctx, caller, intake, body)
     if created.replayed:
         result = created.result
         return web.json_response(

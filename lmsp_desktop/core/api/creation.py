@@ -140,6 +140,28 @@ async def create_task(
     refuse_new_work(ctx)
     if callable(body):
         body = await body()
+    admitted = await admit_request(ctx, body, client_id=client_id, intake=intake)
+    return await store_task(
+        ctx, admitted, client_id=client_id, intake=intake, idempotency=idempotency
+    )
+
+
+@dataclass(slots=True)
+class Admitted:
+    """A request ready to be stored as a task: parsed, its model found, its context fitted."""
+
+    body: Any  # the body as decoded: an Idempotency-Key's digest is of it
+    request: dict[str, Any]
+    model_id: str
+
+
+async def admit_request(
+    ctx: ServiceContext, body: Any, *, client_id: str | None, intake: Intake
+) -> Admitted:
+    """Everything a create checks before it stores anything: the body parsed into the task
+    request, the earlier turns it refers to, its model (404), the memory to load it (507)
+    and its context (400, or truncated). A request answered with several tasks (legacy
+    completions' several prompts) admits each before storing any."""
     request = intake.parse(body, ctx.settings.default_on_restart)
     # The earlier turns (previous_response_id, item_reference) from the caller's own stored
     # responses; then the model (404 before anything is stored) and the context it runs
@@ -176,18 +198,32 @@ async def create_task(
         can_truncate=intake.can_truncate,
         shorten=intake.shorten,
     )
+    return Admitted(body, request, model_id)
+
+
+async def store_task(
+    ctx: ServiceContext,
+    admitted: Admitted,
+    *,
+    client_id: str | None,
+    intake: Intake,
+    idempotency: IdempotencyInput | None = None,
+) -> Created:
+    """Store an admitted request as a new task with its first event, in one transaction
+    with the claim of its Idempotency-Key (when given: a key already answered replays)."""
+    request = admitted.request
     mode = mode_of(request)
     claim = None
     if idempotency is not None:
         claim = IdempotencyClaim(
             client_id or OWNER_KEYSPACE,
             validate_key(idempotency.key),
-            request_digest(idempotency.method, idempotency.path, body),
+            request_digest(idempotency.method, idempotency.path, admitted.body),
             ctx.settings.idempotency_ttl_s,
         )
     result = await ctx.store.tasks.create(
         NewTask(
-            model=model_id,
+            model=admitted.model_id,
             request=request,
             on_restart=request["on_restart"],
             mode=mode,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lmsp_desktop.core.api.completions.render import CompletionChunks
-from lmsp_desktop.core.api.completions.request import parse_completion
+from lmsp_desktop.core.api.completions.request import choice_bodies, parse_completion
 from lmsp_desktop.core.errors import LmspError
 
 
@@ -31,11 +31,26 @@ def test_a_prompt_of_token_ids_is_kept_as_ids() -> None:
 
 
 @pytest.mark.parametrize("prompt", [["a", "b"], [[1, 2], [3]], ["a", [1]]])
-def test_several_prompts_are_refused_saying_one_per_request(prompt: list[Any]) -> None:
+def test_several_prompts_are_one_body_per_choice(prompt: list[Any]) -> None:
+    """As OpenAI answers them: one choice per prompt times n, in index order (prompt × n +
+    j), each body one prompt and no `n` (each a task, choices.py); a seed moves on by j."""
+    bodies = choice_bodies({"model": "m", "prompt": prompt, "n": 2, "seed": 7})
+    assert bodies is not None
+    assert [b["prompt"] for b in bodies] == [p for p in prompt for _ in (0, 1)]
+    assert [b["seed"] for b in bodies] == [7, 8, 7, 8]
+    assert all("n" not in b and parse(**b)["prompt"] == b["prompt"] for b in bodies)
+
+
+def test_one_choice_is_answered_as_its_body_stands() -> None:
+    for prompt in ("a", [1, 2], ["a"], [[1, 2]], None, []):
+        assert choice_bodies({"model": "m", "prompt": prompt}) is None
+    assert choice_bodies({"model": "m", "prompt": "a", "n": 3}) is not None
+
+
+def test_more_choices_than_the_bound_are_refused() -> None:
     with pytest.raises(LmspError) as refused:
-        parse(prompt=prompt)
-    assert refused.value.status == 400 and refused.value.param == "prompt"
-    assert "one prompt per request" in refused.value.message
+        choice_bodies({"model": "m", "prompt": ["a"] * 65, "n": 2})
+    assert refused.value.status == 400 and "130 choices" in refused.value.message
 
 
 @pytest.mark.parametrize("fields", [{"echo": True}, {"suffix": "end"}])

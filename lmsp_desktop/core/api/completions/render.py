@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from lmsp_desktop.core.api.chat.render import DONE_LINE, chat_usage
@@ -29,38 +30,64 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
 
 def completion_object(row: RowLike) -> dict[str, Any]:
     """The `text_completion` of a finished task (with the LMSP `task` object)."""
-    request = json.loads(row["request"])
-    response = build_response(row)
-    text = response["output_text"]
-    if request.get("echo"):
-        text = request["prompt"] + text
     return {
         "id": row["id"],
         "object": "text_completion",
         "created": row["created_at"],
         "model": row["model"],
-        "choices": [
-            {
-                "text": text,
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": finish_reason(row["state"]),
-            }
-        ],
+        "choices": [_choice(row, 0)],
         "usage": _usage(row["input_tokens"], row["output_tokens"]),
         "system_fingerprint": None,
         "task": task_object(row),
     }
 
 
+def choices_object(rows: Sequence[RowLike]) -> dict[str, Any]:
+    """The `text_completion` of a request answered by several tasks, one per choice (in
+    `index` order: prompt × n + j): the first task's id, each choice's text, the usage
+    summed, and every choice's task (`tasks`, LMSP) beside the first's (`task`)."""
+    answer = completion_object(rows[0])
+    answer["choices"] = [_choice(row, index) for index, row in enumerate(rows)]
+    answer["usage"] = _usage(
+        sum(int(row["input_tokens"]) for row in rows),
+        sum(int(row["output_tokens"]) for row in rows),
+    )
+    answer["tasks"] = [task_object(row) for row in rows]
+    return answer
+
+
+def _choice(row: RowLike, index: int) -> dict[str, Any]:
+    request = json.loads(row["request"])
+    text = build_response(row)["output_text"]
+    if request.get("echo"):
+        text = request["prompt"] + text
+    return {
+        "text": text,
+        "index": index,
+        "logprobs": None,
+        "finish_reason": finish_reason(row["state"]),
+    }
+
+
 class CompletionChunks:
     """Turns one task's committed events into `data:` lines of `text_completion` chunks.
-    Text deltas are the hot path: a fixed prefix and suffix around each delta's JSON."""
+    Text deltas are the hot path: a fixed prefix and suffix around each delta's JSON.
+
+    A request answered by several tasks (choices.py) renders each with its choice's `index`,
+    every chunk under the first task's id (`row`), and `whole` false: its ending is the
+    choice's last chunk only (its usage kept in `usage`), the usage and `[DONE]` being the
+    whole stream's."""
 
     keepalive = sse.KEEPALIVE
 
-    def __init__(self, row: RowLike, request: dict[str, Any]) -> None:
+    def __init__(
+        self, row: RowLike, request: dict[str, Any], index: int = 0, whole: bool = True
+    ) -> None:
         self.finished = False
+        self.failed = False  # ended with an error chunk (failed, cancelled, service stopping)
+        self.usage: dict[str, Any] = {}
+        self._index = index
+        self._whole = whole
         self._echo = request["prompt"] if request.get("echo") else ""
         self._include_usage = bool(request["stream_options"]["include_usage"])
         self._head = {
@@ -72,7 +99,7 @@ class CompletionChunks:
         }
         head = json.dumps(self._head, separators=(",", ":"))[:-1]
         self._prefix = f'data: {head},"choices":[{{"text":'.encode()
-        self._suffix = b',"index":0,"logprobs":null,"finish_reason":null}]}\n\n'
+        self._suffix = f',"index":{index},"logprobs":null,"finish_reason":null}}]}}\n\n'.encode()
 
     def _text(self, text: str) -> bytes:
         return self._prefix + json.dumps(text, ensure_ascii=False).encode() + self._suffix
@@ -89,15 +116,13 @@ class CompletionChunks:
             self.finished = True
             response = event["response"]
             reason = "length" if kind == "response.incomplete" else "stop"
-            choice = {"text": "", "index": 0, "logprobs": None, "finish_reason": reason}
+            choice = {"text": "", "index": self._index, "logprobs": None, "finish_reason": reason}
             out = _data({**self._head, "choices": [choice]})
-            if self._include_usage:
-                used = response.get("usage") or {}
-                counts = _usage(used.get("input_tokens", 0), used.get("output_tokens", 0))
-                out += _data({**self._head, "choices": [], "usage": counts})
-            return out + DONE_LINE
+            used = response.get("usage") or {}
+            self.usage = _usage(used.get("input_tokens", 0), used.get("output_tokens", 0))
+            return out + self.tail([self.usage]) if self._whole else out
         if kind in ("response.failed", "response.cancelled"):
-            self.finished = True
+            self.finished = self.failed = True
             error = (event.get("response") or {}).get("error") or {}
             message = (
                 "The completion was cancelled before it finished."
@@ -107,9 +132,19 @@ class CompletionChunks:
             code = "cancelled" if kind == "response.cancelled" else error.get("code", "failed")
             return _data({"error": {"type": "server_error", "code": code, "message": message}})
         if kind == "error":  # never committed: the service stopping first (api/stopping.py)
-            self.finished = True
+            self.finished = self.failed = True
             return _data({"error": event["error"]})
         return b""
+
+    def tail(self, usages: list[dict[str, Any]]) -> bytes:
+        """The stream's end once every choice has ended: the usage of them all (when asked
+        for, `stream_options.include_usage`), then `[DONE]`."""
+        if not self._include_usage:
+            return DONE_LINE
+        summed = _usage(
+            *(sum(u.get(k, 0) for u in usages) for k in ("prompt_tokens", "completion_tokens"))
+        )
+        return _data({**self._head, "choices": [], "usage": summed}) + DONE_LINE
 
 
 def _data(payload: dict[str, Any]) -> bytes:

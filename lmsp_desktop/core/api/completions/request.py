@@ -1,8 +1,9 @@
 """The legacy completions parser: `POST /v1/completions` bodies into the task request.
 
 The prompt is continued as it is (no chat template); a `suffix` asks for the middle between
-them (fill-in-the-middle, for models whose GGUF has FIM tokens). One prompt per request,
-as text or as token ids.
+them (fill-in-the-middle, for models whose GGUF has FIM tokens). A prompt is text or token
+ids; a request with several prompts, or `n` > 1, asks for several choices: choice_bodies
+splits it into one body per choice, each a task of its own (choices.py).
 """
 
 from __future__ import annotations
@@ -10,18 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from lmsp_desktop.core.api import fields
-from lmsp_desktop.core.api.fields import unsupported
 from lmsp_desktop.core.api.task_request import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, task_request
 from lmsp_desktop.core.errors import invalid
 
 COMPLETIONS_API = "completions"
 # OpenAI's default for this API: a short continuation, as editors ask for.
 DEFAULT_MAX_TOKENS = 16
+# The most choices (prompts × n) one request may ask for: each is a task. OpenAI's own
+# bound on `n`.
+MAX_CHOICES = 128
 _REFUSED: fields.Refused = {
     "logprobs": ((None, 0), "This service does not return log probabilities."),
     "logit_bias": ((None, {}), "Logit bias is not supported."),
     "best_of": ((None, 1), "Only one candidate per request is generated."),
-    "n": ((None, 1), "Only one choice per request is supported."),
+    # Several choices are split into one body each before parsing (choice_bodies).
+    "n": ((None, 1), "`n` asks for several choices: each is a body of its own."),
 }
 
 
@@ -68,32 +72,67 @@ def parse_completion(body: Any, default_on_restart: str) -> dict[str, Any]:
     )
 
 
-PROMPT_HELP = "a string or an array of token ids (or a list holding one of those)"
+PROMPT_HELP = "a string, an array of token ids, or a list of those (one choice per prompt)"
 
 
 def _is_token(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _prompt(value: Any) -> str | list[int]:
-    """One prompt, as OpenAI takes it: a string, an array of token ids (continued as they
-    are), or a list holding one of those. Several prompts are refused: one per request."""
-    if isinstance(value, list) and value and all(_is_token(t) for t in value):
-        return [int(t) for t in value]
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-        if isinstance(value, list) and value and all(_is_token(t) for t in value):
-            return [int(t) for t in value]
+def _is_tokens(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(_is_token(t) for t in value)
+
+
+def prompts_of(value: Any) -> list[str | list[int]] | None:
+    """The prompts of a `prompt` field, as OpenAI takes it: a string, an array of token ids
+    (continued as they are), or a list of those (several prompts); None when it is none of
+    these (the parse then says what `prompt` takes)."""
     if isinstance(value, str):
-        return value
+        return [value]
+    if _is_tokens(value):
+        return [[int(t) for t in value]]
     if (
         isinstance(value, list)
-        and len(value) > 1
-        and all(isinstance(p, str) or (isinstance(p, list) and p) for p in value)
+        and value
+        and all(isinstance(p, str) or _is_tokens(p) for p in value)
     ):
-        raise unsupported(
-            f"`prompt` holds {len(value)} prompts; this service answers one prompt per "
-            "request: send each prompt as its own request (they run side by side).",
+        return [p if isinstance(p, str) else [int(t) for t in p] for p in value]
+    return None
+
+
+def choice_bodies(body: Any) -> list[dict[str, Any]] | None:
+    """One body per choice of a request asking for several (several prompts, or `n` > 1),
+    in OpenAI's `index` order (prompt × n + j), each with one prompt and no `n`; None for a
+    request of one choice, answered as its body stands. With a `seed`, choice j of a prompt
+    takes seed + j, so that the n choices differ and each can be had again."""
+    if not isinstance(body, dict):
+        return None
+    prompts = prompts_of(body.get("prompt"))
+    n = fields.optional_int(body, "n", 1, MAX_CHOICES) or 1
+    if prompts is None or (len(prompts) == 1 and n == 1):
+        return None  # one choice, or a `prompt` the parse refuses with its own words
+    if len(prompts) * n > MAX_CHOICES:
+        raise invalid(
+            f"This request asks for {len(prompts)} prompts × n {n} = {len(prompts) * n} "
+            f"choices; at most {MAX_CHOICES} are answered at once: send fewer prompts per "
+            "request.",
             "prompt",
         )
+    seed = body.get("seed")
+    bodies = []
+    for prompt in prompts:
+        for j in range(n):
+            one = {k: v for k, v in body.items() if k != "n"}
+            one["prompt"] = prompt
+            if j and isinstance(seed, int) and not isinstance(seed, bool):
+                one["seed"] = (seed + j + 2**63) % 2**64 - 2**63  # within int64, as parsed
+            bodies.append(one)
+    return bodies
+
+
+def _prompt(value: Any) -> str | list[int]:
+    """The one prompt of a choice's body (choice_bodies split several)."""
+    prompts = prompts_of(value)
+    if prompts is not None and len(prompts) == 1:
+        return prompts[0]
     raise invalid(f"`prompt` is required: {PROMPT_HELP}.", "prompt")
