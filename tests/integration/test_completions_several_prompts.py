@@ -18,6 +18,7 @@ from lmsp_desktop.core.context_window import _Vocab
 from lmsp_desktop.core.models.demo import demo_model_path
 from tests.integration.serve_process import ServeProcess, call, create_token
 from tests.integration.service_fixtures import MODEL, USER_SCOPES
+from tests.support.polling import until_sync
 
 PROMPTS = ["The capital of France is", "One, two, three,"]
 GREEDY: dict[str, Any] = {"model": MODEL, "max_tokens": 5, "temperature": 0}
@@ -150,3 +151,30 @@ def demo_tokens(text: str) -> list[int]:
         return vocab._tokenize(text.encode(), False, True)
     finally:
         vocab.close()
+
+
+def test_a_choice_cancelled_ends_the_stream_and_cancels_the_others(
+    served: Served, sdk: tuple[openai.OpenAI, str]
+) -> None:
+    client, token = sdk
+    long = {"model": MODEL, "max_tokens": 400, "temperature": 0}
+    stream = client.completions.create(
+        prompt=["1, 2, 3, 4, 5,", "10, 20, 30, 40,"],  # counting goes on to the limit
+        stream=True,
+        **long,
+    )
+    cancelled = False
+    with pytest.raises(openai.APIError) as ended, stream:
+        for chunk in stream:
+            if not cancelled and chunk.choices and chunk.choices[0].index == 0:
+                [second] = [t for t in served.tasks(token) if t["id"] != chunk.id]
+                status, _ = call(f"{served.url}/v1/tasks/{second['id']}/cancel", token, "POST")
+                assert status == 200, (_, served.tasks(token))
+                cancelled = True
+    assert ended.value.code == "cancelled", ended.value
+
+    # Nobody reads the first choice any more: its task is cancelled too, not left running.
+    def states() -> set[str]:
+        return {t["state"] for t in served.tasks(token)}
+
+    until_sync(lambda: states() == {"cancelled"}, what=states)
