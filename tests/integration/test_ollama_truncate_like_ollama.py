@@ -167,3 +167,18 @@ def test_a_long_last_chat_message_keeps_its_end(
     seen = served.only_task(token)["request"]["messages"]
     assert seen[0] == system and len(seen) == 2
     assert seen[1]["content"].endswith(QUESTION) and LONG_PROMPT.endswith(seen[1]["content"])
+
+
+def test_a_last_message_that_fits_is_never_cut_for_the_answers_room(
+    served: Served, client: tuple[ollama.Client, str]
+) -> None:
+    client, token = client
+    system = {"role": "system", "content": "You answer in one word."}
+    last = {"role": "user", "content": words("Count the words", 380)}
+    messages = [system, {"role": "user", "content": words("Old question", 200)}, last]
+    # Room for 200 tokens of answer is more than the last message leaves; it is read whole
+    # all the same (the answer stops at the context's end), only the old message going.
+    answer = client.chat(MODEL, messages, options={"temperature": 0, "num_predict": 200})
+    assert answer.done
+    seen = served.only_task(token)["request"]["messages"]
+    assert seen == [system, last]

@@ -36,8 +36,10 @@ def shorten_like_ollama(
     messages: Messages, count: Callable[[Messages], int], limit: int, request: dict[str, Any]
 ) -> tuple[Messages, int]:
     """The messages the model is given (and their tokens) when `messages` do not fit `limit`:
-    the oldest messages left out, then the last message's beginning cut, until the prompt
-    leaves the answer its room (output_room). The task says what was left out (its notes)."""
+    the oldest messages left out until the prompt leaves the answer its room (output_room),
+    or at least fits; only when the system messages and the last message alone do not fit
+    is the last message's beginning cut, to leave that room. The task's notes say what was
+    left out."""
     before = count(messages)
     target = max(1, limit - output_room(request, limit))
     starts = sorted(
@@ -47,28 +49,38 @@ def shorten_like_ollama(
             if messages[i].get("role") not in KEPT_ROLES or i == len(messages) - 1
         }
     )
-    # The earliest start whose prompt fits: fewer messages never take more tokens.
+    kept = _earliest(messages, starts, count, target) or _earliest(
+        messages, starts, count, limit - 1
+    )
+    if kept is not None:
+        shorter, counted = kept
+        _note(request, before, limit, len(messages) - len(shorter), 0, counted)
+        return shorter, counted
+    last = _from(messages, starts[-1])
+    cut = _cut_last(last, count, target)
+    if cut is None:  # even without its text it does not fit: the refusal says so
+        return last, count(last)
+    shorter, left_out, counted = cut
+    _note(request, before, limit, len(messages) - len(last), left_out, counted)
+    return shorter, counted
+
+
+def _earliest(
+    messages: Messages, starts: list[int], count: Callable[[Messages], int], most: int
+) -> tuple[Messages, int] | None:
+    """The messages from the earliest of `starts` whose prompt takes at most `most` tokens,
+    and its count (a binary search: fewer messages never take more tokens); None if none."""
     low, high = 0, len(starts) - 1
     best: tuple[Messages, int] | None = None
     while low <= high:
         mid = (low + high) // 2
         candidate = _from(messages, starts[mid])
         counted = count(candidate)
-        if counted <= target:
+        if counted <= most:
             best, high = (candidate, counted), mid - 1
         else:
             low = mid + 1
-    if best is not None:
-        kept, counted = best
-        _note(request, before, limit, len(messages) - len(kept), 0, counted)
-        return kept, counted
-    kept = _from(messages, starts[-1])
-    cut = _cut_last(kept, count, target)
-    if cut is None:  # even without its text it does not fit: the refusal says so
-        return kept, count(kept)
-    shorter, left_out, counted = cut
-    _note(request, before, limit, len(messages) - len(kept), left_out, counted)
-    return shorter, counted
+    return best
 
 
 def _block_start(messages: Messages, i: int) -> int:
