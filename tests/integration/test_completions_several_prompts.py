@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,26 @@ def test_a_choice_cancelled_ends_the_stream_and_cancels_the_others(
         return {t["state"] for t in served.tasks(token)}
 
     until_sync(lambda: states() == {"cancelled"}, what=states)
+
+
+def test_a_choice_cancelled_fails_the_answer_and_cancels_the_others(
+    served: Served, sdk: tuple[openai.OpenAI, str]
+) -> None:
+    client, token = sdk
+    with ThreadPoolExecutor(1) as waiting:
+        answer = waiting.submit(
+            client.completions.create,
+            prompt=["1, 2, 3, 4, 5,", "10, 20, 30, 40,"],
+            model=MODEL,
+            max_tokens=400,
+            temperature=0,
+        )
+        started = until_sync(lambda: [t for t in served.tasks(token) if t["state"] == "running"])
+        status, _ = call(f"{served.url}/v1/tasks/{started[0]['id']}/cancel", token, "POST")
+        assert status == 200
+        with pytest.raises(openai.APIError) as failed:
+            answer.result(timeout=120)
+    # The cancelled choice's error (not a cancel it caused), the other choice cancelled
+    # rather than generated for nobody.
+    assert started[0]["id"] in failed.value.message
+    assert {t["state"] for t in served.tasks(token)} == {"cancelled"}

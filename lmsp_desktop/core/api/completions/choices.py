@@ -51,8 +51,9 @@ from lmsp_desktop.core.service import sse
 from lmsp_desktop.core.service.context import ServiceContext
 from lmsp_desktop.core.states import TERMINAL, TaskState
 
-# A choice's next chunks for the stream (None: the choice has no more), with its renderer.
-Piece = tuple[CompletionChunks, bytes | None]
+# A choice's next chunks for the stream (None: the choice has no more), with its renderer
+# and whether they end it with its error.
+Piece = tuple[CompletionChunks, bytes | None, bool]
 
 
 async def answer_choices(
@@ -85,19 +86,19 @@ async def answer_choices(
     async with holding_key(ctx, first.claim):
         created = [first, *await _store_rest(ctx, client_id, admitted[1:], first)]
         ids = [c.task_id for c in created]
+        failed: str | None = None
         if first.mode == "stream":
-            response = await _stream(request, ctx, created)
+            response, failed = await _stream(request, ctx, created)
         else:
             async with _cancel_all_on_disconnect(request, ctx, ids):
-                for task_id in ids:
-                    await ctx.follower.wait_finished(task_id)
-            answer, status = await _settled(ctx, ids)
+                failed = await _wait_all(ctx, ids)
+            answer, status = await _settled(ctx, ids, failed)
             if answer is None:
                 raise ShuttingDownError()  # the tasks are left for recovery
             headers = NO_RETRY if status != 200 else None
             response = web.json_response(answer, status=status, headers=headers)
     if first.claim is not None:
-        answer, status = await _settled(ctx, ids)
+        answer, status = await _settled(ctx, ids, failed)
         await settle_key(ctx, first.claim, answer, status)
     return response
 
@@ -120,13 +121,47 @@ async def _store_rest(
     return made
 
 
-async def _settled(ctx: ServiceContext, ids: list[str]) -> tuple[dict[str, Any] | None, int]:
-    """The answer once every choice's task has ended: the `text_completion`, or the first
-    failed choice's error; None while any is unfinished (the service stopped first)."""
+async def _wait_all(ctx: ServiceContext, ids: list[str]) -> str | None:
+    """Wait until every choice's task has ended (or the service stops); the first that fails
+    (or is cancelled) has the others cancelled, the request failing with its error and
+    nobody left to read them. Returns that first failed task's id, if any."""
+    waiting = {asyncio.create_task(_failed(ctx, task_id)): task_id for task_id in ids}
+    first: str | None = None
+    try:
+        while waiting:
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for ended in done:
+                task_id = waiting.pop(ended)
+                if ended.result() and first is None:
+                    first = task_id
+                    for other in waiting.values():
+                        await cancel_quietly(ctx, other, f"{task_id} of its request failed")
+    finally:
+        for left in waiting:
+            left.cancel()
+    return first
+
+
+async def _failed(ctx: ServiceContext, task_id: str) -> bool:
+    await ctx.follower.wait_finished(task_id)
+    row = await ctx.store.tasks.get(task_id)
+    if TaskState(row["state"]) not in TERMINAL:  # the service is stopping
+        return False
+    return task_failure(build_response(row), when_output=True) is not None
+
+
+async def _settled(
+    ctx: ServiceContext, ids: list[str], failed: str | None = None
+) -> tuple[dict[str, Any] | None, int]:
+    """The answer once every choice's task has ended: the `text_completion`, or the error of
+    the choice that failed first (`failed`; else the first failed in index order: the
+    others' may be the cancels it caused); None while any is unfinished (the service
+    stopped first)."""
     rows = [await ctx.store.tasks.get(task_id) for task_id in ids]
     if any(TaskState(row["state"]) not in TERMINAL for row in rows):
         return None, 200
-    for row in rows:
+    rows_first = sorted(rows, key=lambda row: row["id"] != failed)
+    for row in rows_first:
         failure = task_failure(build_response(row), when_output=True)
         if failure is not None:
             return failure.body(), failure.status
@@ -157,10 +192,11 @@ async def _cancel_all_on_disconnect(
 
 async def _stream(
     request: web.Request, ctx: ServiceContext, created: list[Created]
-) -> web.StreamResponse:
+) -> tuple[web.StreamResponse, str | None]:
     """One stream of every choice's chunks as their events commit, each chunk whole and each
     choice's in order, under the first task's id; then the summed usage (if asked for) and
-    `[DONE]` once all have ended. A choice that fails ends the stream with its error."""
+    `[DONE]` once all have ended. A choice that fails ends the stream with its error (its
+    task id returned with the response)."""
     head = await ctx.store.tasks.get(created[0].task_id)
     renderers = [
         CompletionChunks(head, c.request, index=i, whole=False) for i, c in enumerate(created)
@@ -172,22 +208,24 @@ async def _stream(
     ]
     response = await sse.open_stream(request)
     beat = Heartbeat(response, sse.KEEPALIVE)
-    gone = failed = False
+    gone = False
+    failed: str | None = None
     try:
         async with _cancel_all_on_disconnect(request, ctx, [c.task_id for c in created]):
             opening = b"".join(r.opening() for r in renderers)
             if opening:
                 await response.write(opening)
             left = len(renderers)
-            while left and not failed:
-                renderer, data = await chunks.get()
+            while left and failed is None:
+                renderer, data, failing = await chunks.get()
                 if data is None:
                     left -= 1
                     continue
                 await response.write(data)
                 beat.sent = True
-                failed = renderer.failed and renderer.finished
-            if not failed:
+                if failing:
+                    failed = created[renderers.index(renderer)].task_id
+            if failed is None:
                 await response.write(renderers[0].tail([r.usage for r in renderers]))
     except (ConnectionResetError, RuntimeError):
         gone = True
@@ -195,7 +233,7 @@ async def _stream(
         beat.stop()
         for follower in followers:
             follower.cancel()
-    if (gone or failed) and not ctx.follower.closed.is_set():
+    if (gone or failed is not None) and not ctx.follower.closed.is_set():
         # Nobody reads the other choices any more (a stopping service leaves them all
         # for recovery instead).
         for c, renderer in zip(created, renderers, strict=True):
@@ -203,7 +241,7 @@ async def _stream(
                 await cancel_quietly(ctx, c.task_id, "its stream ended before it")
     with contextlib.suppress(ConnectionResetError, RuntimeError):
         await response.write_eof()
-    return response
+    return response, failed
 
 
 async def _follow(
@@ -225,9 +263,10 @@ async def _follow(
             after = batch[-1]["sequence_number"]
             data = b"".join(pieces)
             if data:
-                chunks.put_nowait((renderer, data))
+                chunks.put_nowait((renderer, data, renderer.failed))
             if renderer.finished:
                 break
     if not renderer.finished:  # the follower closed: the service is stopping
-        chunks.put_nowait((renderer, renderer.render(stopping_event(task_id, None, after))))
-    chunks.put_nowait((renderer, None))
+        ending = renderer.render(stopping_event(task_id, None, after))
+        chunks.put_nowait((renderer, ending, True))
+    chunks.put_nowait((renderer, None, False))
