@@ -16,9 +16,11 @@ import openai
 import pytest
 
 from lmsp_desktop.core.context_window import _Vocab
+from lmsp_desktop.core.engines.fake import FakeEngine
 from lmsp_desktop.core.models.demo import demo_model_path
 from tests.integration.serve_process import ServeProcess, call, create_token
-from tests.integration.service_fixtures import MODEL, USER_SCOPES
+from tests.integration.service_fixtures import MODEL, USER_SCOPES, LiveCore
+from tests.integration.test_stream_shutdown import left_in_store
 from tests.support.polling import until_sync
 
 PROMPTS = ["The capital of France is", "One, two, three,"]
@@ -202,3 +204,28 @@ def test_a_choice_cancelled_fails_the_answer_and_cancels_the_others(
     # rather than generated for nobody.
     assert started[0]["id"] in failed.value.message
     assert {t["state"] for t in served.tasks(token)} == {"cancelled"}
+
+
+def test_a_stop_ends_the_stream_with_shutting_down_and_leaves_every_choice(
+    tmp_path: Path,
+) -> None:
+    """The service stopping mid-stream (the app's Quit, serve's signals): the stream ends
+    with the stopping error, and no choice's task is cancelled: each is left for recovery."""
+    live = LiveCore(tmp_path / "data", engine=FakeEngine([" lorem"] * 1000, token_delay=0.05))
+    try:
+        client = openai.OpenAI(
+            base_url=f"{live.url}/v1", api_key=live.token(*USER_SCOPES), max_retries=0
+        )
+        with client, pytest.raises(openai.APIError) as raised:
+            stream = client.completions.create(
+                model=MODEL, prompt=["Tell a story.", "Tell another."], max_tokens=400, stream=True
+            )
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].text:
+                    live.stop_started()
+        live.stop_started().result(60)
+    finally:
+        live.stop()
+    assert raised.value.code == "shutting_down", raised.value
+    left = left_in_store(live.data_dir)
+    assert len(left) == 2 and all(state in ("running", "queued") for state, _ in left.values())
