@@ -12,8 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPaintEvent, QPalette
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetrics,
+    QGuiApplication,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
@@ -22,6 +31,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPushButton,
     QScrollArea,
+    QStyle,
     QVBoxLayout,
     QWidget,
 )
@@ -32,7 +42,18 @@ from lmsp_desktop.core.views import TaskChange, TaskRow
 from lmsp_desktop.gui.format import STATE_COLOURS, human_size, short_id, state_icon, why_ended
 from lmsp_desktop.gui.status import ORDER  # the status bar lists the counts in the same order
 
-WIDTH = 150  # narrow: at 900 px the Tasks page needs the rest
+# The sidebar is as wide as the widest line it can show, at its font (narrow: at 900 px the
+# Tasks page needs the rest). It was a fixed 150 px: under a larger desktop font (GTK's
+# Adwaita) Recent read "incomplete 3m a…" and "App memory: 212.6" wrapped its "MiB".
+WIDEST_SIZE = human_size(1023.9 * 2**20)  # "1023.9 MiB", the widest a size is written
+WIDEST_COUNT = 99_999
+WIDEST_AGO = 59 * 60  # "59m ago"
+WIDEST_ID = "chatcmpl-…00000000"  # short_id of a Chat Completions task, the longer kind
+WIDEST_ADDRESS = "255.255.255.255:65535"
+WIDEST_NAV = "Clients (99 waiting)"
+WIDEST_STATE = "unloads in 999 min"  # a loaded model's state line
+NAV_ICON = 16  # the room a navigation row's dot takes
+ITEM_PADDING = 12  # a list row's margins around its icon and text
 RECENT = 4  # finished tasks listed under "Recent"
 HEADING_SHARE = 0.7  # a heading's colour: this much of the text's, the rest the window's
 TASK_ID = Qt.ItemDataRole.UserRole + 1
@@ -86,11 +107,19 @@ class Heading(QLabel):
 
     def __init__(self, text: str) -> None:
         super().__init__(text.upper())
-        font = self.font()
-        font.setPointSizeF(font.pointSizeF() * 0.85)
-        font.setBold(True)
-        self.setFont(font)
+        self.follow(self.font())
         self.setContentsMargins(0, 8, 0, 0)
+
+    def follow(self, font: QFont) -> None:
+        """Smaller than `font`, the text's, and bold: set again when that font changes (a
+        font of its own no longer follows the application's)."""
+        smaller = QFont(font)
+        if font.pointSizeF() > 0:
+            smaller.setPointSizeF(font.pointSizeF() * 0.85)
+        else:  # a font sized in pixels has no point size
+            smaller.setPixelSize(max(1, round(font.pixelSize() * 0.85)))
+        smaller.setBold(True)
+        self.setFont(smaller)
 
     def colour(self) -> QColor:
         palette = self.palette()
@@ -103,10 +132,6 @@ class Heading(QLabel):
         painter.setPen(self.colour())
         painter.setFont(self.font())
         painter.drawText(self.contentsRect(), int(self.alignment()), self.text())
-
-
-def _heading(text: str) -> QLabel:
-    return Heading(text)
 
 
 def _wrapping(label: QLabel) -> QLabel:
@@ -123,16 +148,12 @@ class Sidebar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setFixedWidth(WIDTH)
         self.nav = QListWidget()
         self.nav.addItems(["Tasks", "Models", "Clients"])
         self.nav.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.nav.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.nav.setFrameShape(QFrame.Shape.NoFrame)
-        rows = self.nav.fontMetrics().height() + 10  # roomy enough to click
-        for i in range(self.nav.count()):
-            self.nav.item(i).setSizeHint(QSize(WIDTH - 4, rows))
-        self.nav.setFixedHeight(rows * self.nav.count() + 4)
+        self.text_width = 0  # the room of the glance panel's lines, set by fit()
 
         self.url = ""
         # Why a finished task ended, from its row as the window last read it ("" unknown).
@@ -159,7 +180,9 @@ class Sidebar(QWidget):
         self.recent.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.recent.setIconSize(QSize(14, 14))
         self.recent.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.recent.setStyleSheet("QListWidget { background: transparent; }")
+        # The sidebar's own background, from the palette: a style sheet saying so kept the
+        # list at the font it started with when the application's font changed.
+        self.recent.viewport().setBackgroundRole(QPalette.ColorRole.Window)
         self.recent.itemClicked.connect(lambda item: self.task_clicked.emit(item.data(TASK_ID)))
         self.recent_empty = _wrapping(QLabel("Nothing finished yet"))
         self._finished: deque[Finished] = deque(maxlen=RECENT)
@@ -168,22 +191,23 @@ class Sidebar(QWidget):
         # Below the navigation, the glance panel scrolls when it is taller than the window
         # (every state counted, two models loaded, paused): it never holds the window taller
         # than 600 px.
-        panel = QWidget()
+        self.headings = [Heading(name) for name in ("Service", "Tasks", "Loaded models", "Recent")]
+        panel = self.panel = QWidget()
         panel_layout = QVBoxLayout(panel)
         panel_layout.setContentsMargins(0, 0, 0, 0)
         panel_layout.setSpacing(2)
         for widget in (
-            _heading("Service"),
+            self.headings[0],
             self.service,
             self.address,
             self.copy_button,
             self.pause_button,
-            _heading("Tasks"),
+            self.headings[1],
             self.counts,
-            _heading("Loaded models"),
+            self.headings[2],
             self.loaded,
             self.memory,
-            _heading("Recent"),
+            self.headings[3],
             self.recent_empty,
             self.recent,
         ):
@@ -205,6 +229,81 @@ class Sidebar(QWidget):
         self.set_service("", paused=False)
         self.set_counts({})
         self.set_loaded([])
+        # The panel scrolling takes a scroll bar's room from its lines: fit() gives it back.
+        self.glance.verticalScrollBar().rangeChanged.connect(self.fit)
+        self.fit()
+
+    # -- width -------------------------------------------------------------------------------
+    def fit(self) -> None:
+        """As wide as the widest line each part can show, whole, at the current font (a model
+        name alone is elided: any length, its tooltip has it)."""
+        font = self.font()
+        metrics = QFontMetrics(font)
+        for heading in self.headings:
+            heading.follow(font)
+        heading_width = max(h.fontMetrics().horizontalAdvance(h.text()) for h in self.headings)
+        lines = [
+            *(f"● {WIDEST_COUNT:,} {state}" for state in ORDER),
+            f"{WIDEST_SIZE} in memory",
+            WIDEST_STATE,
+            f"App memory: {WIDEST_SIZE}",
+            WIDEST_ADDRESS,
+            self.recent_empty.text(),
+        ]
+        text = max(heading_width, *(metrics.horizontalAdvance(line) for line in lines))
+        buttons = max(
+            # A button's padding around its text, plus its longest text.
+            b.sizeHint().width()
+            - b.fontMetrics().horizontalAdvance(b.text())
+            + max(metrics.horizontalAdvance(t) for t in words)
+            for b, words in (
+                (self.copy_button, ("Copy URL", "Copied")),
+                (self.pause_button, ("Pause new work", "Resume new work")),
+            )
+        )
+        nav = (
+            metrics.horizontalAdvance(WIDEST_NAV)
+            + max(self.nav.iconSize().width(), NAV_ICON)
+            + ITEM_PADDING
+        )
+        recent = (
+            max(
+                metrics.horizontalAdvance(WIDEST_ID),
+                *(metrics.horizontalAdvance(ended_line(s, WIDEST_AGO)) for s in TERMINAL),
+            )
+            + self.recent.iconSize().width()
+            + ITEM_PADDING
+        )
+        width = max(text + 4, buttons, nav, recent)
+        panel_height = (
+            self.panel.heightForWidth(width)
+            if self.panel.hasHeightForWidth()
+            else self.panel.sizeHint().height()
+        )
+        scroll_bar = (
+            self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
+            if panel_height > self.glance.height()
+            else 0
+        )
+        rows = metrics.height() + 10  # roomy enough to click
+        for i in range(self.nav.count()):
+            self.nav.item(i).setSizeHint(QSize(width + scroll_bar - 4, rows))
+        self.nav.setFixedHeight(rows * self.nav.count() + 4)
+        self.setFixedWidth(width + scroll_bar)
+        if self.text_width != width - 4:
+            self.text_width = width - 4
+            self.set_loaded(self._loaded)  # names elided to the new room
+        self._fit_recent()
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:
+            self.fit()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if event.size().height() != event.oldSize().height():
+            self.fit()  # taller or shorter: the panel may scroll, or no longer
 
     # -- service -----------------------------------------------------------------------------
     def set_service(self, url: str, *, paused: bool) -> None:
@@ -261,7 +360,7 @@ class Sidebar(QWidget):
             # the state: "unloads in 10 min" does not fit beside the size.
             self.loaded.setText(
                 "<br>".join(
-                    f"<span style='white-space:nowrap'>{html.escape(_elided(self.loaded, name))}"
+                    f"<span style='white-space:nowrap'>{html.escape(self._elided(name))}"
                     "</span>"
                     f"<br>{human_size(size)} in memory<br>{html.escape(state)}"
                     for name, size, state in models
@@ -319,11 +418,14 @@ class Sidebar(QWidget):
             )
             item.setData(TASK_ID, done.task_id)
             self.recent.addItem(item)
+        self._fit_recent()
+        self.recent.setVisible(bool(self._finished))
+        self.recent_empty.setVisible(not self._finished)
+
+    def _fit_recent(self) -> None:
         self.recent.setFixedHeight(
             max(0, self.recent.sizeHintForRow(0)) * self.recent.count() + 4 if self._finished else 0
         )
-        self.recent.setVisible(bool(self._finished))
-        self.recent_empty.setVisible(not self._finished)
 
     def recent_texts(self) -> list[str]:
         return [self.recent.item(i).text() for i in range(self.recent.count())]
@@ -340,7 +442,8 @@ class Sidebar(QWidget):
         else:
             self._clock.stop()
 
-
-def _elided(label: QLabel, text: str) -> str:
-    """`text` elided to the sidebar's width (plain: a bold model name rarely fits)."""
-    return label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, WIDTH - 4)
+    def _elided(self, text: str) -> str:
+        """`text` elided to the sidebar's width (plain: a bold model name rarely fits)."""
+        return self.loaded.fontMetrics().elidedText(
+            text, Qt.TextElideMode.ElideRight, self.text_width
+        )
