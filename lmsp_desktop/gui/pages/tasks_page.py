@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from PySide6.QtCore import (
+    QEvent,
     QItemSelectionModel,
+    QObject,
     QPoint,
     QSettings,
     Qt,
@@ -69,6 +72,19 @@ def curl_example(url: str, model: str = "smollm2-135m-instruct") -> str:
         f'-d \'{{"model": "{model}", "input": "Write a haiku about tea", '
         '"background": true}\''
     )
+
+
+def no_match_text(chip: str, text: str) -> str:
+    """What the table says when the filter leaves it empty, and the way back to every task:
+    "No task matches 'zzz'", "No failed task matches 'zzz'", "No running tasks"."""
+    kind = "" if chip == "All" else f"{chip.lower()} "
+    if text:
+        said = f"No {kind}task matches '{html.escape(text)}'"
+        way_out = "Esc clears the filter"
+    else:
+        said = f"No {kind}tasks"
+        way_out = "Choose All to see every task"
+    return f"<h3>{said}</h3>{way_out}"
 
 
 class TasksPage(QWidget):
@@ -183,6 +199,13 @@ class TasksPage(QWidget):
         self.column_menu: QMenu | None = None
         self._restore_columns()
         self.table.setSortingEnabled(True)
+        # A filter that matches nothing says so over the empty table, and how to leave it
+        # (the table alone read as if the tasks were gone).
+        self.no_match = QLabel(self.table.viewport())
+        self.no_match.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.no_match.setWordWrap(True)
+        self.no_match.hide()
+        self.table.viewport().installEventFilter(self)
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         self.table.selectionModel().currentRowChanged.connect(self._selection_changed)
         self.details = TaskDetails(core)
@@ -210,10 +233,15 @@ class TasksPage(QWidget):
         # Escape in the filter box clears it (and lists every task again at once).
         clear = QShortcut(QKeySequence(Qt.Key.Key_Escape), self.search, self._clear_search)
         clear.setContext(Qt.ShortcutContext.WidgetShortcut)
+        # Also from the table, where the focus is after a click on it: the "No task matches"
+        # line says Esc clears the filter.
+        clear_here = QShortcut(QKeySequence(Qt.Key.Key_Escape), self.table, self._clear_search)
+        clear_here.setContext(Qt.ShortcutContext.WidgetShortcut)
         self.model.modelAboutToBeReset.connect(self._remember_selection)
         self.model.modelReset.connect(self._restore_selection)
         self.model.modelReset.connect(self._show_empty_state)
         self.model.rowsInserted.connect(self._show_empty_state)
+        self.model.rowsRemoved.connect(self._show_empty_state)  # the last match left the filter
         self.model.dataChanged.connect(lambda *_: self._update_actions())
         self.model.rowsInserted.connect(self._select_wanted)
         self._clock = QTimer(self, interval=1000)
@@ -283,8 +311,19 @@ class TasksPage(QWidget):
 
     def _show_empty_state(self, *_: Any) -> None:
         flt = self.model.filter
-        empty = self.model.rowCount() == 0 and not flt.states and not flt.text
-        self.stack.setCurrentWidget(self.empty if empty else self.splitter)
+        filtered = bool(flt.states or flt.text)
+        none = self.model.rowCount() == 0
+        self.stack.setCurrentWidget(self.empty if none and not filtered else self.splitter)
+        if none and filtered:
+            chip = next((n for n, states in STATE_FILTERS.items() if states == flt.states), "All")
+            self.no_match.setText(no_match_text(chip, flt.text))
+            self.no_match.setGeometry(self.table.viewport().rect())
+        self.no_match.setVisible(none and filtered)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.table.viewport() and event.type() == QEvent.Type.Resize:
+            self.no_match.setGeometry(self.table.viewport().rect())  # centred as it resizes
+        return super().eventFilter(watched, event)
 
     def _filter_later(self, ms: int) -> None:
         self._filter_timer.start(ms)
