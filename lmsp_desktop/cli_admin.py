@@ -36,7 +36,7 @@ SCOPES_HELP = f"comma-separated, from: {', '.join(SCOPES)}"
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `token`, `pairing` and `clients` to a parser's subcommands."""
-    token = sub.add_parser("token", help="create bearer tokens for clients")
+    token = sub.add_parser("token", help="create and revoke bearer tokens for clients")
     token_sub = token.add_subparsers(dest="token_command", metavar="COMMAND", required=True)
     create = token_sub.add_parser("create", help="create a client and print its token once")
     create.add_argument("--name", required=True, help="the client's name, e.g. laptop-script")
@@ -44,6 +44,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--scopes", default=DEFAULT_SCOPES, help=f"{SCOPES_HELP} (default: {DEFAULT_SCOPES})"
     )
     create.set_defaults(admin_action="token.create")
+    # People (and a reviewer) guess `token revoke` after `token create`: the same command as
+    # `clients revoke`, a token being its client's.
+    _add_revoke(token_sub)
 
     pairing = sub.add_parser("pairing", help="answer pairing requests from clients")
     pairing_sub = pairing.add_subparsers(dest="pairing_command", metavar="COMMAND", required=True)
@@ -63,12 +66,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     clist = clients_sub.add_parser("list", help="show paired clients and when they were seen")
     clist.add_argument("--json", action="store_true", help="print JSON")
     clist.set_defaults(admin_action="clients.list")
-    revoke = clients_sub.add_parser("revoke", help="revoke a client's token at once")
-    revoke.add_argument("client_id", metavar="ID", help="the client's id (client_…)")
-    revoke.set_defaults(admin_action="clients.revoke")
+    _add_revoke(clients_sub)
 
     add_upstream_commands(sub)
     add_model_commands(sub)
+
+
+def _add_revoke(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`revoke ID`, under `clients` and under `token`: one command, one code path."""
+    revoke = commands.add_parser("revoke", help="revoke a client's token at once")
+    revoke.add_argument(
+        "client_id", metavar="ID", help="the client's id (client_…, from `clients list`)"
+    )
+    revoke.set_defaults(admin_action="clients.revoke")
 
 
 def run_admin(args: argparse.Namespace) -> int:
@@ -76,7 +86,7 @@ def run_admin(args: argparse.Namespace) -> int:
     action = getattr(args, "admin_action", None)
     if action is None:
         print(
-            "Name a command: token create, pairing list|approve|deny, clients list|revoke, "
+            "Name a command: token create|revoke, pairing list|approve|deny, clients list|revoke, "
             "upstream add|list|remove, models list|set|pull|verify|rescan.",
             file=sys.stderr,
         )
