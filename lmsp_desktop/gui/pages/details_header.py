@@ -12,6 +12,8 @@ from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 SEP = " · "
+REASON = " — "  # between a state and why: "incomplete — stopped at the 400-token limit"
+REASON_LEAST = 6  # letters of a reason worth showing cut; fewer: the state word alone
 
 
 def id_cut_short(task_id: str, first: int = 4, last: int = 8) -> str:
@@ -31,7 +33,8 @@ class Fact:
 
 class DetailsHeader(QLabel):
     """Line one: the facts that name the task (id, model, state), then the optional ones
-    (on restart, time run, restarts) while they fit. Line two: the reason it failed (or the
+    (on restart, time run, restarts) while they fit; too narrow, the id is cut first, then
+    the reason after the state word, the model's name last. Line two: the reason it failed (or the
     tools not offered), cut at its end; without one, the optional facts that did not fit.
     What is cut or left out is in the tooltip, whole."""
 
@@ -84,7 +87,12 @@ class DetailsHeader(QLabel):
             metrics = QFontMetrics(self._bold()) if task.bold else self.fontMetrics()
             floor = metrics.horizontalAdvance(id_cut_short(task.text))
             line[0] = self._cut(task, self._width(line) - room, floor)
-        if self._width(line) > room and len(facts) > 1:  # then the model's name
+        for i, fact in enumerate(line):  # then the reason's words after the state word
+            if fact.colour and self._width(line) > room:
+                line[i] = self._cut_reason(fact, self._width(line) - room)
+        # The model's name last: it is what a user needs ("smoll…truct" was shown at 900 px
+        # beside a whole "incomplete — stopped at the 400-token limit").
+        if self._width(line) > room and len(facts) > 1:
             line[1] = self._cut(line[1], self._width(line) - room, 40)
         if self._width(line) > room:  # then the id further: its state stays whole
             line[0] = self._cut(line[0], self._width(line) - room, 80)
@@ -105,6 +113,23 @@ class DetailsHeader(QLabel):
         kept = max(whole - over, least)
         short = metrics.elidedText(fact.text, Qt.TextElideMode.ElideMiddle, kept)
         return Fact(short, fact.colour, fact.bold)
+
+    def _cut_reason(self, fact: Fact, over: int) -> Fact:
+        """The state fact's reason ("incomplete — stopped at the 400-token limit") cut by
+        `over` px at a word ("incomplete — stopped at the…": never "the 4…", a number cut
+        reads as another); left out, with its dash, once a few letters are all that would be
+        left. The state word stays whole."""
+        state, dash, reason = fact.text.partition(REASON)
+        if not dash or over <= 0:
+            return fact
+        metrics = self.fontMetrics()
+        room = metrics.horizontalAdvance(reason) - over
+        words = reason.split(" ")
+        while words and metrics.horizontalAdvance(" ".join(words) + "…") > room:
+            words.pop()
+        if len(" ".join(words)) < REASON_LEAST:
+            return Fact(state, fact.colour, fact.bold)
+        return Fact(f"{state}{dash}{' '.join(words)}…", fact.colour, fact.bold)
 
     def _width(self, facts: list[Fact]) -> int:
         metrics, bold = self.fontMetrics(), QFontMetrics(self._bold())
