@@ -49,6 +49,13 @@ async def _completed(store: Store, task_id: str) -> None:
     assert row["output_text"] == "".join(DEFAULT_TOKENS)
 
 
+def _waits_for_the_load(runner: Runner) -> bool:
+    """A task's lane waits on the model's load (only lanes wait on `loading`; the user's
+    load awaits the engine itself)."""
+    slot = runner._slots.get("m")
+    return slot is not None and bool(slot.loading._callbacks)  # type: ignore[attr-defined]
+
+
 async def _loading(store: Store, task_id: str) -> bool:
     return await state_of(store, task_id) == "loading"
 
@@ -64,6 +71,10 @@ async def test_a_model_that_dies_before_its_waiting_task_takes_it_is_loaded_agai
         await until(lambda: runner.loaded_state("m") == "loading")
         task_id = await submit(store)
         await until(lambda: _loading(store, task_id))
+        # And its lane waits for the load (its state shows `loading` a few loop steps before
+        # that): a lane coming to the model after its load and before the death is a death
+        # during the task, failed as a crash (the fresh-clone CI under load, 7802dea).
+        await until(lambda: _waits_for_the_load(runner))
         engine.release.set()
         await user_load
         # The process died after the load and before the task took the model: the task
