@@ -46,16 +46,32 @@ class LmspError(Exception):
         return {"error": error}
 
 
+# The error type each status answers with, whichever path gives it (a refusal at admission
+# or a task that failed while its client waited): the openai SDKs pick their exception by
+# status alone (409 → ConflictError), so the body's type is the one word a user reads, and
+# one status said with two types (a 409 model_changed as conflict_error when refused at
+# admission, as invalid_request_error when the queued task failed) reads as two errors.
+_TYPE_OF_STATUS = {404: "not_found_error", 409: "conflict_error"}
+
+
+def error_type(status: int) -> str:
+    """The error type for an HTTP status: not_found_error (404), conflict_error (409),
+    server_error (5xx), else invalid_request_error."""
+    if status >= 500:
+        return "server_error"
+    return _TYPE_OF_STATUS.get(status, "invalid_request_error")
+
+
 def invalid(message: str, param: str | None, code: str = "invalid_value") -> LmspError:
     return LmspError(message, code=code, param=param, status=400)
 
 
 def not_found(message: str, code: str = "not_found", param: str | None = None) -> LmspError:
-    return LmspError(message, code=code, param=param, status=404, type="not_found_error")
+    return LmspError(message, code=code, param=param, status=404, type=error_type(404))
 
 
 def conflict(message: str, code: str, **extra: Any) -> LmspError:
-    return LmspError(message, code=code, status=409, type="conflict_error", extra=extra)
+    return LmspError(message, code=code, status=409, type=error_type(409), extra=extra)
 
 
 class StorageFullError(LmspError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmsp_desktop.core.errors import LmspError
+from lmsp_desktop.core.errors import LmspError, error_type
 
 # A task's error code → the HTTP status that says who can fix it.
 STATUS_OF_CODE = {
@@ -55,5 +55,6 @@ def task_failure(response: dict[str, Any], *, when_output: bool) -> LmspError | 
     else:
         return None
     status = STATUS_OF_CODE.get(code, 500)
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return LmspError(message, code=code, status=status, type=kind)
+    # The type the same status has when refused before a task (409 conflict_error, 404
+    # not_found_error), not invalid_request_error for every 4xx.
+    return LmspError(message, code=code, status=status, type=error_type(status))

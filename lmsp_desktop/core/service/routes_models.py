@@ -13,7 +13,7 @@ from lmsp_desktop.core.api.failures import STATUS_OF_CODE
 from lmsp_desktop.core.auth import Principal
 from lmsp_desktop.core.context_window import effective_context
 from lmsp_desktop.core.engines.base import EngineError
-from lmsp_desktop.core.errors import LmspError, ShuttingDownError, invalid, not_found
+from lmsp_desktop.core.errors import LmspError, ShuttingDownError, error_type, invalid, not_found
 from lmsp_desktop.core.models.info import CHANGED, OBSERVED, ModelInfo
 from lmsp_desktop.core.models.memory import Plan
 from lmsp_desktop.core.scopes import ADMIN, MODELS_READ
@@ -172,8 +172,7 @@ async def load_model(ctx: ServiceContext, model_id: str, keep_alive: float | Non
         await ctx.runner.load_again(model_id, keep_alive)
     except EngineError as exc:
         status = STATUS_OF_CODE.get(exc.code, 500)
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        raise LmspError(exc.message, code=exc.code, status=status, type=kind) from exc
+        raise LmspError(exc.message, code=exc.code, status=status, type=error_type(status)) from exc
 
 
 async def unload_model(ctx: ServiceContext, model_id: str) -> bool:
