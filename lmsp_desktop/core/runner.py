@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import secrets
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import RUNNER_KINDS, TaskKind, TaskState
 from lmsp_desktop.core.stops import StopScanner
+from lmsp_desktop.core.storage.db import translate
 from lmsp_desktop.core.storage.embeddings import finish_embedding
 from lmsp_desktop.core.storage.events import to_json
 from lmsp_desktop.core.storage.recovery import recover_after_crash
@@ -169,6 +171,16 @@ class _Slot:
     unload_when_idle: bool = False  # the user unloaded it while a task ran on it
 
 
+@dataclass
+class _Unrecorded:
+    """Why the store refuses to record a task's failure, since when (monotonic), and how
+    many tries it has refused so far."""
+
+    reason: str
+    since: float
+    tries: int = 1
+
+
 def _lane(model: str, index: int) -> str:
     """Lane 0 of a model is the model id itself; further lanes add `\x00<n>`."""
     return model if index == 0 else f"{model}\x00{index}"
@@ -238,6 +250,11 @@ class Runner:
         # Tasks waiting for their model's load → set when one is cancelled meanwhile: its
         # cancel is confirmed at once, not when the load ends (a big model loads for minutes).
         self._load_cancels: dict[str, asyncio.Event] = {}
+        # Tasks whose failure the store refused to record (the disk is full) → why, since when
+        # and how many tries: said once when it begins (and when the reason changes) and once
+        # when a write goes through again, not at every retry (a full disk filled the log
+        # with the same line every few seconds, hiding everything else).
+        self._unrecorded: dict[str, _Unrecorded] = {}
         # Loads whose task was cancelled meanwhile: they go on for the next task of the model
         # (the model then stays for its idle time); stop() ends them like the lanes.
         self._loads_left: set[asyncio.Task[_Slot]] = set()
@@ -385,6 +402,8 @@ class Runner:
                 raise
             except Exception as exc:
                 await self._give_up(row["id"], exc)
+            else:  # its run's writes went through: a store that refused them takes them again
+                self._store_took(row["id"], "ran on from its snapshot")
             finally:
                 self._claimed.discard(row["id"])
 
@@ -392,6 +411,7 @@ class Runner:
         """A task's run failed: fail it with a clear code. If even that cannot be written (the
         disk is full), wait and let the loop pick the task up again: it is still running and
         resumes from its snapshot once the store accepts writes."""
+        exc = self._translated(exc)
         if isinstance(exc, LmspError):
             code, message = exc.code, exc.message
         else:  # a bug: keep the worker alive, fail the task clearly
@@ -399,11 +419,56 @@ class Runner:
             code, message = "internal_error", f"Internal error: {exc!r}"
         try:
             await self.tasks.fail(task_id, code, message)
-        except LmspError as again:
-            log.warning(
-                "could not record the failure of %s (%s); retrying later", task_id, again.message
+        except Exception as refused:
+            # The disk is full, or any other refusal: the lane lives on and retries (one
+            # that died here left its task running for ever, and its model a lane short).
+            again = self._translated(refused)
+            self._store_refused(
+                task_id, again.message if isinstance(again, LmspError) else repr(again)
             )
             await asyncio.sleep(STORE_RETRY_S)
+        else:
+            self._store_took(task_id, "has its failure recorded")
+
+    def _translated(self, exc: Exception) -> Exception:
+        """SQLite's own error as the store says it (a full disk: StorageFullError): a move
+        that fails alone, its statement refused, comes back untranslated (storage/moves.py),
+        and was logged as a bug with its traceback at every retry."""
+        return translate(exc, self.tasks.db.path) if isinstance(exc, sqlite3.Error) else exc
+
+    def _store_refused(self, task_id: str, reason: str) -> None:
+        """The store refused to record a task's failure: a warning when this begins or its
+        reason changes, a debug line at each further try."""
+        now = time.monotonic()
+        known = self._unrecorded.get(task_id)
+        if known is not None and known.reason == reason:
+            known.tries += 1
+            log.debug("still cannot record the failure of %s (try %d)", task_id, known.tries)
+            return
+        self._unrecorded[task_id] = (
+            _Unrecorded(reason, now)
+            if known is None
+            else _Unrecorded(reason, known.since, known.tries + 1)
+        )
+        log.warning(
+            "could not record the failure of %s (%s); retrying every %g s, quietly: the log "
+            "says when a write goes through",
+            task_id,
+            reason,
+            STORE_RETRY_S,
+        )
+
+    def _store_took(self, task_id: str, outcome: str) -> None:
+        """A task whose failure the store refused got its writes through since: one line."""
+        known = self._unrecorded.pop(task_id, None)
+        if known is not None:
+            log.info(
+                "the database takes writes again: %s %s (after %d refused tries over %.0f s)",
+                task_id,
+                outcome,
+                known.tries,
+                time.monotonic() - known.since,
+            )
 
     async def _next_task(self, model: str) -> Any:
         """A resumed running task first (it was started before), else the oldest queued; one
