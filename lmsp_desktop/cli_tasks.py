@@ -2,8 +2,10 @@
 show what runs (id, model, state, queue position, tokens, age), and cancelling them. A
 running task whose prompt is still being read shows how far ("reading prompt 3,072/8,192
 (37%)") in place of its tokens, one waiting behind another prompt's read says so ("waiting
-to read its prompt (60 tokens)"). A download shows its bytes there as the window does
-("49.0 MiB / 93.8 MiB", "…, waiting for the hub until 16:41:31", "93.8 MiB" once done).
+to read its prompt (60 tokens)"), one resumed after a restart that it resumes ("resuming
+(62 tokens so far)") until its next token comes. A download shows its bytes there as the
+window does ("49.0 MiB / 93.8 MiB", "…, waiting for the hub until 16:41:31", "93.8 MiB" once
+done).
 
 Asked of the service running on the data directory over HTTP (GET /v1/tasks, POST
 /v1/tasks/{id}/cancel), with `LMSP_TOKEN` or a one-off admin token (cli_service.py)."""
@@ -123,8 +125,16 @@ def _tokens(task: dict[str, Any]) -> str:
     download's bytes);
     while a running task's prompt is read, how far (llama.cpp reads a long prompt for
     seconds to minutes before the first token), or that it waits for another's read to end
-    before its own begins."""
+    before its own begins; a task resumed after a restart, that it resumes (or waits to)."""
     progress = task.get("prompt_progress")
+    done = task.get("output_tokens") or 0
+    if progress and done:
+        # Resumed after a restart: the engine reads its prompt and then its earlier tokens
+        # again, one at a time as they were made, before any new one. The read's figure
+        # said "reading prompt 0/41 (0%)" all that while (a short prompt is read in one
+        # chunk, and no report follows it until the first new token).
+        doing = "waiting to resume" if progress.get("waiting") else "resuming"
+        return f"{doing} ({done:,} tokens so far)"
     if progress:
         return prompt_status(
             PromptProgress(

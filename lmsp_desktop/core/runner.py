@@ -493,6 +493,22 @@ class Runner:
     async def _run(self, row: Any, lane: str) -> None:
         task_id = row["id"]
         resuming = row["state"] == TaskState.RUNNING
+        if resuming and row["kind"] != TaskKind.EMBEDDING and row["input_tokens"]:
+            # Resumed after a restart, it waits for its model's load (seconds to minutes) and
+            # then for the engine to read its prompt and its earlier tokens again: said as a
+            # wait (the window's "waiting", `tasks`' "waiting to resume"), not as its output
+            # count standing still as if it generated. The engine's own reports follow.
+            self._prompts[task_id] = PromptProgress(row["input_tokens"], 0, 0, waiting=True)
+            self._reading.add(task_id)
+        try:
+            await self._run_loaded(row, lane, resuming)
+        finally:
+            self._reading.discard(task_id)
+            self._prompts.pop(task_id, None)
+
+    async def _run_loaded(self, row: Any, lane: str, resuming: bool) -> None:
+        """Load the task's model (unless loaded) and run the task on it."""
+        task_id = row["id"]
         remote = self.remote.engine_for(row["model"]) if self.remote else None
         if remote is None:
             path = await self.models.path_for_run(row["model"])
