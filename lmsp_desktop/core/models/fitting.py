@@ -19,7 +19,7 @@ from typing import Any
 from lmsp_desktop.core.engines.base import EngineError, LoadSettings
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.models import machine
-from lmsp_desktop.core.models.gguf_meta import read_gguf_meta
+from lmsp_desktop.core.models.gguf_meta import read_model_meta
 from lmsp_desktop.core.models.info import CHANGED, ModelInfo
 from lmsp_desktop.core.models.memory import (
     Budget,
@@ -86,14 +86,15 @@ class ModelFitter:
 
     # -- reading the model and the machine ------------------------------------------------
     def shape(self, info: ModelInfo, *, look: bool = False) -> ModelShape:
-        """The model's shape from its header (blocking: milliseconds; cached per file).
-        `look`: a kept shape only while the file is there (FileNotFoundError otherwise)."""
+        """The model's shape from its header, every part's of a split model (blocking:
+        milliseconds; cached per file). `look`: a kept shape only while the file is there
+        (FileNotFoundError otherwise)."""
         key = (str(info.path), info.mtime_ns)
         found = self._shapes.get(key)
         if found is not None and look:
             os.stat(info.path)  # gone since its shape was read: file_gone hears of it
         if found is None:
-            found = ModelShape.from_gguf(read_gguf_meta(Path(info.path)), info.size_bytes)
+            found = ModelShape.from_gguf(read_model_meta(Path(info.path)), info.size_bytes)
             self._shapes[key] = found
         return found
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from lmsp_desktop.core.models.discovery import part_paths
+
 if TYPE_CHECKING:
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
@@ -308,6 +310,30 @@ def read_gguf_meta(path: Path) -> GGUFMeta:
     meta.vocab_size = vocab_size
     meta.layer_bytes = layer_bytes
     meta.tensor_elements = parameters
+    return meta
+
+
+def read_model_meta(path: Path) -> GGUFMeta:
+    """The header of the model whose (first) file is `path`, with the tensors of every part
+    of a split model counted: llama.cpp's gguf-split writes `split.count` parts
+    (`…-00001-of-00003.gguf` and the rest, loaded together), each header listing only its own
+    tensors, so part 1's alone left the later layers' weights out of the memory estimate
+    (their bytes counted neither on the GPU nor in the layers fitted to it).
+    FileNotFoundError when a part is gone (as llama.cpp's load would fail)."""
+    meta = read_gguf_meta(path)
+    count = meta.values.get("split.count")
+    if not isinstance(count, int) or count <= 1 or meta.values.get("split.no", 0) != 0:
+        return meta
+    parts = part_paths(path)
+    if len(parts) != count:  # not named as llama.cpp finds the parts: it loads part 1 alone
+        return meta
+    for part in parts[1:]:
+        other = read_gguf_meta(part)
+        for layer, size in other.layer_bytes.items():
+            meta.layer_bytes[layer] = meta.layer_bytes.get(layer, 0) + size
+        meta.tensor_elements += other.tensor_elements
+        meta.tensor_count += other.tensor_count
+        meta.vocab_size = meta.vocab_size or other.vocab_size
     return meta
 
 
