@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from lmsp_desktop.gui.pages.details_header import DetailsHeader, Fact
 from lmsp_desktop.gui.pages.earlier_run import EarlierRuns, with_earlier
 
 CURSOR = "▌"
+DELTA = str(EventType.OUTPUT_TEXT_DELTA)
 NOTHING_SELECTED = "The selected task's output appears here."
 
 
@@ -191,14 +193,25 @@ def output_shown(row: Any) -> str:
     """The output as the Output tab shows it: the text (structured output as indented JSON
     once it parses), then each function call the model made as `→ name(arguments)`, its
     arguments indented when they are more than one short line."""
-    text: str = row["output_text"]
-    raw = row["output_items"] if "output_items" in row.keys() else None  # noqa: SIM118
-    calls = [i for i in json.loads(raw or "[]") if i.get("type") == "function_call"]
-    fmt = (json.loads(row["request"]).get("text_format") or {}).get("type")
-    if text and fmt in ("json_object", "json_schema"):
-        text = _indented(text)
-    lines = [f"→ {c['name']}({_indented(c['arguments'], short=60)})" for c in calls]
+    text = text_shown(row["output_text"], structured(row))
+    lines = [f"→ {c['name']}({_indented(c['arguments'], short=60)})" for c in function_calls(row)]
     return "\n".join([text, *lines] if text else lines) if lines else text
+
+
+def function_calls(row: Any) -> list[dict[str, Any]]:
+    raw = row["output_items"] if "output_items" in row.keys() else None  # noqa: SIM118
+    return [i for i in json.loads(raw or "[]") if i.get("type") == "function_call"]
+
+
+def structured(row: Any) -> bool:
+    """The task asked for JSON output (shown indented once it parses)."""
+    fmt = (json.loads(row["request"]).get("text_format") or {}).get("type")
+    return fmt in ("json_object", "json_schema")
+
+
+def text_shown(text: str, structured: bool) -> str:
+    """The model's text as the Output tab shows it."""
+    return _indented(text) if text and structured else text
 
 
 def _indented(text: str, short: int = 0) -> str:
@@ -301,6 +314,19 @@ class TaskDetails(QWidget):
         self.task_id: str | None = None
         self.state: str | None = None
         self._output = ""
+        # The last event whose text the Output tab shows, while new text deltas can simply
+        # be appended to it (a generating task whose output is shown as written); None
+        # otherwise. A streaming task's pane re-read the whole task (its text, request,
+        # items) and re-laid its header out for every flush of a few tokens.
+        self._text_seq: int | None = None
+        self._text = ""  # the task's text up to `_text_seq`, as the model wrote it
+        self._structured = False  # shown indented once it parses (JSON output)
+        self._before_text = ""  # what the Output tab shows before it (an earlier run's)
+        # Reads of the shown task and appends of its text, one at a time in the order they
+        # were asked for (an append joins the text where the last one left it).
+        self._reading = asyncio.Lock()
+        self._busy = 0  # reads asked for and not finished
+        self._heard_seq = 0  # the shown task's last event heard of (the Events tab's aim)
         self._row: Any = None  # the shown task as last read
         self._ended: TaskRow | None = None  # its list row, when the restart ended it
         # A restarted task's first start, read once per task (the table's rule and reads).
@@ -335,6 +361,8 @@ class TaskDetails(QWidget):
         top.addWidget(self.cancel_button)
 
         self.output = QPlainTextEdit(readOnly=True)
+        # Nobody undoes a read-only view: its undo stack kept every append of a stream.
+        self.output.setUndoRedoEnabled(False)
         self.output.setPlaceholderText(NOTHING_SELECTED)
         self.events = TaskEvents(core, parent=self)
         self.events_view = QTableView()
@@ -359,7 +387,7 @@ class TaskDetails(QWidget):
         bar.rangeChanged.connect(self._follow_tail)
         self.export_button = QPushButton("Export JSONL…")
         self.export_button.clicked.connect(self._ask_export_path)
-        events_tab = QWidget()
+        self.events_tab = events_tab = QWidget()
         events_layout = QVBoxLayout(events_tab)
         events_layout.setContentsMargins(0, 0, 0, 0)
         events_layout.addWidget(self.events_view)
@@ -374,6 +402,7 @@ class TaskDetails(QWidget):
         self.tabs.addTab(self.output, "Output")
         self.tabs.addTab(events_tab, "Events")
         self.tabs.addTab(self.request, "Request")
+        self.tabs.currentChanged.connect(self._events_caught_up)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 0)
         layout.addLayout(top)
@@ -389,6 +418,8 @@ class TaskDetails(QWidget):
         self.task_id = task_id
         self.state = None
         self._output = ""
+        self._text_seq = None
+        self._heard_seq = 0
         self.output.clear()
         self.request.clear()
         self._at_bottom = True
@@ -417,6 +448,14 @@ class TaskDetails(QWidget):
 
     async def refresh(self) -> None:
         """Re-read the shown task (its state, output and new events)."""
+        self._busy += 1  # a flush meanwhile waits for it: it may be older than the read
+        try:
+            async with self._reading:
+                await self._reread()
+        finally:
+            self._busy -= 1
+
+    async def _reread(self) -> None:
         task_id = self.task_id
         if task_id is None:
             return
@@ -466,7 +505,14 @@ class TaskDetails(QWidget):
             earlier = await self._earlier.text(task_id, row["restarts"])
             if task_id != self.task_id:
                 return
-        self._show_output(with_earlier(row, earlier, output_shown(row)), generating)
+        shown = output_shown(row)
+        whole = with_earlier(row, earlier, shown)
+        self._show_output(whole, generating)
+        # Text is appended while it ends the Output tab (no function call after it).
+        appendable = generating and not function_calls(row)
+        self._text_seq = row["last_seq"] if appendable else None
+        self._text, self._structured = row["output_text"], structured(row)
+        self._before_text = whole.removesuffix(shown)
         self._set_buttons()
         await self.events.follow(row["last_seq"])
 
@@ -486,8 +532,93 @@ class TaskDetails(QWidget):
             self._show_header(row)
 
     def on_changes(self, changes: dict[str, TaskChange]) -> None:
-        if self.task_id in changes:
-            aio.spawn(self.refresh(), self)
+        """A flush of the window's bridge: text deltas of the shown task are appended to its
+        output (from the change itself when it carries every one since the last shown, else
+        read as events); anything else (a state, an item, a tool call) re-reads the task."""
+        change = changes.get(self.task_id) if self.task_id is not None else None
+        if change is None:
+            return
+        if not self._busy and self._append_carried(change):
+            self._follow_events(change.last_seq)
+            return
+        self._busy += 1  # from now: a later flush must not append before this read ends
+        aio.spawn(self._follow(change), self)
+
+    def _only_text(self, change: TaskChange) -> bool:
+        """The change only added text to the shown generating task, and the pane appends."""
+        return (
+            self._text_seq is not None
+            and change.task_id == self.task_id
+            and change.state == TaskState.RUNNING == self.state
+            and bool(change.event_types)
+            and all(t == DELTA for t in change.event_types)
+        )
+
+    def _append_carried(self, change: TaskChange) -> bool:
+        """Append the deltas the change carries; False when they do not join the shown text
+        (the bridge keeps only the last commit's events of a flush) or it is not text."""
+        if not self._only_text(change) or self._text_seq is None:
+            return False
+        if change.last_seq <= self._text_seq:
+            return True  # already shown (read with the task)
+        events = change.events
+        if not events or events[0]["sequence_number"] > self._text_seq + 1:
+            return False
+        if events[-1]["sequence_number"] != change.last_seq:
+            return False
+        self._append_deltas(events)
+        return True
+
+    async def _follow(self, change: TaskChange) -> None:
+        """After the reads before it: append the deltas committed since the shown text (read
+        as events), or re-read the task when it is not only text that changed."""
+        try:
+            async with self._reading:
+                if change.task_id != self.task_id:
+                    return
+                if not (self._only_text(change) and await self._read_deltas(change.last_seq)):
+                    await self._reread()
+        finally:
+            self._busy -= 1
+
+    async def _read_deltas(self, last_seq: int) -> bool:
+        """Append the text deltas up to `last_seq` after the shown text; False when another
+        event is among them (the task must be re-read)."""
+        task_id, since = self.task_id, self._text_seq
+        if task_id is None or since is None:
+            return False
+        if last_seq > since:
+            rows = await self.core.task_event_rows(task_id, since, last_seq - since)
+            if task_id != self.task_id or since != self._text_seq:
+                return True  # another task shown meanwhile: nothing of this one to show
+            if any(r["type"] != DELTA for r in rows):
+                return False
+            self._append_deltas([json.loads(r["data"]) for r in rows])
+        self._follow_events(last_seq)
+        return True
+
+    def _follow_events(self, last_seq: int) -> None:
+        """Text deltas reach the Events tab while it is shown; hidden behind the Output tab
+        it catches up when shown (reading and inserting each flush's delta rows there cost
+        the window as much CPU as the rest of the pane, for a table nobody looked at)."""
+        self._heard_seq = max(self._heard_seq, last_seq)
+        if self.tabs.currentWidget() is self.events_tab:
+            aio.spawn(self.events.follow(last_seq), self)
+
+    def _events_caught_up(self, _index: int) -> None:
+        if self.tabs.currentWidget() is self.events_tab and self._heard_seq > self.events.last_seq:
+            aio.spawn(self.events.follow(self._heard_seq), self)
+
+    def _append_deltas(self, events: Sequence[dict[str, Any]]) -> None:
+        """Text delta events, the first joining the shown text or before it, appended."""
+        since = self._text_seq
+        assert since is not None
+        fresh = [e for e in events if e["sequence_number"] > since]
+        if not fresh:
+            return
+        self._text += "".join(e["delta"] for e in fresh)
+        self._text_seq = fresh[-1]["sequence_number"]
+        self._show_output(self._before_text + text_shown(self._text, self._structured), True)
 
     def _show_header(self, row: Any) -> None:
         error = json.loads(row["error"]) if row["error"] else None
@@ -545,10 +676,17 @@ class TaskDetails(QWidget):
         at_bottom = bar.value() >= bar.maximum() - 4
         if self._output.endswith(CURSOR) and shown.startswith(self._output[:-1]):
             # Append only the new text so the reader's scroll position and selection stay.
-            cursor = self.output.textCursor()
+            # One edit (the cursor mark replaced by the new text and the mark): a line with
+            # no break is laid out again whole at each edit, and three edits per flush
+            # (move, delete, insert) took ~20 ms on a 50 kB line.
+            cursor = QTextCursor(self.output.document())
+            cursor.beginEditBlock()
             cursor.movePosition(QTextCursor.MoveOperation.End)
-            cursor.deletePreviousChar()
+            cursor.movePosition(
+                QTextCursor.MoveOperation.PreviousCharacter, QTextCursor.MoveMode.KeepAnchor
+            )
             cursor.insertText(shown[len(self._output) - 1 :])
+            cursor.endEditBlock()
         else:
             self.output.setPlainText(shown)
         self._output = shown
