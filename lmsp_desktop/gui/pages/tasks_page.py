@@ -346,12 +346,14 @@ class TasksPage(QWidget):
     def show_task(self, task_id: str) -> None:
         """Select a task by id, and only it (Show in Tasks, a prompt just sent)."""
         row = self.model.row_of(task_id)
-        self._wanted = None
+        # Wanted while its row is selected too: selectRow clears the selection first, and
+        # the pane showed nothing in between (and read the task again).
+        self._wanted = task_id
         if row is not None:
             self.table.selectRow(row)  # replaces the selection: the pane follows it
+            self._wanted = None
             self.table.scrollTo(self.model.index(row, 0))
         else:  # not loaded (yet): select nothing else, show it now, select its row on arrival
-            self._wanted = task_id
             self.table.clearSelection()
             self.details.display(task_id)
 
