@@ -184,3 +184,36 @@ async def test_a_selection_in_the_output_stays_while_text_is_appended(
         bridge.flush()
     await shows(details, " keep this" + "".join(f" more{n}" for n in range(5)) + CURSOR)
     assert details.output.textCursor().selectedText() == "keep"
+
+
+async def test_events_tab_catches_up_on_many_pages_of_deltas_to_its_last_row(
+    details: TaskDetails, bridge: CoreBridge, store: Any
+) -> None:
+    """More deltas than a page arrived behind the Output tab: shown, the Events tab reads
+    them page after page down to the newest, and shows its last row."""
+    task_id = await make_task(store)
+    await store.tasks.mark_running(task_id)
+    bridge.flush()
+    await details.show_task(task_id)
+    for n in range(12):
+        words = [f" w{n}.{i}" for i in range(100)]
+        await store.tasks.append_deltas(
+            task_id, words, output_tokens=100 * (n + 1), input_tokens=5, snapshot=None
+        )
+        bridge.flush()
+    await until(lambda: details.output.toPlainText().endswith(" w11.99" + CURSOR))
+    assert details.events.rowCount() < 1200  # not followed while hidden
+    details.tabs.setCurrentWidget(details.events_tab)
+    total = len(await store.tasks.events(task_id, 0, 10_000))
+    await until(
+        lambda: details.events.rowCount() == total,
+        what=lambda: f"{details.events.rowCount()} of {total}",
+    )
+    view = details.events_view
+    last = details.events.index(total - 1, 0)
+
+    def last_row_visible() -> bool:
+        rect = view.visualRect(last)
+        return rect.isValid() and view.viewport().rect().contains(rect)
+
+    await until(last_row_visible, limit=5, what="the newest event in view")
