@@ -27,6 +27,9 @@ class ClientCalls:
     async def ignore_pairing(self, pairing_id: str) -> None:
         await self.pairing.ignore(pairing_id)
 
+    async def pairing_outcome(self, pairing_id: str) -> str | None:
+        return await self.pairing.outcome(pairing_id)
+
     async def create_claim_code(self, scopes: frozenset[str]) -> dict[str, Any]:
         return await self.pairing.create_claim_code(scopes)
 

@@ -392,6 +392,26 @@ class PairingManager:
         assert updated is not None
         return self._request_dict(updated)
 
+    async def outcome(self, pairing_id: str) -> str | None:
+        """How a device request stands now, for an owner whose answer found it no longer
+        waiting (answered meanwhile in another window or with `lmsp-desktop pairing …`):
+        approved (its token perhaps issued already), denied, ignored, pending, expired, or
+        None when there is no such request. Five wrong secrets ended it: expired."""
+        row = await self.db.fetchone(
+            "SELECT state, expires_at, failures FROM pairings WHERE id=? AND kind='device'",
+            (pairing_id,),
+        )
+        if row is None:
+            return None
+        state = str(row["state"])
+        if state in ("approved", "issued"):
+            return "approved"
+        if state == "denied":
+            return state
+        if state == "dead" or row["failures"] >= MAX_FAILURES:
+            return "expired"
+        return "expired" if row["expires_at"] <= self.clock() else state
+
     async def deny(self, code_or_id: str) -> None:
         """Refuse a request; the client hears `access_denied` at its next poll."""
         await self._set_state(code_or_id, "denied")

@@ -33,10 +33,20 @@ from lmsp_desktop.gui.models.client_table import COL_CREATED, COL_SCOPES, Client
 from lmsp_desktop.gui.pages.column_fit import ColumnFitter
 
 ARM_DELAY_MS = 1200  # a card that moved under the cursor cannot be answered this soon
-# The paired clients are read again every this many ticks of the page's 1 s clock while it is
-# shown: a token made from the CLI (another process, nothing told to this one) shows within
-# two seconds; a query of a few rows, nothing while the page or the window is not shown.
+# The pairing requests and the paired clients are read again every this many ticks of the
+# page's 1 s clock: a request answered or a token made from the CLI (another process, nothing
+# told to this one) shows within two seconds. The requests are read while the window is shown
+# (the sidebar counts them on every page), the clients while the page is; a query of a few
+# rows each, and the cards rebuilt only when the requests changed.
 READ_EVERY_TICKS = 2
+# What an answer says when the request was answered elsewhere meanwhile (another window, or
+# `lmsp-desktop pairing approve|deny` in a shell): the core's "no pairing request waits with
+# the code or id 'pair_01…'" named an id the owner never saw.
+ANSWERED_ELSEWHERE = {
+    "approved": "was already approved from another window or the command line",
+    "denied": "was already denied from another window or the command line",
+    "expired": "has expired",
+}
 # How long an answer's line ("Approved laptop-aider…") stays: it was still there minutes later.
 NOTICE_MS = 8000
 # A request as a card shows it, to size the area kept for the cards (filled in, never sent):
@@ -65,6 +75,7 @@ class PairingCard(QFrame):
         super().__init__(parent)
         self.request = request
         self.armed = armed
+        self.busy = False  # its answer is on its way: the buttons stay off
         self.setFrameShape(QFrame.Shape.StyledPanel)
         title = QLabel(
             f"<b>{request['client_name']}</b> wants to pair"
@@ -123,11 +134,23 @@ class PairingCard(QFrame):
         self.armed = True
         self._update()
 
+    def disarm(self) -> None:
+        """It moved (a card above it went): no click for a moment, as a card moved up after
+        an answer; a click meant for the card gone must not answer this one."""
+        if self.armed:
+            self.armed = False
+            self._update()
+            QTimer.singleShot(ARM_DELAY_MS, self._arm)
+
+    @property
+    def pairing_id(self) -> str:
+        return str(self.request["pairing_id"])
+
     def granted(self) -> list[str]:
         return [s for s, box in self.scopes.items() if box.isChecked()]
 
     def _update(self) -> None:
-        live = self.armed and self.seconds_left() > 0
+        live = self.armed and not self.busy and self.seconds_left() > 0
         self.approve.setEnabled(live and bool(self.granted()))
         self.deny.setEnabled(live)
         self.ignore.setEnabled(live)
@@ -143,9 +166,14 @@ class PairingCard(QFrame):
         self._update()
 
     def _answer(self, action: str) -> None:
-        for button in (self.approve, self.deny, self.ignore):
-            button.setEnabled(False)
+        self.busy = True
+        self._update()
         self.answered.emit(action, self.request, self.granted())
+
+    def answer_failed(self) -> None:
+        """Its answer was refused (and it still waits): the buttons back."""
+        self.busy = False
+        self._update()
 
 
 class ScopeDialog(QDialog):
@@ -187,6 +215,8 @@ class ClientsPage(QWidget):
         self.cards: list[PairingCard] = []
         self._answered_at = -1e9
         self._expiries: list[float] = []  # when the shown requests run out
+        self._requests_seen: list[tuple[str, str]] | None = None  # (id, state) last read
+        self._pending_lock = asyncio.Lock()
         self.dialog: QDialog | QMessageBox | None = None
         self.pending_title = QLabel("<b>Pairing requests</b>")
         self.cards_box = QVBoxLayout()
@@ -303,7 +333,20 @@ class ClientsPage(QWidget):
         aio.spawn(self.load(), self)
 
     async def reload_pending(self) -> None:
+        # One read at a time (the two-second look, a request come in, an answer here): a read
+        # begun earlier and finished later must not bring back a card just answered.
+        async with self._pending_lock:
+            await self._reload_pending()
+
+    async def _reload_pending(self) -> None:
         every = await self.core.pending_pairings(include_ignored=True)
+        # Nothing announces an expiry: the clock reloads when one of these runs out (the note
+        # said "still polling" about a request long expired).
+        self._expiries = [float(r["expires_at"]) for r in every]
+        seen = [(str(r["pairing_id"]), str(r["state"])) for r in every]
+        if seen == self._requests_seen:
+            return  # the usual look every two seconds: nothing changed, nothing rebuilt
+        self._requests_seen = seen
         requests = [r for r in every if r["state"] == "pending"]
         ignored = [r for r in every if r["state"] == "ignored"]
         self.ignored_note.setText(
@@ -312,23 +355,43 @@ class ClientsPage(QWidget):
             "refused (access_denied) when it expires."
         )
         self.ignored_note.setVisible(bool(ignored))
-        # Nothing announces an expiry: the clock reloads when one of these runs out (the note
-        # said "still polling" about a request long expired).
-        self._expiries = [float(r["expires_at"]) for r in every]
+        self._show_cards(requests)
+        self.pending_changed.emit(len(self.cards))
+
+    def _show_cards(self, requests: list[dict[str, Any]]) -> None:
+        """A card per waiting request, oldest first. Cards still waiting stay as they are (the
+        scopes the owner unticked, the button under the cursor); a card whose request went
+        (answered here or elsewhere, expired) is removed and those below it, which move up,
+        take no click for a moment; a new one comes at its place."""
+        waiting = {str(r["pairing_id"]) for r in requests}
+        moved = False
+        kept: list[PairingCard] = []
         for card in self.cards:
-            card.setParent(None)
-            card.deleteLater()
-        self.cards = []
+            if card.pairing_id in waiting:
+                if moved:
+                    card.disarm()
+                kept.append(card)
+            else:
+                card.setParent(None)
+                card.deleteLater()
+                moved = True
+        shown = {card.pairing_id: card for card in kept}
         # Right after an answer the next card moves up under the cursor: arm it later.
         armed = time.monotonic() - self._answered_at > ARM_DELAY_MS / 1000
-        for request in requests:
-            card = PairingCard(request, self, armed=armed)
-            card.answered.connect(lambda a, r, s: aio.spawn(self.answer(a, r, s), self))
-            self.cards.append(card)
-            self.cards_box.addWidget(card)
+        self.cards = []
+        for index, request in enumerate(requests):
+            shown_card = shown.get(str(request["pairing_id"]))
+            if shown_card is None:  # requests keep their order: the ones before are in place
+                shown_card = self._new_card(request, armed=armed)
+                self.cards_box.insertWidget(index, shown_card)
+            self.cards.append(shown_card)
         self.pending_title.setVisible(bool(self.cards))
         self.no_requests.setVisible(not self.cards)
-        self.pending_changed.emit(len(self.cards))
+
+    def _new_card(self, request: dict[str, Any], *, armed: bool) -> PairingCard:
+        card = PairingCard(request, self, armed=armed)
+        card.answered.connect(lambda a, r, s: aio.spawn(self.answer(a, r, s), self))
+        return card
 
     def say(self, text: str) -> None:
         """The line under the requests: what the last answer did, for NOTICE_MS (the next
@@ -361,7 +424,21 @@ class ClientsPage(QWidget):
                     "expires, then it is refused."
                 )
         except LmspError as exc:
-            aio.show_error(self, exc)
+            outcome = None
+            if exc.code == "pairing_not_found":
+                outcome = await self.core.pairing_outcome(request["pairing_id"])
+            if outcome in ANSWERED_ELSEWHERE:
+                # Answered in a shell or another window since the last look: say so, and the
+                # card goes (the reload below) instead of a box naming an internal id.
+                self.say(
+                    f"The request from {request['client_name']} "
+                    f"{ANSWERED_ELSEWHERE[str(outcome)]}; nothing changed."
+                )
+            else:
+                aio.show_error(self, exc)
+                for card in self.cards:
+                    if card.pairing_id == request["pairing_id"]:
+                        card.answer_failed()
         await self.load()
 
     def _tick(self) -> None:
@@ -372,14 +449,17 @@ class ClientsPage(QWidget):
             aio.spawn(self.reload_pending(), self)
         self._ticks += 1
         reading = self._reading is not None and not self._reading.done()
-        if self._ticks % READ_EVERY_TICKS == 0 and self.isVisible() and not reading:
-            self._reading = aio.spawn(self._read_clients(), self)
+        if self._ticks % READ_EVERY_TICKS == 0 and not reading:
+            self._reading = aio.spawn(self._read_store(clients=self.isVisible()), self)
 
-    async def _read_clients(self) -> None:
-        """The paired clients as stored now (a token made or revoked from a shell with
-        `lmsp-desktop token …` meanwhile): one small query, the rows that changed applied."""
+    async def _read_store(self, *, clients: bool) -> None:
+        """The requests, and the paired clients if shown, as stored now (a request answered
+        with `lmsp-desktop pairing …`, a token made or revoked with `lmsp-desktop token …`
+        meanwhile): small queries; only what changed is applied."""
         try:
-            await self.model.reload()
+            await self.reload_pending()
+            if clients:
+                await self.model.reload()
         except LmspError:
             return  # the store closing, or busy: the next look tries again
 
