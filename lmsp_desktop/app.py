@@ -96,12 +96,16 @@ class Core(ClientCalls):
         no_sources: list[str] | None = None,
         allowed_origins: list[str] | None = None,
         max_context: int | None = None,
+        port_in_use: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store = Store(self.data_dir)
         self._lock = DataDirLock(self.data_dir)
         self._flag_dirs = [Path(d) for d in model_dirs or []]
         self._flag_host, self._flag_port = host, port
+        # The port this run was to use, found in use at start: `port` was chosen instead in
+        # the window's box (launch.py), not typed as --port; Settings says which.
+        self._port_in_use = port_in_use
         self._flag_no_sources = list(no_sources or [])
         self._flag_origins = list(allowed_origins or [])
         self._flag_max_context = max_context
@@ -358,7 +362,7 @@ class Core(ClientCalls):
         flags: dict[str, str] = {}
         if self._flag_host is not None:
             flags["host"] = f"--host {self._flag_host}"
-        if self._flag_port is not None:
+        if self._flag_port is not None and self._port_in_use is None:
             flags["port"] = f"--port {self._flag_port}"
         if self._flag_max_context is not None:
             flags["max_context"] = f"--max-context {self._flag_max_context}"
@@ -369,6 +373,17 @@ class Core(ClientCalls):
         if self._flag_origins:
             flags["allowed_origins"] = " ".join(f"--allow-origin {o}" for o in self._flag_origins)
         return flags
+
+    @property
+    def chosen_port(self) -> tuple[int, int] | None:
+        """(the port this run uses, the port in use it replaced) when that port was chosen at
+        start in the window's box, for this run only; None otherwise, or once it is saved as
+        Settings' port."""
+        if self._port_in_use is None or self._flag_port is None:
+            return None
+        if self.stored_settings.port == self._flag_port:
+            return None
+        return self._flag_port, self._port_in_use
 
     def apply_settings(self, settings: Settings) -> bool:
         """Settings saved in the dialog take effect now, without losing tasks: retention, the

@@ -55,6 +55,12 @@ class CoreApi(Protocol):
         ...
 
     @property
+    def chosen_port(self) -> tuple[int, int] | None:
+        """(port used, port in use it replaced) when the port was chosen at start, for this
+        run only; None otherwise."""
+        ...
+
+    @property
     def paused(self) -> bool: ...
 
     # -- news ------------------------------------------------------------------------------

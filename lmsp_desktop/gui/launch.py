@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 import socket
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QApplication, QCheckBox, QMessageBox
 
 from lmsp_desktop.core.errors import LmspError
 from lmsp_desktop.core.shutdown import StopSteps
@@ -54,9 +55,10 @@ async def hand_over_soon(data_dir: Path, within_s: float = 3.0) -> bool:
         await asyncio.sleep(0.2)
 
 
-def failure_box(text: str, retry: str | None = None) -> QMessageBox:
+def failure_box(text: str, retry: str | None = None, keep: str | None = None) -> QMessageBox:
     """Why the app could not start, with OK armed only after ARM_DELAY_MS; with `retry`, a
-    button of that title first (the default) and OK titled Quit."""
+    button of that title first (the default) and OK titled Quit; with `keep`, a check box of
+    that title (unticked, armed with the buttons: a Space in flight must not tick it)."""
     box = QMessageBox(
         QMessageBox.Icon.Critical,
         "LMSP Desktop could not start",
@@ -70,6 +72,11 @@ def failure_box(text: str, retry: str | None = None) -> QMessageBox:
         buttons.append(again)
         box.setDefaultButton(again)
         box.setEscapeButton(buttons[0])
+
+    if keep is not None:
+        check = QCheckBox(keep, box)  # the box its parent: a bare temporary was freed at once
+        box.setCheckBox(check)
+        buttons.append(check)
 
     def arm() -> None:
         for button in buttons:
@@ -105,10 +112,14 @@ def port_in_use_text(host: str, port: int, other: int | None) -> str:
             "Settings › Port chooses another port for later starts."
         )
     return (
-        f"{first} Start on port {other} instead (for this run), or stop the other program and "
-        "start LMSP Desktop again. To keep another port, set it in Settings › Port once the "
-        "window is open."
+        f"{first} Start on port {other} instead, or stop the other program and start LMSP "
+        f"Desktop again. Port {other} is for this run only unless you tick the box below (it "
+        "is then saved as Settings › Port, and the next start uses it without asking)."
     )
+
+
+def keep_port_text(other: int) -> str:
+    return f"Use port {other} from now on"
 
 
 async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> int:
@@ -120,6 +131,8 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
     from lmsp_desktop.gui.main_window import MainWindow, wait_closed
 
     port = args.port
+    port_in_use: int | None = None  # the box chose `port` instead of this one
+    keep_port = False  # and the user ticked "Use port N from now on"
     while True:
         core = Core(
             args.data_dir,
@@ -129,11 +142,16 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
             no_sources=args.no_source,
             allowed_origins=args.allow_origin,
             max_context=args.max_context,
+            port_in_use=port_in_use,
         )
         try:
             if getattr(args, "start_error", None) is not None:  # its log file (cli._run_command)
                 raise args.start_error
             report = await core.open()
+            if keep_port and port is not None:
+                # Saved as Settings' port once the store is open and the port is bound: the
+                # next start uses it without the box (it came back at every start).
+                await core.save_settings(dataclasses.replace(core.stored_settings, port=port))
             await core.start_service()  # the model scan runs in the background, as for `serve`
             break
         except Exception as exc:  # port in use, a locked or damaged database, a bug
@@ -158,13 +176,18 @@ async def main(args: argparse.Namespace, qsettings: QSettings | None = None) -> 
                 host, taken = core.settings.host, core.settings.port
                 other = free_port_near(host, taken)
                 text = port_in_use_text(host, taken, other)
-            retry = None if other is None else f"Start on port {other}"
-            box = failure_box(text, retry)
+            retry = keep = None
+            if other is not None:
+                retry, keep = f"Start on port {other}", keep_port_text(other)
+            box = failure_box(text, retry, keep)
             await ask(box)
             if retry is None or box.clickedButton() is box.button(QMessageBox.StandardButton.Ok):
                 return 1
             args.start_error = None  # tried again on the port offered: not a refused start
+            if port_in_use is None:  # the port the user meant, not a second one offered
+                port_in_use = core.settings.port
             port = other
+            keep_port = box.checkBox() is not None and box.checkBox().isChecked()
     window = MainWindow(core, qsettings)
     later_launches = WindowServer(args.data_dir, window.bring_to_front, window)
     loop = asyncio.get_running_loop()

@@ -10,11 +10,14 @@ box appears."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import socket
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,10 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from lmsp_desktop.cli import build_parser
+from lmsp_desktop.core.storage.store import Store
 from lmsp_desktop.gui import launch
+from lmsp_desktop.gui.dialogs.settings_dialog import SettingsDialog
 from lmsp_desktop.gui.main_window import MainWindow
 from tests.integration.gui_windows import launch_args, running_window
 from tests.integration.test_gui_recovery import leave_leftovers
@@ -47,8 +53,10 @@ def keys_in_flight(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     still_open: list[bool] = []
     failure_box = launch.failure_box
 
-    def box_that_keys_reach_as_it_opens(text: str, retry: str | None = None) -> QMessageBox:
-        box = failure_box(text, retry)
+    def box_that_keys_reach_as_it_opens(
+        text: str, retry: str | None = None, keep: str | None = None
+    ) -> QMessageBox:
+        box = failure_box(text, retry, keep)
         opened = box.open
 
         def open_with_keys_in_flight() -> None:
@@ -240,3 +248,130 @@ def test_the_whole_launch_as_lmsp_desktop_runs_it(
     assert not closed_unread, "a key pressed as the box appeared closed it"
     # A first launch that never listened makes no store: no empty lmsp.db for the next one.
     assert not (tmp_path / "data" / "lmsp.db").exists()
+
+
+def stored_port(data_dir: Path, port: int) -> None:
+    """Settings › Port saved as `port` by an earlier run (its own store, in a thread)."""
+
+    async def save() -> None:
+        store = Store(data_dir)
+        await store.open()
+        try:
+            await store.save_settings(dataclasses.replace(await store.settings(), port=port))
+        finally:
+            await store.close()
+
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, save()).result()
+
+
+def plain_launch(data_dir: Path) -> argparse.Namespace:
+    """`lmsp-desktop --data-dir DIR`: no --port typed; the port is Settings'."""
+    return build_parser().parse_args(["--data-dir", str(data_dir)])
+
+
+async def start_on_the_port_offered(
+    run: asyncio.Future[int], *, keep: bool
+) -> tuple[MainWindow, int]:
+    """Answer the port-in-use box: "Start on port N", with "Use port N from now on" ticked
+    or not; returns the window and N."""
+    await until(lambda: shown_box() is not None or run.done(), what="a message box")
+    box = shown_box()
+    assert box is not None, "the launch ended without showing why"
+    start = retry_button(box)
+    if start is None or box.checkBox() is None:
+        box.done(0)
+        pytest.fail(f"no port offered to keep: {box.text()}")
+    other = int(start.text().removeprefix("Start on port "))
+    assert box.checkBox().text() == f"Use port {other} from now on"
+    assert not box.checkBox().isChecked()  # the Space in flight did not tick it
+    await until(lambda: start.isEnabled() and box.checkBox().isEnabled(), what="armed")
+    if keep:
+        box.checkBox().click()
+    start.click()
+    window = await until(lambda: running_window() or run.done(), 60, "the window")
+    assert isinstance(window, MainWindow), f"the app did not start: {run.result()}"
+    assert window.core.url == f"http://127.0.0.1:{other}"
+    return window, other
+
+
+def settings_dialog(window: MainWindow) -> SettingsDialog:
+    window.open_settings()  # File › Settings…
+    dialog = window.dialog
+    assert isinstance(dialog, SettingsDialog)
+    return dialog
+
+
+async def test_a_port_chosen_at_start_is_not_called_a_flag_in_settings(
+    qtbot: Any, tmp_path: Path, keys_in_flight: list[bool]
+) -> None:
+    """The twenty-first walk: Settings › Port in use, "Start on port N" in the box, and
+    Settings then said "This run uses, from the command line and for this run only: --port
+    N", a flag nobody typed. It says what it is: chosen at start, for this run only."""
+    data = tmp_path / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        stored_port(data, port)
+        ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
+        run = asyncio.ensure_future(launch.main(plain_launch(data), ini))
+        window, other = await start_on_the_port_offered(run, keep=False)
+        try:
+            dialog = settings_dialog(window)
+            assert "--port" not in dialog.flag_note.text()
+            assert not dialog.flag_note.isVisibleTo(dialog)
+            assert dialog.port_note.isVisibleTo(dialog)
+            assert dialog.port_note.text() == (
+                f"This run uses port {other}, chosen at start because {port} was in use, for "
+                "this run only."
+            )
+            assert dialog.port.value() == port  # what is saved: unchanged behind their back
+            assert window.core.stored_settings.port == port
+            dialog.reject()
+        finally:
+            window.quit()
+        assert await asyncio.wait_for(run, 60) == 0
+
+
+async def test_a_port_kept_from_the_box_is_used_by_the_next_start_without_asking(
+    qtbot: Any, tmp_path: Path, keys_in_flight: list[bool]
+) -> None:
+    """The walk's next start offered the box again (the port still in use): "Use port N from
+    now on" saves it as Settings › Port, and the next start serves there without a box."""
+    data = tmp_path / "data"
+    ini = QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        stored_port(data, port)
+        run = asyncio.ensure_future(launch.main(plain_launch(data), ini))
+        window, other = await start_on_the_port_offered(run, keep=True)
+        try:
+            assert window.core.stored_settings.port == other
+            dialog = settings_dialog(window)
+            assert dialog.port.value() == other
+            assert not dialog.port_note.isVisibleTo(dialog)
+            assert not dialog.flag_note.isVisibleTo(dialog)
+            dialog.reject()
+        finally:
+            window.quit()
+        assert await asyncio.wait_for(run, 60) == 0
+        await until(lambda: running_window() is None, what="the first window gone")
+
+        # Started again, the other program still on the old port: no box, the kept port.
+        run = asyncio.ensure_future(launch.main(plain_launch(data), ini))
+        window = await until(
+            lambda: running_window() or shown_box() or run.done(), 60, "the window"
+        )
+        if isinstance(window, QMessageBox):
+            window.done(0)
+            pytest.fail(f"the box came back: {window.text()}")
+        assert isinstance(window, MainWindow), f"the app did not start: {run.result()}"
+        try:
+            assert window.core.url == f"http://127.0.0.1:{other}"
+            assert keys_in_flight == [True]  # the one box, at the first start
+        finally:
+            window.quit()
+        assert await asyncio.wait_for(run, 60) == 0

@@ -84,6 +84,7 @@ class FakeCore(ClientCalls):
     settings: Settings = field(default_factory=Settings)
     stored_settings: Settings = field(default_factory=Settings)
     command_line: dict[str, str] = field(default_factory=dict)
+    chosen_port: tuple[int, int] | None = None
     url: str = "http://127.0.0.1:5677"
     paused: bool = False
     memory: Budget = field(default_factory=lambda: Budget(16 << 30, 12 << 30, "MemAvailable"))

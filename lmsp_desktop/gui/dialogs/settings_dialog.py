@@ -109,6 +109,19 @@ class SettingsDialog(QDialog):
         form.addRow("Serve", self.network)
         form.addRow("Bind address", self.host)
         form.addRow("Port", self.port)
+        # The port the start-up box chose (the one set here was in use): said as what it is,
+        # not as a --port flag nobody typed.
+        chosen = core.chosen_port
+        self.port_note = QLabel(
+            ""
+            if chosen is None
+            else f"This run uses port {chosen[0]}, chosen at start because {chosen[1]} was in "
+            "use, for this run only."
+        )
+        self.port_note.setWordWrap(True)
+        self.port_note.setVisible(chosen is not None)
+        if chosen is not None:  # a hidden row would still leave its spacing
+            form.addRow("", self.port_note)
         form.addRow("Model folders", folder_row)
         # One flag a line: wrapped inside a paragraph, "--allow-origin app://obsidian.md" broke
         # at its hyphen or after "//" and no longer read as something to type.
