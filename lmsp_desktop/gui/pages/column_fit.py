@@ -119,6 +119,13 @@ class ColumnFitter(QObject):
             elif event.type() == QEvent.Type.MouseButtonRelease:
                 self._pressed = False
             return False
+        if event.type() == QEvent.Type.Paint and self._timer.isActive():
+            # A fit is due (rows came, the table was shown or resized): done now, before the
+            # paint reads the widths; a frame at the old widths flashed before the columns
+            # moved (the first row's "loadi…" cut, then State where the fit put it).
+            self._timer.stop()
+            self._fit_due()
+            return False
         # Only a change of width matters (a scroll bar coming and going changes the height).
         if event.type() == QEvent.Type.Show and watched is self.table:
             self.fit_soon()

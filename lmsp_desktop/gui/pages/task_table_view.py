@@ -4,10 +4,20 @@ room left once the Model's name is whole."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import re
+from typing import Any, ClassVar
 
 from PySide6.QtCore import QModelIndex, QRect, Qt
-from PySide6.QtGui import QFocusEvent, QFontMetrics, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtGui import (
+    QFocusEvent,
+    QFontMetrics,
+    QFontMetricsF,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QHeaderView,
@@ -17,12 +27,16 @@ from PySide6.QtWidgets import (
     QTableView,
 )
 
-from lmsp_desktop.core.states import TERMINAL, RestartPolicy
-from lmsp_desktop.gui.format import short_id
+from lmsp_desktop.core.states import TERMINAL, RestartPolicy, TaskState
+from lmsp_desktop.gui.format import short_id, state_word
 from lmsp_desktop.gui.models.task_table import (
+    COL_DURATION,
     COL_ID,
     COL_MODEL,
     COL_ON_RESTART,
+    COL_STATE,
+    COL_TOKENS,
+    COL_TPS,
     HEADERS,
     TaskTableModel,
 )
@@ -32,19 +46,39 @@ from lmsp_desktop.gui.pages.column_fit import ColumnFitter, Index
 FOCUS_PEN = 2  # px: the outline of the focused table's current row
 
 
-def cut_id(task_id: str, room: int, metrics: QFontMetrics) -> str:
+def cut_id(task_id: str, room: int, metrics: QFontMetrics | QFontMetricsF) -> str:
     """The id whole when it fits `room` px, else its prefix and as much of its end as fits
     ("resp_…6ced68f35f77"): the random end tells tasks apart, the start (their creation
-    time) is alike for tasks made together; with no room even for that, its end alone."""
-    if metrics.horizontalAdvance(task_id) <= room:
+    time) is alike for tasks made together; with no room even for that, its end alone.
+    With QFontMetricsF a text fits as Qt's cell paints it (its exact width within the room;
+    the rounded width let through an id a pixel too wide, which Qt then cut itself:
+    "…p_01a23ee954…")."""
+
+    def fits(text: str) -> bool:
+        return math.ceil(metrics.horizontalAdvance(text)) <= room
+
+    if fits(task_id):
         return task_id
     cut = min((i for i in (task_id.find("_"), task_id.find("-")) if i >= 0), default=-1)
     prefix, rest = task_id[: cut + 1], task_id[cut + 1 :]
-    left = room - metrics.horizontalAdvance(prefix)
-    tail = metrics.elidedText(rest, Qt.TextElideMode.ElideLeft, left) if left > 0 else ""
-    if len(tail) >= 5:  # "…" and at least four of its last characters
-        return prefix + tail
-    return metrics.elidedText(task_id, Qt.TextElideMode.ElideLeft, room)
+    kept = _longest_end(rest, lambda end: fits(f"{prefix}…{end}"))
+    if kept >= 4:  # "…" and at least four of its last characters
+        return f"{prefix}…{rest[-kept:]}"
+    kept = _longest_end(task_id, lambda end: fits(f"…{end}"))
+    return f"…{task_id[-kept:]}" if kept else "…"
+
+
+def _longest_end(text: str, fits: Any) -> int:
+    """How many of `text`'s last characters `fits` takes (0 to len - 1): the widths grow
+    with each character, so halving finds it in a few measures."""
+    low, high = 0, len(text) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(text[-middle:]):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 class IdCut(QStyledItemDelegate):
@@ -65,10 +99,14 @@ class IdCut(QStyledItemDelegate):
         super().initStyleOption(option, index)
         option.textElideMode = Qt.TextElideMode.ElideLeft
         if self._room > 0:
+            # The room Qt's style lays the text in: its text rectangle, less the text margins
+            # it keeps on both sides (QCommonStyle's viewItemDrawText), measured exactly.
             widget = option.widget
             style = widget.style() if widget is not None else QApplication.style()
             margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget)
-            option.text = cut_id(option.text, self._room - 2 * (margin + 1), option.fontMetrics)
+            text = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, widget)
+            room = min(text.width(), self._room) - 2 * (margin + 1)
+            option.text = cut_id(option.text, room, QFontMetricsF(option.font))
 
 
 class SteadyFitter(ColumnFitter):
@@ -93,6 +131,7 @@ class SteadyFitter(ColumnFitter):
     _hold = False  # the fit due follows only changes of rows that have not ended
     _held = False  # the Model column fixed at its width while the table scrolls
     _id_short = 0  # the widest Id cell in its short form ("resp_…8f2a91c0"), px
+    _reserved: dict[int, int]  # the RESERVED columns' widths, px
 
     # Room the Id and On restart's title get only once the Model's name is whole (walk20: at
     # 1600 px the Id read "resp_…b987db1d" beside 670 px of blank Model): the Id is fitted
@@ -102,6 +141,17 @@ class SteadyFitter(ColumnFitter):
     # are measured without room for the sort arrow, but on the sorted column (the arrow sits
     # on one column only; every title kept 20 px for it).
     RESTART_WORDS = tuple(p.value for p in RestartPolicy)
+    # Columns as wide as their widest form from the first row, so that a run's start and end
+    # move nothing (walk21: State, Duration and Speed grew ~22 px into the Model as the first
+    # run went from loading to running, and "cancellin…" was cut while a task cancelled):
+    # every state's word, a speed up to 999.9 tok/s (or KiB/s), a run up to 9 min 59 s; and
+    # a download's bytes so far up to 999.9 of a unit ("0 B / 3.0 MiB" → "256.0 KiB / …").
+    RESERVED: ClassVar[dict[int, tuple[str, ...]]] = {
+        COL_STATE: (*(state_word(s) for s in TaskState), "queued #00"),
+        COL_TPS: ("000.0 tok/s", "000.0 KiB/s"),
+        COL_DURATION: ("0 min 00 s", "00.0 s"),
+    }
+    BYTES_SO_FAR = re.compile(r"[\d.]+ \w*B / ")
 
     def __init__(self, table: QTableView, *args: Any, **kwargs: Any) -> None:
         super().__init__(table, *args, **kwargs)
@@ -109,10 +159,22 @@ class SteadyFitter(ColumnFitter):
 
     def _remeasure(self, *_: object) -> None:
         self._id_short = 0
+        self._reserved = {}
         super()._remeasure()
 
     def _cell_width(self, index: QModelIndex) -> int:
         width = super()._cell_width(index)
+        forms = self._forms(index)
+        if forms and width > 0:
+            # A cell's width beyond its text's (margins, the state's badge) is alike for all
+            # the column's cells: the widest form with it. Text widths measured exactly
+            # (ceil), as the cell's own hint measures them.
+            metrics = QFontMetricsF(self.table.font())
+            text = math.ceil(metrics.horizontalAdvance(str(index.data() or "")))
+            widest = max(math.ceil(metrics.horizontalAdvance(f)) for f in forms)
+            reserved = width - text + widest
+            col = index.column()
+            self._reserved[col] = max(self._reserved.get(col, 0), reserved)
         if index.column() == COL_ID:  # its short form: prefix, "…" and eight of its end
             # Measured as "resp_…00000000" (digits are the widest of hex here): one width
             # for every id with that prefix, so a new task's id never moves the column.
@@ -153,10 +215,24 @@ class SteadyFitter(ColumnFitter):
         """What the longest whole id needs."""
         return max(self._content.get(COL_ID, 0), self.title_width(COL_ID))
 
+    def _measure_again(self) -> None:
+        # Reserved again from the cells there now: a download ended, its bytes' room goes.
+        for col in self._shrunk:
+            self._reserved.pop(col, None)
+        super()._measure_again()
+
+    def _forms(self, index: QModelIndex) -> tuple[str, ...]:
+        """The widest forms the cell's text may take within its run."""
+        if index.column() == COL_TOKENS:
+            text = str(index.data() or "")
+            found = self.BYTES_SO_FAR.match(text)
+            return (f"000.0 KiB / {text[found.end() :]}",) if found else ()
+        return self.RESERVED.get(index.column(), ())
+
     def content_width(self, col: int) -> int:
         if col == COL_ID and self._id_short:
             return max(min(self._content.get(COL_ID, 0), self._id_short), self.title_width(col))
-        width = super().content_width(col)
+        width = max(super().content_width(col), self._reserved.get(col, 0))
         if col == COL_ON_RESTART:  # as wide as the widest policy: "—" to "resume" moves nothing
             metrics = self.table.fontMetrics()
             words = max(metrics.horizontalAdvance(w) for w in self.RESTART_WORDS)
@@ -175,8 +251,10 @@ class SteadyFitter(ColumnFitter):
         if restart and 0 < title - needed[COL_ON_RESTART] <= spare:
             spare -= title - needed[COL_ON_RESTART]
             needed[COL_ON_RESTART] = title
-        if COL_ID in shown and COL_ID not in self.dragged and spare > 0:
-            more = min(spare, max(0, self.whole_id() - needed[COL_ID]))
+        # Whole or not at all: an Id a few pixels short of whole showed a long cut end
+        # ("resp_…a23ef0…"), and beside whole ones a row cut by Qt itself.
+        more = self.whole_id() - needed.get(COL_ID, 0)
+        if COL_ID in shown and COL_ID not in self.dragged and 0 < more <= spare:
             needed[COL_ID] += more
 
     def steps(self) -> list[int | tuple[int, int]]:
@@ -296,8 +374,13 @@ class TaskTableView(QTableView):
         rect = self.row_rect(current.row())
         if rect.isEmpty():
             return
+        # On a selected row the outline is in the selection's text colour, on another in the
+        # selection's colour: each stands out from the row under it. A darker Highlight
+        # was faint on a selected row (walk21 s11z: 1.8:1).
+        selected = self.selectionModel().isRowSelected(current.row(), current.parent())
+        role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Highlight
         painter = QPainter(self.viewport())
-        pen = QPen(self.palette().color(QPalette.ColorRole.Highlight).darker(140))
+        pen = QPen(self.palette().color(role))
         pen.setWidth(FOCUS_PEN)
         pen.setStyle(Qt.PenStyle.DashLine)
         painter.setPen(pen)
