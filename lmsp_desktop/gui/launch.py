@@ -112,9 +112,9 @@ def port_in_use_text(host: str, port: int, other: int | None) -> str:
             "Settings › Port chooses another port for later starts."
         )
     return (
-        f"{first} Start on port {other} instead, or stop the other program and start LMSP "
-        f"Desktop again. Port {other} is for this run only unless you tick the box below (it "
-        "is then saved as Settings › Port, and the next start uses it without asking)."
+        f"{first} Start on port {other} instead (for this run, or from now on with the box "
+        "below: saved as Settings › Port), or stop the other program and start LMSP Desktop "
+        "again."
     )
 
 
