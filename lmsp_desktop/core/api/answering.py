@@ -74,16 +74,18 @@ def ends_with_error(shown: dict[str, Any]) -> bool:
 
 @contextlib.asynccontextmanager
 async def cancel_on_disconnect(
-    request: web.Request, ctx: ServiceContext, task_id: str
+    request: web.Request, ctx: ServiceContext, *task_ids: str
 ) -> AsyncIterator[None]:
-    """Cancel the task if the client goes away (its CPU is freed, its partial output kept)."""
+    """Cancel the task (every task of a request answered by several: legacy completions'
+    choices) if the client goes away (its CPU is freed, its partial output kept)."""
 
     async def watch() -> None:
         while True:
             await asyncio.sleep(DISCONNECT_POLL_S)
             transport = request.transport
             if transport is None or transport.is_closing():
-                await cancel_quietly(ctx, task_id, "its client went away")
+                for task_id in task_ids:
+                    await cancel_quietly(ctx, task_id, "its client went away")
                 return
 
     watcher = asyncio.create_task(watch())

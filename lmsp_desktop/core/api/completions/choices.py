@@ -20,15 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
 from lmsp_desktop.core.api.answering import (
-    DISCONNECT_POLL_S,
     TASK_ID,
     Heartbeat,
+    cancel_on_disconnect,
     cancel_quietly,
     holding_key,
     settle_key,
@@ -90,7 +89,7 @@ async def answer_choices(
         if first.mode == "stream":
             response, failed = await _stream(request, ctx, created)
         else:
-            async with _cancel_all_on_disconnect(request, ctx, ids):
+            async with cancel_on_disconnect(request, ctx, *ids):
                 failed = await _wait_all(ctx, ids)
             answer, status = await _settled(ctx, ids, failed)
             if answer is None:
@@ -168,28 +167,6 @@ async def _settled(
     return choices_object(rows), 200
 
 
-@contextlib.asynccontextmanager
-async def _cancel_all_on_disconnect(
-    request: web.Request, ctx: ServiceContext, ids: list[str]
-) -> AsyncIterator[None]:
-    """Cancel every choice's task if the client goes away (one watcher for them all)."""
-
-    async def watch() -> None:
-        while True:
-            await asyncio.sleep(DISCONNECT_POLL_S)
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                for task_id in ids:
-                    await cancel_quietly(ctx, task_id, "its client went away")
-                return
-
-    watcher = asyncio.create_task(watch())
-    try:
-        yield
-    finally:
-        watcher.cancel()
-
-
 async def _stream(
     request: web.Request, ctx: ServiceContext, created: list[Created]
 ) -> tuple[web.StreamResponse, str | None]:
@@ -211,7 +188,7 @@ async def _stream(
     gone = False
     failed: str | None = None
     try:
-        async with _cancel_all_on_disconnect(request, ctx, [c.task_id for c in created]):
+        async with cancel_on_disconnect(request, ctx, *(c.task_id for c in created)):
             opening = b"".join(r.opening() for r in renderers)
             if opening:
                 await response.write(opening)
