@@ -194,7 +194,7 @@ class TaskTableModel(RowTableModel):
         if col == COL_TOKENS:
             reading = self._prompt_read(row)
             if reading is not None:  # short, on the cell's bar: its tooltip says the rest
-                return prompt_cell(reading)
+                return prompt_cell(reading, row.output_tokens)
             if row.started_at is None:
                 return "—"
             if row.kind == "embedding":  # it reads its input and generates nothing
@@ -249,6 +249,13 @@ class TaskTableModel(RowTableModel):
         if col in (COL_CLIENT, COL_MODEL):  # elided in a narrow window
             return self._display(row, col)
         if col == COL_TOKENS and (reading := self._prompt_read(row)) is not None:
+            if row.output_tokens:  # resumed after a restart, as the CLI says it
+                doing = "waits to resume" if reading.waiting else "resumes"
+                return (
+                    f"Resumed after a restart: this task {doing}. The model reads its prompt "
+                    f"and the {row.output_tokens:,} tokens it made before again, then goes on "
+                    "from there."
+                )
             if reading.waiting:
                 return (
                     "Waiting behind another task's prompt read: this task's prompt "
@@ -513,11 +520,16 @@ class FirstStarts:
         return first
 
 
-def prompt_cell(reading: PromptProgress) -> str:
+def prompt_cell(reading: PromptProgress, made_before: int = 0) -> str:
     """A running task's Output cell while its prompt is read: "37%" on the cell's bar, or
     "waiting" behind another task's read. As short as the output's count that follows: the
     long form ("reading prompt 3,072/8,192 (37%)", the CLI's) widened the column to 190 px,
-    which it kept for the whole run and which the Model column paid for."""
+    which it kept for the whole run and which the Model column paid for. A task resumed
+    after a restart (`made_before` tokens) reads "resuming": the engine reads its prompt and
+    then its earlier tokens again, with no report of the latter, so a read's "0%" stood
+    there for seconds (the CLI says "resuming" too)."""
+    if made_before:
+        return "waiting" if reading.waiting else "resuming"
     if reading.waiting:
         return "waiting"
     percent = reading.processed * 100 // reading.total if reading.total > 0 else 0

@@ -196,6 +196,26 @@ async def test_a_running_tasks_output_cell_shows_its_prompt_read_until_output(st
     assert model.data(cell) == "2" and model.data(cell, Role.PROGRESS) is None
 
 
+async def test_a_resumed_tasks_output_cell_says_it_resumes_not_a_read_figure(store, core):
+    """A task resumed after a restart has output already: while the engine reads its prompt
+    and its earlier tokens again, its Output cell says "resuming" (the CLI's word), not the
+    prompt read's "0%" that stood there until its next token; the tooltip says why."""
+    task_id = await make_task(store)
+    await run_task(store, task_id, ["Once", " upon"], finish=False)  # 2 tokens made before
+    model = TaskTableModel(core)
+    await model.reload()
+    cell = model.index(0, COL_TOKENS)
+    core.prompt_reads[task_id] = PromptProgress(total=41, cached=0, processed=0, waiting=True)
+    model.tick()
+    assert model.data(cell) == "waiting"
+    assert "waits to resume" in model.data(cell, Qt.ItemDataRole.ToolTipRole)
+    core.prompt_reads[task_id] = PromptProgress(total=41, cached=0, processed=41)
+    model.tick()
+    assert model.data(cell) == "resuming"
+    tip = model.data(cell, Qt.ItemDataRole.ToolTipRole)
+    assert "resumes" in tip and "the 2 tokens it made before" in tip
+
+
 async def test_a_running_tasks_speed_counts_from_the_runners_first_token(store, core):
     """A running task's Speed is its generation's, from the first token the runner reports
     (the store has it only at the end), and the tooltip says the time to first token."""
