@@ -9,7 +9,6 @@ import dataclasses
 import json
 import logging
 import secrets
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,7 +38,6 @@ from lmsp_desktop.core.listeners import notify
 from lmsp_desktop.core.shutdown import StopSteps
 from lmsp_desktop.core.states import RUNNER_KINDS, TaskKind, TaskState
 from lmsp_desktop.core.stops import StopScanner
-from lmsp_desktop.core.storage.db import translate
 from lmsp_desktop.core.storage.embeddings import finish_embedding
 from lmsp_desktop.core.storage.events import to_json
 from lmsp_desktop.core.storage.recovery import recover_after_crash
@@ -411,7 +409,6 @@ class Runner:
         """A task's run failed: fail it with a clear code. If even that cannot be written (the
         disk is full), wait and let the loop pick the task up again: it is still running and
         resumes from its snapshot once the store accepts writes."""
-        exc = self._translated(exc)
         if isinstance(exc, LmspError):
             code, message = exc.code, exc.message
         else:  # a bug: keep the worker alive, fail the task clearly
@@ -422,19 +419,12 @@ class Runner:
         except Exception as refused:
             # The disk is full, or any other refusal: the lane lives on and retries (one
             # that died here left its task running for ever, and its model a lane short).
-            again = self._translated(refused)
             self._store_refused(
-                task_id, again.message if isinstance(again, LmspError) else repr(again)
+                task_id, refused.message if isinstance(refused, LmspError) else repr(refused)
             )
             await asyncio.sleep(STORE_RETRY_S)
         else:
             self._store_took(task_id, "has its failure recorded")
-
-    def _translated(self, exc: Exception) -> Exception:
-        """SQLite's own error as the store says it (a full disk: StorageFullError): a move
-        that fails alone, its statement refused, comes back untranslated (storage/moves.py),
-        and was logged as a bug with its traceback at every retry."""
-        return translate(exc, self.tasks.db.path) if isinstance(exc, sqlite3.Error) else exc
 
     def _store_refused(self, task_id: str, reason: str) -> None:
         """The store refused to record a task's failure: a warning when this begins or its

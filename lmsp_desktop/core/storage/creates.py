@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmsp_desktop.core.api.resource import build_response, created_response
@@ -175,10 +176,10 @@ class CreateBatch:
             creates = list(self._creates)
         return commit_creates(conn, creates)
 
-    def settle(self, committed: asyncio.Future[list[Outcome]]) -> None:
+    def settle(self, committed: asyncio.Future[list[Outcome]], path: Path) -> None:
         """On the loop, once the commit has returned: each caller gets its create's result,
         its own error, or the error of the whole group (nothing of it was written)."""
-        settle_waiters(enumerate(self._waiters), committed)
+        settle_waiters(enumerate(self._waiters), committed, path)
 
 
 def commit_creates(conn: sqlite3.Connection, creates: list[Create]) -> list[Outcome]:

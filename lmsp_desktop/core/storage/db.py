@@ -706,11 +706,16 @@ def _split_sql(script: str) -> list[str]:
 
 
 def settle_waiters(
-    waiters: Iterable[tuple[Any, asyncio.Future[Any]]], committed: asyncio.Future[Any]
+    waiters: Iterable[tuple[Any, asyncio.Future[Any]]],
+    committed: asyncio.Future[Any],
+    path: Path,
 ) -> None:
     """On the loop, once a batch's commit has returned: each waiter gets its own outcome,
     `committed.result()[key]` as (ok, result or its own error), or the whole commit's error
-    (nothing of it was written). A waiter whose caller was cancelled meanwhile is skipped."""
+    (nothing of it was written). A waiter whose caller was cancelled meanwhile is skipped.
+    Its own SQLite error is said as the whole commit's is (translate: a statement refused
+    with SQLITE_FULL inside a transaction that stays open is the disk's being full too,
+    for the runner and the API alike, not a raw OperationalError)."""
     if committed.cancelled():
         for _, waiter in waiters:
             waiter.cancel()
@@ -727,7 +732,9 @@ def settle_waiters(
         if ok:
             waiter.set_result(value)
         else:
-            waiter.set_exception(value)
+            waiter.set_exception(
+                translate(value, path) if isinstance(value, sqlite3.Error) else value
+            )
 
 
 def now() -> float:

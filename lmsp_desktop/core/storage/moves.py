@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from pathlib import Path
 from typing import Any
 
 from lmsp_desktop.core.storage.db import settle_waiters
@@ -81,10 +82,10 @@ class MoveBatch:
                 rows.append(row)
         return rows
 
-    def settle(self, committed: asyncio.Future[dict[str, Outcome]]) -> None:
+    def settle(self, committed: asyncio.Future[dict[str, Outcome]], path: Path) -> None:
         """On the loop, once the commit has returned (after the listeners heard it): each
         caller gets its task's row, its own move's error, or the whole commit's error."""
-        settle_waiters(self._waiters, committed)
+        settle_waiters(self._waiters, committed, path)
 
 
 def commit_moves(conn: sqlite3.Connection, moves: list[Transition]) -> dict[str, Outcome]:

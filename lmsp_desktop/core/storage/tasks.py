@@ -30,6 +30,7 @@ from lmsp_desktop.core.states import (
     TaskState,
 )
 from lmsp_desktop.core.storage.creates import CreateBatch, CreateResult, prepared
+from lmsp_desktop.core.storage.creates import Outcome as CreateOutcome
 from lmsp_desktop.core.storage.db import Database
 from lmsp_desktop.core.storage.deltas import Append, Appended, DeltaBatch, Numbering
 from lmsp_desktop.core.storage.events import (
@@ -103,9 +104,7 @@ class TaskStore(TaskReads):
         creates made meanwhile share one unit of work for the writer (creates.py, B1).
         """
         create = prepared(spec, idempotency)
-        self._creates, waiter = joined(
-            self.db, self._creates, create, CreateBatch, CreateBatch.settle
-        )
+        self._creates, waiter = joined(self.db, self._creates, create, CreateBatch, self._created)
         result: CreateResult = await waiter
         if not result.replayed:
             created = (EventType.CREATED,)
@@ -137,13 +136,19 @@ class TaskStore(TaskReads):
         row: Row | None = await waiter
         return [] if row is None else [row]
 
+    def _created(self, batch: CreateBatch, committed: asyncio.Future[list[CreateOutcome]]) -> None:
+        """Once a batch of creates has committed: each caller learns its create's outcome."""
+        batch.settle(committed, self.db.path)
+
     def _moved(self, batch: MoveBatch, committed: asyncio.Future[dict[str, Outcome]]) -> None:
         """Once a batch's commit has returned, in the same loop turn: its changes are
         published in the writer's order, then each caller learns its outcome."""
         try:
             self.publish([change_of(row) for row in batch.changed(committed)])
         finally:
-            batch.settle(committed)  # whatever happened above, no caller waits for ever
+            batch.settle(
+                committed, self.db.path
+            )  # whatever happened above, no caller waits for ever
 
     async def mark_loading(self, task_id: str) -> bool:
         """queued → loading, while the task's model is being loaded."""
